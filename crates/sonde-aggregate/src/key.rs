@@ -1,0 +1,205 @@
+//! Series keys: a metric's identity laid out in one contiguous buffer.
+//!
+//! A key is `[kind][name_len u16][name][tag_count u16]` followed by
+//! `[key_len u16][key][value_len u16][value]` per tag, tags sorted by key
+//! then value. Length prefixes (rather than separators) mean no byte value
+//! is forbidden in names or tags, and two keys are the same series exactly
+//! when their bytes are equal: a lookup is one hash and one `memcmp`.
+//!
+//! The key is built into a reused scratch buffer for every point and copied
+//! to the heap only when a new series is stored.
+
+use sonde_proto::tags::{self, TagSpan};
+use sonde_proto::{DropReason, TagSyntax};
+
+/// The kind byte of a StatsD counter with a client timestamp (`|T`): summed
+/// per timestamp instead of per window. Follows the `Kind` discriminants.
+pub const KIND_TS_SUM: u8 = 10;
+
+/// Reusable buffers for building keys without allocating per point.
+#[derive(Debug, Default)]
+pub struct KeyBuilder {
+    spans: Vec<TagSpan>,
+    order: Vec<u16>,
+    buf: Vec<u8>,
+}
+
+fn push_len(buf: &mut Vec<u8>, len: usize) -> Result<(), DropReason> {
+    let len = u16::try_from(len).map_err(|_| DropReason::Oversized)?;
+    buf.extend_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+impl KeyBuilder {
+    /// Builds the key for `name` with `raw_tags`, returning it borrowed from
+    /// the builder.
+    ///
+    /// # Errors
+    ///
+    /// [`DropReason::BadTags`] when the tag string cannot be split, and
+    /// [`DropReason::Oversized`] when a name, tag or the tag count exceeds
+    /// 65535.
+    pub fn build(
+        &mut self,
+        kind: u8,
+        name: &[u8],
+        raw_tags: &[u8],
+        syntax: TagSyntax,
+    ) -> Result<&[u8], DropReason> {
+        tags::split(raw_tags, syntax, &mut self.spans).map_err(|_| DropReason::BadTags)?;
+        let spans = &self.spans;
+        let pair = |i: u16| {
+            let s = spans[usize::from(i)];
+            (s.key(raw_tags), s.value(raw_tags))
+        };
+        self.order.clear();
+        let count = u16::try_from(spans.len()).map_err(|_| DropReason::Oversized)?;
+        self.order.extend(0..count);
+        // Clients almost always send tags in the same order, and usually
+        // sorted: check first so the common case costs one pass.
+        if !self.order.windows(2).all(|w| pair(w[0]) <= pair(w[1])) {
+            self.order.sort_unstable_by(|&a, &b| pair(a).cmp(&pair(b)));
+        }
+        self.buf.clear();
+        self.buf.push(kind);
+        push_len(&mut self.buf, name.len())?;
+        self.buf.extend_from_slice(name);
+        push_len(&mut self.buf, spans.len())?;
+        for &i in &self.order {
+            let (k, v) = pair(i);
+            push_len(&mut self.buf, k.len())?;
+            self.buf.extend_from_slice(k);
+            push_len(&mut self.buf, v.len())?;
+            self.buf.extend_from_slice(v);
+        }
+        Ok(&self.buf)
+    }
+}
+
+/// Hashes a key. One fixed seed per process, so hashes computed on any
+/// worker agree when shards are merged.
+pub fn hash(key: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    static STATE: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    STATE
+        .get_or_init(foldhash::quality::RandomState::default)
+        .hash_one(key)
+}
+
+/// A key split back into its parts.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Decoded<'a> {
+    /// The kind byte.
+    pub kind: u8,
+    /// The metric name.
+    pub name: &'a [u8],
+    /// The tags, sorted.
+    pub tags: Vec<(&'a [u8], &'a [u8])>,
+}
+
+/// Splits a key built by [`KeyBuilder::build`]. Returns `None` for bytes
+/// that are not such a key.
+pub fn decode(key: &[u8]) -> Option<Decoded<'_>> {
+    fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+        let (len, tail) = rest.split_first_chunk::<2>()?;
+        let len = usize::from(u16::from_le_bytes(*len));
+        let (field, tail) = tail.split_at_checked(len)?;
+        *rest = tail;
+        Some(field)
+    }
+    let (&kind, mut rest) = key.split_first()?;
+    let name = take(&mut rest)?;
+    let (count, tail) = rest.split_first_chunk::<2>()?;
+    rest = tail;
+    let count = u16::from_le_bytes(*count);
+    let mut tags = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let k = take(&mut rest)?;
+        let v = take(&mut rest)?;
+        tags.push((k, v));
+    }
+    rest.is_empty().then_some(Decoded { kind, name, tags })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_order_does_not_change_the_key() {
+        let mut b = KeyBuilder::default();
+        let a = b
+            .build(0, b"m", b"host=a|dc=x", TagSyntax::Msgpack)
+            .unwrap()
+            .to_vec();
+        let c = b
+            .build(0, b"m", b"dc=x host=a", TagSyntax::Msgpack)
+            .unwrap()
+            .to_vec();
+        assert_eq!(a, c);
+        assert_eq!(hash(&a), hash(&c));
+    }
+
+    #[test]
+    fn kind_name_and_tag_values_all_distinguish_keys() {
+        let mut b = KeyBuilder::default();
+        let base = b
+            .build(0, b"m", b"a=1", TagSyntax::Msgpack)
+            .unwrap()
+            .to_vec();
+        for other in [
+            b.build(1, b"m", b"a=1", TagSyntax::Msgpack)
+                .unwrap()
+                .to_vec(),
+            b.build(0, b"n", b"a=1", TagSyntax::Msgpack)
+                .unwrap()
+                .to_vec(),
+            b.build(0, b"m", b"a=2", TagSyntax::Msgpack)
+                .unwrap()
+                .to_vec(),
+            b.build(0, b"m", b"", TagSyntax::Msgpack).unwrap().to_vec(),
+            // Separators cannot smuggle one layout into another.
+            b.build(0, b"m", b"a=1|b=", TagSyntax::Msgpack)
+                .unwrap()
+                .to_vec(),
+        ] {
+            assert_ne!(base, other);
+        }
+    }
+
+    #[test]
+    fn keys_decode_to_sorted_tags() {
+        let mut b = KeyBuilder::default();
+        let key = b
+            .build(8, b"web.hits", b"z:1,urgent,a:b", TagSyntax::DogStatsd)
+            .unwrap();
+        let d = decode(key).unwrap();
+        assert_eq!(d.kind, 8);
+        assert_eq!(d.name, b"web.hits");
+        assert_eq!(
+            d.tags,
+            vec![(&b"a"[..], &b"b"[..]), (b"urgent", b""), (b"z", b"1")]
+        );
+    }
+
+    #[test]
+    fn unsplittable_tags_are_a_drop_reason() {
+        let mut b = KeyBuilder::default();
+        assert_eq!(
+            b.build(0, b"m", b"novalue", TagSyntax::Msgpack),
+            Err(DropReason::BadTags)
+        );
+    }
+
+    #[test]
+    fn decode_rejects_truncated_keys() {
+        let mut b = KeyBuilder::default();
+        let key = b
+            .build(0, b"m", b"a=1", TagSyntax::Msgpack)
+            .unwrap()
+            .to_vec();
+        for cut in 0..key.len() {
+            assert_eq!(decode(&key[..cut]), None);
+        }
+    }
+}

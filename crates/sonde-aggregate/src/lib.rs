@@ -1,0 +1,51 @@
+//! Aggregation for sonde: series keys, per-worker window shards, the
+//! quantile sketch, and the flush that turns a window into points.
+//!
+//! The flow, and who drives it:
+//!
+//! * a receive thread owns a [`Shard`] and calls [`Shard::record`] for every
+//!   parsed point (no lock, no allocation unless the series is new);
+//! * at a window boundary the worker hands its shard to the flusher, which
+//!   calls [`Aggregator::absorb`] for each and then [`Aggregator::flush`];
+//! * `flush` appends [`OutPoint`]s, whose meaning per metric type is the
+//!   table in ARCHITECTURE.md ("Metric semantics").
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sonde_aggregate::{AggregateConfig, Aggregator, Shard};
+//! use sonde_proto::{Kind, Point, TagSyntax, Value};
+//!
+//! let config = Arc::new(AggregateConfig::default());
+//! let mut shard = Shard::new(Arc::clone(&config));
+//! let point = Point {
+//!     kind: Kind::Counter,
+//!     name: b"web.requests",
+//!     tags: b"host=a",
+//!     tag_syntax: TagSyntax::Msgpack,
+//!     value: Value::Number(2.0),
+//!     sample_rate: 1.0,
+//!     timestamp: None,
+//! };
+//! shard.record(&point).unwrap();
+//! shard.record(&point).unwrap();
+//!
+//! let mut agg = Aggregator::new(config);
+//! agg.absorb(&mut shard);
+//! let mut out = Vec::new();
+//! agg.flush(1_763_800_200, 30.0, &mut out);
+//! assert_eq!(out[0].name(), "web.requests");
+//! assert_eq!(out[0].value, 4.0);
+//! ```
+#![deny(missing_docs)]
+
+pub mod aggregator;
+pub mod config;
+pub mod key;
+pub mod point;
+pub mod shard;
+pub mod sketch;
+
+pub use aggregator::{Aggregator, FlushStats};
+pub use config::{AggregateConfig, Bounds, HistogramBuckets};
+pub use point::{Batch, OutPoint, SeriesId, Suffix};
+pub use shard::Shard;

@@ -1,0 +1,345 @@
+//! A relative-error quantile sketch (the DDSketch idea) with exact min,
+//! max, sum and count.
+//!
+//! # Design
+//!
+//! Samples fall into logarithmic buckets: bucket `i` holds the values in
+//! `(γ^(i-1), γ^i]`, and a quantile query answers the bucket's midpoint in
+//! relative terms, `2γ^i / (γ + 1)`, which is within `(γ-1)/(γ+1)` of any
+//! value in the bucket. With [`RELATIVE_ACCURACY`] = 0.9% that keeps every
+//! percentile inside the 1% contract of ARCHITECTURE.md with a margin for
+//! float rounding.
+//!
+//! Memory is bounded by [`MAX_BINS`] per sign: a series whose samples span
+//! more than `γ^MAX_BINS` (about 10^8) collapses its lowest buckets into one,
+//! trading accuracy at the very low quantiles for a hard size limit.
+//!
+//! Hand-written rather than taken from a crate because the merge across
+//! worker shards, fractional sample weights (StatsD `@rate`) and the exact
+//! nearest-rank rule of the contract all have to hold together here.
+
+/// The relative accuracy of every quantile the sketch returns.
+pub const RELATIVE_ACCURACY: f64 = 0.009;
+
+/// The most buckets one sign of a sketch keeps.
+pub const MAX_BINS: usize = 1024;
+
+/// Values closer to zero than this count as zero.
+const MIN_MAGNITUDE: f64 = 1e-12;
+
+/// γ = (1 + α) / (1 - α).
+fn gamma() -> f64 {
+    (1.0 + RELATIVE_ACCURACY) / (1.0 - RELATIVE_ACCURACY)
+}
+
+/// Bucketing constants, computed once per process rather than per sample.
+struct Mapping {
+    inv_ln_gamma: f64,
+    gamma: f64,
+}
+
+fn mapping() -> &'static Mapping {
+    static MAPPING: std::sync::OnceLock<Mapping> = std::sync::OnceLock::new();
+    MAPPING.get_or_init(|| Mapping {
+        inv_ln_gamma: 1.0 / gamma().ln(),
+        gamma: gamma(),
+    })
+}
+
+fn index_of(magnitude: f64) -> i32 {
+    (magnitude.ln() * mapping().inv_ln_gamma).ceil() as i32
+}
+
+fn value_of(index: i32) -> f64 {
+    let m = mapping();
+    2.0 * m.gamma.powi(index) / (m.gamma + 1.0)
+}
+
+/// Contiguous bucket weights for one sign.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Store {
+    offset: i32,
+    counts: Vec<f64>,
+}
+
+impl Store {
+    fn add(&mut self, index: i32, weight: f64) {
+        if self.counts.is_empty() {
+            self.offset = index;
+            self.counts.push(weight);
+            return;
+        }
+        let mut index = index;
+        let high = self.offset + self.counts.len() as i32 - 1;
+        if index < self.offset {
+            let new_len = (high - index + 1) as usize;
+            if new_len > MAX_BINS {
+                // Collapse: everything below the lowest kept bucket lands in it.
+                index = high - MAX_BINS as i32 + 1;
+                if index >= self.offset {
+                    self.counts[(index - self.offset) as usize] += weight;
+                    return;
+                }
+            }
+            let grow = (self.offset - index) as usize;
+            self.counts.splice(0..0, std::iter::repeat_n(0.0, grow));
+            self.offset = index;
+        } else if index > high {
+            let new_len = (index - self.offset + 1) as usize;
+            if new_len > MAX_BINS {
+                let new_offset = index - MAX_BINS as i32 + 1;
+                let drop = ((new_offset - self.offset) as usize).min(self.counts.len());
+                let folded: f64 = self.counts.drain(..drop).sum();
+                self.offset = new_offset;
+                if self.counts.is_empty() {
+                    self.counts.push(0.0);
+                }
+                self.counts[0] += folded;
+            }
+            let len = (index - self.offset + 1) as usize;
+            self.counts.resize(len, 0.0);
+        }
+        self.counts[(index - self.offset) as usize] += weight;
+    }
+
+    fn merge(&mut self, other: &Store) {
+        for (i, &w) in other.counts.iter().enumerate() {
+            if w != 0.0 {
+                self.add(other.offset + i as i32, w);
+            }
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.counts.capacity() * std::mem::size_of::<f64>()
+    }
+}
+
+/// A mergeable distribution of weighted samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sketch {
+    positive: Store,
+    negative: Store,
+    zero: f64,
+    count: f64,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Default for Sketch {
+    fn default() -> Self {
+        Sketch {
+            positive: Store::default(),
+            negative: Store::default(),
+            zero: 0.0,
+            count: 0.0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl Sketch {
+    /// Adds `value` with `weight` (1 for a plain sample, `1/rate` for a
+    /// sampled StatsD timer). Non-finite values and weights are ignored; the
+    /// parsers never produce them.
+    pub fn add(&mut self, value: f64, weight: f64) {
+        if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {
+            return;
+        }
+        if value > MIN_MAGNITUDE {
+            self.positive.add(index_of(value), weight);
+        } else if value < -MIN_MAGNITUDE {
+            self.negative.add(index_of(-value), weight);
+        } else {
+            self.zero += weight;
+        }
+        self.count += weight;
+        self.sum += value * weight;
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+    }
+
+    /// Adds every sample of `other`.
+    pub fn merge(&mut self, other: &Sketch) {
+        if other.count == 0.0 {
+            return;
+        }
+        self.positive.merge(&other.positive);
+        self.negative.merge(&other.negative);
+        self.zero += other.zero;
+        self.count += other.count;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
+    /// Total weight of the samples (the sample count when unweighted).
+    pub fn count(&self) -> f64 {
+        self.count
+    }
+
+    /// Exact weighted sum of the samples.
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+
+    /// Exact smallest sample, or `None` when empty.
+    pub fn min(&self) -> Option<f64> {
+        (self.count > 0.0).then_some(self.min)
+    }
+
+    /// Exact largest sample, or `None` when empty.
+    pub fn max(&self) -> Option<f64> {
+        (self.count > 0.0).then_some(self.max)
+    }
+
+    /// The nearest-rank `q`-quantile (`0 < q <= 1`): the smallest sample
+    /// whose rank is at least `ceil(q * count)`, within
+    /// [`RELATIVE_ACCURACY`] of the exact value. `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count <= 0.0 {
+            return None;
+        }
+        // Shave a relative hair off the rank so that `q * n` landing a float
+        // ulp above an integer does not skip to the next sample.
+        let target = q.clamp(0.0, 1.0) * self.count * (1.0 - 1e-12);
+        let mut seen = 0.0;
+        // Ascending order: most negative first (highest negative index).
+        for (i, &w) in self.negative.counts.iter().enumerate().rev() {
+            seen += w;
+            if w > 0.0 && seen >= target {
+                let v = -value_of(self.negative.offset + i as i32);
+                return Some(v.clamp(self.min, self.max));
+            }
+        }
+        seen += self.zero;
+        if self.zero > 0.0 && seen >= target {
+            return Some(0.0f64.clamp(self.min, self.max));
+        }
+        for (i, &w) in self.positive.counts.iter().enumerate() {
+            seen += w;
+            if w > 0.0 && seen >= target {
+                let v = value_of(self.positive.offset + i as i32);
+                return Some(v.clamp(self.min, self.max));
+            }
+        }
+        Some(self.max)
+    }
+
+    /// Bytes this sketch holds on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        self.positive.heap_bytes() + self.negative.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+        let n = sorted.len();
+        let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+        sorted[rank - 1]
+    }
+
+    fn assert_close(got: f64, want: f64) {
+        let err = if want == 0.0 {
+            got.abs()
+        } else {
+            ((got - want) / want).abs()
+        };
+        assert!(err <= 0.01, "got {got}, want {want}, relative error {err}");
+    }
+
+    #[test]
+    fn percentiles_of_one_to_a_thousand_are_within_one_percent() {
+        let mut s = Sketch::default();
+        for v in 1..=1000 {
+            s.add(v as f64, 1.0);
+        }
+        let sorted: Vec<f64> = (1..=1000).map(f64::from).collect();
+        for q in [0.5, 0.9, 0.95, 0.99, 0.999] {
+            assert_close(s.quantile(q).unwrap(), nearest_rank(&sorted, q));
+        }
+        assert_eq!(s.min(), Some(1.0));
+        assert_eq!(s.max(), Some(1000.0));
+        assert_eq!(s.sum(), 500500.0);
+        assert_eq!(s.count(), 1000.0);
+    }
+
+    #[test]
+    fn negative_zero_and_positive_samples_rank_in_order() {
+        let mut s = Sketch::default();
+        for v in [-50.0, -2.0, 0.0, 0.0, 3.0, 7.0] {
+            s.add(v, 1.0);
+        }
+        assert_eq!(s.quantile(1.0 / 6.0), Some(-50.0));
+        assert_close(s.quantile(2.0 / 6.0).unwrap(), -2.0);
+        assert_eq!(s.quantile(0.5), Some(0.0));
+        assert_close(s.quantile(5.0 / 6.0).unwrap(), 3.0);
+        assert_eq!(s.quantile(1.0), Some(7.0));
+    }
+
+    #[test]
+    fn weights_count_as_repeated_samples() {
+        let mut weighted = Sketch::default();
+        weighted.add(10.0, 10.0);
+        weighted.add(20.0, 10.0);
+        assert_eq!(weighted.count(), 20.0);
+        assert_eq!(weighted.sum(), 300.0);
+        assert_close(weighted.quantile(0.5).unwrap(), 10.0);
+        assert_close(weighted.quantile(0.55).unwrap(), 20.0);
+    }
+
+    #[test]
+    fn memory_stays_bounded_over_a_huge_value_range() {
+        let mut s = Sketch::default();
+        let mut values = Vec::new();
+        let mut v = 1e-9;
+        while v < 1e12 {
+            s.add(v, 1.0);
+            values.push(v);
+            v *= 1.001;
+        }
+        assert!(s.positive.counts.len() <= MAX_BINS);
+        assert!(s.heap_bytes() <= 2 * MAX_BINS * 8);
+        // The top of the distribution keeps its accuracy.
+        for q in [0.5, 0.99, 0.999] {
+            assert_close(s.quantile(q).unwrap(), nearest_rank(&values, q));
+        }
+    }
+
+    #[test]
+    fn empty_sketch_has_no_quantiles() {
+        let s = Sketch::default();
+        assert_eq!(s.quantile(0.5), None);
+        assert_eq!(s.min(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn quantiles_stay_within_one_percent_of_nearest_rank(
+            values in proptest::collection::vec(-1e6f64..1e6, 1..400),
+            split in 0usize..400,
+        ) {
+            let mut a = Sketch::default();
+            let mut b = Sketch::default();
+            for (i, &v) in values.iter().enumerate() {
+                if i < split { a.add(v, 1.0) } else { b.add(v, 1.0) }
+            }
+            a.merge(&b);
+            let mut sorted = values.clone();
+            sorted.sort_by(f64::total_cmp);
+            for q in [0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0] {
+                let want = nearest_rank(&sorted, q);
+                let got = a.quantile(q).unwrap();
+                let err = if want.abs() < 1e-12 { got.abs() } else { ((got - want) / want).abs() };
+                prop_assert!(err <= 0.01, "q={} got={} want={}", q, got, want);
+            }
+        }
+    }
+}
