@@ -1,0 +1,81 @@
+//! JSON lines: `{"name":..,"tags":{..},"value":..,"timestamp":..}` per point,
+//! fields in that order, tags sorted by key.
+
+use sonde_aggregate::OutPoint;
+
+use crate::write_number;
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    // serde_json does the escaping; writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Appends one line per point to `out`.
+pub fn encode(points: &[OutPoint], out: &mut Vec<u8>) {
+    let mut name = String::new();
+    for p in points {
+        name.clear();
+        p.write_name(&mut name);
+        out.extend_from_slice(b"{\"name\":");
+        write_str(out, &name);
+        out.extend_from_slice(b",\"tags\":{");
+        let mut first = true;
+        p.for_each_tag(|k, v| {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_str(out, k);
+            out.push(b':');
+            write_str(out, v);
+        });
+        out.extend_from_slice(b"},\"value\":");
+        write_number(out, p.value);
+        out.extend_from_slice(b",\"timestamp\":");
+        out.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
+        out.extend_from_slice(b"}\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_aggregate::{SeriesId, Suffix};
+    use std::sync::Arc;
+
+    #[test]
+    fn lines_match_the_contract_byte_for_byte() {
+        let series = Arc::new(SeriesId {
+            name: "h".into(),
+            tags: vec![("dc".into(), "x\"y".into()), ("host".into(), "a".into())].into(),
+        });
+        let points = [
+            OutPoint {
+                series: Arc::clone(&series),
+                suffix: Suffix::Bucket,
+                le: Some("+Inf".into()),
+                value: 3.0,
+                timestamp: 1763800200,
+                monotonic: true,
+            },
+            OutPoint {
+                series: Arc::new(SeriesId {
+                    name: "plain".into(),
+                    tags: Box::default(),
+                }),
+                suffix: Suffix::None,
+                le: None,
+                value: -0.5,
+                timestamp: 5,
+                monotonic: false,
+            },
+        ];
+        let mut out = Vec::new();
+        encode(&points, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"name\":\"h.bucket\",\"tags\":{\"dc\":\"x\\\"y\",\"host\":\"a\",\"le\":\"+Inf\"},\"value\":3,\"timestamp\":1763800200}\n\
+             {\"name\":\"plain\",\"tags\":{},\"value\":-0.5,\"timestamp\":5}\n"
+        );
+    }
+}

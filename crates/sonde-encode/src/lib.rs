@@ -1,0 +1,57 @@
+//! Encodings of output points for sonde's sinks.
+//!
+//! Every encoder is a pure function from points to bytes appended to a
+//! caller-owned buffer, so a sink reuses one buffer per batch and the
+//! encoders can be tested against exact bytes.
+//!
+//! * [`json`]: one JSON object per point per line, the contract of
+//!   ARCHITECTURE.md ("Output format for the file and console sinks").
+//! * [`console`]: the same points for a person reading a terminal.
+//! * [`prometheus`]: the Prometheus text exposition format, names
+//!   sanitised to `[a-zA-Z0-9_:]`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sonde_aggregate::{OutPoint, SeriesId, Suffix};
+//!
+//! let series = Arc::new(SeriesId { name: "web.api.latency".into(), tags: vec![("host".into(), "a".into())].into() });
+//! let p = OutPoint { series, suffix: Suffix::Pct99, le: None, value: 12.5, timestamp: 1763800200, monotonic: false };
+//! let mut out = Vec::new();
+//! sonde_encode::json::encode(&[p], &mut out);
+//! assert_eq!(out, b"{\"name\":\"web.api.latency.pct99\",\"tags\":{\"host\":\"a\"},\"value\":12.5,\"timestamp\":1763800200}\n");
+//! ```
+#![deny(missing_docs)]
+
+pub mod console;
+pub mod json;
+pub mod prometheus;
+
+/// Appends a finite number the shortest way that reads back exactly;
+/// integral values below 2^53 are written without a fraction (`3`, not `3.0`).
+pub fn write_number(out: &mut Vec<u8>, v: f64) {
+    if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+        out.extend_from_slice(itoa::Buffer::new().format(v as i64).as_bytes());
+    } else {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_short_and_exact() {
+        for (v, want) in [
+            (3.0, "3"),
+            (-0.25, "-0.25"),
+            (12.5, "12.5"),
+            (1e300, "1e300"),
+            (0.1, "0.1"),
+        ] {
+            let mut out = Vec::new();
+            write_number(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
+    }
+}
