@@ -1,0 +1,100 @@
+//! Parsing a datagram and recording its points into series that already
+//! exist allocates nothing: the per-point hot path is allocation free.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use sonde_aggregate::{AggregateConfig, Shard};
+use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+struct Record<'a>(&'a mut Shard, usize);
+
+impl PointSink for Record<'_> {
+    fn point(&mut self, p: &Point<'_>) {
+        self.0.record(p).unwrap();
+        self.1 += 1;
+    }
+    fn drop(&mut self, reason: DropReason) {
+        panic!("unexpected drop {reason:?}");
+    }
+}
+
+fn msgpack_bunch() -> Vec<u8> {
+    let mut out = vec![0xdc, 0, 0];
+    let mut n = 0u16;
+    for (ty, name, value, tags) in [
+        ("counter", "web.requests", "1", "host=a|dc=x|path=/api"),
+        ("timer", "web.latency", "12.5", "dc=x|host=a"),
+        ("store", "queue.depth", "3", ""),
+        ("histogram", "size", "700", "k=v"),
+        ("meter", "bytes", "1024", "host=a"),
+    ] {
+        for _ in 0..20 {
+            rmp::encode::write_array_len(&mut out, 6).unwrap();
+            for f in ["emit", ty, name, value, tags, ""] {
+                rmp::encode::write_str(&mut out, f).unwrap();
+            }
+            n += 1;
+        }
+    }
+    out[1..3].copy_from_slice(&n.to_be_bytes());
+    out
+}
+
+const STATSD: &[u8] = b"api.hits:1|c|#env:prod,region:eu,series:s1\n\
+api.hits:1|c|@0.5|#region:eu,env:prod,series:s1\n\
+api.queue:5|g|#env:prod\napi.queue:+2|g|#env:prod\n\
+api.ms:3:4:5|ms|#env:prod\napi.users:alice|s\napi.dist:9|d\n";
+
+#[test]
+fn a_warm_shard_records_known_series_without_allocating() {
+    let bunch = msgpack_bunch();
+    let mut shard = Shard::new(Arc::new(AggregateConfig::default()));
+    let start = ALLOCATIONS.load(Ordering::Relaxed);
+    // Warm up: create the series and let every buffer reach its size.
+    for _ in 0..3 {
+        msgpack::parse(&bunch, &mut Record(&mut shard, 0));
+        statsd::parse(STATSD, &mut Record(&mut shard, 0));
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    // The counter is live: creating the series did allocate.
+    assert!(before - start >= 9, "warm-up allocated {}", before - start);
+    let mut rec = Record(&mut shard, 0);
+    for _ in 0..100 {
+        msgpack::parse(&bunch, &mut rec);
+        statsd::parse(STATSD, &mut rec);
+    }
+    let points = rec.1;
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(points, 100 * (100 + 9));
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations for {points} points"
+    );
+}
