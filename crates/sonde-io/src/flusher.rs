@@ -1,0 +1,206 @@
+//! The flusher: closes windows on wall-clock boundaries, merges the worker
+//! shards, and hands each window's points to every sink.
+//!
+//! # Windows
+//!
+//! Boundaries are multiples of the interval since the unix epoch (a 10 s
+//! window closes at :00, :10, ...). A point's timestamp is its window's
+//! start. At a boundary the flusher bumps the epoch, waits for each worker's
+//! shard (workers answer within [`crate::ingest::WAKE_INTERVAL`]) up to
+//! [`COLLECT_DEADLINE`], merges and flushes. A shard that arrives later is
+//! merged into the next window rather than lost, and counted.
+//!
+//! # Clean shutdown
+//!
+//! [`FlusherCommand::Shutdown`] closes the open window early: its points get
+//! the window's start as timestamp and rates divide by the time actually
+//! elapsed. Then the flusher drops its sink queues, which lets each sink
+//! write what it has and exit.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sonde_aggregate::{AggregateConfig, Aggregator, Batch};
+
+use crate::ingest::{Control, Handoff};
+use crate::sink::SinkHandle;
+use crate::telemetry::FlushStats;
+
+/// How long the flusher waits for the workers' shards after a boundary.
+pub const COLLECT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Messages to the flusher from the rest of the agent.
+#[derive(Debug)]
+pub enum FlusherCommand {
+    /// Flush the open window now and stop.
+    Shutdown,
+}
+
+/// Unix time now, in nanoseconds.
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+}
+
+/// The start of the window containing `now_ns`, in nanoseconds.
+pub fn window_start(now_ns: u128, interval: Duration) -> u128 {
+    let i = interval.as_nanos().max(1);
+    now_ns - now_ns % i
+}
+
+/// Everything the flusher thread owns.
+#[derive(Debug)]
+pub struct Flusher {
+    /// Aggregation settings.
+    pub config: Arc<AggregateConfig>,
+    /// Shared with the workers.
+    pub control: Arc<Control>,
+    /// Worker shards arrive here.
+    pub shards: Receiver<Handoff>,
+    /// Commands from the main thread.
+    pub commands: Receiver<FlusherCommand>,
+    /// How many workers hand over a shard per window.
+    pub workers: usize,
+    /// The sinks' queues.
+    pub sinks: Vec<SinkHandle>,
+    /// Counters for `/metrics`.
+    pub stats: Arc<FlushStats>,
+}
+
+impl Flusher {
+    /// Runs until shutdown; returns after the final flush.
+    pub fn run(self) {
+        let Flusher {
+            config,
+            control,
+            shards,
+            commands,
+            workers,
+            sinks,
+            stats,
+        } = self;
+        let interval = config.interval;
+        let mut agg = Aggregator::new(Arc::clone(&config));
+        let mut epoch = control.epoch.load(Ordering::Acquire);
+        let mut start = window_start(now_ns(), interval);
+        loop {
+            let end = start + interval.as_nanos();
+            let mut stopping = false;
+            // Sleep until the boundary, waking early only for a command.
+            loop {
+                let now = now_ns();
+                if now >= end {
+                    break;
+                }
+                let wait = Duration::from_nanos(u64::try_from(end - now).unwrap_or(u64::MAX));
+                match commands.recv_timeout(wait) {
+                    Ok(FlusherCommand::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                        stopping = true;
+                        break;
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                }
+            }
+            let closed_at = now_ns().min(end);
+            if stopping {
+                control.shutdown.store(true, Ordering::Release);
+            }
+            let closing = epoch;
+            epoch += 1;
+            control.epoch.store(epoch, Ordering::Release);
+            // Shards of a closed epoch. Earlier-epoch stragglers are merged too.
+            let mut got = 0;
+            let deadline = Instant::now() + COLLECT_DEADLINE;
+            while got < workers {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match shards.recv_timeout(left) {
+                    Ok(h) => {
+                        if h.epoch == closing {
+                            got += 1;
+                        } else {
+                            stats.late_shards.fetch_add(1, Ordering::Relaxed);
+                        }
+                        absorb(&mut agg, h);
+                    }
+                    Err(_) => break,
+                }
+            }
+            // Shards from workers that missed an earlier deadline.
+            while let Ok(h) = shards.try_recv() {
+                stats.late_shards.fetch_add(1, Ordering::Relaxed);
+                absorb(&mut agg, h);
+            }
+            let merged = Instant::now();
+            let secs = ((closed_at - start) as f64 / 1e9).max(1e-3);
+            let mut batch = Batch {
+                window_start: (start / 1_000_000_000) as i64,
+                points: Vec::new(),
+            };
+            let fs = agg.flush(batch.window_start, secs, &mut batch.points);
+            stats.flushes.fetch_add(1, Ordering::Relaxed);
+            stats.series.store(fs.series as u64, Ordering::Relaxed);
+            stats
+                .expired
+                .fetch_add(fs.expired as u64, Ordering::Relaxed);
+            stats
+                .non_finite
+                .fetch_add(fs.non_finite as u64, Ordering::Relaxed);
+            stats
+                .points
+                .fetch_add(batch.points.len() as u64, Ordering::Relaxed);
+            let batch = Arc::new(batch);
+            for sink in &sinks {
+                sink.send(Arc::clone(&batch));
+            }
+            // The flush itself, not the wait for worker shards.
+            let spent = merged.elapsed();
+            stats
+                .last_duration_ns
+                .store(spent.as_nanos() as u64, Ordering::Relaxed);
+            if stopping {
+                break;
+            }
+            start = end;
+        }
+        drop(sinks);
+    }
+}
+
+fn absorb(agg: &mut Aggregator, h: Handoff) {
+    let Handoff {
+        mut shard,
+        give_back,
+        ..
+    } = h;
+    agg.absorb(&mut shard);
+    // The worker may be gone at shutdown; then the shard is simply freed.
+    let _ = give_back.send(shard);
+}
+
+/// A channel pair for the flusher's commands.
+pub fn command_channel() -> (Sender<FlusherCommand>, Receiver<FlusherCommand>) {
+    std::sync::mpsc::channel()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_align_to_multiples_of_the_interval() {
+        let s = 1_000_000_000u128;
+        assert_eq!(
+            window_start(1_763_800_217 * s + 5, Duration::from_secs(10)),
+            1_763_800_210 * s
+        );
+        assert_eq!(
+            window_start(1_763_800_230 * s, Duration::from_secs(30)),
+            1_763_800_230 * s
+        );
+        assert_eq!(window_start(59 * s, Duration::from_secs(60)), 0);
+    }
+}

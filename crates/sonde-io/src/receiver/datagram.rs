@@ -1,0 +1,105 @@
+//! Datagram sockets (UDP, unixgram), drained with `recvmmsg`.
+//!
+//! One `recvmmsg` call returns up to [`BATCH`] datagrams that were already
+//! queued (`MSG_WAITFORONE`: block for the first, take the rest without
+//! waiting), so a busy socket costs one system call per batch and the
+//! window check runs once per batch.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use socket2::Socket;
+use sonde_proto::DropReason;
+
+use crate::ingest::Ingest;
+
+/// Datagrams per `recvmmsg` call.
+const BATCH: usize = 32;
+/// Bytes per datagram slot: the largest UDP payload, rounded up. A longer
+/// unixgram datagram arrives truncated and is dropped as oversized.
+const SLOT: usize = 64 * 1024;
+
+/// The reusable receive arena: slots, their iovecs and message headers.
+struct Arena {
+    buf: Vec<u8>,
+    iov: Vec<libc::iovec>,
+    hdr: Vec<libc::mmsghdr>,
+}
+
+impl Arena {
+    fn new() -> Arena {
+        let mut buf = vec![0u8; BATCH * SLOT];
+        let iov: Vec<libc::iovec> = buf
+            .chunks_exact_mut(SLOT)
+            .map(|c| libc::iovec {
+                iov_base: c.as_mut_ptr().cast(),
+                iov_len: SLOT,
+            })
+            .collect();
+        let mut arena = Arena {
+            buf,
+            iov,
+            hdr: Vec::with_capacity(BATCH),
+        };
+        for i in 0..BATCH {
+            // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = &mut arena.iov[i];
+            h.msg_hdr.msg_iovlen = 1;
+            arena.hdr.push(h);
+        }
+        arena
+    }
+
+    /// Receives up to `BATCH` datagrams; `Ok(0)` on timeout.
+    fn recv(&mut self, fd: i32) -> io::Result<usize> {
+        // SAFETY: every header points at its own iovec, which points at its
+        // own SLOT-sized part of `buf`; all three live as long as `self` and
+        // are never reallocated after `new`.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdr.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {
+                Ok(0)
+            }
+            _ => Err(e),
+        }
+    }
+
+    fn datagram(&self, i: usize) -> Result<&[u8], DropReason> {
+        let h = &self.hdr[i];
+        if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            return Err(DropReason::Oversized);
+        }
+        let len = (h.msg_len as usize).min(SLOT);
+        Ok(&self.buf[i * SLOT..i * SLOT + len])
+    }
+}
+
+pub(super) fn run(socket: &Socket, mut ingest: Ingest) -> io::Result<()> {
+    let fd = socket.as_raw_fd();
+    let mut arena = Arena::new();
+    loop {
+        let n = arena.recv(fd)?;
+        for i in 0..n {
+            match arena.datagram(i) {
+                Ok(d) => ingest.datagram(d),
+                Err(reason) => ingest.drop(reason),
+            }
+        }
+        if !ingest.end_batch() {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Receivers: one bound socket per configured address, each driven by its
+//! own worker thread that parses and aggregates what it reads
+//! (run-to-completion, see [`crate::ingest`]).
+//!
+//! Sockets are bound in [`bind`] on the caller's thread, so a port in use
+//! or a bad path fails the start with a clear error before any thread runs.
+//!
+//! # Unix socket files
+//!
+//! A socket file left by a crashed run is replaced: if nothing accepts a
+//! connection on it, it is stale and removed. A live one (another agent)
+//! is an error. Files are created with mode `0666`, because SDKs run as
+//! other users than the agent, and removed when the receiver stops.
+
+mod conn;
+mod datagram;
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use crate::addr::ListenAddr;
+use crate::ingest::{Ingest, WAKE_INTERVAL};
+
+/// Receive buffer asked for on datagram sockets. The kernel caps it at
+/// `net.core.rmem_max` (212992 bytes by default), so this is a request.
+const RECV_BUFFER: usize = 8 << 20;
+
+/// Removes a unix socket file when dropped.
+#[derive(Debug)]
+pub struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Why a receiver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The socket could not be created or bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: String,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A live process already serves the unix socket file.
+    #[error("cannot listen on {0}: another process is serving that socket file")]
+    InUse(String),
+    /// The path exists and is not a socket.
+    #[error("cannot listen on {0}: the path exists and is not a socket")]
+    NotSocket(String),
+}
+
+/// A bound socket, ready for a worker.
+#[derive(Debug)]
+pub struct Bound {
+    addr: ListenAddr,
+    socket: Socket,
+    _file: Option<SocketFile>,
+}
+
+impl Bound {
+    /// The address, with the real port when the config asked for port 0.
+    pub fn local_addr(&self) -> ListenAddr {
+        match (
+            &self.addr,
+            self.socket.local_addr().ok().and_then(|a| a.as_socket()),
+        ) {
+            (ListenAddr::Udp(_), Some(a)) => ListenAddr::Udp(a),
+            (ListenAddr::Tcp(_), Some(a)) => ListenAddr::Tcp(a),
+            (other, _) => other.clone(),
+        }
+    }
+}
+
+fn unix_type(addr: &ListenAddr) -> Type {
+    match addr {
+        ListenAddr::Unixgram(_) => Type::DGRAM,
+        ListenAddr::Unixseq(_) => Type::SEQPACKET,
+        _ => Type::STREAM,
+    }
+}
+
+/// Removes `path` if it is a socket file nobody serves.
+fn clear_stale(path: &Path, ty: Type, addr: &ListenAddr) -> Result<(), BindError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(BindError::Io {
+                addr: addr.to_string(),
+                source,
+            })
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(BindError::NotSocket(addr.to_string()));
+    }
+    let probe = Socket::new(Domain::UNIX, ty, None).map_err(|source| BindError::Io {
+        addr: addr.to_string(),
+        source,
+    })?;
+    let target = SockAddr::unix(path).map_err(|source| BindError::Io {
+        addr: addr.to_string(),
+        source,
+    })?;
+    if probe.connect(&target).is_ok() {
+        return Err(BindError::InUse(addr.to_string()));
+    }
+    std::fs::remove_file(path).map_err(|source| BindError::Io {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// Creates and binds the socket for `addr`.
+///
+/// # Errors
+///
+/// When the socket cannot be bound (port in use, permission, bad path) or a
+/// unix socket file is served by another live process.
+pub fn bind(addr: &ListenAddr) -> Result<Bound, BindError> {
+    let err = |source| BindError::Io {
+        addr: addr.to_string(),
+        source,
+    };
+    let (socket, file) = match addr {
+        ListenAddr::Udp(a) | ListenAddr::Tcp(a) => {
+            let ty = if addr.is_datagram() {
+                Type::DGRAM
+            } else {
+                Type::STREAM
+            };
+            let s = Socket::new(Domain::for_address(*a), ty, None).map_err(err)?;
+            if ty == Type::STREAM {
+                s.set_reuse_address(true).map_err(err)?;
+            }
+            s.bind(&(*a).into()).map_err(err)?;
+            (s, None)
+        }
+        ListenAddr::Unixgram(p) | ListenAddr::Unixseq(p) | ListenAddr::Unix(p) => {
+            let ty = unix_type(addr);
+            clear_stale(p, ty, addr)?;
+            let s = Socket::new(Domain::UNIX, ty, None).map_err(err)?;
+            s.bind(&SockAddr::unix(p).map_err(err)?).map_err(err)?;
+            let file = SocketFile(p.clone());
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+            (s, Some(file))
+        }
+    };
+    if addr.is_datagram() {
+        // Best effort: a smaller buffer only means earlier kernel drops.
+        let _ = socket.set_recv_buffer_size(RECV_BUFFER);
+        socket.set_read_timeout(Some(WAKE_INTERVAL)).map_err(err)?;
+    } else {
+        socket.listen(1024).map_err(err)?;
+        socket.set_nonblocking(true).map_err(err)?;
+    }
+    Ok(Bound {
+        addr: addr.clone(),
+        socket,
+        _file: file,
+    })
+}
+
+/// Starts the worker thread of a bound receiver. The thread exits after
+/// handing its last shard to the flusher at shutdown; the socket file (if
+/// any) is removed then.
+pub fn spawn(bound: Bound, ingest: Ingest) -> io::Result<JoinHandle<()>> {
+    let name = format!("recv {}", bound.addr);
+    std::thread::Builder::new().name(name).spawn(move || {
+        let Bound {
+            addr,
+            socket,
+            _file,
+        } = bound;
+        let result = if addr.is_datagram() {
+            datagram::run(&socket, ingest)
+        } else {
+            let framing = match addr {
+                ListenAddr::Unixseq(_) => conn::Framing::Packet,
+                _ => conn::Framing::Lines,
+            };
+            conn::run(socket, framing, ingest)
+        };
+        if let Err(e) = result {
+            tracing::error!(receiver = %addr, error = %e, "receiver stopped");
+        }
+    })
+}

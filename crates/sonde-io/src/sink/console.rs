@@ -1,0 +1,23 @@
+//! The console sink: human-readable lines on standard output.
+
+use std::io::{self, Write};
+
+use sonde_aggregate::Batch;
+
+use super::Sink;
+
+/// Prints every point as `TIME NAME{TAGS} VALUE`.
+#[derive(Debug, Default)]
+pub struct Console {
+    buf: Vec<u8>,
+}
+
+impl Sink for Console {
+    fn write(&mut self, batch: &Batch) -> io::Result<()> {
+        self.buf.clear();
+        sonde_encode::console::encode(&batch.points, &mut self.buf);
+        let mut out = io::stdout().lock();
+        out.write_all(&self.buf)?;
+        out.flush()
+    }
+}

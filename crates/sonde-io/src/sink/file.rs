@@ -1,0 +1,46 @@
+//! The file sink: JSON lines appended to a file.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use sonde_aggregate::Batch;
+
+use super::Sink;
+
+/// Appends one JSON object per point per line (ARCHITECTURE.md's format).
+#[derive(Debug)]
+pub struct File {
+    file: std::fs::File,
+    buf: Vec<u8>,
+}
+
+impl File {
+    /// Opens (creating if needed) `path` for appending.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be opened.
+    pub fn open(path: &Path) -> io::Result<File> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(File {
+            file,
+            buf: Vec::new(),
+        })
+    }
+}
+
+impl Sink for File {
+    fn write(&mut self, batch: &Batch) -> io::Result<()> {
+        self.buf.clear();
+        sonde_encode::json::encode(&batch.points, &mut self.buf);
+        // One write per window: readers never see half a window's line.
+        self.file.write_all(&self.buf)
+    }
+
+    fn close(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}

@@ -1,0 +1,100 @@
+//! Sinks: where flushed windows go.
+//!
+//! Each sink runs on its own thread behind a bounded queue, so a slow or
+//! stuck sink never delays the flusher, let alone the receivers: when the
+//! queue is full the newest batch is dropped and counted
+//! (`sonde_sink_dropped_batches_total`).
+
+mod console;
+mod file;
+mod prometheus_exporter;
+
+pub use console::Console;
+pub use file::File;
+pub use prometheus_exporter::{Exposition, PrometheusExporter};
+
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use sonde_aggregate::Batch;
+
+use crate::telemetry::SinkStats;
+
+/// Batches a sink's queue holds before the flusher starts dropping.
+pub const QUEUE_BATCHES: usize = 8;
+
+/// Writes flushed windows somewhere. The sink thread drives: it calls
+/// [`Sink::write`] once per window, in order, and [`Sink::close`] once when
+/// the agent stops.
+pub trait Sink: Send + 'static {
+    /// Writes one window's points.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error; it is logged and counted and the sink carries on with
+    /// the next batch.
+    fn write(&mut self, batch: &Batch) -> io::Result<()>;
+
+    /// Flushes anything buffered before the agent exits.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error while flushing.
+    fn close(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The flusher's end of a running sink.
+#[derive(Debug)]
+pub struct SinkHandle {
+    tx: SyncSender<Arc<Batch>>,
+    stats: Arc<SinkStats>,
+}
+
+impl SinkHandle {
+    /// Queues a batch without blocking; a full queue drops it and counts it.
+    pub fn send(&self, batch: Arc<Batch>) {
+        match self.tx.try_send(batch) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.stats.dropped_batches.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// Starts `sink` on its own thread. The thread exits once every
+/// [`SinkHandle`] is dropped and the queue is drained.
+pub fn spawn(
+    mut sink: impl Sink,
+    stats: Arc<SinkStats>,
+) -> io::Result<(SinkHandle, JoinHandle<()>)> {
+    let (tx, rx) = sync_channel::<Arc<Batch>>(QUEUE_BATCHES);
+    let thread_stats = Arc::clone(&stats);
+    let thread = std::thread::Builder::new()
+        .name(format!("sink {}", stats.name))
+        .spawn(move || {
+            let stats = thread_stats;
+            for batch in rx {
+                match sink.write(&batch) {
+                    Ok(()) => {
+                        stats.batches.fetch_add(1, Relaxed);
+                        stats.points.fetch_add(batch.points.len() as u64, Relaxed);
+                    }
+                    Err(e) => {
+                        stats.errors.fetch_add(1, Relaxed);
+                        tracing::warn!(sink = %stats.name, error = %e, "sink write failed");
+                    }
+                }
+            }
+            if let Err(e) = sink.close() {
+                stats.errors.fetch_add(1, Relaxed);
+                tracing::warn!(sink = %stats.name, error = %e, "sink close failed");
+            }
+        })?;
+    Ok((SinkHandle { tx, stats }, thread))
+}

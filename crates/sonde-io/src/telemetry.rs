@@ -1,0 +1,335 @@
+//! The agent's own counters, exported on the admin listener's `/metrics`.
+//!
+//! Workers count into plain integers and publish to these atomics once per
+//! batch, so the hot path pays one `fetch_add` per batch, not per point.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use sonde_proto::DropReason;
+
+const REASONS: usize = DropReason::ALL.len();
+
+/// Counters of one receiver.
+#[derive(Debug)]
+pub struct ReceiverStats {
+    /// The listen address, as configured.
+    pub listen: String,
+    /// `msgpack` or `statsd`.
+    pub protocol: &'static str,
+    /// Datagrams (datagram sockets), packets (seqpacket) or read chunks (streams).
+    pub datagrams: AtomicU64,
+    /// Bytes received.
+    pub bytes: AtomicU64,
+    /// Points parsed and aggregated.
+    pub points: AtomicU64,
+    /// Messages, lines or points dropped, by [`DropReason`].
+    pub drops: [AtomicU64; REASONS],
+    /// Connections accepted (stream and seqpacket receivers).
+    pub connections: AtomicU64,
+}
+
+impl ReceiverStats {
+    /// Zeroed counters for a receiver.
+    pub fn new(listen: String, protocol: &'static str) -> Self {
+        ReceiverStats {
+            listen,
+            protocol,
+            datagrams: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            points: AtomicU64::new(0),
+            drops: std::array::from_fn(|_| AtomicU64::new(0)),
+            connections: AtomicU64::new(0),
+        }
+    }
+
+    /// Total drops for one reason.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize].load(Relaxed)
+    }
+}
+
+/// A worker's unpublished counts.
+#[derive(Debug, Default)]
+pub struct LocalCounts {
+    /// See [`ReceiverStats::datagrams`].
+    pub datagrams: u64,
+    /// See [`ReceiverStats::bytes`].
+    pub bytes: u64,
+    /// See [`ReceiverStats::points`].
+    pub points: u64,
+    /// See [`ReceiverStats::drops`].
+    pub drops: [u64; REASONS],
+}
+
+impl LocalCounts {
+    /// Adds the counts to `stats` and zeroes them.
+    pub fn publish(&mut self, stats: &ReceiverStats) {
+        fn add(a: &AtomicU64, v: &mut u64) {
+            if *v != 0 {
+                a.fetch_add(*v, Relaxed);
+                *v = 0;
+            }
+        }
+        add(&stats.datagrams, &mut self.datagrams);
+        add(&stats.bytes, &mut self.bytes);
+        add(&stats.points, &mut self.points);
+        for (a, v) in stats.drops.iter().zip(self.drops.iter_mut()) {
+            add(a, v);
+        }
+    }
+}
+
+/// Counters of one sink.
+#[derive(Debug)]
+pub struct SinkStats {
+    /// The sink's name (`console`, `file:points.jsonl`, ...).
+    pub name: String,
+    /// Batches written.
+    pub batches: AtomicU64,
+    /// Points written.
+    pub points: AtomicU64,
+    /// Write errors.
+    pub errors: AtomicU64,
+    /// Batches dropped because the sink's queue was full.
+    pub dropped_batches: AtomicU64,
+}
+
+impl SinkStats {
+    /// Zeroed counters for a sink.
+    pub fn new(name: String) -> Self {
+        SinkStats {
+            name,
+            batches: AtomicU64::new(0),
+            points: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            dropped_batches: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Counters of the flusher.
+#[derive(Debug, Default)]
+pub struct FlushStats {
+    /// Windows flushed.
+    pub flushes: AtomicU64,
+    /// Live series after the last flush.
+    pub series: AtomicU64,
+    /// Series expired for idleness.
+    pub expired: AtomicU64,
+    /// Points dropped because their value was not finite.
+    pub non_finite: AtomicU64,
+    /// Points produced.
+    pub points: AtomicU64,
+    /// Duration of the last flush, in nanoseconds.
+    pub last_duration_ns: AtomicU64,
+    /// Worker shards that arrived after their window was flushed (their data
+    /// went into the next window).
+    pub late_shards: AtomicU64,
+}
+
+/// Everything `/metrics` shows.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    /// One per receiver.
+    pub receivers: Vec<Arc<ReceiverStats>>,
+    /// One per sink.
+    pub sinks: Vec<Arc<SinkStats>>,
+    /// The flusher's counters.
+    pub flush: Arc<FlushStats>,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Telemetry {
+    /// Renders every counter in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let family = |o: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        let recv = |o: &mut String, f: &dyn Fn(&ReceiverStats) -> u64, name: &str| {
+            for r in &self.receivers {
+                let _ = writeln!(
+                    o,
+                    "{name}{{receiver=\"{}\",protocol=\"{}\"}} {}",
+                    escape(&r.listen),
+                    r.protocol,
+                    f(r)
+                );
+            }
+        };
+        family(
+            &mut o,
+            "sonde_receiver_datagrams_total",
+            "counter",
+            "Datagrams, packets or stream reads received.",
+        );
+        recv(
+            &mut o,
+            &|r| r.datagrams.load(Relaxed),
+            "sonde_receiver_datagrams_total",
+        );
+        family(
+            &mut o,
+            "sonde_receiver_bytes_total",
+            "counter",
+            "Bytes received.",
+        );
+        recv(
+            &mut o,
+            &|r| r.bytes.load(Relaxed),
+            "sonde_receiver_bytes_total",
+        );
+        family(
+            &mut o,
+            "sonde_receiver_points_total",
+            "counter",
+            "Points parsed and aggregated.",
+        );
+        recv(
+            &mut o,
+            &|r| r.points.load(Relaxed),
+            "sonde_receiver_points_total",
+        );
+        family(
+            &mut o,
+            "sonde_receiver_connections_total",
+            "counter",
+            "Stream and seqpacket connections accepted.",
+        );
+        recv(
+            &mut o,
+            &|r| r.connections.load(Relaxed),
+            "sonde_receiver_connections_total",
+        );
+        family(
+            &mut o,
+            "sonde_receiver_dropped_total",
+            "counter",
+            "Messages, lines or points dropped, by reason.",
+        );
+        for r in &self.receivers {
+            for reason in DropReason::ALL {
+                let _ = writeln!(
+                    o,
+                    "sonde_receiver_dropped_total{{receiver=\"{}\",protocol=\"{}\",reason=\"{}\"}} {}",
+                    escape(&r.listen),
+                    r.protocol,
+                    reason.as_str(),
+                    r.dropped(reason)
+                );
+            }
+        }
+        let f = &self.flush;
+        for (name, kind, help, v) in [
+            (
+                "sonde_series",
+                "gauge",
+                "Live series.",
+                f.series.load(Relaxed),
+            ),
+            (
+                "sonde_flushes_total",
+                "counter",
+                "Windows flushed.",
+                f.flushes.load(Relaxed),
+            ),
+            (
+                "sonde_flush_points_total",
+                "counter",
+                "Points produced by flushes.",
+                f.points.load(Relaxed),
+            ),
+            (
+                "sonde_series_expired_total",
+                "counter",
+                "Series expired after idle windows.",
+                f.expired.load(Relaxed),
+            ),
+            (
+                "sonde_non_finite_dropped_total",
+                "counter",
+                "Output points dropped for a non-finite value.",
+                f.non_finite.load(Relaxed),
+            ),
+            (
+                "sonde_late_shards_total",
+                "counter",
+                "Worker shards merged into the window after the one they belonged to.",
+                f.late_shards.load(Relaxed),
+            ),
+        ] {
+            family(&mut o, name, kind, help);
+            let _ = writeln!(o, "{name} {v}");
+        }
+        family(
+            &mut o,
+            "sonde_flush_duration_seconds",
+            "gauge",
+            "Duration of the last flush.",
+        );
+        let _ = writeln!(
+            o,
+            "sonde_flush_duration_seconds {}",
+            f.last_duration_ns.load(Relaxed) as f64 / 1e9
+        );
+        for (name, help, get) in [
+            (
+                "sonde_sink_batches_total",
+                "Batches written by a sink.",
+                (|s: &SinkStats| s.batches.load(Relaxed)) as fn(&SinkStats) -> u64,
+            ),
+            (
+                "sonde_sink_points_total",
+                "Points written by a sink.",
+                |s| s.points.load(Relaxed),
+            ),
+            ("sonde_sink_errors_total", "Write errors of a sink.", |s| {
+                s.errors.load(Relaxed)
+            }),
+            (
+                "sonde_sink_dropped_batches_total",
+                "Batches dropped because the sink's queue was full.",
+                |s| s.dropped_batches.load(Relaxed),
+            ),
+        ] {
+            family(&mut o, name, "counter", help);
+            for s in &self.sinks {
+                let _ = writeln!(o, "{name}{{sink=\"{}\"}} {}", escape(&s.name), get(s));
+            }
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_counts_show_up_by_receiver_and_reason() {
+        let stats = Arc::new(ReceiverStats::new("udp://127.0.0.1:1".into(), "statsd"));
+        let mut local = LocalCounts {
+            points: 5,
+            ..LocalCounts::default()
+        };
+        local.drops[DropReason::BadValue as usize] = 2;
+        local.publish(&stats);
+        assert_eq!(local.points, 0);
+        let t = Telemetry {
+            receivers: vec![stats],
+            ..Telemetry::default()
+        };
+        let text = t.render();
+        assert!(text.contains(
+            "sonde_receiver_points_total{receiver=\"udp://127.0.0.1:1\",protocol=\"statsd\"} 5\n"
+        ));
+        assert!(text.contains("reason=\"bad_value\"} 2\n"));
+    }
+}
