@@ -1,0 +1,577 @@
+//! The configuration file: typed, validated, with errors that name the key
+//! and its line.
+//!
+//! Parsing and validation are one pure step ([`parse`]) that returns a
+//! [`Config`]; building the agent from it does the I/O and checks nothing
+//! again.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+use sonde_aggregate::{AggregateConfig, Bounds, HistogramBuckets};
+use sonde_io::addr::ListenAddr;
+use sonde_io::ingest::Protocol;
+use toml::Spanned;
+
+/// The configuration `sonde run` uses when no file is given.
+pub const DEFAULT_CONFIG: &str = r#"# sonde's embedded defaults: what `sonde run` does without --config.
+[agent]
+interval = "30s"
+admin_listen = "127.0.0.1:8686"
+
+[[receivers]]
+protocol = "msgpack"
+listen = "udp://127.0.0.1:9123"
+
+[[receivers]]
+protocol = "msgpack"
+listen = "unixgram:///tmp/metric.sock"
+
+[[receivers]]
+protocol = "statsd"
+listen = "udp://127.0.0.1:8125"
+
+[[sinks]]
+type = "console"
+"#;
+
+/// A duration written as `"500ms"`, `"10s"`, `"5m"` or `"1h"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl FromStr for HumanDuration {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            format!("{s:?} is not a duration: write a whole number with a unit, like \"10s\", \"500ms\", \"5m\" or \"1h\"")
+        };
+        let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (num, unit) = s.split_at(split);
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let d = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(bad()),
+        };
+        Ok(HumanDuration(d))
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(de::Error::custom)
+    }
+}
+
+/// A listen address, checked while parsing so the error points at its line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen(pub ListenAddr);
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Listen).map_err(de::Error::custom)
+    }
+}
+
+/// A `HOST:PORT` socket address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPort(pub std::net::SocketAddr);
+
+impl<'de> Deserialize<'de> for HostPort {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use std::net::ToSocketAddrs;
+        let s = String::deserialize(d)?;
+        s.to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(HostPort)
+            .ok_or_else(|| {
+                de::Error::custom(format!("{s:?} is not HOST:PORT, like \"127.0.0.1:8686\""))
+            })
+    }
+}
+
+fn default_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_admin() -> Option<HostPort> {
+    Some(HostPort(([127, 0, 0, 1], 8686).into()))
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("/var/lib/sonde")
+}
+fn default_expire() -> u32 {
+    5
+}
+
+/// `[agent]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    /// The aggregation window, aligned to the wall clock. Default `"30s"`.
+    #[serde(default = "default_interval")]
+    pub interval: HumanDuration,
+    /// Address of `/health` and `/metrics`. Default `"127.0.0.1:8686"`.
+    #[serde(default = "default_admin", deserialize_with = "admin_listen")]
+    pub admin_listen: Option<HostPort>,
+    /// Where checkpoints and disk buffers will live. Default `"/var/lib/sonde"`.
+    /// Accepted now so configs stay valid; nothing writes there yet.
+    #[serde(default = "default_data_dir")]
+    #[allow(dead_code)]
+    pub data_dir: PathBuf,
+    /// Windows without data after which a series is forgotten. Default 5.
+    #[serde(default = "default_expire")]
+    pub expire_windows: u32,
+}
+
+/// `admin_listen = ""` turns the admin listener off.
+fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<HostPort>, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() {
+        return Ok(None);
+    }
+    HostPort::deserialize(de::value::StrDeserializer::<de::value::Error>::new(&s))
+        .map(Some)
+        .map_err(de::Error::custom)
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection {
+            interval: default_interval(),
+            admin_listen: default_admin(),
+            data_dir: default_data_dir(),
+            expire_windows: default_expire(),
+        }
+    }
+}
+
+/// The protocol of a receiver.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProtocolName {
+    /// metricserver2 msgpack.
+    Msgpack,
+    /// StatsD / DogStatsD.
+    Statsd,
+}
+
+/// `[[receivers]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverSection {
+    /// `msgpack` or `statsd`. Required.
+    pub protocol: ProtocolName,
+    /// `udp://HOST:PORT`, `unixgram:///path`, `unixseq:///path`, and for
+    /// StatsD also `unix:///path` and `tcp://HOST:PORT`. Required.
+    pub listen: Spanned<Listen>,
+}
+
+/// `[[sinks]]`, by `type`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SinkSection {
+    /// Human-readable lines on standard output.
+    Console {},
+    /// JSON lines appended to `path`.
+    File {
+        /// The file. Required.
+        path: PathBuf,
+    },
+    /// The latest window in Prometheus text format at `http://{listen}/metrics`.
+    PrometheusExporter {
+        /// `HOST:PORT` to serve on. Required.
+        listen: HostPort,
+    },
+}
+
+/// `[[histograms.overrides]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistogramOverride {
+    /// Metric names starting with this use `buckets`. Required.
+    pub prefix: String,
+    /// Upper bounds, strictly increasing. Required.
+    pub buckets: Spanned<Vec<f64>>,
+}
+
+/// `[histograms]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct HistogramSection {
+    /// Bucket upper bounds for every histogram. Default:
+    /// 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 25 50 100 250 500 1000.
+    pub buckets: Option<Spanned<Vec<f64>>>,
+    /// Per-prefix bounds; the longest matching prefix wins. Default none.
+    #[serde(default)]
+    pub overrides: Vec<HistogramOverride>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    agent: AgentSection,
+    #[serde(default)]
+    receivers: Vec<Spanned<ReceiverSection>>,
+    #[serde(default)]
+    sinks: Vec<Spanned<SinkSection>>,
+    #[serde(default)]
+    histograms: HistogramSection,
+}
+
+/// A receiver, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receiver {
+    /// The protocol.
+    pub protocol: Protocol,
+    /// The address.
+    pub listen: ListenAddr,
+}
+
+/// A validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// `[agent]`.
+    pub agent: AgentSection,
+    /// Receivers, in file order.
+    pub receivers: Vec<Receiver>,
+    /// Sinks, in file order.
+    pub sinks: Vec<SinkSection>,
+    /// What the aggregator needs.
+    pub aggregate: AggregateConfig,
+}
+
+/// A configuration error, with the line it is on when known.
+#[derive(Debug)]
+pub struct ConfigError(String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The line of the key an error is about. Errors inside a tagged table
+/// (`[[sinks]]`) carry the whole table's span; the key named in the
+/// message (`unknown field `x``, or `type` for an unknown variant) is found
+/// inside it so the line points at the key, not the table header.
+fn refine_line(text: &str, span: std::ops::Range<usize>, msg: &str) -> usize {
+    let quoted = |prefix: &str| {
+        let rest = &msg[msg.find(prefix)? + prefix.len()..];
+        Some(rest[..rest.find('`')?].to_string())
+    };
+    let key = quoted("unknown field `")
+        .or_else(|| quoted("unknown variant `").map(|_| "type".to_string()));
+    let first = line_of(text, span.start);
+    if let Some(key) = key {
+        // The table runs until the next header.
+        for (i, l) in text.lines().enumerate().skip(first - 1) {
+            let l = l.trim_start();
+            if i + 1 > first && l.starts_with('[') {
+                break;
+            }
+            if l.strip_prefix(key.as_str())
+                .is_some_and(|r| r.trim_start().starts_with('='))
+            {
+                return i + 1;
+            }
+        }
+    }
+    first
+}
+
+fn at(text: &str, span: std::ops::Range<usize>, key: &str, msg: impl fmt::Display) -> ConfigError {
+    ConfigError(format!("line {}: {key}: {msg}", line_of(text, span.start)))
+}
+
+fn bounds(text: &str, key: &str, b: &Spanned<Vec<f64>>) -> Result<Bounds, ConfigError> {
+    let v = b.get_ref();
+    if v.is_empty() {
+        return Err(at(text, b.span(), key, "needs at least one bound"));
+    }
+    if v.iter().any(|x| !x.is_finite()) || v.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(at(
+            text,
+            b.span(),
+            key,
+            "bounds must be finite and strictly increasing (+Inf is added for you)",
+        ));
+    }
+    Ok(Bounds::new(v))
+}
+
+/// Parses and validates a configuration file's text.
+///
+/// # Errors
+///
+/// A message naming the key, its line and what to write instead: TOML
+/// syntax, unknown keys, bad durations or addresses, duplicate listen
+/// addresses, a protocol on a transport it cannot use, no receivers or no
+/// sinks, bad histogram bounds.
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let file: File = toml::from_str(text).map_err(|e| {
+        let msg = e.message().trim_end().to_string();
+        match e.span() {
+            Some(span) => {
+                let line = refine_line(text, span, &msg);
+                let src = text.lines().nth(line - 1).unwrap_or("").trim();
+                ConfigError(format!("line {line}: {msg}\n    | {src}"))
+            }
+            None => ConfigError(msg),
+        }
+    })?;
+    let agent = file.agent;
+    if agent.interval.0 < Duration::from_millis(100)
+        || agent.interval.0 > Duration::from_secs(86_400)
+    {
+        return Err(ConfigError(
+            "agent.interval: must be between \"100ms\" and \"24h\"".into(),
+        ));
+    }
+    if agent.expire_windows == 0 {
+        return Err(ConfigError(
+            "agent.expire_windows: must be at least 1".into(),
+        ));
+    }
+    if file.receivers.is_empty() {
+        return Err(ConfigError(
+            "no [[receivers]]: add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"".into(),
+        ));
+    }
+    if file.sinks.is_empty() {
+        return Err(ConfigError(
+            "no [[sinks]]: add one, e.g.\n[[sinks]]\ntype = \"console\"".into(),
+        ));
+    }
+    let mut seen: HashMap<ListenAddr, usize> = HashMap::new();
+    let mut receivers = Vec::new();
+    for (i, r) in file.receivers.iter().enumerate() {
+        let r = r.get_ref();
+        let listen = &r.listen.get_ref().0;
+        let key = format!("receivers[{i}].listen");
+        let line = line_of(text, r.listen.span().start);
+        if let Some(first) = seen.insert(listen.clone(), line) {
+            return Err(at(
+                text,
+                r.listen.span(),
+                &key,
+                format!("{listen} is already used on line {first}"),
+            ));
+        }
+        let protocol = match r.protocol {
+            ProtocolName::Msgpack => Protocol::Msgpack,
+            ProtocolName::Statsd => Protocol::Statsd,
+        };
+        if protocol == Protocol::Msgpack
+            && matches!(listen, ListenAddr::Tcp(_) | ListenAddr::Unix(_))
+        {
+            return Err(at(
+                text,
+                r.listen.span(),
+                &key,
+                "msgpack needs message boundaries: use udp://, unixgram:// or unixseq://",
+            ));
+        }
+        receivers.push(Receiver {
+            protocol,
+            listen: listen.clone(),
+        });
+    }
+    let mut exporters: HashMap<std::net::SocketAddr, usize> = HashMap::new();
+    if let Some(a) = agent.admin_listen {
+        exporters.insert(a.0, 0);
+    }
+    for (i, s) in file.sinks.iter().enumerate() {
+        if let SinkSection::PrometheusExporter { listen } = s.get_ref() {
+            if exporters.insert(listen.0, i + 1).is_some() {
+                return Err(at(
+                    text,
+                    s.span(),
+                    &format!("sinks[{i}].listen"),
+                    format!("{} is already used by another listener", listen.0),
+                ));
+            }
+        }
+    }
+    let mut overrides = Vec::new();
+    for (i, o) in file.histograms.overrides.iter().enumerate() {
+        overrides.push((
+            o.prefix.clone(),
+            bounds(
+                text,
+                &format!("histograms.overrides[{i}].buckets"),
+                &o.buckets,
+            )?,
+        ));
+    }
+    let default = match &file.histograms.buckets {
+        Some(b) => bounds(text, "histograms.buckets", b)?,
+        None => Bounds::new(&sonde_aggregate::config::DEFAULT_BUCKETS),
+    };
+    let aggregate = AggregateConfig {
+        interval: agent.interval.0,
+        expire_windows: agent.expire_windows,
+        histograms: HistogramBuckets::new(default, overrides),
+        ..AggregateConfig::default()
+    };
+    Ok(Config {
+        agent,
+        receivers,
+        sinks: file.sinks.into_iter().map(Spanned::into_inner).collect(),
+        aggregate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    const MIN: &str = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"console\"\n";
+
+    #[test]
+    fn the_embedded_defaults_parse() {
+        let c = parse(DEFAULT_CONFIG).unwrap();
+        assert_eq!(c.receivers.len(), 3);
+        assert_eq!(c.aggregate.interval, Duration::from_secs(30));
+        assert!(matches!(c.sinks[..], [SinkSection::Console {}]));
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_and_line() {
+        let e = err(&format!(
+            "{MIN}[agent]\ninterval = \"10s\"\nintervall = \"5s\"\n"
+        ));
+        assert!(e.contains("line 8"), "{e}");
+        assert!(e.contains("intervall"), "{e}");
+        let e = err(&format!("{MIN}path = \"x\"\n"));
+        assert!(e.contains("line 6") && e.contains("path"), "{e}");
+    }
+
+    #[test]
+    fn bad_durations_name_the_line_and_the_fix() {
+        let e = err(&format!("[agent]\ninterval = \"10 sec\"\n{MIN}"));
+        assert!(e.contains("line 2") && e.contains("\"10s\""), "{e}");
+    }
+
+    #[test]
+    fn bad_addresses_name_the_line() {
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp:/127.0.0.1\"\n[[sinks]]\ntype = \"console\"\n");
+        assert!(e.contains("line 3") && e.contains("unknown scheme"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_listen_addresses_name_both_lines() {
+        let e = err(&format!(
+            "{MIN}[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:8125\"\n"
+        ));
+        assert!(e.contains("line 8") && e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn msgpack_over_a_stream_is_refused() {
+        let e = err("[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"tcp://127.0.0.1:9000\"\n[[sinks]]\ntype = \"console\"\n");
+        assert!(e.contains("line 3") && e.contains("msgpack"), "{e}");
+    }
+
+    #[test]
+    fn unknown_sink_types_and_sink_keys_are_errors() {
+        let e = err(&format!("{MIN}[[sinks]]\ntype = \"kafka\"\n"));
+        assert!(e.contains("line 7") && e.contains("kafka"), "{e}");
+        let e = err(&format!(
+            "{MIN}[[sinks]]\ntype = \"file\"\npath = \"a\"\nmode = 1\n"
+        ));
+        assert!(e.contains("mode"), "{e}");
+    }
+
+    #[test]
+    fn histogram_bounds_must_increase() {
+        let e = err(&format!("{MIN}[histograms]\nbuckets = [1, 5, 2]\n"));
+        assert!(e.contains("line 7") && e.contains("increasing"), "{e}");
+        let c = parse(&format!(
+            "{MIN}[histograms]\nbuckets = [1, 2]\n[[histograms.overrides]]\nprefix = \"web.\"\nbuckets = [10]\n"
+        ))
+        .unwrap();
+        assert_eq!(&*c.aggregate.histograms.for_name(b"web.x").values, &[10.0]);
+        assert_eq!(
+            &*c.aggregate.histograms.for_name(b"db.x").values,
+            &[1.0, 2.0]
+        );
+    }
+
+    #[test]
+    fn an_empty_admin_listen_turns_it_off() {
+        let c = parse(&format!("[agent]\nadmin_listen = \"\"\n{MIN}")).unwrap();
+        assert!(c.agent.admin_listen.is_none());
+    }
+
+    #[test]
+    fn no_receivers_or_no_sinks_is_an_error() {
+        assert!(err("[[sinks]]\ntype = \"console\"\n").contains("no [[receivers]]"));
+        assert!(
+            err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:1\"\n")
+                .contains("no [[sinks]]")
+        );
+    }
+
+    #[test]
+    fn every_example_config_parses() {
+        parse(include_str!("../../../examples/sonde.toml")).unwrap();
+        // Every TOML block of the README that has receivers is a full config.
+        let readme = include_str!("../../../README.md");
+        let mut checked = 0;
+        for block in readme.split("```toml\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            if block.contains("[[receivers]]") {
+                parse(block).unwrap_or_else(|e| panic!("README block fails: {e}\n{block}"));
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 1,
+            "the README's configuration example was not found"
+        );
+    }
+
+    #[test]
+    fn durations_take_the_usual_units() {
+        for (s, d) in [
+            ("500ms", 500),
+            ("10s", 10_000),
+            ("5m", 300_000),
+            ("1h", 3_600_000),
+        ] {
+            assert_eq!(
+                s.parse::<HumanDuration>().unwrap().0,
+                Duration::from_millis(d)
+            );
+        }
+        for s in ["", "10", "s", "1.5s", "-1s", "10 s"] {
+            assert!(s.parse::<HumanDuration>().is_err(), "{s}");
+        }
+    }
+}

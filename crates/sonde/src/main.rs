@@ -1,0 +1,89 @@
+//! `sonde`: the host telemetry agent's command line.
+
+mod config;
+mod run;
+mod send;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+/// sonde: a host telemetry agent. Receives metrics over msgpack
+/// (metricserver2) and StatsD, aggregates them per window, writes them out.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the agent (the default command). Without --config it uses the
+    /// embedded defaults: msgpack on udp://127.0.0.1:9123 and
+    /// unixgram:///tmp/metric.sock, StatsD on udp://127.0.0.1:8125, 30 s
+    /// windows printed to the console.
+    Run {
+        /// The configuration file (TOML).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Check a configuration file and exit non-zero naming the problem.
+    Validate {
+        /// The configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Print the embedded default configuration.
+    DefaultConfig,
+    /// Send one point to a running agent.
+    Send(send::SendArgs),
+}
+
+fn load(path: &PathBuf) -> anyhow::Result<config::Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    config::parse(&text).with_context(|| format!("invalid config file {}", path.display()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Run { config: None }) {
+        Command::Run { config } => {
+            let filter = tracing_subscriber::EnvFilter::try_from_env("SONDE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .init();
+            match config {
+                Some(path) => load(&path),
+                None => config::parse(config::DEFAULT_CONFIG).context("embedded default config"),
+            }
+            .and_then(run::run)
+        }
+        Command::Validate { config } => load(&config).map(|c| {
+            println!(
+                "{}: ok ({} receivers, {} sinks, {:?} windows)",
+                config.display(),
+                c.receivers.len(),
+                c.sinks.len(),
+                c.aggregate.interval
+            );
+        }),
+        Command::DefaultConfig => {
+            print!("{}", config::DEFAULT_CONFIG);
+            Ok(())
+        }
+        Command::Send(args) => send::send(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sonde: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

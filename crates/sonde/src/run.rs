@@ -1,0 +1,137 @@
+//! Wiring: binds every socket first (so a bad address fails the start),
+//! then starts sinks, receive workers, the flusher and the HTTP thread, and
+//! waits for SIGTERM or SIGINT.
+//!
+//! # Clean shutdown
+//!
+//! On a signal the flusher closes the open window early and flushes it;
+//! the workers hand over their last shards and exit (removing their unix
+//! socket files); the sinks write what is queued and exit; then `run`
+//! returns.
+
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+
+use anyhow::Context;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use sonde_io::flusher::{self, Flusher, FlusherCommand};
+use sonde_io::http::{self, Site};
+use sonde_io::ingest::{Control, Ingest};
+use sonde_io::receiver;
+use sonde_io::sink::{self, Console, Exposition, PrometheusExporter};
+use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
+
+use crate::config::{Config, SinkSection};
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .context("installing signal handlers")?;
+    let aggregate = Arc::new(config.aggregate);
+    let control = Arc::new(Control::default());
+    let mut telemetry = Telemetry::default();
+
+    let mut bound = Vec::new();
+    for r in &config.receivers {
+        let b = receiver::bind(&r.listen)?;
+        tracing::info!(receiver = %b.local_addr(), protocol = r.protocol.as_str(), "listening");
+        bound.push((r, b));
+    }
+
+    let mut sites = Vec::new();
+    if let Some(admin) = config.agent.admin_listen {
+        let l = http::bind(admin.0)
+            .with_context(|| format!("cannot listen on agent.admin_listen {}", admin.0))?;
+        tracing::info!(address = %admin.0, "admin listening on /health and /metrics");
+        sites.push((l, Site::Admin(Arc::default())));
+    }
+    let mut sinks = Vec::new();
+    let mut sink_threads = Vec::new();
+    for s in &config.sinks {
+        let (name, handle) = match s {
+            SinkSection::Console {} => {
+                let stats = Arc::new(SinkStats::new("console".into()));
+                (stats.clone(), sink::spawn(Console::default(), stats)?)
+            }
+            SinkSection::File { path } => {
+                let f = sink::File::open(path)
+                    .with_context(|| format!("opening file sink {}", path.display()))?;
+                let stats = Arc::new(SinkStats::new(format!("file:{}", path.display())));
+                (stats.clone(), sink::spawn(f, stats)?)
+            }
+            SinkSection::PrometheusExporter { listen } => {
+                let l = http::bind(listen.0).with_context(|| {
+                    format!("cannot listen on prometheus_exporter {}", listen.0)
+                })?;
+                tracing::info!(address = %listen.0, "prometheus exporter listening on /metrics");
+                let expo = Exposition::default();
+                sites.push((l, Site::Exporter(expo.clone())));
+                let stats = Arc::new(SinkStats::new(format!("prometheus_exporter:{}", listen.0)));
+                (
+                    stats.clone(),
+                    sink::spawn(PrometheusExporter::new(expo), stats)?,
+                )
+            }
+        };
+        telemetry.sinks.push(name);
+        sinks.push(handle.0);
+        sink_threads.push(handle.1);
+    }
+
+    // Two windows' worth of shards can queue without blocking a worker.
+    let (shard_tx, shard_rx) = sync_channel(2 * bound.len() + 2);
+    let mut workers = Vec::new();
+    for (r, b) in bound {
+        let stats = Arc::new(ReceiverStats::new(
+            b.local_addr().to_string(),
+            r.protocol.as_str(),
+        ));
+        telemetry.receivers.push(Arc::clone(&stats));
+        let ingest = Ingest::new(
+            r.protocol,
+            stats,
+            Arc::clone(&aggregate),
+            Arc::clone(&control),
+            shard_tx.clone(),
+        );
+        workers.push(receiver::spawn(b, ingest)?);
+    }
+    drop(shard_tx);
+
+    let telemetry = Arc::new(telemetry);
+    for site in &mut sites {
+        if let Site::Admin(t) = &mut site.1 {
+            *t = Arc::clone(&telemetry);
+        }
+    }
+    http::serve(sites)?;
+
+    let (cmd_tx, cmd_rx) = flusher::command_channel();
+    let flusher = Flusher {
+        config: Arc::clone(&aggregate),
+        control,
+        shards: shard_rx,
+        commands: cmd_rx,
+        workers: workers.len(),
+        sinks,
+        stats: Arc::clone(&telemetry.flush),
+    };
+    let flusher = std::thread::Builder::new()
+        .name("flusher".into())
+        .spawn(move || flusher.run())?;
+    tracing::info!(interval = ?aggregate.interval, "sonde running");
+
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "stopping: flushing the open window");
+    }
+    let _ = cmd_tx.send(FlusherCommand::Shutdown);
+    let _ = flusher.join();
+    for w in workers {
+        let _ = w.join();
+    }
+    for s in sink_threads {
+        let _ = s.join();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

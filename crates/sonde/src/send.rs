@@ -1,0 +1,222 @@
+//! `sonde send`: one point to a running agent, in either protocol.
+
+use std::io::Write;
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use sonde_io::addr::ListenAddr;
+
+/// The wire protocol to send.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Wire {
+    /// metricserver2 msgpack (default address udp://127.0.0.1:9123).
+    Msgpack,
+    /// StatsD text (default address udp://127.0.0.1:8125).
+    Statsd,
+}
+
+/// Arguments of `sonde send`.
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// The protocol.
+    #[arg(long, value_enum, default_value = "msgpack")]
+    pub protocol: Wire,
+    /// Where the agent listens (udp://, unixgram://, unixseq://, unix://, tcp://).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// msgpack: counter, rate_counter, meter, timer, store, ts_store,
+    /// histogram. StatsD: counter (c), gauge (g), timer (ms), histogram (h),
+    /// distribution (d), set (s).
+    pub r#type: String,
+    /// The metric name.
+    pub name: String,
+    /// The value (a set member for StatsD sets).
+    pub value: String,
+    /// A tag as key=value; repeat for more.
+    #[arg(long = "tag", short = 't')]
+    pub tags: Vec<String>,
+    /// Client timestamp in unix seconds (msgpack ts_store, StatsD |T).
+    #[arg(long)]
+    pub ts: Option<i64>,
+    /// StatsD sample rate in (0, 1].
+    #[arg(long)]
+    pub rate: Option<f64>,
+}
+
+fn split_tag(t: &str) -> anyhow::Result<(&str, &str)> {
+    let (k, v) = t
+        .split_once('=')
+        .with_context(|| format!("tag {t:?} is not key=value"))?;
+    if k.is_empty()
+        || [k, v]
+            .iter()
+            .any(|s| s.contains(['|', ' ', ',', '\n', '=']))
+    {
+        bail!("tag {t:?}: keys and values cannot be empty or contain | space , = or a newline");
+    }
+    Ok((k, v))
+}
+
+/// Encodes the point as the bytes the agent receives.
+pub fn encode(a: &SendArgs) -> anyhow::Result<Vec<u8>> {
+    if a.name.is_empty() || a.name.contains(['|', ':', '\n', ' ']) {
+        bail!(
+            "name {:?} cannot be empty or contain | : space or a newline",
+            a.name
+        );
+    }
+    let tags = a
+        .tags
+        .iter()
+        .map(|t| split_tag(t))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    match a.protocol {
+        Wire::Msgpack => {
+            const TYPES: [&str; 7] = [
+                "counter",
+                "rate_counter",
+                "meter",
+                "timer",
+                "store",
+                "ts_store",
+                "histogram",
+            ];
+            if !TYPES.contains(&a.r#type.as_str()) {
+                bail!(
+                    "msgpack type {:?} is not one of {}",
+                    a.r#type,
+                    TYPES.join(", ")
+                );
+            }
+            let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let ts = a.ts.map(|t| t.to_string()).unwrap_or_default();
+            let mut out = Vec::new();
+            rmp::encode::write_array_len(&mut out, 6)?;
+            for field in ["emit", &a.r#type, &a.name, &a.value, &tags.join("|"), &ts] {
+                rmp::encode::write_str(&mut out, field)?;
+            }
+            Ok(out)
+        }
+        Wire::Statsd => {
+            let ty = match a.r#type.as_str() {
+                "counter" | "c" => "c",
+                "gauge" | "g" => "g",
+                "timer" | "ms" => "ms",
+                "histogram" | "h" => "h",
+                "distribution" | "d" => "d",
+                "set" | "s" => "s",
+                other => bail!("StatsD type {other:?} is not one of counter, gauge, timer, histogram, distribution, set"),
+            };
+            let mut line = format!("{}:{}|{ty}", a.name, a.value);
+            if let Some(r) = a.rate {
+                line.push_str(&format!("|@{r}"));
+            }
+            if !tags.is_empty() {
+                let t: Vec<String> = tags.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                line.push_str(&format!("|#{}", t.join(",")));
+            }
+            if let Some(ts) = a.ts {
+                line.push_str(&format!("|T{ts}"));
+            }
+            line.push('\n');
+            Ok(line.into_bytes())
+        }
+    }
+}
+
+/// Sends one point.
+pub fn send(a: &SendArgs) -> anyhow::Result<()> {
+    let bytes = encode(a)?;
+    let to = a.to.clone().unwrap_or_else(|| {
+        match a.protocol {
+            Wire::Msgpack => "udp://127.0.0.1:9123",
+            Wire::Statsd => "udp://127.0.0.1:8125",
+        }
+        .to_string()
+    });
+    let addr: ListenAddr = to.parse().with_context(|| format!("--to {to}"))?;
+    let ctx = || format!("sending to {addr}");
+    match &addr {
+        ListenAddr::Udp(sa) => {
+            let local: std::net::SocketAddr = if sa.is_ipv4() {
+                ([0, 0, 0, 0], 0).into()
+            } else {
+                (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            };
+            std::net::UdpSocket::bind(local)
+                .and_then(|s| s.send_to(&bytes, sa))
+                .with_context(ctx)?;
+        }
+        ListenAddr::Unixgram(p) => {
+            std::os::unix::net::UnixDatagram::unbound()
+                .and_then(|s| s.send_to(&bytes, p))
+                .with_context(ctx)?;
+        }
+        ListenAddr::Unixseq(p) => {
+            let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)
+                .with_context(ctx)?;
+            s.connect(&socket2::SockAddr::unix(p)?).with_context(ctx)?;
+            s.send(&bytes).with_context(ctx)?;
+        }
+        ListenAddr::Unix(p) => {
+            std::os::unix::net::UnixStream::connect(p)
+                .and_then(|mut s| s.write_all(&bytes))
+                .with_context(ctx)?;
+        }
+        ListenAddr::Tcp(sa) => {
+            std::net::TcpStream::connect(sa)
+                .and_then(|mut s| s.write_all(&bytes))
+                .with_context(ctx)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(protocol: Wire, ty: &str, tags: &[&str]) -> SendArgs {
+        SendArgs {
+            protocol,
+            to: None,
+            r#type: ty.into(),
+            name: "web.requests".into(),
+            value: "1".into(),
+            tags: tags.iter().map(|s| s.to_string()).collect(),
+            ts: None,
+            rate: None,
+        }
+    }
+
+    #[test]
+    fn msgpack_is_one_emit_message_of_six_strings() {
+        let b = encode(&args(Wire::Msgpack, "counter", &["host=a", "dc=x"])).unwrap();
+        let mut want = vec![0x96, 0xa4];
+        want.extend_from_slice(b"emit");
+        want.push(0xa7);
+        want.extend_from_slice(b"counter");
+        want.push(0xac);
+        want.extend_from_slice(b"web.requests");
+        want.push(0xa1);
+        want.extend_from_slice(b"1");
+        want.push(0xab);
+        want.extend_from_slice(b"host=a|dc=x");
+        want.push(0xa0);
+        assert_eq!(b, want);
+    }
+
+    #[test]
+    fn statsd_lines_carry_type_rate_and_tags() {
+        let mut a = args(Wire::Statsd, "timer", &["host=a"]);
+        a.rate = Some(0.5);
+        assert_eq!(encode(&a).unwrap(), b"web.requests:1|ms|@0.5|#host:a\n");
+    }
+
+    #[test]
+    fn bad_types_and_tags_are_refused() {
+        assert!(encode(&args(Wire::Msgpack, "gauge", &[])).is_err());
+        assert!(encode(&args(Wire::Statsd, "counter", &["novalue"])).is_err());
+        assert!(encode(&args(Wire::Statsd, "counter", &["a=b|c"])).is_err());
+    }
+}

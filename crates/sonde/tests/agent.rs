@@ -1,0 +1,482 @@
+//! End-to-end tests of the `sonde` binary over real sockets.
+
+mod common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use common::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn counters_are_running_totals_across_two_windows() {
+    let port = free_port();
+    let agent = Agent::start(
+        "2s",
+        &format!("[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{port}\"\n"),
+    );
+    udp_send(
+        port,
+        &msgpack_message("counter", "web.requests", "3", "host=a", ""),
+    );
+    let first = wait_for("the first total", WAIT, || {
+        named(&agent.points(), "web.requests")
+            .into_iter()
+            .find(|p| p.1 == 3.0)
+    });
+    assert_eq!(first.0, serde_json::json!({"host": "a"}));
+    assert_eq!(
+        first.2 % 2,
+        0,
+        "timestamps are window starts, aligned to 2 s"
+    );
+    udp_send(
+        port,
+        &msgpack_message("counter", "web.requests", "4", "host=a", ""),
+    );
+    let second = wait_for("the second total", WAIT, || {
+        named(&agent.points(), "web.requests")
+            .into_iter()
+            .find(|p| p.1 == 7.0)
+    });
+    assert!(
+        second.2 > first.2,
+        "windows advance: {} then {}",
+        first.2,
+        second.2
+    );
+    // Every window in between reported the running total, never a reset.
+    for (_, v, ts) in named(&agent.points(), "web.requests") {
+        assert!(v == 3.0 || v == 7.0, "value {v} at {ts}");
+    }
+}
+
+#[test]
+fn timer_percentiles_match_exact_values_within_one_percent() {
+    let port = free_port();
+    let mut agent = Agent::start(
+        "1h",
+        &format!("[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{port}\"\n"),
+    );
+    // 1,000 samples in a fixed pseudo-random order, sent as bunches of 50.
+    let mut values: Vec<u32> = (1..=1000).map(|i| (i * 7919) % 1009 + 1).collect();
+    let mut state = 12345u64;
+    for i in (1..values.len()).rev() {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        values.swap(i, (state >> 33) as usize % (i + 1));
+    }
+    for chunk in values.chunks(50) {
+        let msgs: Vec<Vec<u8>> = chunk
+            .iter()
+            .map(|v| msgpack_message("timer", "db.query", &v.to_string(), "db=main", ""))
+            .collect();
+        udp_send(port, &msgpack_bunch(&msgs));
+    }
+    wait_for("1000 points received", WAIT, || {
+        (agent.metric(&format!("sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"msgpack\"}}"))? >= 1000.0).then_some(())
+    });
+    agent.stop();
+    let points = agent.points();
+    let mut sorted = values.clone();
+    sorted.sort_unstable();
+    let exact = |q: f64| f64::from(sorted[((q * 1000.0).ceil() as usize).clamp(1, 1000) - 1]);
+    let get = |suffix: &str| {
+        let p = named(&points, &format!("db.query.{suffix}"));
+        assert_eq!(p.len(), 1, "one {suffix} point: {p:?}");
+        p[0].1
+    };
+    for (suffix, q) in [
+        ("pct50", 0.5),
+        ("pct90", 0.9),
+        ("pct95", 0.95),
+        ("pct99", 0.99),
+        ("pct999", 0.999),
+    ] {
+        let (got, want) = (get(suffix), exact(q));
+        assert!(
+            (got - want).abs() / want <= 0.01,
+            "{suffix}: got {got}, exact {want}"
+        );
+    }
+    assert_eq!(get("counter"), 1000.0);
+    assert_eq!(get("min"), f64::from(sorted[0]));
+    assert_eq!(get("max"), f64::from(sorted[999]));
+    let sum: u32 = values.iter().sum();
+    assert_eq!(get("sum"), f64::from(sum));
+    assert!((get("avg") - f64::from(sum) / 1000.0).abs() < 1e-9);
+}
+
+#[test]
+fn tag_order_does_not_split_a_series() {
+    let port = free_port();
+    let mut agent = Agent::start(
+        "1h",
+        &format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\n"),
+    );
+    udp_send(
+        port,
+        b"api.hits:1|c|#region:eu,env:prod\napi.hits:2|c|#env:prod,region:eu",
+    );
+    udp_send(port, b"api.hits:4|c|#region:eu,env:prod");
+    wait_for("3 points", WAIT, || {
+        (agent.metric(&format!("sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"statsd\"}}"))? >= 3.0).then_some(())
+    });
+    agent.stop();
+    let hits = named(&agent.points(), "api.hits");
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(
+        hits[0].0,
+        serde_json::json!({"env": "prod", "region": "eu"})
+    );
+    assert_eq!(hits[0].1, 7.0);
+}
+
+#[test]
+fn malformed_input_is_counted_and_good_neighbours_are_kept() {
+    let (mp, sd) = (free_port(), free_port());
+    let mut agent = Agent::start(
+        "1h",
+        &format!(
+            "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{mp}\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{sd}\"\n"
+        ),
+    );
+    // A bunch: good, unknown type, wrong arity, bad value, good.
+    let mut wrong_arity = Vec::new();
+    rmp::encode::write_array_len(&mut wrong_arity, 3).unwrap();
+    for f in ["emit", "counter", "x"] {
+        rmp::encode::write_str(&mut wrong_arity, f).unwrap();
+    }
+    let bunch = msgpack_bunch(&[
+        msgpack_message("counter", "good.one", "1", "", ""),
+        msgpack_message("gauge", "bad.type", "1", "", ""),
+        wrong_arity,
+        msgpack_message("counter", "bad.value", "abc", "", ""),
+        msgpack_message("counter", "good.two", "2", "", ""),
+    ]);
+    udp_send(mp, &bunch);
+    // Truncated datagram, and plain garbage.
+    udp_send(mp, &bunch[..bunch.len() - 3]);
+    udp_send(mp, b"\xc1\xff\x00garbage");
+    udp_send(
+        sd,
+        b"good.three:3|c\nnot a metric\n:1|c\ngood.four:4|g\nx:abc|c\ny:1|zz\n_e{1,1}:a|b",
+    );
+    let dropped = |port: u16, proto: &str, reason: &str| {
+        agent.metric(&format!(
+            "sonde_receiver_dropped_total{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"{proto}\",reason=\"{reason}\"}}"
+        ))
+    };
+    wait_for("statsd drops counted", WAIT, || {
+        (dropped(sd, "statsd", "event")? >= 1.0).then_some(())
+    });
+    wait_for("msgpack datagrams counted", WAIT, || {
+        (agent.metric(&format!("sonde_receiver_datagrams_total{{receiver=\"udp://127.0.0.1:{mp}\",protocol=\"msgpack\"}}"))? >= 3.0).then_some(())
+    });
+    assert_eq!(dropped(mp, "msgpack", "unknown_type"), Some(2.0));
+    assert_eq!(dropped(mp, "msgpack", "wrong_arity"), Some(2.0));
+    assert_eq!(dropped(mp, "msgpack", "bad_value"), Some(2.0));
+    assert_eq!(dropped(mp, "msgpack", "truncated"), Some(1.0));
+    assert_eq!(dropped(sd, "statsd", "malformed_line"), Some(1.0));
+    assert_eq!(dropped(sd, "statsd", "empty_name"), Some(1.0));
+    assert_eq!(dropped(sd, "statsd", "bad_value"), Some(1.0));
+    assert_eq!(dropped(sd, "statsd", "unknown_type"), Some(1.0));
+    agent.stop();
+    let points = agent.points();
+    // good.one arrived twice (the truncated copy still had it), good.two once.
+    assert_eq!(named(&points, "good.one")[0].1, 2.0);
+    assert_eq!(named(&points, "good.two")[0].1, 2.0);
+    assert_eq!(named(&points, "good.three")[0].1, 3.0);
+    assert_eq!(named(&points, "good.four")[0].1, 4.0);
+    assert!(named(&points, "bad.value").is_empty());
+}
+
+#[test]
+fn sigterm_flushes_the_open_window_and_removes_socket_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("metric.sock");
+    // A stale socket file, as a crashed run leaves it: bound, never removed.
+    drop(std::os::unix::net::UnixDatagram::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let mut agent = Agent::start(
+        "1h",
+        &format!(
+            "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixgram://{}\"\n",
+            sock.display()
+        ),
+    );
+    let s = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    s.send_to(
+        &msgpack_message("store", "queue.depth", "17", "q=jobs", ""),
+        &sock,
+    )
+    .unwrap();
+    wait_for("the point received", WAIT, || {
+        (agent.metric(&format!(
+            "sonde_receiver_points_total{{receiver=\"unixgram://{}\",protocol=\"msgpack\"}}",
+            sock.display()
+        ))? >= 1.0)
+            .then_some(())
+    });
+    assert!(
+        agent.points().is_empty(),
+        "nothing is written before the window closes"
+    );
+    agent.stop();
+    let p = named(&agent.points(), "queue.depth");
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].1, 17.0);
+    // The timestamp is the start of the (hour-aligned) open window.
+    assert_eq!(p[0].2 % 3600, 0);
+    assert!(!sock.exists(), "socket file removed on exit");
+}
+
+#[test]
+fn a_live_socket_file_is_not_stolen() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("live.sock");
+    let _live = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nadmin_listen = \"\"\n[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixgram://{}\"\n[[sinks]]\ntype = \"console\"\n",
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let (ok, _, err) = sonde(&["run", "--config", cfg.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("another process"), "{err}");
+}
+
+#[test]
+fn every_transport_delivers_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let (udp_mp, udp_sd, tcp_sd) = (free_port(), free_port(), free_port());
+    let mut agent = Agent::start(
+        "1h",
+        &format!(
+            "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{udp_mp}\"\n\
+             [[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixgram://{d}/gram.sock\"\n\
+             [[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixseq://{d}/seq.sock\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{udp_sd}\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"unix://{d}/stream.sock\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"tcp://127.0.0.1:{tcp_sd}\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"unixseq://{d}/sdseq.sock\"\n"
+        ),
+    );
+    let sends: [(&str, String, &str); 7] = [
+        (
+            "msgpack",
+            format!("udp://127.0.0.1:{udp_mp}"),
+            "via.udp.msgpack",
+        ),
+        (
+            "msgpack",
+            format!("unixgram://{d}/gram.sock"),
+            "via.unixgram",
+        ),
+        ("msgpack", format!("unixseq://{d}/seq.sock"), "via.unixseq"),
+        (
+            "statsd",
+            format!("udp://127.0.0.1:{udp_sd}"),
+            "via.udp.statsd",
+        ),
+        (
+            "statsd",
+            format!("unix://{d}/stream.sock"),
+            "via.unix.stream",
+        ),
+        ("statsd", format!("tcp://127.0.0.1:{tcp_sd}"), "via.tcp"),
+        (
+            "statsd",
+            format!("unixseq://{d}/sdseq.sock"),
+            "via.unixseq.statsd",
+        ),
+    ];
+    for (proto, to, name) in &sends {
+        let (ok, _, err) = sonde(&[
+            "send",
+            "--protocol",
+            proto,
+            "--to",
+            to,
+            "counter",
+            name,
+            "5",
+            "--tag",
+            "t=1",
+        ]);
+        assert!(ok, "send {name}: {err}");
+    }
+    // A TCP client that streams many lines in pieces, with a line split
+    // across writes and no newline before EOF.
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", tcp_sd)).unwrap();
+    tcp.write_all(b"tcp.lines:1|c\ntcp.lines:2|").unwrap();
+    tcp.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    tcp.write_all(b"c\ntcp.lines:3|c").unwrap();
+    drop(tcp);
+    wait_for("all points received", WAIT, || {
+        let text = agent.get("/metrics")?;
+        let total: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("sonde_receiver_points_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        (total >= 10.0).then_some(())
+    });
+    agent.stop();
+    let points = agent.points();
+    for (_, _, name) in &sends {
+        let p = named(&points, name);
+        assert_eq!(p.len(), 1, "{name}: {p:?}");
+        assert_eq!(p[0].1, 5.0, "{name}");
+        assert_eq!(p[0].0, serde_json::json!({"t": "1"}), "{name}");
+    }
+    assert_eq!(named(&points, "tcp.lines")[0].1, 6.0);
+    for f in ["gram.sock", "seq.sock", "stream.sock", "sdseq.sock"] {
+        assert!(!dir.path().join(f).exists(), "{f} removed");
+    }
+}
+
+#[test]
+fn all_metric_types_follow_the_semantics_table() {
+    let (mp, sd) = (free_port(), free_port());
+    let mut agent = Agent::start(
+        "1h",
+        &format!(
+            "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{mp}\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{sd}\"\n\
+             [histograms]\nbuckets = [10, 100]\n[[histograms.overrides]]\nprefix = \"fine.\"\nbuckets = [1]\n"
+        ),
+    );
+    udp_send(
+        mp,
+        &msgpack_bunch(&[
+            msgpack_message("meter", "m.meter", "30", "", ""),
+            msgpack_message("rate_counter", "m.rate", "60", "", ""),
+            msgpack_message("store", "m.store", "1", "", ""),
+            msgpack_message("store", "m.store", "2", "", ""),
+            msgpack_message("ts_store", "m.ts", "5", "", "1700000000"),
+            msgpack_message("ts_store", "m.ts", "6", "", "1700000060"),
+            msgpack_message("histogram", "m.hist", "5", "", ""),
+            msgpack_message("histogram", "m.hist", "50", "", ""),
+            msgpack_message("histogram", "m.hist", "500", "", ""),
+            msgpack_message("histogram", "fine.hist", "0.5", "", ""),
+        ]),
+    );
+    udp_send(sd, b"s.gauge:10|g\ns.gauge:+5|g\ns.gauge:-3|g\ns.set:a|s\ns.set:b|s\ns.set:a|s\ns.count:1|c|@0.5\ns.ms:10:20:30|ms\ns.dist:7|d");
+    wait_for("points received", WAIT, || {
+        (agent.metric(&format!(
+            "sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{sd}\",protocol=\"statsd\"}}"
+        ))? >= 11.0)
+            .then_some(())
+    });
+    agent.stop();
+    let p = agent.points();
+    let one = |name: &str| {
+        let v = named(&p, name);
+        assert_eq!(v.len(), 1, "{name}: {v:?}");
+        v[0].1
+    };
+    assert_eq!(one("m.meter"), 30.0);
+    assert!(
+        one("m.meter.rate") > 0.0,
+        "rate over the elapsed part of the window"
+    );
+    assert!(one("m.rate") > 0.0);
+    assert_eq!(one("m.store"), 2.0);
+    let ts: Vec<(f64, i64)> = named(&p, "m.ts").iter().map(|x| (x.1, x.2)).collect();
+    assert_eq!(ts, vec![(5.0, 1700000000), (6.0, 1700000060)]);
+    let buckets: Vec<(String, f64)> = named(&p, "m.hist.bucket")
+        .iter()
+        .map(|x| (x.0["le"].as_str().unwrap().to_string(), x.1))
+        .collect();
+    assert_eq!(
+        buckets,
+        vec![
+            ("10".into(), 1.0),
+            ("100".into(), 2.0),
+            ("+Inf".into(), 3.0)
+        ]
+    );
+    assert_eq!(one("m.hist.sum"), 555.0);
+    assert_eq!(one("m.hist.count"), 3.0);
+    assert_eq!(
+        named(&p, "fine.hist.bucket").len(),
+        2,
+        "the prefix override applies"
+    );
+    assert_eq!(one("s.gauge"), 12.0);
+    assert_eq!(one("s.set"), 2.0);
+    assert_eq!(one("s.count"), 2.0);
+    assert_eq!(one("s.ms.counter"), 3.0);
+    assert_eq!(one("s.ms.sum"), 60.0);
+    assert_eq!(one("s.dist.max"), 7.0);
+}
+
+#[test]
+fn the_prometheus_exporter_serves_the_latest_window() {
+    let (sd, prom) = (free_port(), free_port());
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{sd}\"\n\
+             [[sinks]]\ntype = \"prometheus_exporter\"\nlisten = \"127.0.0.1:{prom}\"\n"
+        ),
+    );
+    udp_send(sd, b"web.api-latency:12|g|#host:a,dc.name:x");
+    let text = wait_for("the exporter to show the gauge", WAIT, || {
+        http_get(prom, "/metrics").filter(|t| t.contains("web_api_latency{"))
+    });
+    assert!(text.contains("# TYPE web_api_latency gauge\n"), "{text}");
+    assert!(
+        text.contains("web_api_latency{dc_name=\"x\",host=\"a\"} 12\n"),
+        "{text}"
+    );
+    drop(agent);
+}
+
+#[test]
+fn admin_metrics_report_series_flushes_and_sinks() {
+    let sd = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{sd}\"\n"),
+    );
+    udp_send(sd, b"a:1|c\nb:1|g");
+    wait_for("a flush with two series", WAIT, || {
+        (agent.metric("sonde_series")? == 2.0).then_some(())
+    });
+    let text = agent.get("/metrics").unwrap();
+    for needle in [
+        "sonde_flushes_total ",
+        "sonde_flush_duration_seconds ",
+        &format!("sonde_receiver_datagrams_total{{receiver=\"udp://127.0.0.1:{sd}\",protocol=\"statsd\"}} 1"),
+        &format!("sonde_sink_errors_total{{sink=\"file:{}\"}} 0", agent.out.display()),
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    assert!(agent.get("/nope").is_none());
+}
+
+#[test]
+fn validate_names_the_problem_and_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[agent]\ninterval = \"30\"\n").unwrap();
+    let (ok, _, err) = sonde(&["validate", "--config", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("line 2") && err.contains("duration"), "{err}");
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, sonde(&["default-config"]).1).unwrap();
+    let (ok, out, err) = sonde(&["validate", "--config", good.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ok (3 receivers, 1 sinks"), "{out}");
+}

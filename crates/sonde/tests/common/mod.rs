@@ -1,0 +1,206 @@
+//! Test harness: runs the real `sonde` binary on loopback with a temp
+//! config and a file sink, and waits on conditions with deadlines.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use serde_json::Value as Json;
+
+/// Waits for `cond` to return `Some`, polling, or panics after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A free loopback port (UDP and TCP both free at the time of asking).
+pub fn free_port() -> u16 {
+    loop {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = u.local_addr().unwrap().port();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+pub struct Agent {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub admin: u16,
+    pub out: PathBuf,
+    pub stderr_path: PathBuf,
+}
+
+impl Agent {
+    /// Starts sonde with `receivers_and_more` (TOML) plus an `[agent]`
+    /// section and a file sink, and waits until `/health` answers.
+    pub fn start(interval: &str, extra: &str) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = free_port();
+        let out = dir.path().join("points.jsonl");
+        let config = format!(
+            "[agent]\ninterval = \"{interval}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\n{extra}\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            out.display()
+        );
+        let cfg_path = dir.path().join("sonde.toml");
+        std::fs::write(&cfg_path, config).unwrap();
+        let stderr_path = dir.path().join("stderr.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_sonde"))
+            .args(["run", "--config"])
+            .arg(&cfg_path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path).unwrap())
+            .spawn()
+            .unwrap();
+        let mut agent = Agent {
+            child,
+            dir,
+            admin,
+            out,
+            stderr_path,
+        };
+        wait_for("sonde /health", Duration::from_secs(20), || {
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                panic!("sonde exited early with {status}: {}", agent.stderr());
+            }
+            agent.get("/health").filter(|b| b.starts_with("ok"))
+        });
+        agent
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// GET from the admin listener; `None` until it answers 200.
+    pub fn get(&self, path: &str) -> Option<String> {
+        http_get(self.admin, path)
+    }
+
+    /// The value of one line of the admin `/metrics` (exact series text).
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let text = self.get("/metrics")?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Every point the file sink has written so far.
+    pub fn points(&self) -> Vec<Json> {
+        read_points(&self.out)
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub fn stop(&mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let code = wait_for("sonde to exit", Duration::from_secs(20), || {
+            self.child.try_wait().unwrap()
+        });
+        assert!(
+            code.success(),
+            "sonde exited with {code}: {}",
+            self.stderr()
+        );
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let (head, body) = resp.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.1 200").then(|| body.to_string()))
+}
+
+pub fn read_points(path: &Path) -> Vec<Json> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// Points named `name`, as (tags, value, timestamp).
+pub fn named(points: &[Json], name: &str) -> Vec<(Json, f64, i64)> {
+    points
+        .iter()
+        .filter(|p| p["name"] == name)
+        .map(|p| {
+            (
+                p["tags"].clone(),
+                p["value"].as_f64().unwrap(),
+                p["timestamp"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A msgpack `emit` message with all-string fields.
+pub fn msgpack_message(ty: &str, name: &str, value: &str, tags: &str, ts: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    rmp::encode::write_array_len(&mut out, 6).unwrap();
+    for f in ["emit", ty, name, value, tags, ts] {
+        rmp::encode::write_str(&mut out, f).unwrap();
+    }
+    out
+}
+
+/// A bunch (array16) of pre-encoded messages.
+pub fn msgpack_bunch(messages: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = vec![0xdc];
+    out.extend_from_slice(&(messages.len() as u16).to_be_bytes());
+    for m in messages {
+        out.extend_from_slice(m);
+    }
+    out
+}
+
+pub fn udp_send(port: u16, data: &[u8]) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.send_to(data, ("127.0.0.1", port)).unwrap();
+}
+
+/// Runs `sonde` with arguments and returns (success, stdout, stderr).
+pub fn sonde(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
