@@ -307,8 +307,9 @@ mod tests {
         }
         assert!(s.positive.counts.len() <= MAX_BINS);
         assert!(s.heap_bytes() <= 2 * MAX_BINS * 8);
-        // The top of the distribution keeps its accuracy.
-        for q in [0.5, 0.99, 0.999] {
+        // The top 10^8 of the range keeps its accuracy (p90 is ~8e9 here);
+        // only quantiles below the collapsed floor lose it.
+        for q in [0.9, 0.99, 0.999] {
             assert_close(s.quantile(q).unwrap(), nearest_rank(&values, q));
         }
     }
