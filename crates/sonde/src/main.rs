@@ -1,5 +1,6 @@
 //! `sonde`: the host telemetry agent's command line.
 
+mod bench;
 mod config;
 mod run;
 mod send;
@@ -40,6 +41,8 @@ enum Command {
     DefaultConfig,
     /// Send one point to a running agent.
     Send(send::SendArgs),
+    /// Drive a running agent with a load and report loss, CPU and memory.
+    Bench(bench::BenchArgs),
 }
 
 fn load(path: &PathBuf) -> anyhow::Result<config::Config> {
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Send(args) => send::send(&args),
+        Command::Bench(args) => bench::bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -480,3 +480,50 @@ fn validate_names_the_problem_and_its_line() {
     assert!(ok, "{err}");
     assert!(out.contains("ok (3 receivers, 1 sinks"), "{out}");
 }
+
+#[test]
+fn bench_reports_what_the_agent_accounted() {
+    let port = free_port();
+    let agent = Agent::start(
+        "1h",
+        &format!("[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{port}\"\n"),
+    );
+    let (ok, out, err) = sonde(&[
+        "bench",
+        "--protocol",
+        "msgpack",
+        "--to",
+        &format!("udp://127.0.0.1:{port}"),
+        "--rate",
+        "20k",
+        "--duration",
+        "1s",
+        "--series",
+        "500",
+        "--tags",
+        "2",
+        "--max-bytes",
+        "32768",
+        "--admin",
+        &format!("127.0.0.1:{}", agent.admin),
+        "--pid",
+        &agent.child.id().to_string(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let r: Json = serde_json::from_str(&out).unwrap();
+    let sent = r["points_sent"].as_u64().unwrap();
+    assert!(
+        (10_000..=30_000).contains(&sent),
+        "sent {sent} at 20k/s for 1s"
+    );
+    assert_eq!(r["points_accounted"].as_u64(), Some(sent), "{out}");
+    assert_eq!(r["loss_percent"].as_f64(), Some(0.0));
+    assert!(r["agent_cpu_seconds"].as_f64().is_some());
+    assert!(r["agent_peak_rss_bytes"].as_u64().unwrap() > 1_000_000);
+    // The agent's own counter agrees.
+    assert_eq!(
+        agent.metric(&format!("sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"msgpack\"}}")),
+        Some(sent as f64)
+    );
+}

@@ -14,10 +14,13 @@ pub struct Console {
 
 impl Sink for Console {
     fn write(&mut self, batch: &Batch) -> io::Result<()> {
-        self.buf.clear();
-        sonde_encode::console::encode(&batch.points, &mut self.buf);
         let mut out = io::stdout().lock();
-        out.write_all(&self.buf)?;
+        // Chunks keep the buffer small however many points a window has.
+        for chunk in batch.points.chunks(super::ENCODE_CHUNK) {
+            self.buf.clear();
+            sonde_encode::console::encode(chunk, &mut self.buf);
+            out.write_all(&self.buf)?;
+        }
         out.flush()
     }
 }

@@ -34,10 +34,14 @@ impl File {
 
 impl Sink for File {
     fn write(&mut self, batch: &Batch) -> io::Result<()> {
-        self.buf.clear();
-        sonde_encode::json::encode(&batch.points, &mut self.buf);
-        // One write per window: readers never see half a window's line.
-        self.file.write_all(&self.buf)
+        // Whole lines per write, in chunks so the buffer stays small however
+        // many points a window has.
+        for chunk in batch.points.chunks(super::ENCODE_CHUNK) {
+            self.buf.clear();
+            sonde_encode::json::encode(chunk, &mut self.buf);
+            self.file.write_all(&self.buf)?;
+        }
+        Ok(())
     }
 
     fn close(&mut self) -> io::Result<()> {

@@ -23,6 +23,10 @@ use sonde_aggregate::Batch;
 
 use crate::telemetry::SinkStats;
 
+/// Points encoded per write by the text sinks: about 100 KiB of JSON, so a
+/// window of a million points never needs a buffer of its size.
+pub const ENCODE_CHUNK: usize = 1024;
+
 /// Batches a sink's queue holds before the flusher starts dropping.
 pub const QUEUE_BATCHES: usize = 8;
 
