@@ -16,6 +16,7 @@ use serde::Deserialize;
 use sonde_aggregate::{AggregateConfig, Bounds, HistogramBuckets};
 use sonde_io::addr::ListenAddr;
 use sonde_io::ingest::Protocol;
+use sonde_io::receiver::SocketOptions;
 use toml::Spanned;
 
 /// The configuration `sonde run` uses when no file is given.
@@ -66,6 +67,38 @@ impl FromStr for HumanDuration {
 }
 
 impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(de::Error::custom)
+    }
+}
+
+/// A size written as `"512KiB"`, `"8MiB"`, `"1GiB"` or a number of bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HumanSize(pub u64);
+
+impl FromStr for HumanSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            format!("{s:?} is not a size: write a whole number with a unit, like \"512KiB\", \"8MiB\" or \"1GiB\"")
+        };
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let mult: u64 = match unit {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            _ => return Err(bad()),
+        };
+        n.checked_mul(mult).map(HumanSize).ok_or_else(bad)
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(de::Error::custom)
@@ -175,6 +208,12 @@ pub struct ReceiverSection {
     /// `udp://HOST:PORT`, `unixgram:///path`, `unixseq:///path`, and for
     /// StatsD also `unix:///path` and `tcp://HOST:PORT`. Required.
     pub listen: Spanned<Listen>,
+    /// Receive threads, each with its own socket on the same port
+    /// (`SO_REUSEPORT`); UDP only. Default 1.
+    pub workers: Option<Spanned<usize>>,
+    /// Receive buffer of datagram sockets (`SO_RCVBUFFORCE` when running as
+    /// root, else `SO_RCVBUF` capped by `net.core.rmem_max`). Default `"8MiB"`.
+    pub receive_buffer: Option<HumanSize>,
 }
 
 /// `[[sinks]]`, by `type`.
@@ -237,6 +276,8 @@ pub struct Receiver {
     pub protocol: Protocol,
     /// The address.
     pub listen: ListenAddr,
+    /// Workers and socket buffer.
+    pub options: SocketOptions,
 }
 
 /// A validated configuration.
@@ -393,9 +434,30 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 "msgpack needs message boundaries: use udp://, unixgram:// or unixseq://",
             ));
         }
+        let mut options = SocketOptions::default();
+        if let Some(w) = &r.workers {
+            let key = format!("receivers[{i}].workers");
+            let n = *w.get_ref();
+            if !(1..=64).contains(&n) {
+                return Err(at(text, w.span(), &key, "must be between 1 and 64"));
+            }
+            if n > 1 && !matches!(listen, ListenAddr::Udp(_)) {
+                return Err(at(
+                    text,
+                    w.span(),
+                    &key,
+                    "several workers share a port with SO_REUSEPORT, which only udp:// supports",
+                ));
+            }
+            options.workers = n;
+        }
+        if let Some(b) = r.receive_buffer {
+            options.receive_buffer = usize::try_from(b.0).unwrap_or(usize::MAX);
+        }
         receivers.push(Receiver {
             protocol,
             listen: listen.clone(),
+            options,
         });
     }
     let mut exporters: HashMap<std::net::SocketAddr, usize> = HashMap::new();
@@ -555,6 +617,39 @@ mod tests {
             checked >= 1,
             "the README's configuration example was not found"
         );
+    }
+
+    #[test]
+    fn workers_and_receive_buffers_are_checked() {
+        let c = parse("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nworkers = 2\nreceive_buffer = \"16MiB\"\n[[sinks]]\ntype = \"console\"\n").unwrap();
+        assert_eq!(
+            c.receivers[0].options,
+            SocketOptions {
+                workers: 2,
+                receive_buffer: 16 << 20
+            }
+        );
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"tcp://127.0.0.1:8125\"\nworkers = 2\n[[sinks]]\ntype = \"console\"\n");
+        assert!(e.contains("line 4") && e.contains("udp://"), "{e}");
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nworkers = 0\n[[sinks]]\ntype = \"console\"\n");
+        assert!(e.contains("line 4"), "{e}");
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nreceive_buffer = \"8 MB\"\n[[sinks]]\ntype = \"console\"\n");
+        assert!(e.contains("line 4") && e.contains("MiB"), "{e}");
+    }
+
+    #[test]
+    fn sizes_take_binary_units() {
+        for (s, n) in [
+            ("512", 512),
+            ("4KiB", 4096),
+            ("8MiB", 8 << 20),
+            ("1GiB", 1 << 30),
+        ] {
+            assert_eq!(s.parse::<HumanSize>().unwrap().0, n);
+        }
+        for s in ["", "MiB", "1.5MiB", "8MB", "99999999999999GiB"] {
+            assert!(s.parse::<HumanSize>().is_err(), "{s}");
+        }
     }
 
     #[test]

@@ -33,9 +33,16 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     let mut bound = Vec::new();
     for r in &config.receivers {
-        let b = receiver::bind(&r.listen)?;
-        tracing::info!(receiver = %b.local_addr(), protocol = r.protocol.as_str(), "listening");
-        bound.push((r, b));
+        let socks = receiver::bind(&r.listen, r.options)?;
+        let first = &socks[0];
+        tracing::info!(
+            receiver = %first.local_addr(),
+            protocol = r.protocol.as_str(),
+            workers = socks.len(),
+            receive_buffer = first.receive_buffer().map(|b| b / 2),
+            "listening"
+        );
+        bound.push((r, socks));
     }
 
     let mut sites = Vec::new();
@@ -79,22 +86,26 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
 
     // Two windows' worth of shards can queue without blocking a worker.
-    let (shard_tx, shard_rx) = sync_channel(2 * bound.len() + 2);
+    let threads: usize = bound.iter().map(|(_, s)| s.len()).sum();
+    let (shard_tx, shard_rx) = sync_channel(2 * threads + 2);
     let mut workers = Vec::new();
-    for (r, b) in bound {
+    for (r, socks) in bound {
+        // Workers of one receiver share its counters.
         let stats = Arc::new(ReceiverStats::new(
-            b.local_addr().to_string(),
+            socks[0].local_addr().to_string(),
             r.protocol.as_str(),
         ));
         telemetry.receivers.push(Arc::clone(&stats));
-        let ingest = Ingest::new(
-            r.protocol,
-            stats,
-            Arc::clone(&aggregate),
-            Arc::clone(&control),
-            shard_tx.clone(),
-        );
-        workers.push(receiver::spawn(b, ingest)?);
+        for b in socks {
+            let ingest = Ingest::new(
+                r.protocol,
+                Arc::clone(&stats),
+                Arc::clone(&aggregate),
+                Arc::clone(&control),
+                shard_tx.clone(),
+            );
+            workers.push(receiver::spawn(b, ingest)?);
+        }
     }
     drop(shard_tx);
 

@@ -527,3 +527,39 @@ fn bench_reports_what_the_agent_accounted() {
         Some(sent as f64)
     );
 }
+
+#[test]
+fn several_workers_share_a_udp_port_and_their_counts_add_up() {
+    let port = free_port();
+    let mut agent = Agent::start(
+        "1h",
+        &format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\nworkers = 2\nreceive_buffer = \"4MiB\"\n"),
+    );
+    let threads = std::fs::read_dir(format!("/proc/{}/task", agent.child.id()))
+        .unwrap()
+        .filter(|t| {
+            let comm = std::fs::read_to_string(t.as_ref().unwrap().path().join("comm"))
+                .unwrap_or_default();
+            comm.starts_with("recv udp")
+        })
+        .count();
+    assert_eq!(threads, 2, "two receive threads");
+    // Many source ports, so the kernel spreads them over both sockets.
+    for _ in 0..40 {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..25 {
+            s.send_to(b"w.hits:1|c\nw.gauge:5|g", ("127.0.0.1", port))
+                .unwrap();
+        }
+    }
+    wait_for("2000 points", WAIT, || {
+        (agent.metric(&format!("sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"statsd\"}}"))? >= 2000.0).then_some(())
+    });
+    agent.stop();
+    let p = agent.points();
+    assert_eq!(
+        named(&p, "w.hits"),
+        vec![(serde_json::json!({}), 1000.0, named(&p, "w.hits")[0].2)]
+    );
+    assert_eq!(named(&p, "w.gauge")[0].1, 5.0);
+}

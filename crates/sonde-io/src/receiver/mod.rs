@@ -25,9 +25,49 @@ use socket2::{Domain, SockAddr, Socket, Type};
 use crate::addr::ListenAddr;
 use crate::ingest::{Ingest, WAKE_INTERVAL};
 
-/// Receive buffer asked for on datagram sockets. The kernel caps it at
-/// `net.core.rmem_max` (212992 bytes by default), so this is a request.
-const RECV_BUFFER: usize = 8 << 20;
+/// Receive buffer asked for on datagram sockets unless configured: 8 MiB,
+/// about 6,000 MTU-sized datagrams, enough to ride out a flush.
+pub const DEFAULT_RECV_BUFFER: usize = 8 << 20;
+
+/// How a receiver's sockets are set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketOptions {
+    /// Receive threads, each with its own socket (`SO_REUSEPORT`, UDP only).
+    pub workers: usize,
+    /// Receive buffer of datagram sockets, in bytes.
+    pub receive_buffer: usize,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        SocketOptions {
+            workers: 1,
+            receive_buffer: DEFAULT_RECV_BUFFER,
+        }
+    }
+}
+
+/// Sets the receive buffer: `SO_RCVBUFFORCE` where permitted (root or
+/// CAP_NET_ADMIN, which ignores `net.core.rmem_max`), else `SO_RCVBUF`,
+/// which the kernel caps at `rmem_max` (212992 bytes by default).
+fn set_receive_buffer(socket: &Socket, bytes: usize) {
+    let v = libc::c_int::try_from(bytes / 2).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, a live
+    // c_int, on a descriptor this function borrows.
+    let forced = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(socket),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    } == 0;
+    if !forced {
+        // Best effort: a smaller buffer only means earlier kernel drops.
+        let _ = socket.set_recv_buffer_size(bytes);
+    }
+}
 
 /// Removes a unix socket file when dropped.
 #[derive(Debug)]
@@ -67,6 +107,12 @@ pub struct Bound {
 }
 
 impl Bound {
+    /// The receive buffer the kernel granted, in bytes (it reports double
+    /// the usable size, as Linux does for bookkeeping).
+    pub fn receive_buffer(&self) -> Option<usize> {
+        self.socket.recv_buffer_size().ok()
+    }
+
     /// The address, with the real port when the config asked for port 0.
     pub fn local_addr(&self) -> ListenAddr {
         match (
@@ -120,13 +166,43 @@ fn clear_stale(path: &Path, ty: Type, addr: &ListenAddr) -> Result<(), BindError
     })
 }
 
-/// Creates and binds the socket for `addr`.
+/// Creates and binds the sockets for `addr`: one per worker, sharing the
+/// port with `SO_REUSEPORT` so the kernel spreads datagrams across them.
 ///
 /// # Errors
 ///
-/// When the socket cannot be bound (port in use, permission, bad path) or a
-/// unix socket file is served by another live process.
-pub fn bind(addr: &ListenAddr) -> Result<Bound, BindError> {
+/// When a socket cannot be bound (port in use, permission, bad path), a
+/// unix socket file is served by another live process, or several workers
+/// are asked of an address other than UDP.
+pub fn bind(addr: &ListenAddr, options: SocketOptions) -> Result<Vec<Bound>, BindError> {
+    let workers = options.workers.max(1);
+    if workers == 1 {
+        return Ok(vec![bind_one(addr, options, false)?]);
+    }
+    if !matches!(addr, ListenAddr::Udp(_)) {
+        return Err(BindError::Io {
+            addr: addr.to_string(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "several workers need a udp:// address",
+            ),
+        });
+    }
+    let first = bind_one(addr, options, true)?;
+    // Port 0 resolved to a real port: the others join that one.
+    let shared = first.local_addr();
+    let mut all = vec![first];
+    for _ in 1..workers {
+        all.push(bind_one(&shared, options, true)?);
+    }
+    Ok(all)
+}
+
+fn bind_one(
+    addr: &ListenAddr,
+    options: SocketOptions,
+    reuse_port: bool,
+) -> Result<Bound, BindError> {
     let err = |source| BindError::Io {
         addr: addr.to_string(),
         source,
@@ -142,6 +218,9 @@ pub fn bind(addr: &ListenAddr) -> Result<Bound, BindError> {
             if ty == Type::STREAM {
                 s.set_reuse_address(true).map_err(err)?;
             }
+            if reuse_port {
+                s.set_reuse_port(true).map_err(err)?;
+            }
             s.bind(&(*a).into()).map_err(err)?;
             (s, None)
         }
@@ -156,8 +235,7 @@ pub fn bind(addr: &ListenAddr) -> Result<Bound, BindError> {
         }
     };
     if addr.is_datagram() {
-        // Best effort: a smaller buffer only means earlier kernel drops.
-        let _ = socket.set_recv_buffer_size(RECV_BUFFER);
+        set_receive_buffer(&socket, options.receive_buffer);
         socket.set_read_timeout(Some(WAKE_INTERVAL)).map_err(err)?;
     } else {
         socket.listen(1024).map_err(err)?;
