@@ -563,3 +563,89 @@ fn several_workers_share_a_udp_port_and_their_counts_add_up() {
     );
     assert_eq!(named(&p, "w.gauge")[0].1, 5.0);
 }
+
+/// GET returning (status line, body bytes).
+fn http_get_raw(port: u16, path: &str) -> (String, Vec<u8>) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&resp[..split]).into_owned();
+    (
+        head.lines().next().unwrap().to_string(),
+        resp[split + 4..].to_vec(),
+    )
+}
+
+#[test]
+fn the_agent_profiles_itself_on_request() {
+    let port = free_port();
+    let agent = Agent::start(
+        "1h",
+        &format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\n"),
+    );
+    let admin = agent.admin;
+    // Load for the agent to spend CPU on while it is profiled.
+    let load = std::thread::spawn(move || {
+        let to = format!("udp://127.0.0.1:{port}");
+        sonde(&[
+            "bench",
+            "--to",
+            &to,
+            "--rate",
+            "100k",
+            "--duration",
+            "4s",
+            "--admin",
+            "none",
+            "--json",
+        ])
+    });
+    // Two overlapping profiles: exactly one runs, the other is refused.
+    let a = std::thread::spawn(move || http_get_raw(admin, "/debug/pprof/profile?seconds=2"));
+    let b = std::thread::spawn(move || http_get_raw(admin, "/debug/pprof/profile?seconds=2"));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let (ok, refused) = if a.0.contains("200") { (a, b) } else { (b, a) };
+    assert!(ok.0.contains("200"), "{}", ok.0);
+    assert!(refused.0.contains("409"), "{}", refused.0);
+    assert!(String::from_utf8_lossy(&refused.1).contains("already running"));
+    let (status, svg) = http_get_raw(admin, "/debug/pprof/flamegraph?seconds=1");
+    assert!(status.contains("200"), "{status}");
+    let svg = String::from_utf8(svg).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains("</svg>"),
+        "an SVG flame graph: {svg}"
+    );
+    let (status, _) = http_get_raw(admin, "/debug/pprof/profile?seconds=0");
+    assert!(status.contains("400"), "{status}");
+    let (load_ok, _, load_err) = load.join().unwrap();
+    assert!(load_ok, "{load_err}");
+    // The real consumer reads the profile, where Go is installed (it is in CI).
+    if std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let f = agent.path("cpu.pb");
+        std::fs::write(&f, &ok.1).unwrap();
+        let out = std::process::Command::new("go")
+            .args(["tool", "pprof", "-raw"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "go tool pprof: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("PeriodType: cpu"), "{text}");
+        assert!(
+            text.contains("statsd"),
+            "the profile shows the parser at work"
+        );
+    }
+}
