@@ -40,7 +40,7 @@ pub struct BenchArgs {
     /// Largest datagram in bytes: 1400 (one MTU) or up to 32768 (msgpack bunches).
     #[arg(long, default_value_t = 1400)]
     pub max_bytes: usize,
-    /// Type mix counter:gauge:timer[:histogram].
+    /// Type mix `counter:gauge:timer[:histogram]`.
     #[arg(long, default_value = "4:2:2:2")]
     pub mix: Mix,
     /// The agent's admin address for its counters; "none" for an agent without one.
