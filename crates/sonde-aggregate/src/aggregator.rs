@@ -162,7 +162,7 @@ impl Aggregator {
         self.flushes += 1;
         let now = self.flushes;
         let mut emit = Emitter { out, non_finite: 0 };
-        for entry in self.window.table.drain() {
+        for entry in self.window.drain() {
             let kind = entry.key[0];
             let series = match self.series.find_mut(entry.hash, |s| s.key == entry.key) {
                 Some(s) => s,

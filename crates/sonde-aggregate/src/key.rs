@@ -80,10 +80,13 @@ impl KeyBuilder {
 /// worker agree when shards are merged.
 pub fn hash(key: &[u8]) -> u64 {
     use std::hash::BuildHasher;
+    hash_state().hash_one(key)
+}
+
+/// The process-wide hasher state behind [`hash`].
+pub fn hash_state() -> &'static foldhash::quality::RandomState {
     static STATE: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
-    STATE
-        .get_or_init(foldhash::quality::RandomState::default)
-        .hash_one(key)
+    STATE.get_or_init(foldhash::quality::RandomState::default)
 }
 
 /// A key split back into its parts.

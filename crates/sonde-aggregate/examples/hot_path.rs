@@ -1,0 +1,120 @@
+//! Replays generated datagrams through parse + record, for instruction
+//! counting with callgrind (`scripts/callgrind-hot-path.sh`): run it with
+//! two pass counts and the difference is the hot path alone.
+//!
+//! `cargo run --release -p sonde-aggregate --example hot_path -- SHAPE SERIES PASSES`
+//! where SHAPE is `statsd` (3 DogStatsD tags, ~1400-byte datagrams) or
+//! `msgpack` (3 tags, 32 KiB bunches).
+
+use std::sync::Arc;
+
+use sonde_aggregate::{AggregateConfig, Shard};
+use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
+
+struct Record<'a>(&'a mut Shard, u64);
+
+impl PointSink for Record<'_> {
+    fn point(&mut self, p: &Point<'_>) {
+        if self.0.record(p).is_ok() {
+            self.1 += 1;
+        }
+    }
+    fn drop(&mut self, _reason: DropReason) {}
+}
+
+fn statsd_datagrams(series: usize) -> Vec<Vec<u8>> {
+    let types = ["c", "c", "c", "c", "g", "g", "ms", "ms", "h", "h"];
+    let mut out = Vec::new();
+    let mut d = Vec::new();
+    for i in 0..series.max(50_000) {
+        let s = (i * 7_919) % series;
+        let line = format!(
+            "bench.metric_{}:{}|{}|#series:s{s},env:prod,region:eu-west-{}",
+            s % 100,
+            i % 1000,
+            types[s % 10],
+            s % 3
+        );
+        if d.len() + line.len() + 1 > 1400 {
+            out.push(std::mem::take(&mut d));
+        }
+        if !d.is_empty() {
+            d.push(b'\n');
+        }
+        d.extend_from_slice(line.as_bytes());
+    }
+    out.push(d);
+    out
+}
+
+fn msgpack_datagrams(series: usize) -> Vec<Vec<u8>> {
+    let types = [
+        "counter",
+        "counter",
+        "counter",
+        "counter",
+        "store",
+        "store",
+        "timer",
+        "timer",
+        "histogram",
+        "histogram",
+    ];
+    let mut out = Vec::new();
+    let mut body = Vec::new();
+    let mut n = 0u16;
+    let flush = |body: &mut Vec<u8>, n: &mut u16, out: &mut Vec<Vec<u8>>| {
+        let mut b = vec![0xdc];
+        b.extend_from_slice(&n.to_be_bytes());
+        b.append(body);
+        out.push(b);
+        *n = 0;
+    };
+    for i in 0..series.max(50_000) {
+        let s = (i * 7_919) % series;
+        let mut m = Vec::new();
+        rmp::encode::write_array_len(&mut m, 6).unwrap();
+        let tags = format!("series=s{s}|env=prod|region=eu-west-{}", s % 3);
+        for f in [
+            "emit",
+            types[s % 10],
+            &format!("bench.metric_{}", s % 100),
+            &(i % 1000).to_string(),
+            &tags,
+            "",
+        ] {
+            rmp::encode::write_str(&mut m, f).unwrap();
+        }
+        if 3 + body.len() + m.len() > 32 * 1024 {
+            flush(&mut body, &mut n, &mut out);
+        }
+        body.extend_from_slice(&m);
+        n += 1;
+    }
+    flush(&mut body, &mut n, &mut out);
+    out
+}
+
+/// A parser driving a recorder.
+type Parse = fn(&[u8], &mut Record<'_>);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let shape = args.get(1).map_or("statsd", String::as_str);
+    let series: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let passes: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let (datagrams, parse): (Vec<Vec<u8>>, Parse) = match shape {
+        "msgpack" => (msgpack_datagrams(series), |d, r| msgpack::parse(d, r)),
+        _ => (statsd_datagrams(series), |d, r| statsd::parse(d, r)),
+    };
+    let mut shard = Shard::new(Arc::new(AggregateConfig::default()));
+    let mut rec = Record(&mut shard, 0);
+    // Pass 0 creates the series; it is part of every run, so it cancels out
+    // when two runs with different pass counts are subtracted.
+    for _ in 0..=passes {
+        for d in &datagrams {
+            parse(d, &mut rec);
+        }
+    }
+    println!("{} points recorded, {} series", rec.1, shard.len());
+}
