@@ -1,0 +1,3 @@
+module github.com/sonde-agent/sonde/sdk/go
+
+go 1.22

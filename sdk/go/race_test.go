@@ -1,0 +1,5 @@
+//go:build race
+
+package sonde
+
+const raceEnabled = true
