@@ -111,6 +111,12 @@ fn parse_line(line: &[u8], sink: &mut impl PointSink) -> Result<(), DropReason> 
         sink.point(&point(Value::Member(values)));
         return Ok(());
     }
+    // Nearly every line carries one value: parse it once.
+    if memchr(b':', values).is_none() {
+        let value = parse_value(kind, values).ok_or(DropReason::BadValue)?;
+        sink.point(&point(value));
+        return Ok(());
+    }
     // Validate every value before emitting any, so a bad value drops the
     // whole line. Parsing twice is cheaper than storing: lines with more
     // than one value are rare and short.
