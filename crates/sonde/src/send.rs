@@ -43,32 +43,42 @@ pub struct SendArgs {
     pub rate: Option<f64>,
 }
 
-fn split_tag(t: &str) -> anyhow::Result<(&str, &str)> {
+/// Characters a name, tag key or tag value cannot hold in each protocol:
+/// msgpack separates tags with `|` or space and pairs with `=`; StatsD
+/// separates fields with `|`, values with `:`, tags with `,`.
+fn forbidden(protocol: Wire) -> (&'static [char], &'static [char]) {
+    match protocol {
+        Wire::Msgpack => (&['|', ' ', '\n', '\r'], &['|', ' ', '=', '\n', '\r']),
+        Wire::Statsd => (
+            &['|', ':', ' ', '\n', '\r'],
+            &['|', ',', ':', ' ', '=', '\n', '\r'],
+        ),
+    }
+}
+
+fn split_tag(t: &str, protocol: Wire) -> anyhow::Result<(&str, &str)> {
     let (k, v) = t
         .split_once('=')
         .with_context(|| format!("tag {t:?} is not key=value"))?;
-    if k.is_empty()
-        || [k, v]
-            .iter()
-            .any(|s| s.contains(['|', ' ', ',', '\n', '=']))
-    {
-        bail!("tag {t:?}: keys and values cannot be empty or contain | space , = or a newline");
+    let bad = forbidden(protocol).1;
+    if k.is_empty() || k.contains(bad) || v.contains(bad) {
+        let list: String = bad.iter().map(|c| format!("{c:?} ")).collect();
+        bail!("tag {t:?}: the key cannot be empty, and neither key nor value can contain any of {list}");
     }
     Ok((k, v))
 }
 
 /// Encodes the point as the bytes the agent receives.
 pub fn encode(a: &SendArgs) -> anyhow::Result<Vec<u8>> {
-    if a.name.is_empty() || a.name.contains(['|', ':', '\n', ' ']) {
-        bail!(
-            "name {:?} cannot be empty or contain | : space or a newline",
-            a.name
-        );
+    let bad = forbidden(a.protocol).0;
+    if a.name.is_empty() || a.name.contains(bad) {
+        let list: String = bad.iter().map(|c| format!("{c:?} ")).collect();
+        bail!("name {:?} cannot be empty or contain any of {list}", a.name);
     }
     let tags = a
         .tags
         .iter()
-        .map(|t| split_tag(t))
+        .map(|t| split_tag(t, a.protocol))
         .collect::<anyhow::Result<Vec<_>>>()?;
     match a.protocol {
         Wire::Msgpack => {
@@ -218,5 +228,16 @@ mod tests {
         assert!(encode(&args(Wire::Msgpack, "gauge", &[])).is_err());
         assert!(encode(&args(Wire::Statsd, "counter", &["novalue"])).is_err());
         assert!(encode(&args(Wire::Statsd, "counter", &["a=b|c"])).is_err());
+        assert!(encode(&args(Wire::Statsd, "counter", &["a=b,c"])).is_err());
+    }
+
+    #[test]
+    fn msgpack_allows_what_only_statsd_forbids() {
+        let mut a = args(Wire::Msgpack, "counter", &["a=b,c", "k=v:w"]);
+        a.name = "svc:web.hits".into();
+        assert!(encode(&a).is_ok());
+        a.protocol = Wire::Statsd;
+        a.r#type = "c".into();
+        assert!(encode(&a).is_err());
     }
 }
