@@ -118,16 +118,20 @@ func appendBunchHeader(b []byte, n int) []byte {
 // integer (SPEC.md, Message encoding: absolute value below 1e15).
 const maxIntegral = 1e15
 
-// appendValue appends the VALUE text of v: an integer for an integral value
-// whose absolute value is below 1e15, otherwise Go's shortest round-trip
-// text ('g' with precision -1, e.g. "12.5", "1e+15"). The caller has
-// already rejected NaN and the infinities.
+// appendValue appends the VALUE text of v (SPEC.md): an integer for an
+// integral value whose absolute value is below 1e15; else the shortest
+// round-trip digits, in plain notation for 1e-6 <= |v| < 1e21 ("12.5",
+// "0.000025") and in exponent form outside it ("1e+21", "1.5e-07"). At most
+// 25 bytes. The caller has already rejected NaN and the infinities.
 func appendValue(b []byte, v float64) []byte {
 	if v == math.Trunc(v) && math.Abs(v) < maxIntegral {
 		// int64 conversion also turns -0 into "0".
 		return strconv.AppendInt(b, int64(v), 10)
 	}
-	return strconv.AppendFloat(b, v, 'g', -1, 64)
+	if a := math.Abs(v); a >= 1e-6 && a < 1e21 {
+		return strconv.AppendFloat(b, v, 'f', -1, 64)
+	}
+	return strconv.AppendFloat(b, v, 'e', -1, 64)
 }
 
 // appendRawMessage appends ["emit", typ, name, value, tags, ts] with every

@@ -80,8 +80,9 @@ pub fn datagram(messages: &[u8], count: usize) -> Vec<u8> {
     out
 }
 
-/// The VALUE text: integers below 1e15 without a fraction, anything else
-/// the shortest text that reads back exactly. `None` for NaN and infinities.
+/// The VALUE text (`sdk/SPEC.md`): integers below 1e15 without a
+/// fraction; plain shortest digits for `1e-6 <= |v| < 1e21`; else shortest
+/// digits as `d.ddde±XX`. `None` for NaN and infinities.
 pub fn value_text(v: f64) -> Option<String> {
     if !v.is_finite() {
         return None;
@@ -89,5 +90,16 @@ pub fn value_text(v: f64) -> Option<String> {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         return Some(format!("{}", v as i64));
     }
-    Some(format!("{v}"))
+    let a = v.abs();
+    if (1e-6..1e21).contains(&a) {
+        return Some(format!("{v}"));
+    }
+    // Rust writes `1.5e-7`; the contract wants `1.5e-07` (C, Go, Python).
+    let s = format!("{v:e}");
+    let (mantissa, exp) = s.split_once('e')?;
+    let (sign, digits) = match exp.strip_prefix('-') {
+        Some(d) => ('-', d),
+        None => ('+', exp),
+    };
+    Some(format!("{mantissa}e{sign}{digits:0>2}"))
 }

@@ -65,19 +65,23 @@ def test_values_json_rejected_values_raise(text):
         format_value(float(text))
 
 
-def test_integral_values_from_1e15_up_use_float_text():
-    assert format_value(1e15) == "1000000000000000.0"
-    assert format_value(10**15) == "1000000000000000.0"
-    assert format_value(-(10**15)) == "-1000000000000000.0"
-    assert format_value(10**20) == "1e+20"
+def test_integral_values_from_1e15_up_use_plain_digits_below_1e21():
+    assert format_value(1e15) == "1000000000000000"
+    assert format_value(10**15) == "1000000000000000"
+    assert format_value(-(10**15)) == "-1000000000000000"
+    assert format_value(10**20) == "100000000000000000000"
+    assert format_value(10**21) == "1e+21"
     assert format_value(999999999999999.0) == "999999999999999"
     assert format_value(-0.0) == "0"
 
 
 def test_non_integral_values_use_the_shortest_round_trip_text():
-    for v in (0.1, 1 / 3, 2.5e-10, 1.7976931348623157e308, -123.456):
+    for v in (0.1, 1 / 3, 2.5e-10, 1.7976931348623157e308, -123.456, 2.5e-5):
         assert float(format_value(v)) == v
-        assert format_value(v) == repr(v)
+        assert len(format_value(v)) <= 25
+    # repr's exponent form outside [1e-6, 1e21), plain digits inside it.
+    assert format_value(2.5e-10) == repr(2.5e-10)
+    assert format_value(2.5e-5) == "0.000025"
 
 
 def test_bools_and_non_numbers_are_rejected_as_values():

@@ -176,19 +176,31 @@ def format_value(value: Number) -> str:
     """Writes a checked number as VALUE text (SPEC.md, Message encoding).
 
     Integral values with absolute value below 1e15 are written as integers
-    (``12.0`` -> ``"12"``); every other value as ``repr(float(v))``, Python's
-    shortest round-trip text.
+    (``12.0`` -> ``"12"``); other values as the shortest round-trip digits,
+    in plain notation for ``1e-6 <= |v| < 1e21`` (``"0.000025"``) and in
+    exponent form outside it (``"1e+21"``, ``"1.5e-07"``, which is what
+    ``repr`` writes there).
     """
     if type(value) is int:
         if -_INT_LIMIT < value < _INT_LIMIT:
             return str(value)
-        return repr(float(value))
+        return _plain(float(value))
     f = float(value)
     if not math.isfinite(f):
         raise InvalidValueError(f"value {value!r} is not finite; NaN and infinities cannot be sent")
     if -1e15 < f < 1e15 and f.is_integer():
         return str(int(f))
-    return repr(f)
+    return _plain(f)
+
+
+def _plain(f: float) -> str:
+    """The shortest round-trip digits of ``f``, plain inside [1e-6, 1e21)."""
+    if not 1e-6 <= abs(f) < 1e21:
+        return repr(f)
+    text = format(decimal.Decimal(repr(f)), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 
 def check_name(name: object, what: str = "name") -> str:
