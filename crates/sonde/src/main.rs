@@ -6,6 +6,17 @@ mod run;
 mod send;
 
 use std::path::PathBuf;
+
+#[cfg(all(feature = "mimalloc", feature = "jemalloc"))]
+compile_error!("choose one allocator feature: mimalloc or jemalloc");
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use std::process::ExitCode;
 
 use anyhow::Context;
