@@ -141,7 +141,7 @@ type sumSlot struct {
 // # Errors
 //
 // ErrInvalidAddress for an address that is not unixgram://, unixseq:// or
-// udp:// with a target; ErrInvalidPrefix for a prefix with '|', a space,
+// udp:// with a target; ErrInvalidPrefix for a prefix with '|', '=', a space,
 // '\n' or '\r'; a plain error for a negative BufferSize or FlushInterval.
 func New(opts Options) (*Client, error) {
 	address := resolveAddress(opts.Address, os.Getenv, fileExists)

@@ -17,7 +17,7 @@ func TestInvalidNamesAreRejectedWithErrInvalidName(t *testing.T) {
 	c := newTestClient(t, Options{Address: r.address()})
 	// "é b": the check of forbidden bytes must go on past a multi-byte
 	// character.
-	for _, name := range []string{"", "a|b", "a b", "a\nb", "a\rb", "bad\xffutf8", "\xc3", "é b", "é|"} {
+	for _, name := range []string{"", "a|b", "a=b", "a b", "a\nb", "a\rb", "bad\xffutf8", "\xc3", "é b", "é|"} {
 		err := c.Counter(name, 1)
 		if !errors.Is(err, ErrInvalidName) {
 			t.Errorf("name %q: got %v, want ErrInvalidName", name, err)
@@ -103,7 +103,7 @@ func sortedKeys(m map[string]float64) []string {
 }
 
 func TestNewRejectsABadPrefixAddressOrSize(t *testing.T) {
-	for _, prefix := range []string{"a|b", "a b", "a\n", "\r", "\xff"} {
+	for _, prefix := range []string{"a|b", "a=b", "a b", "a\n", "\r", "\xff"} {
 		if _, err := New(Options{Prefix: prefix, Address: "udp://127.0.0.1:9"}); !errors.Is(err, ErrInvalidPrefix) {
 			t.Errorf("prefix %q: got %v", prefix, err)
 		}

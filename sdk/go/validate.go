@@ -10,10 +10,10 @@ import (
 // Errors returned by the emit methods and New. Each is wrapped with the
 // offending input, so test for them with errors.Is.
 var (
-	// ErrInvalidName: a metric name is empty or contains '|', a space,
+	// ErrInvalidName: a metric name is empty or contains '|', '=', a space,
 	// '\n' or '\r', or is not UTF-8.
 	ErrInvalidName = errors.New("sonde: invalid metric name")
-	// ErrInvalidPrefix: the client prefix contains '|', a space, '\n' or
+	// ErrInvalidPrefix: the client prefix contains '|', '=', a space, '\n' or
 	// '\r', or is not UTF-8.
 	ErrInvalidPrefix = errors.New("sonde: invalid prefix")
 	// ErrInvalidTag: a tag key is empty, or a key or value contains '|',
@@ -30,19 +30,19 @@ var (
 	ErrInvalidAddress = errors.New("sonde: invalid address")
 )
 
-// Bytes that may not appear in a name or prefix: '|' and ' ' separate
-// tags on the wire, and '\n'/'\r' would break line-based outputs
-// downstream. Tag keys and values also may not hold '=', which splits a
-// key from its value. Tables rather than comparisons because these checks
+// Bytes that may not appear in a name, prefix, tag key or tag value: '|'
+// and ' ' separate tags on the wire, '=' splits a key from its value (and
+// is kept out of names too, as the SDK contract says, so a name never
+// reads as a tag), and '\n'/'\r' would break line-based outputs
+// downstream. Tables rather than comparisons because these checks
 // run over every byte of every emit.
 var badInName, badInTag [256]bool
 
 func init() {
-	for _, c := range "| \n\r" {
+	for _, c := range "|= \n\r" {
 		badInName[c] = true
 		badInTag[c] = true
 	}
-	badInTag['='] = true
 }
 
 // scan returns the index of the first byte of s that bad marks (-1 if

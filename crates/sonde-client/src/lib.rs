@@ -40,7 +40,7 @@ pub const MAX_DATAGRAM: usize = 32 * 1024 - 1;
 /// Why an emit or a client was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum Error {
-    /// An empty name, or one with `|`, a space, `\n` or `\r` (prefix included).
+    /// An empty name, or one with `|`, `=`, a space, `\n` or `\r` (prefix included).
     #[error("invalid metric name {0:?}: it must be non-empty without |, space, newline or carriage return")]
     Name(String),
     /// An empty tag key, or a key or value with `|`, `=`, a space, `\n` or `\r`.
@@ -123,7 +123,7 @@ pub struct Client {
 }
 
 fn bad_name(s: &str) -> bool {
-    s.contains(['|', ' ', '\n', '\r'])
+    s.contains(['|', '=', ' ', '\n', '\r'])
 }
 
 fn bad_tag_part(s: &str) -> bool {
@@ -552,6 +552,7 @@ mod tests {
         assert!(matches!(c.counter("", 1.0, &[]), Err(Error::Name(_))));
         assert!(matches!(c.counter("a b", 1.0, &[]), Err(Error::Name(_))));
         assert!(matches!(c.counter("a|b", 1.0, &[]), Err(Error::Name(_))));
+        assert!(matches!(c.counter("a=b", 1.0, &[]), Err(Error::Name(_))));
         assert!(matches!(
             c.counter("a", 1.0, &[("", "v")]),
             Err(Error::Tag(_))

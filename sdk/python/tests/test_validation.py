@@ -14,7 +14,7 @@ from sonde_client import (
 )
 from sonde_test_support import msg
 
-BAD_NAME_CHARS = ["|", " ", "\n", "\r"]
+BAD_NAME_CHARS = ["|", "=", " ", "\n", "\r"]
 BAD_TAG_CHARS = ["|", "=", " ", "\n", "\r"]
 
 

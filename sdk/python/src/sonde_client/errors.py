@@ -22,7 +22,7 @@ class ValidationError(ValueError):
 
 
 class InvalidNameError(ValidationError):
-    """A metric name or client prefix that is empty or contains ``|``, a space, ``\\n`` or ``\\r``."""
+    """A metric name or client prefix that is empty or contains ``|``, ``=``, a space, ``\\n`` or ``\\r``."""
 
 
 class InvalidTagError(ValidationError):

@@ -65,7 +65,7 @@ _HEADS = {t: b"\x96\xa4emit" + bytes((0xA0 | len(t),)) + t.encode() for t in TYP
 # Characters that would break the framing of NAME or TAGS: the agent splits
 # tags on `|` and on spaces, and a newline would split a point in every
 # line-oriented output (console sink, logs).
-_BAD_NAME = re.compile(r"[| \n\r]")
+_BAD_NAME = re.compile(r"[|= \n\r]")
 _BAD_TAG = re.compile(r"[|= \n\r]")
 _BAD_TAG_TEXT = re.compile(r"[ \n\r]")
 
@@ -212,7 +212,7 @@ def check_name(name: object, what: str = "name") -> str:
     bad = _BAD_NAME.search(name)
     if bad is not None:
         raise InvalidNameError(
-            f"{what} {name!r} contains {bad.group()!r}; | space \\n and \\r are not allowed"
+            f"{what} {name!r} contains {bad.group()!r}; | = space \\n and \\r are not allowed"
         )
     return name
 

@@ -24,7 +24,7 @@ final class Validation {
             throw new IllegalArgumentException(
                     "metric name " + quote(name) + " contains " + describe(name.charAt(bad))
                             + " at index " + bad
-                            + "; names must not contain '|', a space, '\\n' or '\\r'");
+                            + "; names must not contain '|', '=', a space, '\\n' or '\\r'");
         }
     }
 
@@ -37,7 +37,7 @@ final class Validation {
             throw new IllegalArgumentException(
                     "prefix " + quote(prefix) + " contains " + describe(prefix.charAt(bad))
                             + " at index " + bad
-                            + "; a prefix must not contain '|', a space, '\\n' or '\\r'");
+                            + "; a prefix must not contain '|', '=', a space, '\\n' or '\\r'");
         }
     }
 
@@ -81,7 +81,7 @@ final class Validation {
     private static int forbiddenInName(String s) {
         for (int i = 0, n = s.length(); i < n; i++) {
             char c = s.charAt(i);
-            if (c == '|' || c == ' ' || c == '\n' || c == '\r') {
+            if (c == '|' || c == '=' || c == ' ' || c == '\n' || c == '\r') {
                 return i;
             }
         }

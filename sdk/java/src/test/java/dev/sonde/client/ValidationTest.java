@@ -32,7 +32,7 @@ class ValidationTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"a|b", "a b", "a\nb", "a\rb", "|", " lead", "trail "})
+    @ValueSource(strings = {"a|b", "a=b", "a b", "a\nb", "a\rb", "|", " lead", "trail "})
     void a_name_with_a_forbidden_character_is_rejected_by_every_emit(String name) {
         assertThrows(IllegalArgumentException.class, () -> client.counter(name, 1));
         assertThrows(IllegalArgumentException.class, () -> client.rateCounter(name, 1));
@@ -86,7 +86,7 @@ class ValidationTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"a|b", "a b", "a\nb", "a\rb"})
+    @ValueSource(strings = {"a|b", "a=b", "a b", "a\nb", "a\rb"})
     void a_prefix_with_a_forbidden_character_is_rejected(String prefix) {
         assertThrows(IllegalArgumentException.class, () -> SondeClient.builder().prefix(prefix));
     }
