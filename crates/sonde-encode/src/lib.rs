@@ -9,6 +9,7 @@
 //! * [`console`]: the same points for a person reading a terminal.
 //! * [`prometheus`]: the Prometheus text exposition format, names
 //!   sanitised to `[a-zA-Z0-9_:]`.
+//! * [`compress`]: zstd, gzip, snappy and lz4 for an encoded batch.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -22,6 +23,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod compress;
 pub mod console;
 pub mod json;
 pub mod prometheus;

@@ -1,0 +1,192 @@
+//! Encoding and compressing one realistic window.
+//!
+//! The batch is what a window of 2,000 series with three tags each
+//! produces: 40% counters (one point), 20% gauges (one point), 20% timers
+//! (ten points) and 20% histograms (default 17 bounds: 18 buckets, sum and
+//! count), about 8,000 points in all. `encode/*` turns it into bytes;
+//! `compress/*` compresses its JSON-lines form with each codec and level.
+//! Before the compress group runs, each codec's ratio on this batch is
+//! printed, for the table in docs/BENCHMARKS.md.
+//!
+//! ```sh
+//! cargo bench -p sonde-encode --bench encode
+//! ```
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use sonde_aggregate::{OutPoint, SeriesId, Suffix};
+use sonde_encode::compress::Compression;
+
+const SERIES: usize = 2_000;
+const TIMESTAMP: i64 = 1_763_800_200;
+const BOUNDS: [&str; 17] = [
+    "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "25", "50",
+    "100", "250", "500", "1000",
+];
+const TIMER: [Suffix; 10] = [
+    Suffix::Min,
+    Suffix::Max,
+    Suffix::Avg,
+    Suffix::Sum,
+    Suffix::Counter,
+    Suffix::Pct50,
+    Suffix::Pct90,
+    Suffix::Pct95,
+    Suffix::Pct99,
+    Suffix::Pct999,
+];
+
+/// A small deterministic generator, so every run benches the same bytes.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+
+    /// Values as metrics have them: small integers for counts, a few
+    /// decimals for latencies.
+    fn value(&mut self) -> f64 {
+        if self.next() % 2 == 0 {
+            (self.next() % 10_000) as f64
+        } else {
+            (self.next() % 1_000_000) as f64 / 1000.0
+        }
+    }
+}
+
+fn batch() -> Vec<OutPoint> {
+    let mut rng = Lcg(42);
+    let les: Vec<Arc<str>> = BOUNDS
+        .iter()
+        .copied()
+        .chain(["+Inf"])
+        .map(Arc::from)
+        .collect();
+    let mut points = Vec::new();
+    let mut push = |series: &Arc<SeriesId>, suffix, le: Option<&Arc<str>>, value, monotonic| {
+        points.push(OutPoint {
+            series: series.clone(),
+            suffix,
+            le: le.cloned(),
+            value,
+            timestamp: TIMESTAMP,
+            monotonic,
+        })
+    };
+    for i in 0..SERIES {
+        let kind = i % 10;
+        let family = [
+            "http.requests",
+            "queue.depth",
+            "db.query.latency",
+            "rpc.size",
+        ][match kind {
+            0..=3 => 0,
+            4 | 5 => 1,
+            6 | 7 => 2,
+            _ => 3,
+        }];
+        let series = Arc::new(SeriesId {
+            name: format!("svc{}.{family}", i % 7).into(),
+            tags: vec![
+                ("env".into(), "prod".into()),
+                ("host".into(), format!("web-{:03}", i % 200).into()),
+                ("region".into(), ["eu-west-1", "us-east-1"][i % 2].into()),
+            ]
+            .into(),
+        });
+        match kind {
+            0..=3 => push(&series, Suffix::None, None, rng.value(), true),
+            4 | 5 => push(&series, Suffix::None, None, rng.value(), false),
+            6 | 7 => {
+                for s in TIMER {
+                    push(&series, s, None, rng.value(), false);
+                }
+            }
+            _ => {
+                let mut cumulative = 0.0;
+                for le in &les {
+                    cumulative += (rng.next() % 100) as f64;
+                    push(&series, Suffix::Bucket, Some(le), cumulative, true);
+                }
+                push(&series, Suffix::Sum, None, rng.value(), true);
+                push(&series, Suffix::Count, None, cumulative, true);
+            }
+        }
+    }
+    points
+}
+
+fn encode(c: &mut Criterion) {
+    let points = batch();
+    let mut g = c.benchmark_group("encode");
+    g.throughput(Throughput::Elements(points.len() as u64));
+    let mut out = Vec::new();
+    g.bench_function("json_lines", |b| {
+        b.iter(|| {
+            out.clear();
+            sonde_encode::json::encode(black_box(&points), &mut out);
+        })
+    });
+    g.bench_function("prometheus_text", |b| {
+        b.iter(|| {
+            out.clear();
+            sonde_encode::prometheus::encode(black_box(&points), &mut out);
+        })
+    });
+    g.finish();
+}
+
+fn codecs() -> Vec<Compression> {
+    let mut v = vec![Compression::Snappy, Compression::Lz4];
+    v.extend([-1, 1, 3, 6, 9, 19].map(|level| Compression::Zstd { level }));
+    v.extend([1, 6, 9].map(|level| Compression::Gzip { level }));
+    v
+}
+
+fn compress(c: &mut Criterion) {
+    let points = batch();
+    let mut input = Vec::new();
+    sonde_encode::json::encode(&points, &mut input);
+    eprintln!(
+        "compress: {} points, {} bytes of JSON lines",
+        points.len(),
+        input.len()
+    );
+    let mut out = Vec::new();
+    for codec in codecs() {
+        out.clear();
+        codec.compress(&input, &mut out).unwrap();
+        eprintln!(
+            "compress: {codec}: {} bytes, ratio {:.1}",
+            out.len(),
+            input.len() as f64 / out.len() as f64
+        );
+    }
+    let mut g = c.benchmark_group("compress");
+    g.throughput(Throughput::Bytes(input.len() as u64));
+    for codec in codecs() {
+        let id = match codec {
+            Compression::Zstd { level } => BenchmarkId::new("zstd", level),
+            Compression::Gzip { level } => BenchmarkId::new("gzip", level),
+            other => BenchmarkId::new(other.name(), "default"),
+        };
+        g.bench_function(id, |b| {
+            b.iter(|| {
+                out.clear();
+                codec.compress(black_box(&input), &mut out).unwrap();
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, encode, compress);
+criterion_main!(benches);
