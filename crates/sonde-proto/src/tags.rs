@@ -17,11 +17,16 @@
 //! In both, empty segments (leading, trailing or doubled separators) are
 //! skipped, so `|a=1||b=2|` is two tags.
 //!
-//! [`split`] searches delimiters with `memchr`; [`split_scalar`] is the
-//! byte-at-a-time reference it is tested against.
+//! [`split`] finds the delimiters with the fastest [`Backend`] this CPU
+//! has, chosen at run time: a SIMD structural index (AVX2 or SSE2 on
+//! x86-64, NEON on aarch64) or, elsewhere, `memchr`. [`split_scalar`] is the
+//! byte-at-a-time reference that every backend is tested against.
 
 use crate::TagSyntax;
 use std::fmt;
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod index;
 
 /// One tag as byte offsets into the raw tag string it was split from.
 ///
@@ -77,6 +82,10 @@ impl std::error::Error for BadTags {}
 
 /// Clears `out` and appends one span per tag of `raw`, in input order.
 ///
+/// Uses [`Backend::detected`]; `out` is only grown, never shrunk, so a
+/// vector kept across calls stops allocating once it has held the most tags
+/// of any string.
+///
 /// # Errors
 ///
 /// [`BadTags`] if any tag breaks the rules of `syntax` (see the module doc)
@@ -87,10 +96,145 @@ pub fn split(raw: &[u8], syntax: TagSyntax, out: &mut Vec<TagSpan>) -> Result<()
     if u32::try_from(raw.len()).is_err() {
         return Err(BadTags);
     }
-    // One monomorphic loop per syntax keeps the delimiter search inlined.
-    match syntax {
-        TagSyntax::Msgpack => split_memchr::<true>(raw, out),
-        TagSyntax::DogStatsd => split_memchr::<false>(raw, out),
+    // SAFETY: `detected` only returns backends this CPU supports.
+    unsafe { run(Backend::detected(), raw, syntax, out) }
+}
+
+/// Same contract as [`split`], with the delimiter search of `backend`; for
+/// benchmarks and tests that compare the backends.
+///
+/// # Errors
+///
+/// Exactly those of [`split`].
+///
+/// # Panics
+///
+/// If `backend` is not [available](Backend::is_available) on this CPU.
+pub fn split_with(
+    backend: Backend,
+    raw: &[u8],
+    syntax: TagSyntax,
+    out: &mut Vec<TagSpan>,
+) -> Result<(), BadTags> {
+    assert!(
+        backend.is_available(),
+        "tag splitting backend {backend:?} is not supported by this CPU"
+    );
+    out.clear();
+    if u32::try_from(raw.len()).is_err() {
+        return Err(BadTags);
+    }
+    // SAFETY: checked just above.
+    unsafe { run(backend, raw, syntax, out) }
+}
+
+/// A delimiter search that [`split`] can use.
+///
+/// Only the variants of the target architecture exist; which of them this
+/// CPU supports is known at run time ([`Backend::is_available`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `memchr` for each separator: the portable fallback on architectures
+    /// without a SIMD backend here.
+    Memchr,
+    /// 16-byte SSE2 compares, four per 64-byte block (every x86-64 CPU).
+    #[cfg(target_arch = "x86_64")]
+    Sse2,
+    /// 32-byte AVX2 compares, two per 64-byte block; also needs BMI1 and
+    /// POPCNT, which every AVX2 CPU has.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// 16-byte NEON compares (every aarch64 CPU).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+}
+
+impl Backend {
+    /// Every backend compiled for this architecture, available or not.
+    pub const ALL: &'static [Backend] = &[
+        Backend::Memchr,
+        #[cfg(target_arch = "x86_64")]
+        Backend::Sse2,
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2,
+        #[cfg(target_arch = "aarch64")]
+        Backend::Neon,
+    ];
+
+    /// The fastest backend this CPU supports: the one [`split`] uses.
+    ///
+    /// Cheap enough to call per split: `is_x86_feature_detected!` caches
+    /// the CPUID result in a static after the first call.
+    #[inline]
+    pub fn detected() -> Backend {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Backend::Avx2.is_available() {
+                Backend::Avx2
+            } else {
+                Backend::Sse2
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            Backend::Neon
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            Backend::Memchr
+        }
+    }
+
+    /// Whether this CPU can run the backend.
+    pub fn is_available(self) -> bool {
+        match self {
+            Backend::Memchr => true,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Sse2 => true,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2 => {
+                std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("bmi1")
+                    && std::is_x86_feature_detected!("popcnt")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Backend::Neon => true,
+        }
+    }
+}
+
+/// Splits with `backend` into the already cleared `out`, for a `raw` known
+/// to fit `u32` offsets. One monomorphic function per backend and syntax
+/// keeps the delimiter search inlined into its loop.
+///
+/// # Safety
+///
+/// `backend` must be [available](Backend::is_available).
+#[inline]
+unsafe fn run(
+    backend: Backend,
+    raw: &[u8],
+    syntax: TagSyntax,
+    out: &mut Vec<TagSpan>,
+) -> Result<(), BadTags> {
+    let msgpack = syntax == TagSyntax::Msgpack;
+    match (backend, msgpack) {
+        (Backend::Memchr, true) => split_memchr::<true>(raw, out),
+        (Backend::Memchr, false) => split_memchr::<false>(raw, out),
+        #[cfg(target_arch = "x86_64")]
+        (Backend::Sse2, true) => index::split_sse2::<true>(raw, out),
+        #[cfg(target_arch = "x86_64")]
+        (Backend::Sse2, false) => index::split_sse2::<false>(raw, out),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller promises that the backend is available.
+        (Backend::Avx2, true) => unsafe { index::split_avx2::<true>(raw, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (Backend::Avx2, false) => unsafe { index::split_avx2::<false>(raw, out) },
+        #[cfg(target_arch = "aarch64")]
+        (Backend::Neon, true) => index::split_neon::<true>(raw, out),
+        #[cfg(target_arch = "aarch64")]
+        (Backend::Neon, false) => index::split_neon::<false>(raw, out),
     }
 }
 
@@ -121,8 +265,8 @@ fn split_memchr<const MSGPACK: bool>(raw: &[u8], out: &mut Vec<TagSpan>) -> Resu
 
 /// Same contract as [`split`], written as a plain byte-by-byte loop.
 ///
-/// Kept as the obviously correct reference that [`split`] (and any future
-/// SIMD version) is property-tested against; not meant for the hot path.
+/// Kept as the obviously correct reference that every [`Backend`] is
+/// tested against; not meant for the hot path.
 ///
 /// # Errors
 ///
@@ -187,17 +331,40 @@ mod tests {
 
     type Pairs = Vec<(String, String)>;
 
-    /// Runs both splitters, checks they agree, and returns the pairs as text.
+    /// The backends this CPU can run, each called directly.
+    fn backends() -> impl Iterator<Item = Backend> {
+        Backend::ALL.iter().copied().filter(|b| b.is_available())
+    }
+
+    /// Checks that [`split`] and every available backend give exactly what
+    /// [`split_scalar`] gives, spans and result, and returns the result.
+    fn agree(raw: &[u8], syntax: TagSyntax) -> Result<Vec<TagSpan>, BadTags> {
+        let mut expected = Vec::new();
+        let expected_result = split_scalar(raw, syntax, &mut expected);
+        let mut got = Vec::new();
+        let result = split(raw, syntax, &mut got);
+        assert_eq!(
+            (result, &got),
+            (expected_result, &expected),
+            "split, {syntax:?} {raw:?}"
+        );
+        for backend in backends() {
+            let result = split_with(backend, raw, syntax, &mut got);
+            assert_eq!(
+                (result, &got),
+                (expected_result, &expected),
+                "{backend:?}, {syntax:?} {:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+        expected_result.map(|()| expected)
+    }
+
+    /// Runs every splitter, checks they agree, and returns the pairs as text.
     fn pairs(raw: &str, syntax: TagSyntax) -> Result<Pairs, BadTags> {
-        let mut fast = Vec::new();
-        let mut scalar = Vec::new();
-        let fast_result = split(raw.as_bytes(), syntax, &mut fast);
-        let scalar_result = split_scalar(raw.as_bytes(), syntax, &mut scalar);
-        assert_eq!(fast_result, scalar_result, "{raw:?}");
-        assert_eq!(fast, scalar, "{raw:?}");
-        fast_result?;
+        let spans = agree(raw.as_bytes(), syntax)?;
         let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-        Ok(fast
+        Ok(spans
             .iter()
             .map(|s| (text(s.key(raw.as_bytes())), text(s.value(raw.as_bytes()))))
             .collect())
@@ -307,6 +474,99 @@ mod tests {
         assert_eq!(BadTags.to_string(), "tag string cannot be split");
     }
 
+    #[test]
+    fn a_simd_backend_is_available_and_tested_on_this_cpu() {
+        #[cfg(target_arch = "x86_64")]
+        assert!(backends().any(|b| b == Backend::Sse2));
+        #[cfg(target_arch = "aarch64")]
+        assert!(backends().any(|b| b == Backend::Neon));
+        assert!(Backend::detected().is_available());
+        assert!(backends().any(|b| b == Backend::detected()));
+    }
+
+    #[test]
+    fn backends_agree_with_one_delimiter_at_every_position_around_blocks() {
+        for len in [1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200] {
+            for at in 0..len {
+                for delimiter in *b"| =,:\n" {
+                    let mut raw = vec![b'a'; len];
+                    raw[at] = delimiter;
+                    for syntax in [TagSyntax::Msgpack, TagSyntax::DogStatsd] {
+                        let _ = agree(&raw, syntax);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn backends_agree_with_a_separator_and_a_key_value_separator_anywhere() {
+        // Covers tags that straddle one or two block boundaries with their
+        // `=` or `:` before, on, or after the boundary.
+        for len in [33, 70, 130] {
+            for sep_at in 0..len {
+                for kv_at in 0..len {
+                    let mut msgpack = vec![b'k'; len];
+                    let mut dogstatsd = vec![b'k'; len];
+                    msgpack[kv_at] = b'=';
+                    dogstatsd[kv_at] = b':';
+                    msgpack[sep_at] = b'|';
+                    dogstatsd[sep_at] = b',';
+                    let _ = agree(&msgpack, TagSyntax::Msgpack);
+                    let _ = agree(&dogstatsd, TagSyntax::DogStatsd);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn backends_agree_on_empty_strings_and_runs_of_separators() {
+        for len in 0..=140 {
+            for (fill, syntax) in [
+                (b'|', TagSyntax::Msgpack),
+                (b' ', TagSyntax::Msgpack),
+                (b',', TagSyntax::DogStatsd),
+            ] {
+                let raw = vec![fill; len];
+                assert_eq!(agree(&raw, syntax).map(|s| s.len()), Ok(0));
+            }
+        }
+    }
+
+    #[test]
+    fn backends_keep_equals_signs_inside_values_across_blocks() {
+        let value = "a=b".repeat(40);
+        let raw = format!("k={value}|j==|i= ");
+        assert_eq!(
+            pairs(&raw, TagSyntax::Msgpack),
+            expect(&[("k", &value), ("j", "="), ("i", "")])
+        );
+        let raw = format!("k:{}:x,j::", value.replace('=', ":"));
+        assert_eq!(pairs(&raw, TagSyntax::DogStatsd).map(|p| p.len()), Ok(2));
+    }
+
+    #[test]
+    fn backends_reject_a_bad_tag_at_every_position_keeping_the_tags_before_it() {
+        let good: Vec<String> = (0..24).map(|i| format!("key{i:02}=value_{i:04}")).collect();
+        for bad in ["urgent", "=v", "=", "x"] {
+            for at in 0..good.len() {
+                let mut list = good.clone();
+                list[at] = bad.to_string();
+                let raw = list.join("|");
+                let mut out = Vec::new();
+                let result = split(raw.as_bytes(), TagSyntax::Msgpack, &mut out);
+                assert_eq!((result, out.len()), (Err(BadTags), at), "{raw}");
+                assert_eq!(agree(raw.as_bytes(), TagSyntax::Msgpack), Err(BadTags));
+                let raw = list.join(",").replace('=', ":");
+                if bad.starts_with('=') {
+                    assert_eq!(agree(raw.as_bytes(), TagSyntax::DogStatsd), Err(BadTags));
+                } else {
+                    assert!(agree(raw.as_bytes(), TagSyntax::DogStatsd).is_ok());
+                }
+            }
+        }
+    }
+
     fn syntax() -> impl Strategy<Value = TagSyntax> {
         prop_oneof![Just(TagSyntax::Msgpack), Just(TagSyntax::DogStatsd)]
     }
@@ -320,22 +580,53 @@ mod tests {
                 Just(b'='),
                 Just(b','),
                 Just(b':'),
+                Just(b'\n'),
+                Just(b'a'),
                 Just(b'a'),
                 any::<u8>()
             ],
-            0..40,
+            0..300,
         )
     }
 
+    /// Realistic tags with a few delimiters thrown in, so that long valid
+    /// strings (many spans per block) are as common as early rejections.
+    fn mostly_valid_tags() -> impl Strategy<Value = (Vec<u8>, TagSyntax)> {
+        (
+            proptest::collection::vec(("[a-z]{0,9}", "[a-z=:]{0,12}"), 0..24),
+            prop_oneof![Just(("|", "=")), Just((" ", "=")), Just((",", ":"))],
+        )
+            .prop_map(|(list, (sep, kv))| {
+                let raw = list
+                    .iter()
+                    .map(|(k, v)| format!("{k}{kv}{v}"))
+                    .collect::<Vec<_>>()
+                    .join(sep);
+                let syntax = if kv == "=" {
+                    TagSyntax::Msgpack
+                } else {
+                    TagSyntax::DogStatsd
+                };
+                (raw.into_bytes(), syntax)
+            })
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
         #[test]
-        fn fast_and_scalar_splitters_agree_on_arbitrary_bytes(raw in tag_bytes(), syntax in syntax()) {
-            let mut fast = Vec::new();
-            let mut scalar = Vec::new();
-            let fast_result = split(&raw, syntax, &mut fast);
-            let scalar_result = split_scalar(&raw, syntax, &mut scalar);
-            prop_assert_eq!(fast_result, scalar_result);
-            prop_assert_eq!(fast, scalar);
+        fn every_backend_agrees_with_the_scalar_loop_on_arbitrary_bytes(
+            raw in tag_bytes(),
+            syntax in syntax(),
+        ) {
+            let _ = agree(&raw, syntax);
+        }
+
+        #[test]
+        fn every_backend_agrees_with_the_scalar_loop_on_mostly_valid_tags(
+            (raw, syntax) in mostly_valid_tags(),
+        ) {
+            let _ = agree(&raw, syntax);
         }
 
         #[test]
