@@ -10,8 +10,8 @@ use sonde_io::addr::ListenAddr;
 use sonde_loadgen::shape::{Mix, Protocol, Shape};
 use sonde_loadgen::{Load, Target};
 
-use crate::config::HumanDuration;
 use crate::send::Wire;
+use sonde::config::HumanDuration;
 
 /// Arguments of `sonde bench`.
 #[derive(Args, Debug)]

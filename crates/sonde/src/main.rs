@@ -1,7 +1,6 @@
 //! `sonde`: the host telemetry agent's command line.
 
 mod bench;
-mod config;
 mod run;
 mod send;
 
@@ -21,6 +20,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use sonde::config;
 
 /// sonde: a host telemetry agent. Receives metrics over msgpack
 /// (metricserver2) and StatsD, aggregates them per window, writes them out.

@@ -21,7 +21,7 @@ use sonde_io::receiver;
 use sonde_io::sink::{self, Console, Exposition, PrometheusExporter};
 use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
 
-use crate::config::{Config, SinkSection};
+use sonde::config::{Config, SinkSection};
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
