@@ -55,15 +55,62 @@ fn value_of(index: i32) -> f64 {
     2.0 * m.gamma.powi(index) / (m.gamma + 1.0)
 }
 
-/// Contiguous bucket weights for one sign.
+/// Bucket weights for one sign.
+///
+/// # Design
+///
+/// A timer series usually sees a few dozen samples per window spread over
+/// hundreds of buckets (1 ms to 1 s spans 383 of them), so a contiguous
+/// array would be mostly zeros: 3 KiB for 25 samples. The store starts
+/// sparse, `(index, weight)` pairs sorted by index (16 bytes per occupied
+/// bucket, a binary search per sample), and turns contiguous once that is
+/// no larger: when about half the spanned buckets are occupied.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Store {
+    /// Occupied buckets, ascending, while the store is sparse.
+    sparse: Vec<(i32, f64)>,
+    /// The index of `counts[0]` once dense.
     offset: i32,
+    /// Contiguous weights once dense; empty while sparse.
     counts: Vec<f64>,
 }
 
 impl Store {
+    fn is_dense(&self) -> bool {
+        !self.counts.is_empty()
+    }
+
     fn add(&mut self, index: i32, weight: f64) {
+        if self.is_dense() {
+            return self.add_dense(index, weight);
+        }
+        match self.sparse.binary_search_by_key(&index, |&(i, _)| i) {
+            Ok(at) => self.sparse[at].1 += weight,
+            Err(at) => {
+                self.sparse.insert(at, (index, weight));
+                let (lo, hi) = (self.sparse[0].0, self.sparse[self.sparse.len() - 1].0);
+                let span = i64::from(hi) - i64::from(lo) + 1;
+                // 16 bytes a pair against 8 a slot, with some slack so a
+                // handful of neighbouring samples stays sparse.
+                if 2 * self.sparse.len() as i64 >= span + 8 || span > MAX_BINS as i64 {
+                    self.densify();
+                }
+            }
+        }
+    }
+
+    /// Moves the sparse buckets into the contiguous array (which applies
+    /// the [`MAX_BINS`] collapse).
+    fn densify(&mut self) {
+        let sparse = std::mem::take(&mut self.sparse);
+        // Highest first, so the array is sized once and any collapse folds
+        // the lowest buckets.
+        for &(i, w) in sparse.iter().rev() {
+            self.add_dense(i, w);
+        }
+    }
+
+    fn add_dense(&mut self, index: i32, weight: f64) {
         if self.counts.is_empty() {
             self.offset = index;
             self.counts.push(weight);
@@ -102,16 +149,42 @@ impl Store {
         self.counts[(index - self.offset) as usize] += weight;
     }
 
+    /// Occupied buckets as `(index, weight)`, ascending by index.
+    fn buckets(&self) -> impl DoubleEndedIterator<Item = (i32, f64)> + '_ {
+        let dense = self
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (self.offset + i as i32, w));
+        self.sparse
+            .iter()
+            .copied()
+            .chain(dense)
+            .filter(|&(_, w)| w != 0.0)
+    }
+
     fn merge(&mut self, other: &Store) {
-        for (i, &w) in other.counts.iter().enumerate() {
-            if w != 0.0 {
-                self.add(other.offset + i as i32, w);
-            }
+        for (i, w) in other.buckets() {
+            self.add(i, w);
         }
+    }
+
+    /// Empties the store, keeping its allocations for the next window.
+    fn clear(&mut self) {
+        self.sparse.clear();
+        self.counts.clear();
+        self.offset = 0;
     }
 
     fn heap_bytes(&self) -> usize {
         self.counts.capacity() * std::mem::size_of::<f64>()
+            + self.sparse.capacity() * std::mem::size_of::<(i32, f64)>()
+    }
+
+    /// Occupied bucket slots (sparse pairs or the contiguous length).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.sparse.len() + self.counts.len()
     }
 }
 
@@ -208,10 +281,10 @@ impl Sketch {
         let target = q.clamp(0.0, 1.0) * self.count * (1.0 - 1e-12);
         let mut seen = 0.0;
         // Ascending order: most negative first (highest negative index).
-        for (i, &w) in self.negative.counts.iter().enumerate().rev() {
+        for (i, w) in self.negative.buckets().rev() {
             seen += w;
             if w > 0.0 && seen >= target {
-                let v = -value_of(self.negative.offset + i as i32);
+                let v = -value_of(i);
                 return Some(v.clamp(self.min, self.max));
             }
         }
@@ -219,14 +292,25 @@ impl Sketch {
         if self.zero > 0.0 && seen >= target {
             return Some(0.0f64.clamp(self.min, self.max));
         }
-        for (i, &w) in self.positive.counts.iter().enumerate() {
+        for (i, w) in self.positive.buckets() {
             seen += w;
             if w > 0.0 && seen >= target {
-                let v = value_of(self.positive.offset + i as i32);
+                let v = value_of(i);
                 return Some(v.clamp(self.min, self.max));
             }
         }
         Some(self.max)
+    }
+
+    /// Forgets every sample, keeping the allocations for reuse.
+    pub fn clear(&mut self) {
+        self.positive.clear();
+        self.negative.clear();
+        *self = Sketch {
+            positive: std::mem::take(&mut self.positive),
+            negative: std::mem::take(&mut self.negative),
+            ..Sketch::default()
+        };
     }
 
     /// Bytes this sketch holds on the heap.
@@ -305,13 +389,60 @@ mod tests {
             values.push(v);
             v *= 1.001;
         }
-        assert!(s.positive.counts.len() <= MAX_BINS);
+        assert!(s.positive.len() <= MAX_BINS);
         assert!(s.heap_bytes() <= 2 * MAX_BINS * 8);
         // The top 10^8 of the range keeps its accuracy (p90 is ~8e9 here);
         // only quantiles below the collapsed floor lose it.
         for q in [0.9, 0.99, 0.999] {
             assert_close(s.quantile(q).unwrap(), nearest_rank(&values, q));
         }
+    }
+
+    #[test]
+    fn a_few_samples_over_a_wide_range_take_a_few_hundred_bytes() {
+        let mut s = Sketch::default();
+        for k in 0..25 {
+            s.add(f64::from(k * 37 % 1000 + 1), 1.0);
+        }
+        // 25 occupied buckets of the 383 between 1 and 1000: sparse.
+        assert!(s.heap_bytes() <= 32 * 16, "{} bytes", s.heap_bytes());
+        assert_eq!(s.count(), 25.0);
+        assert_close(s.quantile(0.5).unwrap(), 445.0);
+    }
+
+    #[test]
+    fn a_dense_range_turns_contiguous_and_keeps_its_quantiles() {
+        let mut s = Sketch::default();
+        let values: Vec<f64> = (1..=2000).map(f64::from).collect();
+        for &v in &values {
+            s.add(v, 1.0);
+        }
+        assert!(s.positive.is_dense());
+        // 1 to 2000 spans 420 buckets; the array may have grown by doubling.
+        assert!(s.heap_bytes() <= 2 * 420 * 8, "{} bytes", s.heap_bytes());
+        for q in [0.01, 0.5, 0.99] {
+            assert_close(s.quantile(q).unwrap(), nearest_rank(&values, q));
+        }
+    }
+
+    #[test]
+    fn a_cleared_sketch_is_empty_and_keeps_its_memory() {
+        let mut s = Sketch::default();
+        for v in [1.0, 50.0, -3.0, 0.0] {
+            s.add(v, 1.0);
+        }
+        let bytes = s.heap_bytes();
+        s.clear();
+        assert_eq!(s, {
+            let mut e = Sketch::default();
+            e.positive.sparse = s.positive.sparse.clone();
+            e.negative.sparse = s.negative.sparse.clone();
+            e
+        });
+        assert_eq!((s.count(), s.quantile(0.5)), (0.0, None));
+        assert_eq!(s.heap_bytes(), bytes);
+        s.add(7.0, 1.0);
+        assert_close(s.quantile(1.0).unwrap(), 7.0);
     }
 
     #[test]
