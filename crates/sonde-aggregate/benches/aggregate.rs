@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use sonde_aggregate::{AggregateConfig, Aggregator, Shard};
+use sonde_aggregate::{AggregateConfig, Aggregator, Batch, Shard};
 use sonde_proto::{statsd, DropReason, Kind, Point, PointSink, TagSyntax, Value};
 
 struct Names {
@@ -142,13 +142,13 @@ fn flush(c: &mut Criterion) {
             }
             shard
         };
-        let mut out = Vec::new();
+        let mut out = Batch::new(0);
         agg.absorb(&mut fill());
         agg.flush(0, 10.0, &mut out);
         b.iter_batched(
             fill,
             |mut shard| {
-                out.clear();
+                out = Batch::new(0);
                 agg.absorb(&mut shard);
                 agg.flush(0, 10.0, &mut out);
                 out.len()

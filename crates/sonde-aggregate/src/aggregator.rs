@@ -8,8 +8,8 @@ use hashbrown::HashTable;
 use sonde_proto::Kind;
 
 use crate::config::AggregateConfig;
-use crate::key::{self, KIND_TS_SUM};
-use crate::point::{OutPoint, SeriesId, Suffix};
+use crate::key::KIND_TS_SUM;
+use crate::point::{Batch, Shape};
 use crate::shard::{Agg, HistogramWindow, Shard};
 
 /// Totals that persist across windows.
@@ -28,8 +28,8 @@ enum Persist {
 #[derive(Debug)]
 struct Series {
     hash: u64,
-    key: Box<[u8]>,
-    id: Arc<SeriesId>,
+    /// Shared with every output group of the series, never copied per point.
+    key: Arc<[u8]>,
     /// The flush number that last saw data for this series.
     last_seen: u64,
     persist: Persist,
@@ -55,78 +55,14 @@ pub struct Aggregator {
     flushes: u64,
 }
 
-struct Emitter<'a> {
-    out: &'a mut Vec<OutPoint>,
-    non_finite: usize,
-}
-
-impl Emitter<'_> {
-    fn push(
-        &mut self,
-        series: &Arc<SeriesId>,
-        suffix: Suffix,
-        value: f64,
-        ts: i64,
-        monotonic: bool,
-    ) {
-        self.push_le(series, suffix, None, value, ts, monotonic);
-    }
-
-    fn push_le(
-        &mut self,
-        series: &Arc<SeriesId>,
-        suffix: Suffix,
-        le: Option<&Arc<str>>,
-        value: f64,
-        timestamp: i64,
-        monotonic: bool,
-    ) {
-        if !value.is_finite() {
-            self.non_finite += 1;
-            return;
-        }
-        self.out.push(OutPoint {
-            series: Arc::clone(series),
-            suffix,
-            le: le.cloned(),
-            value,
-            timestamp,
-            monotonic,
-        });
-    }
-
-    fn histogram(&mut self, series: &Arc<SeriesId>, h: &HistogramWindow, ts: i64) {
-        let mut cumulative = 0;
-        for (count, label) in h.counts.iter().zip(h.bounds.labels.iter()) {
-            cumulative += count;
-            self.push_le(
-                series,
-                Suffix::Bucket,
-                Some(label),
-                cumulative as f64,
-                ts,
-                true,
-            );
-        }
-        self.push(series, Suffix::Sum, h.sum, ts, true);
-        self.push(series, Suffix::Count, h.count as f64, ts, true);
-    }
-}
-
-fn series_id(key: &[u8]) -> SeriesId {
-    // Keys come from `KeyBuilder` and were UTF-8 checked when the worker
-    // stored them, so the lossy conversion never replaces anything.
-    let text = |b: &[u8]| -> Box<str> { String::from_utf8_lossy(b).into() };
-    match key::decode(key) {
-        Some(d) => SeriesId {
-            name: text(d.name),
-            tags: d.tags.iter().map(|(k, v)| (text(k), text(v))).collect(),
-        },
-        None => SeriesId {
-            name: text(key),
-            tags: Box::default(),
-        },
-    }
+fn push_histogram(out: &mut Batch, key: &Arc<[u8]>, h: &HistogramWindow, ts: i64) {
+    let mut cumulative = 0;
+    let buckets = h.counts.iter().map(move |c| {
+        cumulative += c;
+        cumulative as f64
+    });
+    let values = buckets.chain([h.sum, h.count as f64]);
+    out.push(key, Shape::Histogram, Some(&h.bounds.labels), ts, values);
 }
 
 impl Aggregator {
@@ -153,18 +89,13 @@ impl Aggregator {
 
     /// Closes the window that started at `window_start` and lasted
     /// `window_secs`, appending its points to `out`, and expires idle series.
-    pub fn flush(
-        &mut self,
-        window_start: i64,
-        window_secs: f64,
-        out: &mut Vec<OutPoint>,
-    ) -> FlushStats {
+    pub fn flush(&mut self, window_start: i64, window_secs: f64, out: &mut Batch) -> FlushStats {
         self.flushes += 1;
         let now = self.flushes;
-        let mut emit = Emitter { out, non_finite: 0 };
+        let non_finite_before = out.non_finite();
         for entry in self.window.drain() {
             let kind = entry.key[0];
-            let series = match self.series.find_mut(entry.hash, |s| s.key == entry.key) {
+            let series = match self.series.find_mut(entry.hash, |s| *s.key == *entry.key) {
                 Some(s) => s,
                 None => {
                     let persist = match (Kind::from_u8(kind), &entry.agg) {
@@ -179,15 +110,13 @@ impl Aggregator {
                         }
                         _ => Persist::Nothing,
                     };
-                    let id = Arc::new(series_id(&entry.key));
                     let hash = entry.hash;
                     self.series
                         .insert_unique(
                             hash,
                             Series {
                                 hash,
-                                key: entry.key,
-                                id,
+                                key: entry.key.into(),
                                 last_seen: now,
                                 persist,
                             },
@@ -197,35 +126,39 @@ impl Aggregator {
                 }
             };
             series.last_seen = now;
-            let id = &series.id;
+            let id = &series.key;
             let ts = window_start;
             match (Kind::from_u8(kind), entry.agg, &mut series.persist) {
                 (Some(Kind::Counter), Agg::Sum(v), Persist::Total(t)) => *t += v,
                 (Some(Kind::Meter), Agg::Sum(v), Persist::Total(t)) => {
                     *t += v;
-                    emit.push(id, Suffix::Rate, v / window_secs, ts, false);
+                    out.push(id, Shape::Rate, None, ts, [v / window_secs]);
                 }
                 (Some(Kind::RateCounter), Agg::Sum(v), _) => {
-                    emit.push(id, Suffix::None, v / window_secs, ts, false)
+                    out.push(id, Shape::Plain, None, ts, [v / window_secs])
                 }
-                (Some(Kind::Count), Agg::Sum(v), _) => emit.push(id, Suffix::None, v, ts, false),
-                (Some(Kind::Store), Agg::Last(v), _) => emit.push(id, Suffix::None, v, ts, false),
+                (Some(Kind::Count), Agg::Sum(v), _) => out.push(id, Shape::Plain, None, ts, [v]),
+                (Some(Kind::Store), Agg::Last(v), _) => out.push(id, Shape::Plain, None, ts, [v]),
                 (Some(Kind::Gauge), Agg::Gauge { set, delta }, Persist::Gauge(g)) => {
                     *g = set.unwrap_or(*g + delta);
                 }
                 (Some(Kind::Timer), Agg::Timer(s), _) => {
                     let n = s.count();
                     let q = |q| s.quantile(q).unwrap_or(0.0);
-                    emit.push(id, Suffix::Min, s.min().unwrap_or(0.0), ts, false);
-                    emit.push(id, Suffix::Max, s.max().unwrap_or(0.0), ts, false);
-                    emit.push(id, Suffix::Avg, s.sum() / n, ts, false);
-                    emit.push(id, Suffix::Sum, s.sum(), ts, false);
-                    emit.push(id, Suffix::Counter, n, ts, false);
-                    emit.push(id, Suffix::Pct50, q(0.5), ts, false);
-                    emit.push(id, Suffix::Pct90, q(0.9), ts, false);
-                    emit.push(id, Suffix::Pct95, q(0.95), ts, false);
-                    emit.push(id, Suffix::Pct99, q(0.99), ts, false);
-                    emit.push(id, Suffix::Pct999, q(0.999), ts, false);
+                    // The order of `point::TIMER_SUFFIXES`.
+                    let values = [
+                        s.min().unwrap_or(0.0),
+                        s.max().unwrap_or(0.0),
+                        s.sum() / n,
+                        s.sum(),
+                        n,
+                        q(0.5),
+                        q(0.9),
+                        q(0.95),
+                        q(0.99),
+                        q(0.999),
+                    ];
+                    out.push(id, Shape::Timer, None, ts, values);
                 }
                 (Some(Kind::Histogram), Agg::Histogram(w), Persist::Histogram(total))
                     if total.counts.len() == w.counts.len() =>
@@ -233,16 +166,16 @@ impl Aggregator {
                     total.merge(&w)
                 }
                 (Some(Kind::Set), Agg::Set(members), _) => {
-                    emit.push(id, Suffix::None, members.len() as f64, ts, false)
+                    out.push(id, Shape::Plain, None, ts, [members.len() as f64])
                 }
                 (Some(Kind::TsStore), Agg::Ts(points), _) => {
                     for (t, v) in points {
-                        emit.push(id, Suffix::None, v, t, false);
+                        out.push(id, Shape::Plain, None, t, [v]);
                     }
                 }
                 (None, Agg::Ts(points), _) if kind == KIND_TS_SUM => {
                     for (t, v) in points {
-                        emit.push(id, Suffix::None, v, t, false);
+                        out.push(id, Shape::Plain, None, t, [v]);
                     }
                 }
                 _ => {}
@@ -262,20 +195,20 @@ impl Aggregator {
             match &s.persist {
                 Persist::Nothing => {}
                 Persist::Total(t) => {
-                    emit.push(&s.id, Suffix::None, *t, ts, true);
+                    out.push(&s.key, Shape::Total, None, ts, [*t]);
                     if idle > 0 && s.key[0] == Kind::Meter as u8 {
-                        emit.push(&s.id, Suffix::Rate, 0.0, ts, false);
+                        out.push(&s.key, Shape::Rate, None, ts, [0.0]);
                     }
                 }
-                Persist::Gauge(g) => emit.push(&s.id, Suffix::None, *g, ts, false),
-                Persist::Histogram(h) => emit.histogram(&s.id, h, ts),
+                Persist::Gauge(g) => out.push(&s.key, Shape::Plain, None, ts, [*g]),
+                Persist::Histogram(h) => push_histogram(out, &s.key, h, ts),
             }
             true
         });
         FlushStats {
             series: self.series.len(),
             expired,
-            non_finite: emit.non_finite,
+            non_finite: out.non_finite() - non_finite_before,
         }
     }
 }
@@ -309,9 +242,9 @@ mod tests {
     }
 
     fn flush(agg: &mut Aggregator, start: i64) -> BTreeMap<String, f64> {
-        let mut out = Vec::new();
+        let mut out = Batch::new(start);
         agg.flush(start, 10.0, &mut out);
-        out.iter()
+        out.points()
             .map(|p| {
                 let mut n = p.name();
                 if let Some(le) = &p.le {
@@ -472,9 +405,9 @@ mod tests {
             .unwrap();
         }
         agg.absorb(&mut w);
-        let mut out = Vec::new();
+        let mut out = Batch::new(0);
         agg.flush(0, 10.0, &mut out);
-        let got: Vec<(i64, f64)> = out.iter().map(|p| (p.timestamp, p.value)).collect();
+        let got: Vec<(i64, f64)> = out.points().map(|p| (p.timestamp, p.value)).collect();
         assert_eq!(got, vec![(100, 3.0), (200, 2.0)]);
     }
 
@@ -486,7 +419,7 @@ mod tests {
         rec(&mut w, Kind::Count, "big", Value::Number(f64::MAX));
         rec(&mut w, Kind::Count, "big", Value::Number(f64::MAX));
         agg.absorb(&mut w);
-        let mut out = Vec::new();
+        let mut out = Batch::new(0);
         let stats = agg.flush(0, 10.0, &mut out);
         assert!(out.is_empty());
         assert_eq!(stats.non_finite, 1);

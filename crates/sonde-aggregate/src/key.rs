@@ -76,6 +76,33 @@ impl KeyBuilder {
     }
 }
 
+/// Lays out the key of a series from tags already split, sorting them.
+/// For tests and tools; the receive path uses [`KeyBuilder::build`].
+///
+/// # Panics
+///
+/// When a name, tag or the tag count exceeds 65535 bytes.
+pub fn encode(kind: u8, name: &str, tags: &[(&str, &str)]) -> Vec<u8> {
+    let mut sorted = tags.to_vec();
+    sorted.sort_unstable();
+    let mut buf = vec![kind];
+    let len = |n: usize| {
+        u16::try_from(n)
+            .expect("field over 65535 bytes")
+            .to_le_bytes()
+    };
+    buf.extend_from_slice(&len(name.len()));
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(&len(sorted.len()));
+    for (k, v) in sorted {
+        buf.extend_from_slice(&len(k.len()));
+        buf.extend_from_slice(k.as_bytes());
+        buf.extend_from_slice(&len(v.len()));
+        buf.extend_from_slice(v.as_bytes());
+    }
+    buf
+}
+
 /// Hashes a key. One fixed seed per process, so hashes computed on any
 /// worker agree when shards are merged.
 pub fn hash(key: &[u8]) -> u64 {
@@ -100,25 +127,36 @@ pub struct Decoded<'a> {
     pub tags: Vec<(&'a [u8], &'a [u8])>,
 }
 
+/// Takes one length-prefixed field off the front of `rest`.
+pub(crate) fn take_field<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let (len, tail) = rest.split_first_chunk::<2>()?;
+    let len = usize::from(u16::from_le_bytes(*len));
+    let (field, tail) = tail.split_at_checked(len)?;
+    *rest = tail;
+    Some(field)
+}
+
+/// A key's name and its tag section (the pairs after the tag count), or
+/// `None` when the key is too short for its own length prefixes.
+pub(crate) fn split_name(key: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (_kind, mut rest) = key.split_first()?;
+    let name = take_field(&mut rest)?;
+    let (_count, tags) = rest.split_first_chunk::<2>()?;
+    Some((name, tags))
+}
+
 /// Splits a key built by [`KeyBuilder::build`]. Returns `None` for bytes
 /// that are not such a key.
 pub fn decode(key: &[u8]) -> Option<Decoded<'_>> {
-    fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
-        let (len, tail) = rest.split_first_chunk::<2>()?;
-        let len = usize::from(u16::from_le_bytes(*len));
-        let (field, tail) = tail.split_at_checked(len)?;
-        *rest = tail;
-        Some(field)
-    }
     let (&kind, mut rest) = key.split_first()?;
-    let name = take(&mut rest)?;
+    let name = take_field(&mut rest)?;
     let (count, tail) = rest.split_first_chunk::<2>()?;
     rest = tail;
     let count = u16::from_le_bytes(*count);
     let mut tags = Vec::with_capacity(usize::from(count));
     for _ in 0..count {
-        let k = take(&mut rest)?;
-        let v = take(&mut rest)?;
+        let k = take_field(&mut rest)?;
+        let v = take_field(&mut rest)?;
         tags.push((k, v));
     }
     rest.is_empty().then_some(Decoded { kind, name, tags })
@@ -183,6 +221,16 @@ mod tests {
             d.tags,
             vec![(&b"a"[..], &b"b"[..]), (b"urgent", b""), (b"z", b"1")]
         );
+    }
+
+    #[test]
+    fn encoding_split_tags_gives_the_key_the_receive_path_builds() {
+        let mut b = KeyBuilder::default();
+        let built = b
+            .build(3, b"m", b"z=1|a=b", TagSyntax::Msgpack)
+            .unwrap()
+            .to_vec();
+        assert_eq!(encode(3, "m", &[("z", "1"), ("a", "b")]), built);
     }
 
     #[test]

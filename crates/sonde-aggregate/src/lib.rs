@@ -7,12 +7,12 @@
 //!   parsed point (no lock, no allocation unless the series is new);
 //! * at a window boundary the worker hands its shard to the flusher, which
 //!   calls [`Aggregator::absorb`] for each and then [`Aggregator::flush`];
-//! * `flush` appends [`OutPoint`]s, whose meaning per metric type is the
-//!   table in ARCHITECTURE.md ("Metric semantics").
+//! * `flush` fills a [`Batch`], whose [`OutPoint`]s mean what the table in
+//!   ARCHITECTURE.md ("Metric semantics") says per metric type.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use sonde_aggregate::{AggregateConfig, Aggregator, Shard};
+//! use sonde_aggregate::{AggregateConfig, Aggregator, Batch, Shard};
 //! use sonde_proto::{Kind, Point, TagSyntax, Value};
 //!
 //! let config = Arc::new(AggregateConfig::default());
@@ -31,10 +31,11 @@
 //!
 //! let mut agg = Aggregator::new(config);
 //! agg.absorb(&mut shard);
-//! let mut out = Vec::new();
+//! let mut out = Batch::new(1_763_800_200);
 //! agg.flush(1_763_800_200, 30.0, &mut out);
-//! assert_eq!(out[0].name(), "web.requests");
-//! assert_eq!(out[0].value, 4.0);
+//! let p = out.points().next().unwrap();
+//! assert_eq!(p.name(), "web.requests");
+//! assert_eq!(p.value, 4.0);
 //! ```
 #![deny(missing_docs)]
 
@@ -47,5 +48,5 @@ pub mod sketch;
 
 pub use aggregator::{Aggregator, FlushStats};
 pub use config::{AggregateConfig, Bounds, HistogramBuckets};
-pub use point::{Batch, OutPoint, SeriesId, Suffix};
+pub use point::{Batch, OutPoint, SeriesRef, Shape, Suffix};
 pub use shard::Shard;

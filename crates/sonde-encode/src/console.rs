@@ -32,7 +32,7 @@ pub fn write_time(out: &mut Vec<u8>, unix: i64) {
 }
 
 /// Appends one line per point to `out`.
-pub fn encode(points: &[OutPoint], out: &mut Vec<u8>) {
+pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<u8>) {
     let mut name = String::new();
     for p in points {
         write_time(out, p.timestamp);
@@ -60,16 +60,17 @@ pub fn encode(points: &[OutPoint], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_aggregate::{SeriesId, Suffix};
-    use std::sync::Arc;
+    use sonde_aggregate::{SeriesRef, Suffix};
+
+    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
+        let key = sonde_aggregate::key::encode(0, name, tags);
+        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
+    }
 
     #[test]
     fn a_point_reads_as_time_name_tags_value() {
         let p = OutPoint {
-            series: Arc::new(SeriesId {
-                name: "web.api.latency".into(),
-                tags: vec![("dc".into(), "x".into()), ("host".into(), "a".into())].into(),
-            }),
+            series: series("web.api.latency", &[("dc", "x"), ("host", "a")]),
             suffix: Suffix::Pct99,
             le: None,
             value: 12.5,
@@ -77,7 +78,7 @@ mod tests {
             monotonic: false,
         };
         let mut out = Vec::new();
-        encode(&[p], &mut out);
+        encode([p], &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "2025-11-22T08:30:00Z web.api.latency.pct99{dc=x,host=a} 12.5\n"

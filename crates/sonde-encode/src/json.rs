@@ -11,7 +11,7 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Appends one line per point to `out`.
-pub fn encode(points: &[OutPoint], out: &mut Vec<u8>) {
+pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<u8>) {
     let mut name = String::new();
     for p in points {
         name.clear();
@@ -40,29 +40,26 @@ pub fn encode(points: &[OutPoint], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_aggregate::{SeriesId, Suffix};
-    use std::sync::Arc;
+    use sonde_aggregate::{SeriesRef, Suffix};
+
+    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
+        let key = sonde_aggregate::key::encode(0, name, tags);
+        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
+    }
 
     #[test]
     fn lines_match_the_contract_byte_for_byte() {
-        let series = Arc::new(SeriesId {
-            name: "h".into(),
-            tags: vec![("dc".into(), "x\"y".into()), ("host".into(), "a".into())].into(),
-        });
         let points = [
             OutPoint {
-                series: Arc::clone(&series),
+                series: series("h", &[("dc", "x\"y"), ("host", "a")]),
                 suffix: Suffix::Bucket,
-                le: Some("+Inf".into()),
+                le: Some("+Inf"),
                 value: 3.0,
                 timestamp: 1763800200,
                 monotonic: true,
             },
             OutPoint {
-                series: Arc::new(SeriesId {
-                    name: "plain".into(),
-                    tags: Box::default(),
-                }),
+                series: series("plain", &[]),
                 suffix: Suffix::None,
                 le: None,
                 value: -0.5,
@@ -71,7 +68,7 @@ mod tests {
             },
         ];
         let mut out = Vec::new();
-        encode(&points, &mut out);
+        encode(points, &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"name\":\"h.bucket\",\"tags\":{\"dc\":\"x\\\"y\",\"host\":\"a\",\"le\":\"+Inf\"},\"value\":3,\"timestamp\":1763800200}\n\

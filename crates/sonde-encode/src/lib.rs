@@ -12,13 +12,13 @@
 //! * [`compress`]: zstd, gzip, snappy and lz4 for an encoded batch.
 //!
 //! ```
-//! use std::sync::Arc;
-//! use sonde_aggregate::{OutPoint, SeriesId, Suffix};
+//! use sonde_aggregate::{key, OutPoint, SeriesRef, Suffix};
 //!
-//! let series = Arc::new(SeriesId { name: "web.api.latency".into(), tags: vec![("host".into(), "a".into())].into() });
+//! let key = key::encode(0, "web.api.latency", &[("host", "a")]);
+//! let series = SeriesRef::from_key(&key).unwrap();
 //! let p = OutPoint { series, suffix: Suffix::Pct99, le: None, value: 12.5, timestamp: 1763800200, monotonic: false };
 //! let mut out = Vec::new();
-//! sonde_encode::json::encode(&[p], &mut out);
+//! sonde_encode::json::encode([p], &mut out);
 //! assert_eq!(out, b"{\"name\":\"web.api.latency.pct99\",\"tags\":{\"host\":\"a\"},\"value\":12.5,\"timestamp\":1763800200}\n");
 //! ```
 #![deny(missing_docs)]

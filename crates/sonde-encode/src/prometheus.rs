@@ -46,9 +46,9 @@ fn escape_value(v: &str, out: &mut Vec<u8>) {
 
 /// Appends the exposition of `points` to `out`, one `# TYPE` line per
 /// metric name with all of its samples after it.
-pub fn encode(points: &[OutPoint], out: &mut Vec<u8>) {
-    let mut named: Vec<(String, &OutPoint)> = points
-        .iter()
+pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<u8>) {
+    let mut named: Vec<(String, OutPoint<'a>)> = points
+        .into_iter()
         .map(|p| {
             let mut s = String::new();
             sanitize_name(&p.name(), &mut s);
@@ -90,8 +90,12 @@ pub fn encode(points: &[OutPoint], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_aggregate::{SeriesId, Suffix};
-    use std::sync::Arc;
+    use sonde_aggregate::{SeriesRef, Suffix};
+
+    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
+        let key = sonde_aggregate::key::encode(0, name, tags);
+        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
+    }
 
     fn point(
         name: &str,
@@ -99,15 +103,9 @@ mod tests {
         suffix: Suffix,
         value: f64,
         monotonic: bool,
-    ) -> OutPoint {
+    ) -> OutPoint<'static> {
         OutPoint {
-            series: Arc::new(SeriesId {
-                name: name.into(),
-                tags: tags
-                    .iter()
-                    .map(|(k, v)| ((*k).into(), (*v).into()))
-                    .collect(),
-            }),
+            series: series(name, tags),
             suffix,
             le: None,
             value,
@@ -124,7 +122,7 @@ mod tests {
             point("web.hits", &[("host", "b")], Suffix::None, 4.0, true),
         ];
         let mut out = Vec::new();
-        encode(&points, &mut out);
+        encode(points, &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "# TYPE _9lives_x gauge\n\

@@ -136,11 +136,8 @@ impl Flusher {
             }
             let merged = Instant::now();
             let secs = ((closed_at - start) as f64 / 1e9).max(1e-3);
-            let mut batch = Batch {
-                window_start: (start / 1_000_000_000) as i64,
-                points: Vec::new(),
-            };
-            let fs = agg.flush(batch.window_start, secs, &mut batch.points);
+            let mut batch = Batch::new((start / 1_000_000_000) as i64);
+            let fs = agg.flush(batch.window_start, secs, &mut batch);
             stats.flushes.fetch_add(1, Ordering::Relaxed);
             stats.series.store(fs.series as u64, Ordering::Relaxed);
             stats
@@ -151,7 +148,7 @@ impl Flusher {
                 .fetch_add(fs.non_finite as u64, Ordering::Relaxed);
             stats
                 .points
-                .fetch_add(batch.points.len() as u64, Ordering::Relaxed);
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let batch = Arc::new(batch);
             for sink in &sinks {
                 sink.send(Arc::clone(&batch));

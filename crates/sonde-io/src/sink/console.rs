@@ -16,9 +16,10 @@ impl Sink for Console {
     fn write(&mut self, batch: &Batch) -> io::Result<()> {
         let mut out = io::stdout().lock();
         // Chunks keep the buffer small however many points a window has.
-        for chunk in batch.points.chunks(super::ENCODE_CHUNK) {
+        let mut points = batch.points().peekable();
+        while points.peek().is_some() {
             self.buf.clear();
-            sonde_encode::console::encode(chunk, &mut self.buf);
+            sonde_encode::console::encode(points.by_ref().take(super::ENCODE_CHUNK), &mut self.buf);
             out.write_all(&self.buf)?;
         }
         out.flush()

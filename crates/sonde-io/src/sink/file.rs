@@ -36,9 +36,10 @@ impl Sink for File {
     fn write(&mut self, batch: &Batch) -> io::Result<()> {
         // Whole lines per write, in chunks so the buffer stays small however
         // many points a window has.
-        for chunk in batch.points.chunks(super::ENCODE_CHUNK) {
+        let mut points = batch.points().peekable();
+        while points.peek().is_some() {
             self.buf.clear();
-            sonde_encode::json::encode(chunk, &mut self.buf);
+            sonde_encode::json::encode(points.by_ref().take(super::ENCODE_CHUNK), &mut self.buf);
             self.file.write_all(&self.buf)?;
         }
         Ok(())

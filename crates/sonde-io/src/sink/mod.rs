@@ -87,7 +87,7 @@ pub fn spawn(
                 match sink.write(&batch) {
                     Ok(()) => {
                         stats.batches.fetch_add(1, Relaxed);
-                        stats.points.fetch_add(batch.points.len() as u64, Relaxed);
+                        stats.points.fetch_add(batch.len() as u64, Relaxed);
                     }
                     Err(e) => {
                         stats.errors.fetch_add(1, Relaxed);

@@ -40,8 +40,8 @@ impl PrometheusExporter {
 
 impl Sink for PrometheusExporter {
     fn write(&mut self, batch: &Batch) -> io::Result<()> {
-        let mut text = Vec::with_capacity(64 * batch.points.len());
-        sonde_encode::prometheus::encode(&batch.points, &mut text);
+        let mut text = Vec::with_capacity(64 * batch.len());
+        sonde_encode::prometheus::encode(batch.points(), &mut text);
         self.exposition.set(text);
         Ok(())
     }
