@@ -133,23 +133,25 @@ fn flush(c: &mut Criterion) {
     let config = Arc::new(AggregateConfig::default());
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function(BenchmarkId::new("series", n), |b| {
-        // Steady state: every series already known to the aggregator.
+        // Steady state: every series known to the worker and the aggregator;
+        // each iteration closes one window of the worker's shard.
         let mut agg = Aggregator::new(Arc::clone(&config));
+        let shard = std::cell::RefCell::new(Shard::new(Arc::clone(&config)));
         let fill = || {
-            let mut shard = Shard::new(Arc::clone(&config));
+            let mut shard = shard.borrow_mut();
             for i in 0..n {
                 shard.record(&point(&names, i)).unwrap();
             }
-            shard
         };
         let mut out = Batch::new(0);
-        agg.absorb(&mut fill());
+        fill();
+        agg.absorb(&mut shard.borrow_mut());
         agg.flush(0, 10.0, &mut out);
         b.iter_batched(
             fill,
-            |mut shard| {
+            |()| {
                 out = Batch::new(0);
-                agg.absorb(&mut shard);
+                agg.absorb(&mut shard.borrow_mut());
                 agg.flush(0, 10.0, &mut out);
                 out.len()
             },

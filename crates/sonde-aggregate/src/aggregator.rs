@@ -1,21 +1,29 @@
-//! The flusher's side: merges worker shards at a window boundary, keeps the
+//! The flusher's side: merges worker windows at a boundary, keeps the
 //! state that outlives a window (running totals, gauges, idle counts) and
 //! turns each window into output points.
+//!
+//! # Design
+//!
+//! Workers send the values of a window by slot number (see
+//! [`crate::shard`]); the aggregator maps each shard's slots to its own
+//! series once, when the series is new, and merges by index from then on.
+//! A series' key is the worker's allocation, shared, not a copy.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 use sonde_proto::Kind;
 
 use crate::config::AggregateConfig;
-use crate::key::KIND_TS_SUM;
+use crate::key::{self, KIND_TS_SUM};
 use crate::point::{Batch, Shape};
-use crate::shard::{Agg, HistogramWindow, Shard};
+use crate::shard::{Agg, HistogramWindow, Shard, Window, NO_SLOT};
 
 /// Totals that persist across windows.
 #[derive(Debug)]
 enum Persist {
-    /// Window-only kinds: nothing survives the window.
+    /// Window-only kinds, and expired series: nothing to report.
     Nothing,
     /// Counter and meter running totals.
     Total(f64),
@@ -27,12 +35,24 @@ enum Persist {
 
 #[derive(Debug)]
 struct Series {
-    hash: u64,
-    /// Shared with every output group of the series, never copied per point.
-    key: Arc<[u8]>,
-    /// The flush number that last saw data for this series.
-    last_seen: u64,
+    /// Shared with the worker's entry and every output group of the series.
+    /// `None` for a free slot.
+    key: Option<Arc<[u8]>>,
     persist: Persist,
+    /// The flush number that last saw data for this series.
+    last_seen: u32,
+    /// The flush number of the window whose first value for this series is
+    /// at `owner`; a second worker's value is merged into that one.
+    mark: u32,
+    /// Index in `pending` and slot of the window value holding this
+    /// series' merged data for the open window.
+    owner: (u32, u32),
+    /// The flush that expired the series.
+    expired_at: u32,
+    /// Worker slots mapped to this series.
+    refs: u16,
+    /// Expired: reported no more; freed when no worker slot maps to it.
+    expired: bool,
 }
 
 /// What one flush did, for the agent's own metrics.
@@ -46,13 +66,29 @@ pub struct FlushStats {
     pub non_finite: usize,
 }
 
+/// The aggregator's view of one worker shard.
+#[derive(Debug, Default)]
+struct Worker {
+    /// Shard slot to series index, [`NO_SLOT`] where unmapped.
+    map: Vec<u32>,
+    /// Slots to free, waiting for a window to travel back with.
+    expire: Vec<u32>,
+}
+
 /// Merged state of all workers.
 #[derive(Debug)]
 pub struct Aggregator {
     config: Arc<AggregateConfig>,
-    window: Shard,
-    series: HashTable<Series>,
-    flushes: u64,
+    series: Vec<Series>,
+    index: HashTable<u32>,
+    free: Vec<u32>,
+    live: usize,
+    workers: HashMap<u32, Worker>,
+    /// Windows absorbed since the last flush.
+    pending: Vec<Window>,
+    /// Windows flushed, ready to go back to their shards.
+    done: Vec<Window>,
+    flushes: u32,
 }
 
 fn push_histogram(out: &mut Batch, key: &Arc<[u8]>, h: &HistogramWindow, ts: i64) {
@@ -65,26 +101,153 @@ fn push_histogram(out: &mut Batch, key: &Arc<[u8]>, h: &HistogramWindow, ts: i64
     out.push(key, Shape::Histogram, Some(&h.bounds.labels), ts, values);
 }
 
+fn initial_persist(kind: u8, agg: &Agg) -> Persist {
+    match (Kind::from_u8(kind), agg) {
+        (Some(Kind::Counter | Kind::Meter), _) => Persist::Total(0.0),
+        (Some(Kind::Gauge), _) => Persist::Gauge(0.0),
+        (Some(Kind::Histogram), Agg::Histogram(h)) => {
+            let mut empty = (**h).clone();
+            empty.counts.fill(0);
+            empty.sum = 0.0;
+            empty.count = 0;
+            Persist::Histogram(Box::new(empty))
+        }
+        _ => Persist::Nothing,
+    }
+}
+
 impl Aggregator {
     /// An aggregator with no series.
     pub fn new(config: Arc<AggregateConfig>) -> Aggregator {
         Aggregator {
-            window: Shard::new(Arc::clone(&config)),
             config,
-            series: HashTable::new(),
+            series: Vec::new(),
+            index: HashTable::new(),
+            free: Vec::new(),
+            live: 0,
+            workers: HashMap::new(),
+            pending: Vec::new(),
+            done: Vec::new(),
             flushes: 0,
         }
     }
 
-    /// Folds a worker's window into the current one, leaving `shard` empty
-    /// (with its capacity) so the worker can reuse it.
+    /// Closes `shard`'s open window and absorbs it, recycling a window of
+    /// the same shard that an earlier flush finished with. For callers that
+    /// own both sides (tests, benchmarks, a single-threaded pipeline); the
+    /// agent sends windows across threads with [`Aggregator::absorb_window`].
     pub fn absorb(&mut self, shard: &mut Shard) {
-        self.window.absorb(shard);
+        let recycled = self
+            .done
+            .iter()
+            .position(|w| w.shard() == shard.id())
+            .map(|i| self.done.swap_remove(i));
+        let window = shard.take_window(recycled);
+        self.absorb_window(window);
+    }
+
+    /// Folds a worker's closed window into the open one. The window comes
+    /// back from [`Aggregator::take_done`] after the next flush.
+    pub fn absorb_window(&mut self, mut w: Window) {
+        let worker = self.workers.entry(w.shard()).or_default();
+        // Freed at the start of the window, so before any slot reuse in it.
+        for slot in w.removed.drain(..) {
+            let Some(g) = worker.map.get_mut(slot as usize) else {
+                continue;
+            };
+            let g = std::mem::replace(g, NO_SLOT);
+            if g != NO_SLOT {
+                let s = &mut self.series[g as usize];
+                s.refs -= 1;
+                if s.refs == 0 && s.expired {
+                    let hash = s.key.as_deref().map_or(0, key::hash);
+                    s.key = None;
+                    s.persist = Persist::Nothing;
+                    if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
+                        e.remove();
+                    }
+                    self.free.push(g);
+                }
+            }
+        }
+        // Taken, not drained: new series are rare once the shard is warm,
+        // and a kept capacity would cost 24 bytes a series in every window.
+        for (slot, k) in std::mem::take(&mut w.added) {
+            let hash = key::hash(&k);
+            let series = &mut self.series;
+            let g = match self
+                .index
+                .find(hash, |&i| series[i as usize].key.as_deref() == Some(&*k))
+            {
+                Some(&g) => g,
+                None => {
+                    let s = Series {
+                        key: Some(k),
+                        persist: Persist::Nothing,
+                        last_seen: 0,
+                        mark: 0,
+                        owner: (0, 0),
+                        expired_at: 0,
+                        refs: 0,
+                        // Not reported until a window gives it data.
+                        expired: true,
+                    };
+                    let g = match self.free.pop() {
+                        Some(g) => {
+                            series[g as usize] = s;
+                            g
+                        }
+                        None => {
+                            series.push(s);
+                            (series.len() - 1) as u32
+                        }
+                    };
+                    self.index.insert_unique(hash, g, |&i| {
+                        series[i as usize].key.as_deref().map_or(0, key::hash)
+                    });
+                    g
+                }
+            };
+            self.series[g as usize].refs += 1;
+            let map = &mut worker.map;
+            if map.len() <= slot as usize {
+                map.resize(slot as usize + 1, NO_SLOT);
+            }
+            map[slot as usize] = g;
+        }
+        // Two workers with data for one series: merge into the first value.
+        let open = self.flushes + 1;
+        let here = self.pending.len() as u32;
+        let slots: Vec<u32> = w.touched_slots().collect();
+        for slot in slots {
+            let g = worker.map.get(slot as usize).copied().unwrap_or(NO_SLOT);
+            if g == NO_SLOT {
+                w.untouch(slot);
+                continue;
+            }
+            let s = &mut self.series[g as usize];
+            if s.mark != open {
+                s.mark = open;
+                s.owner = (here, slot);
+                continue;
+            }
+            let (pi, ps) = s.owner;
+            let kind = s.key.as_deref().map_or(0, |k| k[0]);
+            self.pending[pi as usize].values[ps as usize].merge(kind, &w.values[slot as usize]);
+            w.untouch(slot);
+        }
+        self.pending.push(w);
+    }
+
+    /// Windows the last flush finished with, to return to their shards
+    /// (match them with [`Window::shard`]).
+    pub fn take_done(&mut self) -> impl Iterator<Item = Window> + '_ {
+        self.done.drain(..)
     }
 
     /// Number of live series.
     pub fn series_count(&self) -> usize {
-        self.series.len()
+        self.live
     }
 
     /// Closes the window that started at `window_start` and lasted
@@ -93,120 +256,142 @@ impl Aggregator {
         self.flushes += 1;
         let now = self.flushes;
         let non_finite_before = out.non_finite();
-        for entry in self.window.drain() {
-            let kind = entry.key[0];
-            let series = match self.series.find_mut(entry.hash, |s| *s.key == *entry.key) {
-                Some(s) => s,
-                None => {
-                    let persist = match (Kind::from_u8(kind), &entry.agg) {
-                        (Some(Kind::Counter | Kind::Meter), _) => Persist::Total(0.0),
-                        (Some(Kind::Gauge), _) => Persist::Gauge(0.0),
-                        (Some(Kind::Histogram), Agg::Histogram(h)) => {
-                            let mut empty = (**h).clone();
-                            empty.counts.fill(0);
-                            empty.sum = 0.0;
-                            empty.count = 0;
-                            Persist::Histogram(Box::new(empty))
+        let ts = window_start;
+        for w in &mut self.pending {
+            let map = &self.workers[&w.shard()].map;
+            for word in 0..w.touched.len() {
+                let mut bits = std::mem::take(&mut w.touched[word]);
+                while bits != 0 {
+                    let slot = word * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let series = &mut self.series[map[slot] as usize];
+                    let Some(id) = &series.key else { continue };
+                    let kind = id[0];
+                    let agg = &w.values[slot];
+                    if series.expired {
+                        series.expired = false;
+                        series.persist = initial_persist(kind, agg);
+                        self.live += 1;
+                    }
+                    series.last_seen = now;
+                    match (Kind::from_u8(kind), agg, &mut series.persist) {
+                        (Some(Kind::Counter), Agg::Sum(v), Persist::Total(t)) => *t += v,
+                        (Some(Kind::Meter), Agg::Sum(v), Persist::Total(t)) => {
+                            *t += v;
+                            out.push(id, Shape::Rate, None, ts, [v / window_secs]);
                         }
-                        _ => Persist::Nothing,
-                    };
-                    let hash = entry.hash;
-                    self.series
-                        .insert_unique(
-                            hash,
-                            Series {
-                                hash,
-                                key: entry.key.into(),
-                                last_seen: now,
-                                persist,
-                            },
-                            |s| s.hash,
-                        )
-                        .into_mut()
-                }
-            };
-            series.last_seen = now;
-            let id = &series.key;
-            let ts = window_start;
-            match (Kind::from_u8(kind), entry.agg, &mut series.persist) {
-                (Some(Kind::Counter), Agg::Sum(v), Persist::Total(t)) => *t += v,
-                (Some(Kind::Meter), Agg::Sum(v), Persist::Total(t)) => {
-                    *t += v;
-                    out.push(id, Shape::Rate, None, ts, [v / window_secs]);
-                }
-                (Some(Kind::RateCounter), Agg::Sum(v), _) => {
-                    out.push(id, Shape::Plain, None, ts, [v / window_secs])
-                }
-                (Some(Kind::Count), Agg::Sum(v), _) => out.push(id, Shape::Plain, None, ts, [v]),
-                (Some(Kind::Store), Agg::Last(v), _) => out.push(id, Shape::Plain, None, ts, [v]),
-                (Some(Kind::Gauge), Agg::Gauge { set, delta }, Persist::Gauge(g)) => {
-                    *g = set.unwrap_or(*g + delta);
-                }
-                (Some(Kind::Timer), Agg::Timer(s), _) => {
-                    let n = s.count();
-                    let q = |q| s.quantile(q).unwrap_or(0.0);
-                    // The order of `point::TIMER_SUFFIXES`.
-                    let values = [
-                        s.min().unwrap_or(0.0),
-                        s.max().unwrap_or(0.0),
-                        s.sum() / n,
-                        s.sum(),
-                        n,
-                        q(0.5),
-                        q(0.9),
-                        q(0.95),
-                        q(0.99),
-                        q(0.999),
-                    ];
-                    out.push(id, Shape::Timer, None, ts, values);
-                }
-                (Some(Kind::Histogram), Agg::Histogram(w), Persist::Histogram(total))
-                    if total.counts.len() == w.counts.len() =>
-                {
-                    total.merge(&w)
-                }
-                (Some(Kind::Set), Agg::Set(members), _) => {
-                    out.push(id, Shape::Plain, None, ts, [members.len() as f64])
-                }
-                (Some(Kind::TsStore), Agg::Ts(points), _) => {
-                    for (t, v) in points {
-                        out.push(id, Shape::Plain, None, t, [v]);
+                        (Some(Kind::RateCounter), Agg::Sum(v), _) => {
+                            out.push(id, Shape::Plain, None, ts, [v / window_secs])
+                        }
+                        (Some(Kind::Count), Agg::Sum(v), _) => {
+                            out.push(id, Shape::Plain, None, ts, [*v])
+                        }
+                        (Some(Kind::Store), Agg::Last(v), _) => {
+                            out.push(id, Shape::Plain, None, ts, [*v])
+                        }
+                        (Some(Kind::Gauge), Agg::GaugeSet(v), Persist::Gauge(g)) => *g = *v,
+                        (Some(Kind::Gauge), Agg::GaugeDelta(d), Persist::Gauge(g)) => *g += d,
+                        (Some(Kind::Timer), Agg::Timer(s), _) => {
+                            let n = s.count();
+                            let q = |q| s.quantile(q).unwrap_or(0.0);
+                            // The order of `point::TIMER_SUFFIXES`.
+                            let values = [
+                                s.min().unwrap_or(0.0),
+                                s.max().unwrap_or(0.0),
+                                s.sum() / n,
+                                s.sum(),
+                                n,
+                                q(0.5),
+                                q(0.9),
+                                q(0.95),
+                                q(0.99),
+                                q(0.999),
+                            ];
+                            out.push(id, Shape::Timer, None, ts, values);
+                        }
+                        (Some(Kind::Histogram), Agg::Histogram(w), Persist::Histogram(total))
+                            if total.counts.len() == w.counts.len() =>
+                        {
+                            total.merge(w)
+                        }
+                        (Some(Kind::Set), Agg::Set(members), _) => {
+                            out.push(id, Shape::Plain, None, ts, [members.len() as f64])
+                        }
+                        (Some(Kind::TsStore), Agg::Ts(points), _) => {
+                            for &(t, v) in points.iter() {
+                                out.push(id, Shape::Plain, None, t, [v]);
+                            }
+                        }
+                        (None, Agg::Ts(points), _) if kind == KIND_TS_SUM => {
+                            for &(t, v) in points.iter() {
+                                out.push(id, Shape::Plain, None, t, [v]);
+                            }
+                        }
+                        _ => {}
                     }
                 }
-                (None, Agg::Ts(points), _) if kind == KIND_TS_SUM => {
-                    for (t, v) in points {
-                        out.push(id, Shape::Plain, None, t, [v]);
-                    }
-                }
-                _ => {}
             }
         }
         // Persistent outputs are reported every window, idle or not, until
         // the series expires.
-        let expire = u64::from(self.config.expire_windows);
+        let expire = self.config.expire_windows;
         let mut expired = 0;
-        self.series.retain(|s| {
+        for (g, s) in self.series.iter_mut().enumerate() {
+            let Some(id) = &s.key else { continue };
+            if s.expired {
+                continue;
+            }
             let idle = now - s.last_seen;
             if idle >= expire {
+                s.expired = true;
+                s.expired_at = now;
+                s.persist = Persist::Nothing;
                 expired += 1;
-                return false;
+                if s.refs == 0 {
+                    // No worker slot left (a worker freed it late): free now.
+                    let hash = key::hash(id);
+                    s.key = None;
+                    if let Ok(e) = self.index.find_entry(hash, |&i| i as usize == g) {
+                        e.remove();
+                    }
+                    self.free.push(g as u32);
+                }
+                continue;
             }
-            let ts = window_start;
             match &s.persist {
                 Persist::Nothing => {}
                 Persist::Total(t) => {
-                    out.push(&s.key, Shape::Total, None, ts, [*t]);
-                    if idle > 0 && s.key[0] == Kind::Meter as u8 {
-                        out.push(&s.key, Shape::Rate, None, ts, [0.0]);
+                    out.push(id, Shape::Total, None, ts, [*t]);
+                    if idle > 0 && id[0] == Kind::Meter as u8 {
+                        out.push(id, Shape::Rate, None, ts, [0.0]);
                     }
                 }
-                Persist::Gauge(g) => out.push(&s.key, Shape::Plain, None, ts, [*g]),
-                Persist::Histogram(h) => push_histogram(out, &s.key, h, ts),
+                Persist::Gauge(g) => out.push(id, Shape::Plain, None, ts, [*g]),
+                Persist::Histogram(h) => push_histogram(out, id, h, ts),
             }
-            true
-        });
+        }
+        self.live -= expired;
+        if expired > 0 {
+            // Ask the workers to free their slots of the series expired now
+            // (only now: an older request may be travelling, and its slot
+            // may be reused by then).
+            for w in self.workers.values_mut() {
+                for (slot, &g) in w.map.iter().enumerate() {
+                    let s = self.series.get(g as usize);
+                    if s.is_some_and(|s| s.expired && s.expired_at == now) {
+                        w.expire.push(slot as u32);
+                    }
+                }
+            }
+        }
+        for mut w in self.pending.drain(..) {
+            if let Some(worker) = self.workers.get_mut(&w.shard()) {
+                w.expire.append(&mut worker.expire);
+            }
+            self.done.push(w);
+        }
         FlushStats {
-            series: self.series.len(),
+            series: self.live,
             expired,
             non_finite: out.non_finite() - non_finite_before,
         }
@@ -409,6 +594,78 @@ mod tests {
         agg.flush(0, 10.0, &mut out);
         let got: Vec<(i64, f64)> = out.points().map(|p| (p.timestamp, p.value)).collect();
         assert_eq!(got, vec![(100, 3.0), (200, 2.0)]);
+    }
+
+    #[test]
+    fn one_series_from_two_workers_is_merged_into_one_output() {
+        let c = cfg();
+        let mut agg = Aggregator::new(Arc::clone(&c));
+        let mut a = Shard::new(Arc::clone(&c));
+        let mut b = Shard::new(Arc::clone(&c));
+        for window in 0..2 {
+            rec(&mut a, Kind::Counter, "c", Value::Number(1.0));
+            rec(&mut b, Kind::Counter, "c", Value::Number(2.0));
+            rec(&mut b, Kind::Count, "n", Value::Number(5.0));
+            rec(&mut a, Kind::Count, "n", Value::Number(1.0));
+            agg.absorb(&mut a);
+            agg.absorb(&mut b);
+            let out = flush(&mut agg, window * 10);
+            assert_eq!(out.len(), 2);
+            assert_eq!(out["c"], 3.0 * (window + 1) as f64);
+            assert_eq!(out["n"], 6.0);
+        }
+        assert_eq!(agg.series_count(), 2);
+    }
+
+    #[test]
+    fn expired_series_are_freed_on_both_sides_and_come_back_from_zero() {
+        let c = cfg();
+        let mut agg = Aggregator::new(Arc::clone(&c));
+        let mut w = Shard::new(Arc::clone(&c));
+        rec(&mut w, Kind::Counter, "old", Value::Number(3.0));
+        rec(&mut w, Kind::Counter, "live", Value::Number(1.0));
+        agg.absorb(&mut w);
+        flush(&mut agg, 0);
+        for start in [10, 20, 30] {
+            rec(&mut w, Kind::Counter, "live", Value::Number(1.0));
+            agg.absorb(&mut w);
+            let out = flush(&mut agg, start);
+            assert_eq!(out.contains_key("old"), start < 20, "at {start}");
+        }
+        // Expired at 20; the worker freed its slot when its window came back,
+        // and reports it with the window it sends next.
+        assert_eq!((agg.series_count(), w.len()), (1, 1));
+        assert_eq!(w.window.removed.len(), 1);
+        rec(&mut w, Kind::Counter, "old", Value::Number(4.0));
+        agg.absorb(&mut w);
+        let out = flush(&mut agg, 40);
+        assert_eq!((out["old"], out["live"]), (4.0, 4.0));
+        assert_eq!((agg.series_count(), w.len()), (2, 2));
+        // The freed slots were reused rather than grown.
+        assert_eq!((agg.series.len(), w.entries.len()), (2, 2));
+    }
+
+    #[test]
+    fn a_series_with_data_after_its_expiry_is_kept_and_restarts_its_total() {
+        let c = cfg();
+        let mut agg = Aggregator::new(Arc::clone(&c));
+        let mut w = Shard::new(Arc::clone(&c));
+        rec(&mut w, Kind::Counter, "c", Value::Number(3.0));
+        agg.absorb(&mut w);
+        flush(&mut agg, 0);
+        agg.absorb(&mut w);
+        flush(&mut agg, 10);
+        agg.absorb(&mut w);
+        // Expired here; the request to free the slot travels with the window.
+        assert!(!flush(&mut agg, 20).contains_key("c"));
+        // Data arrives before the worker applies the request.
+        rec(&mut w, Kind::Counter, "c", Value::Number(5.0));
+        agg.absorb(&mut w);
+        assert_eq!(flush(&mut agg, 30)["c"], 5.0);
+        assert_eq!(w.len(), 1);
+        rec(&mut w, Kind::Counter, "c", Value::Number(1.0));
+        agg.absorb(&mut w);
+        assert_eq!(flush(&mut agg, 40)["c"], 6.0);
     }
 
     #[test]

@@ -1,11 +1,26 @@
-//! Per-worker window storage.
+//! Per-worker series storage.
 //!
 //! Each receive thread owns one [`Shard`] and records every point it parses
-//! into it; nothing else touches the shard until the window closes, when the
-//! worker hands it to the flusher whole. So the hot path takes no lock and
-//! makes no cross-thread hand-off per point, and allocates only when a
-//! series is new to this window.
+//! into it; nothing else touches the shard. So the hot path takes no lock
+//! and makes no cross-thread hand-off per point.
+//!
+//! # Design
+//!
+//! The shard's series (keys, raw spellings, hash tables) persist across
+//! windows; only the values of the open window travel. At a boundary the
+//! worker swaps its [`Window`] (one small value per series, a bit per
+//! series that saw data, and the series created since the last boundary)
+//! for one the flusher has finished with. The flusher keeps a map from
+//! each shard's slot numbers to its own series, so it merges by index:
+//! no key is hashed, compared or copied again after the window that
+//! created the series, and a series allocates only when it is new.
+//!
+//! Expiry is decided by the flusher, which sees every worker. It returns
+//! the slots of expired series with a recycled window; the worker frees
+//! those that saw no data since, and reports them freed with its next
+//! window, so both sides drop the series without a lock.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use hashbrown::{HashSet, HashTable};
@@ -51,43 +66,88 @@ impl HistogramWindow {
     }
 }
 
-/// What one series accumulated in one window.
+/// What one series accumulated in one window. 16 bytes: the window
+/// buffers hold one per series, twice (one open, one being flushed).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Agg {
+    /// A slot with no value yet (a buffer shorter than the shard).
+    Vacant,
     /// Counters, rate counters, meters, StatsD counts.
     Sum(f64),
     /// msgpack `store`.
     Last(f64),
-    /// StatsD gauge: the last absolute value seen (if any) with the
-    /// adjustments that came after it.
-    Gauge {
-        set: Option<f64>,
-        delta: f64,
-    },
+    /// StatsD gauge that received an absolute value: the value with the
+    /// adjustments after it applied.
+    GaugeSet(f64),
+    /// StatsD gauge that received only adjustments: their sum.
+    GaugeDelta(f64),
     Timer(Box<Sketch>),
     Histogram(Box<HistogramWindow>),
     Set(Box<HashSet<u64>>),
     /// `(timestamp, value)`: last value per timestamp, or the sum for
-    /// [`KIND_TS_SUM`].
-    Ts(Vec<(i64, f64)>),
+    /// [`KIND_TS_SUM`]. Boxed (clippy's `box_collection` allowed) to keep
+    /// every other kind's value at 16 bytes: a `Vec` inline would make it 32.
+    #[allow(clippy::box_collection)]
+    Ts(Box<Vec<(i64, f64)>>),
 }
 
 impl Agg {
     fn new(kind: u8, name: &[u8], config: &AggregateConfig) -> Agg {
         match Kind::from_u8(kind) {
             Some(Kind::Store) => Agg::Last(0.0),
-            Some(Kind::Gauge) => Agg::Gauge {
-                set: None,
-                delta: 0.0,
-            },
+            Some(Kind::Gauge) => Agg::GaugeDelta(0.0),
             Some(Kind::Timer) => Agg::Timer(Box::default()),
             Some(Kind::Histogram) => Agg::Histogram(Box::new(HistogramWindow::new(
                 config.histograms.for_name(name),
             ))),
             Some(Kind::Set) => Agg::Set(Box::default()),
-            Some(Kind::TsStore) => Agg::Ts(Vec::new()),
-            _ if kind == KIND_TS_SUM => Agg::Ts(Vec::new()),
+            Some(Kind::TsStore) => Agg::Ts(Box::default()),
+            _ if kind == KIND_TS_SUM => Agg::Ts(Box::default()),
             _ => Agg::Sum(0.0),
+        }
+    }
+
+    /// Empties the value for a new window, keeping its allocation when it
+    /// already has the shape `kind` needs (a slot reused by a series of
+    /// another kind, or a vacant one, gets a new value).
+    fn reset(&mut self, kind: u8, name: &[u8], config: &AggregateConfig) {
+        let fits = match (&mut *self, Kind::from_u8(kind)) {
+            (Agg::Sum(v), Some(Kind::Counter | Kind::RateCounter | Kind::Meter | Kind::Count)) => {
+                *v = 0.0;
+                true
+            }
+            (Agg::Last(v), Some(Kind::Store)) => {
+                *v = 0.0;
+                true
+            }
+            (Agg::Timer(s), Some(Kind::Timer)) => {
+                s.clear();
+                true
+            }
+            (Agg::Histogram(h), Some(Kind::Histogram))
+                if Arc::ptr_eq(&h.bounds.values, &config.histograms.for_name(name).values) =>
+            {
+                h.counts.fill(0);
+                h.sum = 0.0;
+                h.count = 0;
+                true
+            }
+            (Agg::Set(m), Some(Kind::Set)) => {
+                m.clear();
+                true
+            }
+            (Agg::Ts(t), Some(Kind::TsStore)) => {
+                t.clear();
+                true
+            }
+            (Agg::Ts(t), None) if kind == KIND_TS_SUM => {
+                t.clear();
+                true
+            }
+            _ => false,
+        };
+        if !fits {
+            *self = Agg::new(kind, name, config);
         }
     }
 
@@ -95,14 +155,10 @@ impl Agg {
         match (self, p.value) {
             (Agg::Sum(s), Value::Number(v)) => *s += v / p.sample_rate,
             (Agg::Last(l), Value::Number(v)) => *l = v,
-            (Agg::Gauge { set, delta }, Value::Number(v)) => {
-                *set = Some(v);
-                *delta = 0.0;
+            (g @ (Agg::GaugeSet(_) | Agg::GaugeDelta(_)), Value::Number(v)) => {
+                *g = Agg::GaugeSet(v)
             }
-            (Agg::Gauge { set, delta }, Value::Delta(d)) => match set {
-                Some(s) => *s += d,
-                None => *delta += d,
-            },
+            (Agg::GaugeSet(s) | Agg::GaugeDelta(s), Value::Delta(d)) => *s += d,
             (Agg::Timer(s), Value::Number(v)) => s.add(v, 1.0 / p.sample_rate),
             (Agg::Histogram(h), Value::Number(v)) => h.add(v),
             (Agg::Set(s), Value::Member(m)) => {
@@ -129,25 +185,19 @@ impl Agg {
     }
 
     /// Folds `other` (the same series, same window, another worker) into self.
-    pub(crate) fn merge(&mut self, kind: u8, other: Agg) {
+    pub(crate) fn merge(&mut self, kind: u8, other: &Agg) {
         match (self, other) {
             (Agg::Sum(a), Agg::Sum(b)) => *a += b,
-            (Agg::Last(a), Agg::Last(b)) => *a = b,
-            (Agg::Gauge { set, delta }, Agg::Gauge { set: s2, delta: d2 }) => match s2 {
-                Some(s2) => {
-                    *set = Some(s2);
-                    *delta = 0.0;
-                }
-                None => match set {
-                    Some(s) => *s += d2,
-                    None => *delta += d2,
-                },
-            },
-            (Agg::Timer(a), Agg::Timer(b)) => a.merge(&b),
-            (Agg::Histogram(a), Agg::Histogram(b)) => a.merge(&b),
+            (Agg::Last(a), Agg::Last(b)) => *a = *b,
+            (g @ (Agg::GaugeSet(_) | Agg::GaugeDelta(_)), Agg::GaugeSet(b)) => {
+                *g = Agg::GaugeSet(*b)
+            }
+            (Agg::GaugeSet(a) | Agg::GaugeDelta(a), Agg::GaugeDelta(b)) => *a += b,
+            (Agg::Timer(a), Agg::Timer(b)) => a.merge(b),
+            (Agg::Histogram(a), Agg::Histogram(b)) => a.merge(b),
             (Agg::Set(a), Agg::Set(b)) => a.extend(b.iter()),
             (Agg::Ts(a), Agg::Ts(b)) => {
-                for (ts, v) in b {
+                for &(ts, v) in b.iter() {
                     match a.iter_mut().find(|(t, _)| *t == ts) {
                         Some((_, old)) if kind == KIND_TS_SUM => *old += v,
                         Some((_, old)) => *old = v,
@@ -161,12 +211,13 @@ impl Agg {
     }
 }
 
-/// One series' window accumulation.
+/// One series of a shard: 32 bytes, and the key on the heap.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    pub(crate) hash: u64,
-    pub(crate) key: Box<[u8]>,
-    pub(crate) agg: Agg,
+    hash: u64,
+    /// `None` for a free slot. Shared with the flusher, which keeps the
+    /// same allocation for its series and every output group.
+    key: Option<Arc<[u8]>>,
     /// Raw spellings of this series in the alias table.
     aliases: u8,
 }
@@ -230,7 +281,105 @@ impl Alias {
     }
 }
 
-/// A worker's storage for the open window.
+/// Slot number meaning "no series".
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// The values of one shard for one window, on its way between the worker
+/// and the flusher.
+///
+/// Slots are the shard's series numbers. The worker fills `values` and
+/// `touched`, and lists the series it created or freed; the flusher reads
+/// and clears them, and may ask for slots to be freed with `expire`.
+#[derive(Debug)]
+pub struct Window {
+    shard: u32,
+    pub(crate) values: Vec<Agg>,
+    /// One bit per slot that received data in this window.
+    pub(crate) touched: Vec<u64>,
+    /// Series created in this window: slot and key.
+    pub(crate) added: Vec<(u32, Arc<[u8]>)>,
+    /// Slots freed at the start of this window (their series expired).
+    pub(crate) removed: Vec<u32>,
+    /// On the way back: slots whose series the flusher expired.
+    pub(crate) expire: Vec<u32>,
+}
+
+impl Window {
+    fn new(shard: u32) -> Window {
+        Window {
+            shard,
+            values: Vec::new(),
+            touched: Vec::new(),
+            added: Vec::new(),
+            removed: Vec::new(),
+            expire: Vec::new(),
+        }
+    }
+
+    /// The shard this window belongs to (see [`Shard::id`]).
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+
+    pub(crate) fn is_touched(&self, slot: u32) -> bool {
+        let (word, bit) = (slot as usize / 64, slot % 64);
+        self.touched.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+
+    /// Slots that received data, ascending.
+    pub(crate) fn touched_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.touched.iter().enumerate().flat_map(|(i, &word)| {
+            let mut w = word;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let bit = w.trailing_zeros();
+                    w &= w - 1;
+                    i as u32 * 64 + bit
+                })
+            })
+        })
+    }
+
+    pub(crate) fn untouch(&mut self, slot: u32) {
+        if let Some(w) = self.touched.get_mut(slot as usize / 64) {
+            *w &= !(1 << (slot % 64));
+        }
+    }
+
+    /// Records a point of the series in `slot`. The first point of a window
+    /// resets the slot's value from the previous use of this buffer.
+    fn record(
+        &mut self,
+        slot: u32,
+        key: &[u8],
+        p: &Point<'_>,
+        config: &AggregateConfig,
+    ) -> Result<(), DropReason> {
+        let i = slot as usize;
+        let (word, bit) = (i / 64, 1u64 << (slot % 64));
+        let kind = key[0];
+        if self.touched.get(word).is_none_or(|w| w & bit == 0) {
+            if self.values.len() <= i {
+                self.values.resize(i + 1, Agg::Vacant);
+            }
+            if self.touched.len() <= word {
+                self.touched.resize(word + 1, 0);
+            }
+            let name = key::split_name(key).map_or(&[][..], |(n, _)| n);
+            self.values[i].reset(kind, name, config);
+            self.values[i].record(kind, p, config.max_timestamps_per_series)?;
+            self.touched[word] |= bit;
+            return Ok(());
+        }
+        self.values[i].record(kind, p, config.max_timestamps_per_series)
+    }
+}
+
+/// Gives every shard its own number, so the flusher can tell their slot
+/// numbers apart.
+static NEXT_SHARD: AtomicU32 = AtomicU32::new(0);
+
+/// A worker's series and the open window's values.
 ///
 /// # Design
 ///
@@ -242,23 +391,36 @@ impl Alias {
 /// (`scripts/callgrind-hot-path.sh` measures the difference).
 #[derive(Debug)]
 pub struct Shard {
+    id: u32,
     pub(crate) entries: Vec<Entry>,
     index: HashTable<u32>,
     aliases: HashTable<Alias>,
     keys: KeyBuilder,
     config: Arc<AggregateConfig>,
+    pub(crate) window: Window,
+    /// Free slots in `entries`.
+    free: Vec<u32>,
 }
 
 impl Shard {
     /// An empty shard.
     pub fn new(config: Arc<AggregateConfig>) -> Shard {
+        let id = NEXT_SHARD.fetch_add(1, Ordering::Relaxed);
         Shard {
+            id,
             entries: Vec::new(),
             index: HashTable::new(),
             aliases: HashTable::new(),
             keys: KeyBuilder::default(),
             config,
+            window: Window::new(id),
+            free: Vec::new(),
         }
+    }
+
+    /// This shard's number, unique in the process.
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// Records one parsed point.
@@ -274,12 +436,12 @@ impl Shard {
             (Kind::Count, Some(_)) => KIND_TS_SUM,
             (k, _) => k as u8,
         };
-        let max_ts = self.config.max_timestamps_per_series;
         // Fast path: this exact spelling was seen before.
         let raw = raw_hash(kind, p);
         if let Some(a) = self.aliases.find(raw, |a| a.matches(kind, p)) {
-            let i = a.entry as usize;
-            return self.entries[i].agg.record(kind, p, max_ts);
+            let e = &self.entries[a.entry as usize];
+            let key = e.key.as_deref().unwrap_or_default();
+            return self.window.record(a.entry, key, p, &self.config);
         }
         if p.name.len() > usize::from(u16::MAX) {
             return Err(DropReason::Oversized);
@@ -287,75 +449,95 @@ impl Shard {
         let key = self.keys.build(kind, p.name, p.tags, p.tag_syntax)?;
         let hash = key::hash(key);
         let entries = &mut self.entries;
-        if let Some(&i) = self.index.find(hash, |&i| *entries[i as usize].key == *key) {
+        let found = self
+            .index
+            .find(hash, |&i| entries[i as usize].key.as_deref() == Some(key));
+        if let Some(&i) = found {
             let e = &mut entries[i as usize];
             if e.aliases < MAX_ALIASES {
                 e.aliases += 1;
                 self.aliases
                     .insert_unique(raw, Alias::new(raw, kind, p, i), |a| a.hash);
             }
-            return e.agg.record(kind, p, max_ts);
+            let key = e.key.as_deref().unwrap_or_default();
+            return self.window.record(i, key, p, &self.config);
         }
         if std::str::from_utf8(p.name).is_err() || std::str::from_utf8(p.tags).is_err() {
             return Err(DropReason::InvalidUtf8);
         }
-        let mut agg = Agg::new(kind, p.name, &self.config);
-        agg.record(kind, p, max_ts)?;
-        let i = u32::try_from(entries.len()).map_err(|_| DropReason::Oversized)?;
-        entries.push(Entry {
+        let slot = match self.free.last() {
+            Some(&slot) => slot,
+            None => u32::try_from(entries.len())
+                .ok()
+                .filter(|&s| s != NO_SLOT)
+                .ok_or(DropReason::Oversized)?,
+        };
+        // A point the new series cannot take leaves no series behind.
+        self.window.record(slot, key, p, &self.config)?;
+        let key: Arc<[u8]> = key.into();
+        let entry = Entry {
             hash,
-            key: key.into(),
-            agg,
+            key: Some(Arc::clone(&key)),
             aliases: 1,
-        });
+        };
+        if self.free.pop().is_some() {
+            entries[slot as usize] = entry;
+        } else {
+            entries.push(entry);
+        }
+        self.window.added.push((slot, key));
         self.index
-            .insert_unique(hash, i, |&j| entries[j as usize].hash);
+            .insert_unique(hash, slot, |&j| entries[j as usize].hash);
         self.aliases
-            .insert_unique(raw, Alias::new(raw, kind, p, i), |a| a.hash);
+            .insert_unique(raw, Alias::new(raw, kind, p, slot), |a| a.hash);
         Ok(())
     }
 
-    /// Number of series recorded in this window.
+    /// Number of live series.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() - self.free.len()
     }
 
-    /// True when nothing was recorded.
+    /// True when the shard holds no series.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
-    /// Takes every entry out, leaving the shard empty with its capacity.
-    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Entry> {
-        self.index.clear();
-        self.aliases.clear();
-        self.entries.drain(..)
-    }
-
-    /// Folds every series of `other` into this shard, leaving `other` empty
-    /// with its capacity kept for reuse.
-    pub fn absorb(&mut self, other: &mut Shard) {
-        for mut entry in other.drain() {
-            let entries = &mut self.entries;
-            match self
-                .index
-                .find(entry.hash, |&i| entries[i as usize].key == entry.key)
-            {
-                Some(&i) => {
-                    let mine = &mut entries[i as usize];
-                    mine.agg.merge(entry.key[0], entry.agg);
-                }
-                None => {
-                    // Merged shards are looked up by canonical key only.
-                    entry.aliases = 0;
-                    let hash = entry.hash;
-                    let i = entries.len() as u32;
-                    entries.push(entry);
-                    self.index
-                        .insert_unique(hash, i, |&j| entries[j as usize].hash);
-                }
+    /// Closes the open window: returns its values and starts the next one
+    /// in `recycled` (a window the flusher has finished with, or a new one).
+    /// Series the flusher expired through `recycled` that received no data
+    /// since are freed here, and reported in the next window.
+    pub fn take_window(&mut self, recycled: Option<Window>) -> Window {
+        let mut next = recycled
+            .filter(|w| w.shard == self.id)
+            .unwrap_or_else(|| Window::new(self.id));
+        next.added.clear();
+        next.removed.clear();
+        let mut freed = false;
+        for slot in std::mem::take(&mut next.expire) {
+            let Some(e) = self.entries.get_mut(slot as usize) else {
+                continue;
+            };
+            // Data since the flusher's decision revives the series instead.
+            if e.key.is_none() || self.window.is_touched(slot) {
+                continue;
             }
+            e.key = None;
+            e.aliases = 0;
+            let hash = e.hash;
+            if let Ok(found) = self.index.find_entry(hash, |&i| i == slot) {
+                found.remove();
+            }
+            self.free.push(slot);
+            next.removed.push(slot);
+            freed = true;
         }
+        if freed {
+            let entries = &self.entries;
+            self.aliases
+                .retain(|a| entries[a.entry as usize].key.is_some());
+        }
+        std::mem::replace(&mut self.window, next)
     }
 }
 
@@ -377,6 +559,14 @@ mod tests {
     }
 
     #[test]
+    fn a_value_is_16_bytes_and_an_entry_32() {
+        // Two values and one entry per series: the budget in
+        // tests/memory_budget.rs depends on these sizes.
+        assert_eq!(std::mem::size_of::<Agg>(), 16);
+        assert_eq!(std::mem::size_of::<Entry>(), 32);
+    }
+
+    #[test]
     fn the_same_series_in_any_tag_order_is_one_entry() {
         let mut s = Shard::new(Arc::default());
         s.record(&point(Kind::Counter, "m", "a=1|b=2", Value::Number(1.0)))
@@ -384,8 +574,7 @@ mod tests {
         s.record(&point(Kind::Counter, "m", "b=2 a=1", Value::Number(2.0)))
             .unwrap();
         assert_eq!(s.len(), 1);
-        let e = &s.entries[0];
-        assert_eq!(e.agg, Agg::Sum(3.0));
+        assert_eq!(s.window.values[0], Agg::Sum(3.0));
     }
 
     #[test]
@@ -395,6 +584,7 @@ mod tests {
         p.name = b"\xff\xfe";
         assert_eq!(s.record(&p), Err(DropReason::InvalidUtf8));
         assert!(s.is_empty());
+        assert!(s.window.added.is_empty());
     }
 
     #[test]
@@ -403,38 +593,7 @@ mod tests {
         for v in [Value::Delta(5.0), Value::Number(10.0), Value::Delta(-3.0)] {
             s.record(&point(Kind::Gauge, "g", "", v)).unwrap();
         }
-        let e = &s.entries[0];
-        assert_eq!(
-            e.agg,
-            Agg::Gauge {
-                set: Some(7.0),
-                delta: 0.0
-            }
-        );
-    }
-
-    #[test]
-    fn absorbing_sums_counters_and_keeps_distinct_series() {
-        let mut a = Shard::new(Arc::default());
-        let mut b = Shard::new(Arc::default());
-        a.record(&point(Kind::Counter, "m", "", Value::Number(1.0)))
-            .unwrap();
-        b.record(&point(Kind::Counter, "m", "", Value::Number(2.0)))
-            .unwrap();
-        b.record(&point(Kind::Counter, "n", "", Value::Number(5.0)))
-            .unwrap();
-        a.absorb(&mut b);
-        assert!(b.is_empty());
-        assert_eq!(a.len(), 2);
-        let total: f64 = a
-            .entries
-            .iter()
-            .map(|e| match e.agg {
-                Agg::Sum(v) => v,
-                _ => 0.0,
-            })
-            .sum();
-        assert_eq!(total, 8.0);
+        assert_eq!(s.window.values[0], Agg::GaugeSet(7.0));
     }
 
     #[test]
@@ -443,7 +602,64 @@ mod tests {
         let mut p = point(Kind::Count, "c", "", Value::Number(1.0));
         p.sample_rate = 0.1;
         s.record(&p).unwrap();
-        let e = &s.entries[0];
-        assert_eq!(e.agg, Agg::Sum(10.0));
+        assert_eq!(s.window.values[0], Agg::Sum(10.0));
+    }
+
+    #[test]
+    fn a_closed_window_lists_new_series_and_the_next_starts_from_zero() {
+        let mut s = Shard::new(Arc::default());
+        s.record(&point(Kind::Counter, "a", "", Value::Number(1.0)))
+            .unwrap();
+        s.record(&point(Kind::Counter, "b", "", Value::Number(2.0)))
+            .unwrap();
+        let first = s.take_window(None);
+        assert_eq!(first.added.len(), 2);
+        assert_eq!(first.touched_slots().collect::<Vec<_>>(), [0, 1]);
+        // Reuse the first buffer as the flusher would hand it back.
+        let mut back = first;
+        back.added.clear();
+        back.touched.fill(0);
+        s.record(&point(Kind::Counter, "b", "", Value::Number(5.0)))
+            .unwrap();
+        let second = s.take_window(Some(back));
+        assert!(second.added.is_empty(), "known series are not sent again");
+        assert_eq!(second.touched_slots().collect::<Vec<_>>(), [1]);
+        assert_eq!(second.values[1], Agg::Sum(5.0));
+        // The recycled buffer still holds 2.0 for "b": the first point of the
+        // window resets it.
+        s.record(&point(Kind::Counter, "b", "", Value::Number(1.0)))
+            .unwrap();
+        assert_eq!(s.window.values[1], Agg::Sum(1.0));
+    }
+
+    #[test]
+    fn expired_slots_are_freed_unless_they_saw_data_and_then_reused() {
+        let mut s = Shard::new(Arc::default());
+        for name in ["a", "b"] {
+            s.record(&point(Kind::Counter, name, "x=1", Value::Number(1.0)))
+                .unwrap();
+        }
+        let mut back = s.take_window(None);
+        back.added.clear();
+        back.touched.fill(0);
+        back.expire = vec![0, 1];
+        // "b" came back after the flusher's decision: it stays.
+        s.record(&point(Kind::Counter, "b", "x=1", Value::Number(1.0)))
+            .unwrap();
+        let w = s.take_window(Some(back));
+        assert!(w.removed.is_empty());
+        assert_eq!(s.window.removed, [0]);
+        assert_eq!(s.len(), 1);
+        // A new series takes the free slot, with a fresh value.
+        s.record(&point(Kind::Timer, "c", "", Value::Number(4.0)))
+            .unwrap();
+        assert_eq!(s.window.added.len(), 1);
+        assert_eq!(s.window.added[0].0, 0);
+        assert!(matches!(s.window.values[0], Agg::Timer(_)));
+        // The old spelling of "a" no longer resolves to slot 0.
+        s.record(&point(Kind::Counter, "a", "x=1", Value::Number(1.0)))
+            .unwrap();
+        assert_eq!(s.window.added.last().unwrap().0, 2);
+        assert_eq!(s.len(), 3);
     }
 }

@@ -1,14 +1,15 @@
-//! The flusher: closes windows on wall-clock boundaries, merges the worker
-//! shards, and hands each window's points to every sink.
+//! The flusher: closes windows on wall-clock boundaries, merges the
+//! workers' windows, and hands each window's points to every sink.
 //!
 //! # Windows
 //!
 //! Boundaries are multiples of the interval since the unix epoch (a 10 s
 //! window closes at :00, :10, ...). A point's timestamp is its window's
 //! start. At a boundary the flusher bumps the epoch, waits for each worker's
-//! shard (workers answer within [`crate::ingest::WAKE_INTERVAL`]) up to
-//! [`COLLECT_DEADLINE`], merges and flushes. A shard that arrives later is
-//! merged into the next window rather than lost, and counted.
+//! window (workers answer within [`crate::ingest::WAKE_INTERVAL`]) up to
+//! [`COLLECT_DEADLINE`], merges and flushes, then sends every window back to
+//! its worker for reuse. A window that arrives later is merged into the
+//! next one rather than lost, and counted.
 //!
 //! # Clean shutdown
 //!
@@ -17,11 +18,13 @@
 //! elapsed. Then the flusher drops its sink queues, which lets each sink
 //! write what it has and exit.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use sonde_aggregate::shard::Window;
 use sonde_aggregate::{AggregateConfig, Aggregator, Batch};
 
 use crate::ingest::{Control, Handoff};
@@ -85,6 +88,8 @@ impl Flusher {
         } = self;
         let interval = config.interval;
         let mut agg = Aggregator::new(Arc::clone(&config));
+        // Where each shard's windows go back after a flush.
+        let mut give_back: HashMap<u32, Sender<Window>> = HashMap::new();
         let mut epoch = control.epoch.load(Ordering::Acquire);
         let mut start = window_start(now_ns(), interval);
         loop {
@@ -124,7 +129,7 @@ impl Flusher {
                         } else {
                             stats.late_shards.fetch_add(1, Ordering::Relaxed);
                         }
-                        absorb(&mut agg, h);
+                        absorb(&mut agg, &mut give_back, h);
                     }
                     Err(_) => break,
                 }
@@ -132,12 +137,18 @@ impl Flusher {
             // Shards from workers that missed an earlier deadline.
             while let Ok(h) = shards.try_recv() {
                 stats.late_shards.fetch_add(1, Ordering::Relaxed);
-                absorb(&mut agg, h);
+                absorb(&mut agg, &mut give_back, h);
             }
             let merged = Instant::now();
             let secs = ((closed_at - start) as f64 / 1e9).max(1e-3);
             let mut batch = Batch::new((start / 1_000_000_000) as i64);
             let fs = agg.flush(batch.window_start, secs, &mut batch);
+            for w in agg.take_done() {
+                // The worker may be gone at shutdown; then the window is freed.
+                if let Some(tx) = give_back.get(&w.shard()) {
+                    let _ = tx.send(w);
+                }
+            }
             stats.flushes.fetch_add(1, Ordering::Relaxed);
             stats.series.store(fs.series as u64, Ordering::Relaxed);
             stats
@@ -167,15 +178,14 @@ impl Flusher {
     }
 }
 
-fn absorb(agg: &mut Aggregator, h: Handoff) {
+fn absorb(agg: &mut Aggregator, give_back: &mut HashMap<u32, Sender<Window>>, h: Handoff) {
     let Handoff {
-        mut shard,
-        give_back,
+        window,
+        give_back: tx,
         ..
     } = h;
-    agg.absorb(&mut shard);
-    // The worker may be gone at shutdown; then the shard is simply freed.
-    let _ = give_back.send(shard);
+    give_back.entry(window.shard()).or_insert(tx);
+    agg.absorb_window(window);
 }
 
 /// A channel pair for the flusher's commands.

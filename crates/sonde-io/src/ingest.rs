@@ -5,9 +5,11 @@
 //!
 //! The flusher announces a closed window by bumping [`Control::epoch`].
 //! Every worker checks the epoch after each batch (and at least every
-//! [`WAKE_INTERVAL`] when idle), swaps its full shard for an empty one and
-//! sends the full one to the flusher. That is the only cross-thread traffic
-//! of the hot path: one atomic load per batch and one message per window.
+//! [`WAKE_INTERVAL`] when idle), closes its shard's open [`Window`] (the
+//! series themselves stay with the worker) and sends it to the flusher,
+//! which sends it back for reuse after the flush. That is the only
+//! cross-thread traffic of the hot path: one atomic load per batch and one
+//! message per window.
 //!
 //! # Clean shutdown
 //!
@@ -20,6 +22,7 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sonde_aggregate::shard::Window;
 use sonde_aggregate::{AggregateConfig, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
@@ -56,15 +59,15 @@ pub struct Control {
     pub shutdown: AtomicBool,
 }
 
-/// A worker's shard for a closed window, on its way to the flusher.
+/// A worker's closed window, on its way to the flusher.
 #[derive(Debug)]
 pub struct Handoff {
-    /// The epoch the shard's data belongs to.
+    /// The epoch the window's data belongs to.
     pub epoch: u64,
     /// The data.
-    pub shard: Shard,
-    /// Where the flusher returns the emptied shard for reuse.
-    pub give_back: Sender<Shard>,
+    pub window: Window,
+    /// Where the flusher returns the window for reuse.
+    pub give_back: Sender<Window>,
 }
 
 /// Parses and aggregates for one worker.
@@ -74,12 +77,11 @@ pub struct Ingest {
     shard: Shard,
     counts: LocalCounts,
     stats: Arc<ReceiverStats>,
-    config: Arc<AggregateConfig>,
     control: Arc<Control>,
     epoch: u64,
     handoff: SyncSender<Handoff>,
-    give_back: Sender<Shard>,
-    recycled: Receiver<Shard>,
+    give_back: Sender<Window>,
+    recycled: Receiver<Window>,
 }
 
 struct Recorder<'a> {
@@ -112,11 +114,10 @@ impl Ingest {
         let (give_back, recycled) = std::sync::mpsc::channel();
         Ingest {
             protocol,
-            shard: Shard::new(Arc::clone(&config)),
+            shard: Shard::new(config),
             counts: LocalCounts::default(),
             stats,
             epoch: control.epoch.load(Ordering::Acquire),
-            config,
             control,
             handoff,
             give_back,
@@ -161,14 +162,10 @@ impl Ingest {
         if epoch == self.epoch {
             return true;
         }
-        let fresh = self
-            .recycled
-            .try_recv()
-            .unwrap_or_else(|_| Shard::new(Arc::clone(&self.config)));
-        let shard = std::mem::replace(&mut self.shard, fresh);
+        let window = self.shard.take_window(self.recycled.try_recv().ok());
         let sent = self.handoff.send(Handoff {
             epoch: self.epoch,
-            shard,
+            window,
             give_back: self.give_back.clone(),
         });
         self.epoch = epoch;
