@@ -2,7 +2,7 @@
 //! exist allocates nothing: the per-point hot path is allocation free.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 use std::sync::Arc;
 
 use sonde_aggregate::{AggregateConfig, Shard};
@@ -10,12 +10,26 @@ use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Allocations made by this thread. Per thread because the test
+    /// harness's own thread allocates now and then (its channel waits),
+    /// which made a process-wide count fail under load.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count() {
+    // `try_with`: the slot may be gone while a thread exits.
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
 
 // SAFETY: forwards to the system allocator, only counting calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
     }
@@ -24,7 +38,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -76,13 +90,13 @@ api.ms:3:4:5|ms|#env:prod\napi.users:alice|s\napi.dist:9|d\n";
 fn a_warm_shard_records_known_series_without_allocating() {
     let bunch = msgpack_bunch();
     let mut shard = Shard::new(Arc::new(AggregateConfig::default()));
-    let start = ALLOCATIONS.load(Ordering::Relaxed);
+    let start = allocations();
     // Warm up: create the series and let every buffer reach its size.
     for _ in 0..3 {
         msgpack::parse(&bunch, &mut Record(&mut shard, 0));
         statsd::parse(STATSD, &mut Record(&mut shard, 0));
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     // The counter is live: creating the series did allocate.
     assert!(before - start >= 9, "warm-up allocated {}", before - start);
     let mut rec = Record(&mut shard, 0);
@@ -91,7 +105,7 @@ fn a_warm_shard_records_known_series_without_allocating() {
         statsd::parse(STATSD, &mut rec);
     }
     let points = rec.1;
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = allocations() - before;
     assert_eq!(points, 100 * (100 + 9));
     assert_eq!(
         allocations, 0,
