@@ -103,6 +103,84 @@ pub fn encode(kind: u8, name: &str, tags: &[(&str, &str)]) -> Vec<u8> {
     buf
 }
 
+impl KeyBuilder {
+    /// The key the last successful [`KeyBuilder::build`] returned.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// After [`KeyBuilder::build`]: where each tag of the raw string landed
+    /// in the key, four bits per tag in raw order (`position of raw tag j`
+    /// at bits `4j..4j+4`). `None` over 16 tags.
+    pub(crate) fn permutation(&self) -> Option<u64> {
+        if self.order.len() > MAX_PERMUTED_TAGS {
+            return None;
+        }
+        let mut p = 0u64;
+        for (pos, &j) in self.order.iter().enumerate() {
+            p |= (pos as u64) << (4 * u32::from(j));
+        }
+        Some(p)
+    }
+}
+
+/// The most tags a raw spelling can have and still be remembered as an
+/// alias of its series (four bits per tag in a `u64`).
+pub(crate) const MAX_PERMUTED_TAGS: usize = 16;
+
+/// True when `name` and `raw_tags` are exactly how `key` reads with its
+/// tags in the order `permutation` (see [`KeyBuilder::permutation`]) and
+/// the separators `kv` between key and value and `sep` between tags. A
+/// tag with an empty value is written without `kv` when `bare_empty`.
+pub(crate) fn spelled_as(
+    key: &[u8],
+    name: &[u8],
+    raw_tags: &[u8],
+    permutation: u64,
+    (kv, sep, bare_empty): (u8, u8, bool),
+) -> bool {
+    let Some((key_name, mut rest)) = split_name(key) else {
+        return false;
+    };
+    if key_name != name {
+        return false;
+    }
+    let count = usize::from(u16::from_le_bytes([
+        key[3 + name.len()],
+        key[4 + name.len()],
+    ]));
+    if count > MAX_PERMUTED_TAGS {
+        return false;
+    }
+    let mut pairs: [(&[u8], &[u8]); MAX_PERMUTED_TAGS] = [(&[], &[]); MAX_PERMUTED_TAGS];
+    for pair in pairs.iter_mut().take(count) {
+        let (Some(k), Some(v)) = (take_field(&mut rest), take_field(&mut rest)) else {
+            return false;
+        };
+        *pair = (k, v);
+    }
+    let mut raw = raw_tags;
+    let mut eat = |bytes: &[u8]| match raw.strip_prefix(bytes) {
+        Some(tail) => {
+            raw = tail;
+            true
+        }
+        None => false,
+    };
+    for j in 0..count {
+        let (k, v) = pairs[((permutation >> (4 * j)) & 0xf) as usize];
+        if (j > 0 && !eat(&[sep])) || !eat(k) {
+            return false;
+        }
+        let bare = v.is_empty() && bare_empty;
+        let written = bare || (eat(&[kv]) && eat(v));
+        if !written {
+            return false;
+        }
+    }
+    raw.is_empty()
+}
+
 /// Hashes a key. One fixed seed per process, so hashes computed on any
 /// worker agree when shards are merged.
 pub fn hash(key: &[u8]) -> u64 {
@@ -231,6 +309,62 @@ mod tests {
             .unwrap()
             .to_vec();
         assert_eq!(encode(3, "m", &[("z", "1"), ("a", "b")]), built);
+    }
+
+    #[test]
+    fn a_spelling_reads_back_from_its_key_in_the_clients_tag_order() {
+        let mut b = KeyBuilder::default();
+        for (raw, syntax) in [
+            (
+                "series:s1,env:prod,urgent,url:http://x",
+                TagSyntax::DogStatsd,
+            ),
+            ("z=1|a=b=c|m=", TagSyntax::Msgpack),
+            ("", TagSyntax::Msgpack),
+        ] {
+            b.build(0, b"m", raw.as_bytes(), syntax).unwrap();
+            let (key, perm) = (b.key().to_vec(), b.permutation().unwrap());
+            let seps = match syntax {
+                TagSyntax::Msgpack => (b'=', b'|', false),
+                TagSyntax::DogStatsd => (b':', b',', true),
+            };
+            assert!(spelled_as(&key, b"m", raw.as_bytes(), perm, seps), "{raw}");
+            assert!(!spelled_as(&key, b"n", raw.as_bytes(), perm, seps));
+            if !raw.is_empty() {
+                // Any other byte string, order or separator does not.
+                let mut other = raw.as_bytes().to_vec();
+                other.push(b'x');
+                assert!(!spelled_as(&key, b"m", &other, perm, seps));
+                assert!(!spelled_as(&key, b"m", &raw.as_bytes()[1..], perm, seps));
+                assert!(!spelled_as(
+                    &key,
+                    b"m",
+                    raw.as_bytes(),
+                    perm.rotate_left(4),
+                    seps
+                ));
+            }
+        }
+        // A space separates msgpack tags too, but is not the canonical
+        // separator: such a spelling simply has no alias.
+        b.build(0, b"m", b"a=1 b=2", TagSyntax::Msgpack).unwrap();
+        let (key, perm) = (b.key().to_vec(), b.permutation().unwrap());
+        assert!(!spelled_as(
+            &key,
+            b"m",
+            b"a=1 b=2",
+            perm,
+            (b'=', b'|', false)
+        ));
+    }
+
+    #[test]
+    fn more_than_sixteen_tags_have_no_permutation() {
+        let mut b = KeyBuilder::default();
+        let raw: Vec<String> = (0..17).map(|i| format!("k{i}=v")).collect();
+        b.build(0, b"m", raw.join("|").as_bytes(), TagSyntax::Msgpack)
+            .unwrap();
+        assert_eq!(b.permutation(), None);
     }
 
     #[test]
