@@ -267,7 +267,18 @@ impl Aggregator {
                     let series = &mut self.series[map[slot] as usize];
                     let Some(id) = &series.key else { continue };
                     let kind = id[0];
-                    let agg = &w.values[slot];
+                    // Sketches, sets and timestamp lists are freed rather than
+                    // kept for the buffer's next window: a buffer waits a whole
+                    // window idle, and a kept 25-sample sketch is ~650 bytes a
+                    // timer series against one allocation a window to redo it.
+                    let taken;
+                    let agg = match &w.values[slot] {
+                        Agg::Timer(_) | Agg::Set(_) | Agg::Ts(_) => {
+                            taken = std::mem::replace(&mut w.values[slot], Agg::Vacant);
+                            &taken
+                        }
+                        other => other,
+                    };
                     if series.expired {
                         series.expired = false;
                         series.persist = initial_persist(kind, agg);
