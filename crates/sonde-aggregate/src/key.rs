@@ -181,6 +181,40 @@ pub(crate) fn spelled_as(
     raw.is_empty()
 }
 
+/// Writes the tags of `key` in the order `permutation` with the given
+/// separators: the raw spelling that [`spelled_as`] accepts.
+pub(crate) fn render_spelling(
+    key: &[u8],
+    permutation: u64,
+    (kv, sep, bare_empty): (u8, u8, bool),
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    let Some((_, mut rest)) = split_name(key) else {
+        return;
+    };
+    let mut pairs: [(&[u8], &[u8]); MAX_PERMUTED_TAGS] = [(&[], &[]); MAX_PERMUTED_TAGS];
+    let mut count = 0;
+    while let (Some(k), Some(v)) = (take_field(&mut rest), take_field(&mut rest)) {
+        if count == MAX_PERMUTED_TAGS {
+            return;
+        }
+        pairs[count] = (k, v);
+        count += 1;
+    }
+    for j in 0..count {
+        let (k, v) = pairs[((permutation >> (4 * j)) & 0xf) as usize];
+        if j > 0 {
+            out.push(sep);
+        }
+        out.extend_from_slice(k);
+        if !(v.is_empty() && bare_empty) {
+            out.push(kv);
+            out.extend_from_slice(v);
+        }
+    }
+}
+
 /// Hashes a key. One fixed seed per process, so hashes computed on any
 /// worker agree when shards are merged.
 pub fn hash(key: &[u8]) -> u64 {
@@ -329,6 +363,9 @@ mod tests {
                 TagSyntax::DogStatsd => (b':', b',', true),
             };
             assert!(spelled_as(&key, b"m", raw.as_bytes(), perm, seps), "{raw}");
+            let mut back = Vec::new();
+            render_spelling(&key, perm, seps, &mut back);
+            assert_eq!(back, raw.as_bytes());
             assert!(!spelled_as(&key, b"n", raw.as_bytes(), perm, seps));
             if !raw.is_empty() {
                 // Any other byte string, order or separator does not.

@@ -20,6 +20,7 @@
 //! those that saw no data since, and reports them freed with its next
 //! window, so both sides drop the series without a lock.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -211,10 +212,10 @@ impl Agg {
     }
 }
 
-/// One series of a shard: 32 bytes, and the key on the heap.
+/// One series of a shard: 24 bytes, and the key on the heap. The key's
+/// hash is not kept: it is recomputed when the index grows.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    hash: u64,
     /// `None` for a free slot. Shared with the flusher, which keeps the
     /// same allocation for its series and every output group.
     key: Option<Arc<[u8]>>,
@@ -234,9 +235,11 @@ pub(crate) struct Entry {
 /// comparison that is as long. A spelling that does not read back that way
 /// (odd separators, more than 16 tags) gets no alias and takes the
 /// canonical path.
+///
+/// Nor is its hash (16 bytes an alias, not 24): when the table grows, the
+/// spelling is rendered from the key again and hashed.
 #[derive(Debug)]
 struct Alias {
-    hash: u64,
     permutation: u64,
     entry: u32,
     syntax: TagSyntax,
@@ -263,28 +266,39 @@ fn separators(s: TagSyntax) -> (u8, u8, bool) {
 }
 
 fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
+    spelling_hash(kind, p.tag_syntax, p.name, p.tags)
+}
+
+fn spelling_hash(kind: u8, syntax: TagSyntax, name: &[u8], tags: &[u8]) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = key::hash_state().build_hasher();
     h.write_u8(kind);
-    h.write_u8(syntax_byte(p.tag_syntax));
-    h.write_usize(p.name.len());
-    h.write(p.name);
-    h.write(p.tags);
+    h.write_u8(syntax_byte(syntax));
+    h.write_usize(name.len());
+    h.write(name);
+    h.write(tags);
     h.finish()
+}
+
+/// The hash of an alias' spelling, rendered again from its entry's key
+/// into `scratch` (only when the alias table grows).
+fn alias_hash(entries: &[Entry], a: &Alias, scratch: &RefCell<Vec<u8>>) -> u64 {
+    let key = entries[a.entry as usize].key.as_deref().unwrap_or_default();
+    let name = key::split_name(key).map_or(&[][..], |(n, _)| n);
+    let mut tags = scratch.borrow_mut();
+    key::render_spelling(key, a.permutation, separators(a.syntax), &mut tags);
+    spelling_hash(key.first().copied().unwrap_or(0), a.syntax, name, &tags)
+}
+
+fn key_hash(entries: &[Entry], i: u32) -> u64 {
+    key::hash(entries[i as usize].key.as_deref().unwrap_or_default())
 }
 
 /// An alias for the spelling of `p` whose canonical key is `key`, if the
 /// spelling reads back from the key (see [`Alias`]).
-fn new_alias(
-    hash: u64,
-    key: &[u8],
-    permutation: Option<u64>,
-    p: &Point<'_>,
-    entry: u32,
-) -> Option<Alias> {
+fn new_alias(key: &[u8], permutation: Option<u64>, p: &Point<'_>, entry: u32) -> Option<Alias> {
     let permutation = permutation?;
     key::spelled_as(key, p.name, p.tags, permutation, separators(p.tag_syntax)).then_some(Alias {
-        hash,
         permutation,
         entry,
         syntax: p.tag_syntax,
@@ -484,11 +498,14 @@ impl Shard {
         if let Some(&i) = found {
             let e = &mut entries[i as usize];
             if e.aliases < MAX_ALIASES {
-                if let Some(alias) = new_alias(raw, key, permutation, p, i) {
+                if let Some(alias) = new_alias(key, permutation, p, i) {
                     e.aliases += 1;
-                    self.aliases.insert_unique(raw, alias, |a| a.hash);
+                    let scratch = RefCell::default();
+                    self.aliases
+                        .insert_unique(raw, alias, |a| alias_hash(entries, a, &scratch));
                 }
             }
+            let e = &entries[i as usize];
             let key = e.key.as_deref().unwrap_or_default();
             return self.window.record(i, key, p, &self.config);
         }
@@ -506,7 +523,6 @@ impl Shard {
         self.window.record(slot, key, p, &self.config)?;
         let key: Arc<[u8]> = key.into();
         let entry = Entry {
-            hash,
             key: Some(Arc::clone(&key)),
             aliases: 1,
         };
@@ -517,9 +533,11 @@ impl Shard {
         }
         self.window.added.push((slot, Arc::clone(&key)));
         self.index
-            .insert_unique(hash, slot, |&j| entries[j as usize].hash);
-        if let Some(alias) = new_alias(raw, &key, permutation, p, slot) {
-            self.aliases.insert_unique(raw, alias, |a| a.hash);
+            .insert_unique(hash, slot, |&j| key_hash(entries, j));
+        if let Some(alias) = new_alias(&key, permutation, p, slot) {
+            let scratch = RefCell::default();
+            self.aliases
+                .insert_unique(raw, alias, |a| alias_hash(entries, a, &scratch));
         } else {
             entries[slot as usize].aliases = 0;
         }
@@ -555,9 +573,8 @@ impl Shard {
             if e.key.is_none() || self.window.is_touched(slot) {
                 continue;
             }
-            e.key = None;
+            let hash = e.key.take().as_deref().map_or(0, key::hash);
             e.aliases = 0;
-            let hash = e.hash;
             if let Ok(found) = self.index.find_entry(hash, |&i| i == slot) {
                 found.remove();
             }
@@ -592,11 +609,12 @@ mod tests {
     }
 
     #[test]
-    fn a_value_is_16_bytes_and_an_entry_32() {
+    fn a_value_is_16_bytes_an_entry_24_and_an_alias_16() {
         // Two values and one entry per series: the budget in
         // tests/memory_budget.rs depends on these sizes.
         assert_eq!(std::mem::size_of::<Agg>(), 16);
-        assert_eq!(std::mem::size_of::<Entry>(), 32);
+        assert_eq!(std::mem::size_of::<Entry>(), 24);
+        assert_eq!(std::mem::size_of::<Alias>(), 16);
     }
 
     #[test]
@@ -645,6 +663,22 @@ mod tests {
         assert_eq!(s.window.values[0], Agg::Sum(303.0));
         assert_eq!(s.window.values[1], Agg::Sum(30.0));
         assert_eq!(s.aliases.len(), 3);
+    }
+
+    #[test]
+    fn aliases_still_hit_after_their_table_grew() {
+        let mut s = Shard::new(Arc::default());
+        let tags: Vec<String> = (0..5000).map(|i| format!("z={i}|a=x")).collect();
+        for _ in 0..2 {
+            for t in &tags {
+                s.record(&point(Kind::Counter, "m", t, Value::Number(1.0)))
+                    .unwrap();
+            }
+        }
+        // A miss after a rehash with wrong hashes would add a second alias.
+        assert_eq!((s.len(), s.aliases.len()), (5000, 5000));
+        assert!(s.entries.iter().all(|e| e.aliases == 1));
+        assert!(s.window.values.iter().all(|v| *v == Agg::Sum(2.0)));
     }
 
     #[test]
