@@ -20,35 +20,22 @@ use crate::key::{self, KIND_TS_SUM};
 use crate::point::{Batch, Shape};
 use crate::shard::{Agg, HistogramWindow, Shard, Window, NO_SLOT};
 
-/// Totals that persist across windows.
-#[derive(Debug)]
-enum Persist {
-    /// Window-only kinds, and expired series: nothing to report.
-    Nothing,
-    /// Counter and meter running totals.
-    Total(f64),
-    /// A StatsD gauge's current value.
-    Gauge(f64),
-    /// A histogram's running bucket counts, sum and count.
-    Histogram(Box<HistogramWindow>),
-}
-
 #[derive(Debug)]
 struct Series {
     /// Shared with the worker's entry and every output group of the series.
     /// `None` for a free slot.
     key: Option<Arc<[u8]>>,
-    persist: Persist,
+    /// What persists across windows: a counter's or meter's running total,
+    /// a StatsD gauge's value (histograms keep theirs in
+    /// `Aggregator::histograms`, so every series pays 8 bytes, not 16).
+    total: f64,
     /// The flush number that last saw data for this series.
     last_seen: u32,
-    /// The flush number of the window whose first value for this series is
-    /// at `owner`; a second worker's value is merged into that one.
-    mark: u32,
     /// Index in `pending` and slot of the window value holding this
-    /// series' merged data for the open window.
+    /// series' merged data for the open window (valid when the series'
+    /// bit in `Aggregator::claimed` is set); a second worker's value is
+    /// merged into that one.
     owner: (u32, u32),
-    /// The flush that expired the series.
-    expired_at: u32,
     /// Worker slots mapped to this series.
     refs: u16,
     /// Expired: reported no more; freed when no worker slot maps to it.
@@ -88,6 +75,10 @@ pub struct Aggregator {
     pending: Vec<Window>,
     /// Windows flushed, ready to go back to their shards.
     done: Vec<Window>,
+    /// One bit per series that has a value in the open window's `pending`.
+    claimed: Vec<u64>,
+    /// Running bucket counts, sum and count of each live histogram series.
+    histograms: HashMap<u32, Box<HistogramWindow>>,
     flushes: u32,
 }
 
@@ -101,19 +92,14 @@ fn push_histogram(out: &mut Batch, key: &Arc<[u8]>, h: &HistogramWindow, ts: i64
     out.push(key, Shape::Histogram, Some(&h.bounds.labels), ts, values);
 }
 
-fn initial_persist(kind: u8, agg: &Agg) -> Persist {
-    match (Kind::from_u8(kind), agg) {
-        (Some(Kind::Counter | Kind::Meter), _) => Persist::Total(0.0),
-        (Some(Kind::Gauge), _) => Persist::Gauge(0.0),
-        (Some(Kind::Histogram), Agg::Histogram(h)) => {
-            let mut empty = (**h).clone();
-            empty.counts.fill(0);
-            empty.sum = 0.0;
-            empty.count = 0;
-            Persist::Histogram(Box::new(empty))
-        }
-        _ => Persist::Nothing,
-    }
+/// A histogram's running totals, starting from zero, with the bounds of
+/// its first window.
+fn empty_histogram(h: &HistogramWindow) -> Box<HistogramWindow> {
+    let mut empty = h.clone();
+    empty.counts.fill(0);
+    empty.sum = 0.0;
+    empty.count = 0;
+    Box::new(empty)
 }
 
 impl Aggregator {
@@ -128,6 +114,8 @@ impl Aggregator {
             workers: HashMap::new(),
             pending: Vec::new(),
             done: Vec::new(),
+            claimed: Vec::new(),
+            histograms: HashMap::new(),
             flushes: 0,
         }
     }
@@ -162,7 +150,7 @@ impl Aggregator {
                 if s.refs == 0 && s.expired {
                     let hash = s.key.as_deref().map_or(0, key::hash);
                     s.key = None;
-                    s.persist = Persist::Nothing;
+                    self.histograms.remove(&g);
                     if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
                         e.remove();
                     }
@@ -183,11 +171,9 @@ impl Aggregator {
                 None => {
                     let s = Series {
                         key: Some(k),
-                        persist: Persist::Nothing,
+                        total: 0.0,
                         last_seen: 0,
-                        mark: 0,
                         owner: (0, 0),
-                        expired_at: 0,
                         refs: 0,
                         // Not reported until a window gives it data.
                         expired: true,
@@ -216,8 +202,8 @@ impl Aggregator {
             map[slot as usize] = g;
         }
         // Two workers with data for one series: merge into the first value.
-        let open = self.flushes + 1;
         let here = self.pending.len() as u32;
+        self.claimed.resize(self.series.len().div_ceil(64), 0);
         let slots: Vec<u32> = w.touched_slots().collect();
         for slot in slots {
             let g = worker.map.get(slot as usize).copied().unwrap_or(NO_SLOT);
@@ -226,8 +212,9 @@ impl Aggregator {
                 continue;
             }
             let s = &mut self.series[g as usize];
-            if s.mark != open {
-                s.mark = open;
+            let (word, bit) = (g as usize / 64, 1u64 << (g % 64));
+            if self.claimed[word] & bit == 0 {
+                self.claimed[word] |= bit;
                 s.owner = (here, slot);
                 continue;
             }
@@ -257,6 +244,7 @@ impl Aggregator {
         let now = self.flushes;
         let non_finite_before = out.non_finite();
         let ts = window_start;
+        self.claimed.fill(0);
         for w in &mut self.pending {
             let map = &self.workers[&w.shard()].map;
             for word in 0..w.touched.len() {
@@ -264,7 +252,8 @@ impl Aggregator {
                 while bits != 0 {
                     let slot = word * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    let series = &mut self.series[map[slot] as usize];
+                    let g = map[slot];
+                    let series = &mut self.series[g as usize];
                     let Some(id) = &series.key else { continue };
                     let kind = id[0];
                     // Sketches, sets and timestamp lists are freed rather than
@@ -281,28 +270,32 @@ impl Aggregator {
                     };
                     if series.expired {
                         series.expired = false;
-                        series.persist = initial_persist(kind, agg);
+                        series.total = 0.0;
+                        if let Agg::Histogram(h) = agg {
+                            self.histograms.insert(g, empty_histogram(h));
+                        }
                         self.live += 1;
                     }
                     series.last_seen = now;
-                    match (Kind::from_u8(kind), agg, &mut series.persist) {
-                        (Some(Kind::Counter), Agg::Sum(v), Persist::Total(t)) => *t += v,
-                        (Some(Kind::Meter), Agg::Sum(v), Persist::Total(t)) => {
+                    let t = &mut series.total;
+                    match (Kind::from_u8(kind), agg) {
+                        (Some(Kind::Counter), Agg::Sum(v)) => *t += v,
+                        (Some(Kind::Meter), Agg::Sum(v)) => {
                             *t += v;
                             out.push(id, Shape::Rate, None, ts, [v / window_secs]);
                         }
-                        (Some(Kind::RateCounter), Agg::Sum(v), _) => {
+                        (Some(Kind::RateCounter), Agg::Sum(v)) => {
                             out.push(id, Shape::Plain, None, ts, [v / window_secs])
                         }
-                        (Some(Kind::Count), Agg::Sum(v), _) => {
+                        (Some(Kind::Count), Agg::Sum(v)) => {
                             out.push(id, Shape::Plain, None, ts, [*v])
                         }
-                        (Some(Kind::Store), Agg::Last(v), _) => {
+                        (Some(Kind::Store), Agg::Last(v)) => {
                             out.push(id, Shape::Plain, None, ts, [*v])
                         }
-                        (Some(Kind::Gauge), Agg::GaugeSet(v), Persist::Gauge(g)) => *g = *v,
-                        (Some(Kind::Gauge), Agg::GaugeDelta(d), Persist::Gauge(g)) => *g += d,
-                        (Some(Kind::Timer), Agg::Timer(s), _) => {
+                        (Some(Kind::Gauge), Agg::GaugeSet(v)) => *t = *v,
+                        (Some(Kind::Gauge), Agg::GaugeDelta(d)) => *t += d,
+                        (Some(Kind::Timer), Agg::Timer(s)) => {
                             let n = s.count();
                             let q = |q| s.quantile(q).unwrap_or(0.0);
                             // The order of `point::TIMER_SUFFIXES`.
@@ -320,20 +313,23 @@ impl Aggregator {
                             ];
                             out.push(id, Shape::Timer, None, ts, values);
                         }
-                        (Some(Kind::Histogram), Agg::Histogram(w), Persist::Histogram(total))
-                            if total.counts.len() == w.counts.len() =>
-                        {
-                            total.merge(w)
+                        (Some(Kind::Histogram), Agg::Histogram(w)) => {
+                            match self.histograms.get_mut(&g) {
+                                Some(total) if total.counts.len() == w.counts.len() => {
+                                    total.merge(w)
+                                }
+                                _ => {}
+                            }
                         }
-                        (Some(Kind::Set), Agg::Set(members), _) => {
+                        (Some(Kind::Set), Agg::Set(members)) => {
                             out.push(id, Shape::Plain, None, ts, [members.len() as f64])
                         }
-                        (Some(Kind::TsStore), Agg::Ts(points), _) => {
+                        (Some(Kind::TsStore), Agg::Ts(points)) => {
                             for &(t, v) in points.iter() {
                                 out.push(id, Shape::Plain, None, t, [v]);
                             }
                         }
-                        (None, Agg::Ts(points), _) if kind == KIND_TS_SUM => {
+                        (None, Agg::Ts(points)) if kind == KIND_TS_SUM => {
                             for &(t, v) in points.iter() {
                                 out.push(id, Shape::Plain, None, t, [v]);
                             }
@@ -355,8 +351,7 @@ impl Aggregator {
             let idle = now - s.last_seen;
             if idle >= expire {
                 s.expired = true;
-                s.expired_at = now;
-                s.persist = Persist::Nothing;
+                self.histograms.remove(&(g as u32));
                 expired += 1;
                 if s.refs == 0 {
                     // No worker slot left (a worker freed it late): free now.
@@ -369,16 +364,20 @@ impl Aggregator {
                 }
                 continue;
             }
-            match &s.persist {
-                Persist::Nothing => {}
-                Persist::Total(t) => {
-                    out.push(id, Shape::Total, None, ts, [*t]);
+            match Kind::from_u8(id[0]) {
+                Some(Kind::Counter | Kind::Meter) => {
+                    out.push(id, Shape::Total, None, ts, [s.total]);
                     if idle > 0 && id[0] == Kind::Meter as u8 {
                         out.push(id, Shape::Rate, None, ts, [0.0]);
                     }
                 }
-                Persist::Gauge(g) => out.push(id, Shape::Plain, None, ts, [*g]),
-                Persist::Histogram(h) => push_histogram(out, id, h, ts),
+                Some(Kind::Gauge) => out.push(id, Shape::Plain, None, ts, [s.total]),
+                Some(Kind::Histogram) => {
+                    if let Some(h) = self.histograms.get(&(g as u32)) {
+                        push_histogram(out, id, h, ts);
+                    }
+                }
+                _ => {}
             }
         }
         self.live -= expired;
@@ -389,7 +388,8 @@ impl Aggregator {
             for w in self.workers.values_mut() {
                 for (slot, &g) in w.map.iter().enumerate() {
                     let s = self.series.get(g as usize);
-                    if s.is_some_and(|s| s.expired && s.expired_at == now) {
+                    // Expired now: idle for exactly `expire` flushes.
+                    if s.is_some_and(|s| s.expired && s.last_seen + expire == now) {
                         w.expire.push(slot as u32);
                     }
                 }
@@ -449,6 +449,12 @@ mod tests {
                 (n, p.value)
             })
             .collect()
+    }
+
+    #[test]
+    fn a_series_costs_the_flusher_40_bytes() {
+        // tests/memory_budget.rs depends on this size.
+        assert_eq!(std::mem::size_of::<Series>(), 40);
     }
 
     #[test]

@@ -123,10 +123,11 @@ fn measure(kind: Kind, n: usize, samples_per_window: usize) -> PerSeries {
     result
 }
 
-/// The issue's budget for a counter series is 200 bytes beyond the key.
-/// Reached so far: about 210 at 100k series (see docs/BENCHMARKS.md, "memory
-/// per series" for where the bytes are); this bound keeps what was won.
-const COUNTER_BUDGET: f64 = 220.0;
+/// The issue's budget for a counter series: 200 bytes beyond the key
+/// (189 at 100k series; docs/BENCHMARKS.md lists where they go). While a
+/// window is being flushed its output adds about 52 more (8 bytes a value
+/// and a 32-byte group per series), which this budget does not cover.
+const COUNTER_BUDGET: f64 = 200.0;
 
 /// The issue's budget for a timer series: 4 KiB.
 const TIMER_BUDGET: f64 = 4096.0;
