@@ -24,6 +24,10 @@ pub const RELATIVE_ACCURACY: f64 = 0.009;
 /// The most buckets one sign of a sketch keeps.
 pub const MAX_BINS: usize = 1024;
 
+/// The heaviest bucket a sparse store keeps (whole counts stay exact in
+/// its `f32` weights well past this).
+const SPARSE_MAX_WEIGHT: f64 = (1 << 20) as f64;
+
 /// Values closer to zero than this count as zero.
 const MIN_MAGNITUDE: f64 = 1e-12;
 
@@ -62,13 +66,19 @@ fn value_of(index: i32) -> f64 {
 /// A timer series usually sees a few dozen samples per window spread over
 /// hundreds of buckets (1 ms to 1 s spans 383 of them), so a contiguous
 /// array would be mostly zeros: 3 KiB for 25 samples. The store starts
-/// sparse, `(index, weight)` pairs sorted by index (16 bytes per occupied
-/// bucket, a binary search per sample), and turns contiguous once that is
-/// no larger: when about half the spanned buckets are occupied.
+/// sparse, `(index, weight)` pairs sorted by index (8 bytes per occupied
+/// bucket, a binary search per sample), and turns contiguous (8 bytes a
+/// bucket in the span, one step per sample) when about half the spanned
+/// buckets are occupied.
+///
+/// Sparse weights are `f32`, exact for whole counts up to 2^24; a bucket
+/// that grows past [`SPARSE_MAX_WEIGHT`] turns the store contiguous, whose
+/// weights are `f64`. Fractional weights (StatsD `@rate`) round at 1e-7
+/// relative, far below the sketch's 0.9% bucket width.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Store {
     /// Occupied buckets, ascending, while the store is sparse.
-    sparse: Vec<(i32, f64)>,
+    sparse: Vec<(i32, f32)>,
     /// The index of `counts[0]` once dense.
     offset: i32,
     /// Contiguous weights once dense; empty while sparse.
@@ -85,13 +95,24 @@ impl Store {
             return self.add_dense(index, weight);
         }
         match self.sparse.binary_search_by_key(&index, |&(i, _)| i) {
-            Ok(at) => self.sparse[at].1 += weight,
+            Ok(at) => {
+                let w = f64::from(self.sparse[at].1) + weight;
+                if w > SPARSE_MAX_WEIGHT {
+                    // Densify first: the f64 array takes the exact sum.
+                    self.densify();
+                    return self.add_dense(index, weight);
+                }
+                self.sparse[at].1 = w as f32;
+            }
+            Err(_) if weight > SPARSE_MAX_WEIGHT => {
+                self.densify();
+                self.add_dense(index, weight);
+            }
             Err(at) => {
-                self.sparse.insert(at, (index, weight));
+                self.sparse.insert(at, (index, weight as f32));
                 let (lo, hi) = (self.sparse[0].0, self.sparse[self.sparse.len() - 1].0);
                 let span = i64::from(hi) - i64::from(lo) + 1;
-                // 16 bytes a pair against 8 a slot, with some slack so a
-                // handful of neighbouring samples stays sparse.
+                // Some slack so a handful of neighbouring samples stays sparse.
                 if 2 * self.sparse.len() as i64 >= span + 8 || span > MAX_BINS as i64 {
                     self.densify();
                 }
@@ -106,7 +127,7 @@ impl Store {
         // Highest first, so the array is sized once and any collapse folds
         // the lowest buckets.
         for &(i, w) in sparse.iter().rev() {
-            self.add_dense(i, w);
+            self.add_dense(i, f64::from(w));
         }
     }
 
@@ -158,7 +179,7 @@ impl Store {
             .map(|(i, &w)| (self.offset + i as i32, w));
         self.sparse
             .iter()
-            .copied()
+            .map(|&(i, w)| (i, f64::from(w)))
             .chain(dense)
             .filter(|&(_, w)| w != 0.0)
     }
@@ -178,7 +199,7 @@ impl Store {
 
     fn heap_bytes(&self) -> usize {
         self.counts.capacity() * std::mem::size_of::<f64>()
-            + self.sparse.capacity() * std::mem::size_of::<(i32, f64)>()
+            + self.sparse.capacity() * std::mem::size_of::<(i32, f32)>()
     }
 
     /// Occupied bucket slots (sparse pairs or the contiguous length).
@@ -405,7 +426,7 @@ mod tests {
             s.add(f64::from(k * 37 % 1000 + 1), 1.0);
         }
         // 25 occupied buckets of the 383 between 1 and 1000: sparse.
-        assert!(s.heap_bytes() <= 32 * 16, "{} bytes", s.heap_bytes());
+        assert!(s.heap_bytes() <= 32 * 8, "{} bytes", s.heap_bytes());
         assert_eq!(s.count(), 25.0);
         assert_close(s.quantile(0.5).unwrap(), 445.0);
     }
@@ -443,6 +464,21 @@ mod tests {
         assert_eq!(s.heap_bytes(), bytes);
         s.add(7.0, 1.0);
         assert_close(s.quantile(1.0).unwrap(), 7.0);
+    }
+
+    #[test]
+    fn a_heavy_bucket_turns_dense_and_counts_exactly() {
+        let mut s = Sketch::default();
+        s.add(5.0, 1.0);
+        s.add(500.0, 1.0);
+        assert!(!s.positive.is_dense());
+        // 2^24 + 1 is not an f32: a sparse weight would lose the 1.
+        s.add(5.0, (1u64 << 24) as f64);
+        assert!(s.positive.is_dense());
+        let total: f64 = s.positive.buckets().map(|(_, w)| w).sum();
+        assert_eq!(total, (1u64 << 24) as f64 + 2.0);
+        assert_close(s.quantile(1.0).unwrap(), 500.0);
+        assert_close(s.quantile(0.5).unwrap(), 5.0);
     }
 
     #[test]
