@@ -1,12 +1,15 @@
-//! Aggregation for sonde: series keys, per-worker window shards, the
-//! quantile sketch, and the flush that turns a window into points.
+//! Aggregation for sonde: series keys, per-worker shards, the quantile
+//! sketch, and the flush that turns a window into points.
 //!
 //! The flow, and who drives it:
 //!
 //! * a receive thread owns a [`Shard`] and calls [`Shard::record`] for every
 //!   parsed point (no lock, no allocation unless the series is new);
-//! * at a window boundary the worker hands its shard to the flusher, which
-//!   calls [`Aggregator::absorb`] for each and then [`Aggregator::flush`];
+//! * at a window boundary the worker closes its window
+//!   ([`Shard::take_window`]) and sends it to the flusher, which calls
+//!   [`Aggregator::absorb_window`] for each, then [`Aggregator::flush`], and
+//!   sends the windows back for reuse ([`Aggregator::take_done`]); the
+//!   series themselves stay in the shard (docs/adr/0002);
 //! * `flush` fills a [`Batch`], whose [`OutPoint`]s mean what the table in
 //!   ARCHITECTURE.md ("Metric semantics") says per metric type.
 //!
