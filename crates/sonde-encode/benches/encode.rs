@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sonde_aggregate::{OutPoint, SeriesId, Suffix};
+use sonde_aggregate::{key, Batch, Shape};
 use sonde_encode::compress::Compression;
 
 const SERIES: usize = 2_000;
@@ -24,18 +24,6 @@ const TIMESTAMP: i64 = 1_763_800_200;
 const BOUNDS: [&str; 17] = [
     "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "25", "50",
     "100", "250", "500", "1000",
-];
-const TIMER: [Suffix; 10] = [
-    Suffix::Min,
-    Suffix::Max,
-    Suffix::Avg,
-    Suffix::Sum,
-    Suffix::Counter,
-    Suffix::Pct50,
-    Suffix::Pct90,
-    Suffix::Pct95,
-    Suffix::Pct99,
-    Suffix::Pct999,
 ];
 
 /// A small deterministic generator, so every run benches the same bytes.
@@ -61,25 +49,16 @@ impl Lcg {
     }
 }
 
-fn batch() -> Vec<OutPoint> {
+/// The window, as the flusher hands it to every sink.
+fn batch() -> Batch {
     let mut rng = Lcg(42);
-    let les: Vec<Arc<str>> = BOUNDS
+    let labels: Arc<[Arc<str>]> = BOUNDS
         .iter()
         .copied()
         .chain(["+Inf"])
         .map(Arc::from)
         .collect();
-    let mut points = Vec::new();
-    let mut push = |series: &Arc<SeriesId>, suffix, le: Option<&Arc<str>>, value, monotonic| {
-        points.push(OutPoint {
-            series: series.clone(),
-            suffix,
-            le: le.cloned(),
-            value,
-            timestamp: TIMESTAMP,
-            monotonic,
-        })
-    };
+    let mut batch = Batch::new(TIMESTAMP);
     for i in 0..SERIES {
         let kind = i % 10;
         let family = [
@@ -93,52 +72,53 @@ fn batch() -> Vec<OutPoint> {
             6 | 7 => 2,
             _ => 3,
         }];
-        let series = Arc::new(SeriesId {
-            name: format!("svc{}.{family}", i % 7).into(),
-            tags: vec![
-                ("env".into(), "prod".into()),
-                ("host".into(), format!("web-{:03}", i % 200).into()),
-                ("region".into(), ["eu-west-1", "us-east-1"][i % 2].into()),
-            ]
-            .into(),
-        });
+        let name = format!("svc{}.{family}", i % 7);
+        let host = format!("web-{:03}", i % 200);
+        let tags = [
+            ("env", "prod"),
+            ("host", host.as_str()),
+            ("region", ["eu-west-1", "us-east-1"][i % 2]),
+        ];
+        let key: Arc<[u8]> = key::encode(0, &name, &tags).into();
         match kind {
-            0..=3 => push(&series, Suffix::None, None, rng.value(), true),
-            4 | 5 => push(&series, Suffix::None, None, rng.value(), false),
+            0..=3 => batch.push(&key, Shape::Total, None, TIMESTAMP, [rng.value()]),
+            4 | 5 => batch.push(&key, Shape::Plain, None, TIMESTAMP, [rng.value()]),
             6 | 7 => {
-                for s in TIMER {
-                    push(&series, s, None, rng.value(), false);
-                }
+                let values: Vec<f64> = (0..10).map(|_| rng.value()).collect();
+                batch.push(&key, Shape::Timer, None, TIMESTAMP, values);
             }
             _ => {
                 let mut cumulative = 0.0;
-                for le in &les {
-                    cumulative += (rng.next() % 100) as f64;
-                    push(&series, Suffix::Bucket, Some(le), cumulative, true);
-                }
-                push(&series, Suffix::Sum, None, rng.value(), true);
-                push(&series, Suffix::Count, None, cumulative, true);
+                let mut values: Vec<f64> = (0..labels.len())
+                    .map(|_| {
+                        cumulative += (rng.next() % 100) as f64;
+                        cumulative
+                    })
+                    .collect();
+                values.push(rng.value());
+                values.push(cumulative);
+                batch.push(&key, Shape::Histogram, Some(&labels), TIMESTAMP, values);
             }
         }
     }
-    points
+    batch
 }
 
 fn encode(c: &mut Criterion) {
-    let points = batch();
+    let batch = batch();
     let mut g = c.benchmark_group("encode");
-    g.throughput(Throughput::Elements(points.len() as u64));
+    g.throughput(Throughput::Elements(batch.len() as u64));
     let mut out = Vec::new();
     g.bench_function("json_lines", |b| {
         b.iter(|| {
             out.clear();
-            sonde_encode::json::encode(black_box(&points), &mut out);
+            sonde_encode::json::encode(black_box(&batch).points(), &mut out);
         })
     });
     g.bench_function("prometheus_text", |b| {
         b.iter(|| {
             out.clear();
-            sonde_encode::prometheus::encode(black_box(&points), &mut out);
+            sonde_encode::prometheus::encode(black_box(&batch).points(), &mut out);
         })
     });
     g.finish();
@@ -152,12 +132,12 @@ fn codecs() -> Vec<Compression> {
 }
 
 fn compress(c: &mut Criterion) {
-    let points = batch();
+    let batch = batch();
     let mut input = Vec::new();
-    sonde_encode::json::encode(&points, &mut input);
+    sonde_encode::json::encode(batch.points(), &mut input);
     eprintln!(
         "compress: {} points, {} bytes of JSON lines",
-        points.len(),
+        batch.len(),
         input.len()
     );
     let mut out = Vec::new();
