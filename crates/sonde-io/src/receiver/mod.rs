@@ -19,11 +19,17 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::addr::ListenAddr;
 use crate::ingest::{Ingest, WAKE_INTERVAL};
+
+/// How long a UDP receive thread waits, after draining its socket, before
+/// it reads again, so that one wake-up takes several datagrams (see
+/// `datagram::run`). Measured in docs/BENCHMARKS.md ("receive linger").
+const UDP_LINGER: Duration = Duration::from_micros(500);
 
 /// Receive buffer asked for on datagram sockets unless configured: 8 MiB,
 /// about 6,000 MTU-sized datagrams, enough to ride out a flush.
@@ -260,7 +266,11 @@ pub fn spawn(bound: Bound, ingest: Ingest) -> io::Result<JoinHandle<()>> {
             _file,
         } = bound;
         let result = if addr.is_datagram() {
-            datagram::run(&socket, ingest)
+            let linger = match addr {
+                ListenAddr::Udp(_) => UDP_LINGER,
+                _ => Duration::ZERO,
+            };
+            datagram::run(&socket, ingest, linger)
         } else {
             let framing = match addr {
                 ListenAddr::Unixseq(_) => conn::Framing::Packet,
