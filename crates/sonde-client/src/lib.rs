@@ -440,16 +440,18 @@ mod tests {
     use std::os::unix::net::UnixDatagram;
 
     struct Receiver {
-        _dir: std::path::PathBuf,
+        // Removed, with the socket file, when the test ends.
+        _dir: tempfile::TempDir,
         path: std::path::PathBuf,
         sock: UnixDatagram,
     }
 
     fn receiver(name: &str) -> Receiver {
-        let dir = std::env::temp_dir().join(format!("sonde-client-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("r.sock");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("sonde-client-{name}-"))
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("r.sock");
         let sock = UnixDatagram::bind(&path).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         Receiver {
