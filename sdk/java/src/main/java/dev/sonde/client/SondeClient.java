@@ -115,7 +115,7 @@ public final class SondeClient implements AutoCloseable {
      * @param value the amount to add
      * @param tags the point's tags, sent in this order
      * @throws IllegalArgumentException if the name is empty or contains
-     *     {@code |}, a space, {@code \n} or {@code \r}, or the value is not finite
+     *     {@code |}, {@code =}, a space, {@code \n} or {@code \r}, or the value is not finite
      */
     public void counter(String name, double value, Tag... tags) {
         emit(MetricType.COUNTER, name, value, tags, 0);
@@ -565,7 +565,7 @@ public final class SondeClient implements AutoCloseable {
          *
          * @param prefix the prefix
          * @return this builder
-         * @throws IllegalArgumentException if it contains {@code |}, a space, {@code \n} or {@code \r}
+         * @throws IllegalArgumentException if it contains {@code |}, {@code =}, a space, {@code \n} or {@code \r}
          */
         public Builder prefix(String prefix) {
             Validation.checkPrefix(prefix);
