@@ -135,14 +135,15 @@ pub fn split_with(
     unsafe { run(backend, raw, syntax, out) }
 }
 
-/// A delimiter search that [`split`] can use.
+/// A delimiter search that [`split`] and [`crate::statsd::parse`] can use.
 ///
 /// Only the variants of the target architecture exist; which of them this
 /// CPU supports is known at run time ([`Backend::is_available`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// `memchr` for each separator: the portable fallback on architectures
-    /// without a SIMD backend here.
+    /// without a SIMD backend here ([`crate::statsd::parse_reference`] for
+    /// StatsD).
     Memchr,
     /// 16-byte SSE2 compares, four per 64-byte block (every x86-64 CPU).
     #[cfg(target_arch = "x86_64")]
@@ -168,7 +169,8 @@ impl Backend {
         Backend::Neon,
     ];
 
-    /// The fastest backend this CPU supports: the one [`split`] uses.
+    /// The fastest backend this CPU supports: the one [`split`] and
+    /// [`crate::statsd::parse`] use.
     ///
     /// Cheap enough to call per split: `is_x86_feature_detected!` caches
     /// the CPUID result in a static after the first call.

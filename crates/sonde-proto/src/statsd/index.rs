@@ -1,0 +1,566 @@
+//! The structural index behind [`super::parse`].
+//!
+//! # Design
+//!
+//! A datagram is classified in chunks of up to [`CHUNK`] bytes: each
+//! 64-byte block is compared against `\n`, `|` and `:` in one pass, giving
+//! one bit per byte in three `u64` masks. Lines and fields are then found
+//! by asking for the next set bit of a mask (`trailing_zeros` of a word,
+//! rarely more than one word away) instead of starting a `memchr` per
+//! field. The walk is the same for every backend; only the mask building
+//! differs between AVX2, SSE2 and NEON, and the tests check each against a
+//! byte loop, and the whole parser against [`super::parse_reference`].
+//!
+//! Hand-written SIMD, rather than `memchr`, because the line parser was
+//! two thirds of the hot path: about eight `memchr` calls on short fields
+//! per line cost ~330 of the ~1,058 instructions a point of
+//! `scripts/callgrind-hot-path.sh statsd:10000` ("StatsD parsing on the
+//! structural index" in `docs/BENCHMARKS.md` has the figures after).
+//!
+//! `#` and `@` need no mask: they only mean something as the first byte of
+//! a field, which the walk reads directly.
+
+use super::{parse_reference, parse_unix, parse_value};
+use crate::number::parse_f64;
+use crate::{DropReason, Kind, Point, PointSink, TagSyntax, Value};
+
+/// Bytes classified before they are walked. A 1432-byte DogStatsD datagram
+/// fits in one chunk; the three mask arrays (768 bytes) live on the stack
+/// and are zeroed once per datagram.
+pub(crate) const CHUNK: usize = 2048;
+const WORDS: usize = CHUNK / 64;
+
+/// One bit per byte of a chunk for each delimiter the line parser needs:
+/// bit `i % 64` of word `i / 64` is byte `i`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Masks {
+    nl: [u64; WORDS],
+    pipe: [u64; WORDS],
+    colon: [u64; WORDS],
+}
+
+impl Masks {
+    fn new() -> Self {
+        Masks {
+            nl: [0; WORDS],
+            pipe: [0; WORDS],
+            colon: [0; WORDS],
+        }
+    }
+}
+
+/// Builds the masks of a chunk.
+pub(crate) trait Classify {
+    /// Returns the `\n`, `|` and `:` masks of the 64 bytes at `block`.
+    ///
+    /// # Safety
+    ///
+    /// `block` must be valid for reads of 64 bytes, and the CPU must have
+    /// the target features of the implementation.
+    unsafe fn block(block: *const u8) -> [u64; 3];
+
+    /// Fills the first `chunk.len().div_ceil(64)` words of `masks`.
+    ///
+    /// # Safety
+    ///
+    /// `chunk.len() <= CHUNK`, and the CPU must have the target features of
+    /// the implementation.
+    unsafe fn chunk(chunk: &[u8], masks: &mut Masks);
+}
+
+/// The body of every [`Classify::chunk`], inlined there so that the block
+/// compares are compiled with that implementation's target features.
+///
+/// # Safety
+///
+/// As for [`Classify::chunk`].
+#[inline(always)]
+unsafe fn fill<C: Classify>(chunk: &[u8], masks: &mut Masks) {
+    debug_assert!(chunk.len() <= CHUNK);
+    let full = chunk.len() / 64;
+    for w in 0..full.min(WORDS) {
+        // SAFETY: `64 * w + 64 <= chunk.len()`; features as promised.
+        let [nl, pipe, colon] = unsafe { C::block(chunk.as_ptr().add(64 * w)) };
+        masks.nl[w] = nl;
+        masks.pipe[w] = pipe;
+        masks.colon[w] = colon;
+    }
+    let tail = chunk.len() % 64;
+    if tail != 0 && full < WORDS {
+        // The last, partial block is copied so that no read goes past the
+        // slice; the NUL padding matches no delimiter.
+        let mut buf = [0u8; 64];
+        buf[..tail].copy_from_slice(&chunk[64 * full..]);
+        // SAFETY: `buf` is 64 bytes; features as promised.
+        let [nl, pipe, colon] = unsafe { C::block(buf.as_ptr()) };
+        masks.nl[full] = nl;
+        masks.pipe[full] = pipe;
+        masks.colon[full] = colon;
+    }
+}
+
+/// The masks of `chunk` built one byte at a time: the reference that every
+/// backend's masks are tested against.
+#[cfg(test)]
+pub(crate) fn classify_scalar(chunk: &[u8]) -> Masks {
+    let mut m = Masks::new();
+    for (i, &b) in chunk.iter().enumerate() {
+        let bit = 1u64 << (i % 64);
+        match b {
+            b'\n' => m.nl[i / 64] |= bit,
+            b'|' => m.pipe[i / 64] |= bit,
+            b':' => m.colon[i / 64] |= bit,
+            _ => {}
+        }
+    }
+    m
+}
+
+/// The masks of `chunk` built by `C`, for the tests.
+///
+/// # Safety
+///
+/// As for [`Classify::chunk`].
+#[cfg(test)]
+pub(crate) unsafe fn classify<C: Classify>(chunk: &[u8]) -> Masks {
+    let mut m = Masks::new();
+    // SAFETY: the caller's promise.
+    unsafe { C::chunk(chunk, &mut m) };
+    m
+}
+
+/// Parses `datagram` like [`super::parse_reference`], finding delimiters
+/// with the masks of `C`.
+///
+/// # Safety
+///
+/// The CPU must have the target features of `C`.
+#[inline]
+pub(crate) unsafe fn parse<C: Classify>(datagram: &[u8], sink: &mut impl PointSink) {
+    let mut masks = Masks::new();
+    let mut rest = datagram;
+    loop {
+        let chunk = &rest[..rest.len().min(CHUNK)];
+        // SAFETY: `chunk.len() <= CHUNK`; features as promised.
+        unsafe { C::chunk(chunk, &mut masks) };
+        if chunk.len() == rest.len() {
+            walk(chunk, &masks, sink);
+            return;
+        }
+        // Lines are independent: walk the whole lines of this chunk and
+        // classify the rest again as the start of the next one.
+        match last_newline(&masks) {
+            Some(nl) => {
+                walk(&chunk[..nl], &masks, sink);
+                rest = &rest[nl + 1..];
+            }
+            None => {
+                // One line longer than a chunk: rare enough for `memchr`.
+                let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+                parse_reference(&rest[..end], sink);
+                match rest.get(end + 1..) {
+                    Some(after) => rest = after,
+                    None => return,
+                }
+            }
+        }
+    }
+}
+
+/// The position of the last `\n` of a full chunk.
+fn last_newline(masks: &Masks) -> Option<usize> {
+    let w = masks.nl.iter().rposition(|&word| word != 0)?;
+    Some(w * 64 + 63 - masks.nl[w].leading_zeros() as usize)
+}
+
+/// The first position in `[from, end)` whose bit is set in `mask`, or
+/// `end` when there is none.
+///
+/// `end` is at most the length of the classified text, so no word past the
+/// ones [`fill`] wrote is read, and `w % WORDS` never wraps: it only lets
+/// the compiler drop the bounds check.
+#[inline(always)]
+fn next(mask: &[u64; WORDS], from: usize, end: usize) -> usize {
+    if from >= end {
+        return end;
+    }
+    let mut w = from / 64;
+    let mut bits = mask[w % WORDS] & (u64::MAX << (from % 64));
+    while bits == 0 {
+        w += 1;
+        if w * 64 >= end {
+            return end;
+        }
+        bits = mask[w % WORDS];
+    }
+    (w * 64 + bits.trailing_zeros() as usize).min(end)
+}
+
+/// Parses the lines of `text`, whose masks are `m`; the last line may end
+/// without `\n`.
+#[inline(always)]
+fn walk(text: &[u8], m: &Masks, sink: &mut impl PointSink) {
+    let len = text.len();
+    let mut start = 0;
+    while start < len {
+        let nl = next(&m.nl, start, len);
+        let end = if nl > start && text[nl - 1] == b'\r' {
+            nl - 1
+        } else {
+            nl
+        };
+        if end > start {
+            if let Err(reason) = line(text, m, start, end, sink) {
+                sink.drop(reason);
+            }
+        }
+        start = nl + 1;
+    }
+}
+
+/// Parses the non-empty line `text[start..end]` (without its terminator),
+/// with the checks of [`super::parse_line`] in the same order.
+#[inline(always)]
+fn line(
+    text: &[u8],
+    m: &Masks,
+    start: usize,
+    end: usize,
+    sink: &mut impl PointSink,
+) -> Result<(), DropReason> {
+    let line = &text[start..end];
+    if line.starts_with(b"_e{") {
+        return Err(DropReason::Event);
+    }
+    if line.starts_with(b"_sc|") {
+        return Err(DropReason::ServiceCheck);
+    }
+    // The name ends at the first `:` before the first `|`.
+    let pipe = next(&m.pipe, start, end);
+    if pipe == end {
+        return Err(DropReason::MalformedLine);
+    }
+    let colon = next(&m.colon, start, pipe);
+    if colon == pipe {
+        return Err(DropReason::MalformedLine);
+    }
+    if colon == start {
+        return Err(DropReason::EmptyName);
+    }
+    let name = &text[start..colon];
+    let values = &text[colon + 1..pipe];
+
+    let mut field_end = next(&m.pipe, pipe + 1, end);
+    let kind = match &text[pipe + 1..field_end] {
+        b"c" => Kind::Count,
+        b"g" => Kind::Gauge,
+        b"ms" | b"h" | b"d" => Kind::Timer,
+        b"s" => Kind::Set,
+        _ => return Err(DropReason::UnknownType),
+    };
+    let mut sample_rate = 1.0;
+    let mut tags: &[u8] = &[];
+    let mut timestamp = None;
+    while field_end < end {
+        let from = field_end + 1;
+        field_end = next(&m.pipe, from, end);
+        match text[from..field_end].split_first() {
+            Some((b'@', rate)) => {
+                sample_rate = parse_f64(rate)
+                    .filter(|r| *r > 0.0 && *r <= 1.0)
+                    .ok_or(DropReason::BadSampleRate)?;
+            }
+            Some((b'#', raw)) => tags = raw,
+            Some((b'T', ts)) => timestamp = Some(parse_unix(ts).ok_or(DropReason::BadTimestamp)?),
+            // `c:` (container ID), `e:`, `card:`, empty fields, and anything
+            // a newer client sends.
+            _ => {}
+        }
+    }
+
+    let point = |value| Point {
+        kind,
+        name,
+        tags,
+        tag_syntax: TagSyntax::DogStatsd,
+        value,
+        sample_rate,
+        timestamp,
+    };
+    if kind == Kind::Set {
+        if values.is_empty() {
+            return Err(DropReason::BadValue);
+        }
+        sink.point(&point(Value::Member(values)));
+        return Ok(());
+    }
+    let second = next(&m.colon, colon + 1, pipe);
+    if second == pipe {
+        let value = parse_value(kind, values).ok_or(DropReason::BadValue)?;
+        sink.point(&point(value));
+        return Ok(());
+    }
+    // Several values: validate every one before emitting any, so a bad
+    // value drops the whole line.
+    let mut from = colon + 1;
+    loop {
+        let to = next(&m.colon, from, pipe);
+        parse_value(kind, &text[from..to]).ok_or(DropReason::BadValue)?;
+        if to == pipe {
+            break;
+        }
+        from = to + 1;
+    }
+    let mut from = colon + 1;
+    loop {
+        let to = next(&m.colon, from, pipe);
+        if let Some(value) = parse_value(kind, &text[from..to]) {
+            sink.point(&point(value));
+        }
+        if to == pipe {
+            return Ok(());
+        }
+        from = to + 1;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{fill, Classify, Masks};
+    use std::arch::x86_64::*;
+
+    /// Returns a `movemask` result unchanged, through a register the
+    /// optimiser cannot see into: without it LLVM may fuse the masks of a
+    /// block into a vector of booleans and rebuild each `u64` bit by bit
+    /// (measured 5x slower in `tags/index.rs`, which has the same helper).
+    /// An empty `asm!` costs no instruction.
+    #[inline(always)]
+    fn opaque(mut mask: i32) -> i32 {
+        // SAFETY: the template is only a comment: no instruction runs and
+        // nothing but the register holding `mask` is touched.
+        unsafe {
+            std::arch::asm!(
+                "/* {0:e} */",
+                inout(reg) mask,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
+        mask
+    }
+
+    /// The delimiters, in the order of the masks, as the `i8` the
+    /// intrinsics take.
+    const DELIMITERS: [i8; 3] = [b'\n' as i8, b'|' as i8, b':' as i8];
+
+    pub(crate) struct Sse2;
+
+    impl Classify for Sse2 {
+        #[inline(always)]
+        unsafe fn block(block: *const u8) -> [u64; 3] {
+            let mut out = [0u64; 3];
+            for i in 0..4 {
+                // SAFETY: the caller promises 64 readable bytes at `block`,
+                // and this reads bytes 16 * i .. 16 * i + 16 unaligned; SSE2
+                // is part of the x86-64 baseline.
+                let v = unsafe { _mm_loadu_si128(block.add(16 * i).cast::<__m128i>()) };
+                for (mask, &d) in out.iter_mut().zip(&DELIMITERS) {
+                    // SAFETY: as above.
+                    let bits =
+                        unsafe { opaque(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(d)))) };
+                    // movemask fills the low 16 bits only.
+                    *mask |= u64::from(bits as u16) << (16 * i);
+                }
+            }
+            out
+        }
+
+        #[inline]
+        unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
+            // SAFETY: the caller's promise; SSE2 needs no more.
+            unsafe { fill::<Self>(chunk, masks) }
+        }
+    }
+
+    pub(crate) struct Avx2;
+
+    impl Classify for Avx2 {
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn block(block: *const u8) -> [u64; 3] {
+            let mut out = [0u64; 3];
+            for i in 0..2 {
+                // SAFETY: the caller promises 64 readable bytes at `block`
+                // and AVX2; this reads bytes 32 * i .. 32 * i + 32 unaligned.
+                let v = unsafe { _mm256_loadu_si256(block.add(32 * i).cast::<__m256i>()) };
+                for (mask, &d) in out.iter_mut().zip(&DELIMITERS) {
+                    let bits = opaque(_mm256_movemask_epi8(_mm256_cmpeq_epi8(
+                        v,
+                        _mm256_set1_epi8(d),
+                    )));
+                    *mask |= u64::from(bits as u32) << (32 * i);
+                }
+            }
+            out
+        }
+
+        #[target_feature(enable = "avx2")]
+        unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
+            // SAFETY: the caller's promise, which includes AVX2.
+            unsafe { fill::<Self>(chunk, masks) }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{Avx2, Sse2};
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::{fill, Classify, Masks};
+    use std::arch::aarch64::*;
+
+    pub(crate) struct Neon;
+
+    /// Packs four 16-byte compare results (each byte 0x00 or 0xff) into a
+    /// 64-bit mask, bit `i` for byte `i`: NEON has no `movemask`, so each
+    /// byte keeps its bit weight within its group of eight and three rounds
+    /// of pairwise adds sum every group of eight into one mask byte (as in
+    /// `tags/index.rs`).
+    #[inline(always)]
+    fn bitmask(c: [uint8x16_t; 4]) -> u64 {
+        const WEIGHTS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+        // SAFETY: `WEIGHTS` is 16 readable bytes; NEON is baseline.
+        unsafe {
+            let w = vld1q_u8(WEIGHTS.as_ptr());
+            let pairs_ab = vpaddq_u8(vandq_u8(c[0], w), vandq_u8(c[1], w));
+            let pairs_cd = vpaddq_u8(vandq_u8(c[2], w), vandq_u8(c[3], w));
+            let quads = vpaddq_u8(pairs_ab, pairs_cd);
+            let octets = vpaddq_u8(quads, quads);
+            vgetq_lane_u64::<0>(vreinterpretq_u64_u8(octets))
+        }
+    }
+
+    impl Classify for Neon {
+        #[inline(always)]
+        unsafe fn block(block: *const u8) -> [u64; 3] {
+            // SAFETY: the caller promises 64 readable bytes at `block`;
+            // NEON is part of the aarch64 baseline.
+            unsafe {
+                let v = [
+                    vld1q_u8(block),
+                    vld1q_u8(block.add(16)),
+                    vld1q_u8(block.add(32)),
+                    vld1q_u8(block.add(48)),
+                ];
+                let is = |d: u8| {
+                    let d = vdupq_n_u8(d);
+                    bitmask([
+                        vceqq_u8(v[0], d),
+                        vceqq_u8(v[1], d),
+                        vceqq_u8(v[2], d),
+                        vceqq_u8(v[3], d),
+                    ])
+                };
+                [is(b'\n'), is(b'|'), is(b':')]
+            }
+        }
+
+        #[inline]
+        unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
+            // SAFETY: the caller's promise; NEON needs no more.
+            unsafe { fill::<Self>(chunk, masks) }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use arm::Neon;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every backend this CPU has, with its masks of `chunk`.
+    fn every_backend(chunk: &[u8]) -> Vec<(&'static str, Masks)> {
+        let mut out = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: SSE2 is baseline; AVX2 only when detected.
+            out.push(("sse2", unsafe { classify::<Sse2>(chunk) }));
+            if std::is_x86_feature_detected!("avx2") {
+                out.push(("avx2", unsafe { classify::<Avx2>(chunk) }));
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline.
+        out.push(("neon", unsafe { classify::<Neon>(chunk) }));
+        out
+    }
+
+    #[test]
+    fn masks_mark_exactly_the_three_delimiters_at_every_position() {
+        for len in [0, 1, 63, 64, 65, 127, 128, 1000, CHUNK - 1, CHUNK] {
+            for at in [0, len / 2, len.saturating_sub(1)] {
+                for d in [b'\n', b'|', b':'] {
+                    let mut chunk = vec![b'a'; len];
+                    if len > 0 {
+                        chunk[at] = d;
+                    }
+                    let want = classify_scalar(&chunk);
+                    assert_eq!(
+                        want.nl
+                            .iter()
+                            .chain(&want.pipe)
+                            .chain(&want.colon)
+                            .map(|w| w.count_ones())
+                            .sum::<u32>(),
+                        u32::from(len > 0)
+                    );
+                    for (name, got) in every_backend(&chunk) {
+                        assert_eq!(got, want, "{name} len {len} at {at} {d}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn next_finds_bits_across_words_and_stops_at_end() {
+        let mut chunk = vec![b'a'; 300];
+        chunk[5] = b'|';
+        chunk[200] = b'|';
+        let m = classify_scalar(&chunk);
+        assert_eq!(next(&m.pipe, 0, 300), 5);
+        assert_eq!(next(&m.pipe, 5, 300), 5);
+        assert_eq!(next(&m.pipe, 6, 300), 200);
+        assert_eq!(next(&m.pipe, 6, 200), 200);
+        assert_eq!(next(&m.pipe, 6, 150), 150);
+        assert_eq!(next(&m.pipe, 201, 300), 300);
+        assert_eq!(next(&m.pipe, 300, 300), 300);
+    }
+
+    #[test]
+    fn last_newline_of_a_full_chunk() {
+        let mut chunk = vec![b'a'; CHUNK];
+        assert_eq!(last_newline(&classify_scalar(&chunk)), None);
+        chunk[3] = b'\n';
+        chunk[1500] = b'\n';
+        assert_eq!(last_newline(&classify_scalar(&chunk)), Some(1500));
+        chunk[CHUNK - 1] = b'\n';
+        assert_eq!(last_newline(&classify_scalar(&chunk)), Some(CHUNK - 1));
+    }
+
+    proptest! {
+        #[test]
+        fn every_backend_builds_the_masks_of_the_byte_loop(chunk in proptest::collection::vec(
+            prop_oneof![Just(b'\n'), Just(b'|'), Just(b':'), Just(b','), Just(b'#'), any::<u8>()],
+            0..=CHUNK,
+        )) {
+            let want = classify_scalar(&chunk);
+            for (name, got) in every_backend(&chunk) {
+                prop_assert_eq!(&got, &want, "{}", name);
+            }
+        }
+    }
+}
