@@ -297,7 +297,9 @@ impl Aggregator {
                         (Some(Kind::Gauge), Agg::GaugeDelta(d)) => *t += d,
                         (Some(Kind::Timer), Agg::Timer(s)) => {
                             let n = s.count();
-                            let q = |q| s.quantile(q).unwrap_or(0.0);
+                            let q = s
+                                .quantiles([0.5, 0.9, 0.95, 0.99, 0.999])
+                                .map(|q| q.unwrap_or(0.0));
                             // The order of `point::TIMER_SUFFIXES`.
                             let values = [
                                 s.min().unwrap_or(0.0),
@@ -305,11 +307,11 @@ impl Aggregator {
                                 s.sum() / n,
                                 s.sum(),
                                 n,
-                                q(0.5),
-                                q(0.9),
-                                q(0.95),
-                                q(0.99),
-                                q(0.999),
+                                q[0],
+                                q[1],
+                                q[2],
+                                q[3],
+                                q[4],
                             ];
                             out.push(id, Shape::Timer, None, ts, values);
                         }

@@ -209,30 +209,76 @@ impl Store {
     }
 }
 
-/// A mergeable distribution of weighted samples.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sketch {
+/// The most raw samples a sketch keeps before it moves them into buckets.
+pub const MAX_SAMPLES: usize = 64;
+
+/// Bucket stores, allocated once a sketch has more samples than
+/// [`MAX_SAMPLES`] or a weighted one.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Bins {
     positive: Store,
     negative: Store,
     zero: f64,
+}
+
+impl Bins {
+    fn add(&mut self, value: f64, weight: f64) {
+        if value > MIN_MAGNITUDE {
+            self.positive.add(index_of(value), weight);
+        } else if value < -MIN_MAGNITUDE {
+            self.negative.add(index_of(-value), weight);
+        } else {
+            self.zero += weight;
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Bins>() + self.positive.heap_bytes() + self.negative.heap_bytes()
+    }
+}
+
+/// A mergeable distribution of weighted samples.
+///
+/// # Design
+///
+/// Most timer series see a few samples per window (the load generator's
+/// 250k series: ~10), so a sketch starts as a list of raw samples in `f32`
+/// (4 bytes a sample, exact nearest-rank percentiles within `f32`'s 6e-8)
+/// behind a 64-byte header, and moves them into logarithmic buckets once it
+/// holds more than [`MAX_SAMPLES`], or a weighted sample, or a value `f32`
+/// cannot hold to 1e-7. The bucket stores (120 bytes, two signs) are boxed,
+/// so a small timer does not pay for them: 25 samples take 192 bytes
+/// where the bucket stores alone took 408 (docs/BENCHMARKS.md, "series
+/// memory budget"). Min, max, sum and count stay exact in `f64` either way.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sketch {
     count: f64,
     sum: f64,
     min: f64,
     max: f64,
+    /// Raw samples, unweighted, in arrival order; empty once `bins` holds
+    /// them.
+    samples: Vec<f32>,
+    bins: Option<Box<Bins>>,
 }
 
 impl Default for Sketch {
     fn default() -> Self {
         Sketch {
-            positive: Store::default(),
-            negative: Store::default(),
-            zero: 0.0,
             count: 0.0,
             sum: 0.0,
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
+            samples: Vec::new(),
+            bins: None,
         }
     }
+}
+
+/// True when `value` survives a round trip through `f32` to 1e-7.
+fn fits_f32(value: f64) -> bool {
+    let m = value.abs();
+    m == 0.0 || (f64::from(f32::MIN_POSITIVE)..=f64::from(f32::MAX)).contains(&m)
 }
 
 impl Sketch {
@@ -243,12 +289,12 @@ impl Sketch {
         if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {
             return;
         }
-        if value > MIN_MAGNITUDE {
-            self.positive.add(index_of(value), weight);
-        } else if value < -MIN_MAGNITUDE {
-            self.negative.add(index_of(-value), weight);
-        } else {
-            self.zero += weight;
+        match &mut self.bins {
+            Some(bins) => bins.add(value, weight),
+            None if weight == 1.0 && self.samples.len() < MAX_SAMPLES && fits_f32(value) => {
+                self.samples.push(value as f32)
+            }
+            None => self.bins_mut().add(value, weight),
         }
         self.count += weight;
         self.sum += value * weight;
@@ -256,14 +302,41 @@ impl Sketch {
         self.max = self.max.max(value);
     }
 
+    /// Moves the raw samples into bucket stores, returning them.
+    fn bins_mut(&mut self) -> &mut Bins {
+        let samples = std::mem::take(&mut self.samples);
+        self.bins.get_or_insert_with(|| {
+            let mut bins = Box::<Bins>::default();
+            for &v in &samples {
+                bins.add(f64::from(v), 1.0);
+            }
+            bins
+        })
+    }
+
     /// Adds every sample of `other`.
     pub fn merge(&mut self, other: &Sketch) {
         if other.count == 0.0 {
             return;
         }
-        self.positive.merge(&other.positive);
-        self.negative.merge(&other.negative);
-        self.zero += other.zero;
+        match &other.bins {
+            None if self.bins.is_none()
+                && self.samples.len() + other.samples.len() <= MAX_SAMPLES =>
+            {
+                self.samples.extend_from_slice(&other.samples);
+            }
+            _ => {
+                let bins = self.bins_mut();
+                for &v in &other.samples {
+                    bins.add(f64::from(v), 1.0);
+                }
+                if let Some(o) = &other.bins {
+                    bins.positive.merge(&o.positive);
+                    bins.negative.merge(&o.negative);
+                    bins.zero += o.zero;
+                }
+            }
+        }
         self.count += other.count;
         self.sum += other.sum;
         self.min = self.min.min(other.min);
@@ -294,49 +367,71 @@ impl Sketch {
     /// whose rank is at least `ceil(q * count)`, within
     /// [`RELATIVE_ACCURACY`] of the exact value. `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<f64> {
+        self.quantiles([q])[0]
+    }
+
+    /// [`Sketch::quantile`] for several `qs` at once: raw samples are
+    /// sorted once (a copy on the stack), not once per quantile.
+    pub fn quantiles<const N: usize>(&self, qs: [f64; N]) -> [Option<f64>; N] {
         if self.count <= 0.0 {
-            return None;
+            return [None; N];
         }
         // Shave a relative hair off the rank so that `q * n` landing a float
         // ulp above an integer does not skip to the next sample.
-        let target = q.clamp(0.0, 1.0) * self.count * (1.0 - 1e-12);
+        let target = |q: f64| q.clamp(0.0, 1.0) * self.count * (1.0 - 1e-12);
+        let Some(bins) = &self.bins else {
+            let mut sorted = [0.0f32; MAX_SAMPLES];
+            let sorted = &mut sorted[..self.samples.len()];
+            sorted.copy_from_slice(&self.samples);
+            sorted.sort_unstable_by(f32::total_cmp);
+            return qs.map(|q| {
+                let rank = (target(q).ceil() as usize).clamp(1, sorted.len());
+                Some(f64::from(sorted[rank - 1]).clamp(self.min, self.max))
+            });
+        };
+        qs.map(|q| Some(self.bucket_quantile(bins, target(q))))
+    }
+
+    fn bucket_quantile(&self, bins: &Bins, target: f64) -> f64 {
         let mut seen = 0.0;
         // Ascending order: most negative first (highest negative index).
-        for (i, w) in self.negative.buckets().rev() {
+        for (i, w) in bins.negative.buckets().rev() {
             seen += w;
             if w > 0.0 && seen >= target {
-                let v = -value_of(i);
-                return Some(v.clamp(self.min, self.max));
+                return (-value_of(i)).clamp(self.min, self.max);
             }
         }
-        seen += self.zero;
-        if self.zero > 0.0 && seen >= target {
-            return Some(0.0f64.clamp(self.min, self.max));
+        seen += bins.zero;
+        if bins.zero > 0.0 && seen >= target {
+            return 0.0f64.clamp(self.min, self.max);
         }
-        for (i, w) in self.positive.buckets() {
+        for (i, w) in bins.positive.buckets() {
             seen += w;
             if w > 0.0 && seen >= target {
-                let v = value_of(i);
-                return Some(v.clamp(self.min, self.max));
+                return value_of(i).clamp(self.min, self.max);
             }
         }
-        Some(self.max)
+        self.max
     }
 
     /// Forgets every sample, keeping the allocations for reuse.
     pub fn clear(&mut self) {
-        self.positive.clear();
-        self.negative.clear();
-        *self = Sketch {
-            positive: std::mem::take(&mut self.positive),
-            negative: std::mem::take(&mut self.negative),
-            ..Sketch::default()
-        };
+        self.samples.clear();
+        if let Some(b) = &mut self.bins {
+            b.positive.clear();
+            b.negative.clear();
+            b.zero = 0.0;
+        }
+        self.count = 0.0;
+        self.sum = 0.0;
+        self.min = f64::INFINITY;
+        self.max = f64::NEG_INFINITY;
     }
 
     /// Bytes this sketch holds on the heap.
     pub fn heap_bytes(&self) -> usize {
-        self.positive.heap_bytes() + self.negative.heap_bytes()
+        self.samples.capacity() * std::mem::size_of::<f32>()
+            + self.bins.as_ref().map_or(0, |b| b.heap_bytes())
     }
 }
 
@@ -349,6 +444,11 @@ mod tests {
         let n = sorted.len();
         let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
         sorted[rank - 1]
+    }
+
+    /// The sketch's bucket stores; panics while it holds raw samples.
+    fn bins(s: &Sketch) -> &Bins {
+        s.bins.as_deref().expect("bucketed")
     }
 
     fn assert_close(got: f64, want: f64) {
@@ -410,8 +510,8 @@ mod tests {
             values.push(v);
             v *= 1.001;
         }
-        assert!(s.positive.len() <= MAX_BINS);
-        assert!(s.heap_bytes() <= 2 * MAX_BINS * 8);
+        assert!(bins(&s).positive.len() <= MAX_BINS);
+        assert!(s.heap_bytes() <= 2 * MAX_BINS * 8 + std::mem::size_of::<Bins>());
         // The top 10^8 of the range keeps its accuracy (p90 is ~8e9 here);
         // only quantiles below the collapsed floor lose it.
         for q in [0.9, 0.99, 0.999] {
@@ -425,10 +525,80 @@ mod tests {
         for k in 0..25 {
             s.add(f64::from(k * 37 % 1000 + 1), 1.0);
         }
-        // 25 occupied buckets of the 383 between 1 and 1000: sparse.
-        assert!(s.heap_bytes() <= 32 * 8, "{} bytes", s.heap_bytes());
+        // Raw samples, 4 bytes each in a vector grown to 32.
+        assert!(s.bins.is_none());
+        assert!(s.heap_bytes() <= 32 * 4, "{} bytes", s.heap_bytes());
         assert_eq!(s.count(), 25.0);
-        assert_close(s.quantile(0.5).unwrap(), 445.0);
+        // Exact: the 13th of the 25 samples in order.
+        let mut sorted: Vec<f64> = (0..25).map(|k| f64::from(k * 37 % 1000 + 1)).collect();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(s.quantile(0.5), Some(sorted[12]));
+        // Past the raw limit the samples move into sparse buckets: 8 bytes
+        // per occupied bucket, of the 383 between 1 and 1000.
+        for k in 25..MAX_SAMPLES as i32 + 1 {
+            s.add(f64::from(k * 37 % 1000 + 1), 1.0);
+        }
+        assert!(s.samples.is_empty() && !bins(&s).positive.is_dense());
+        assert!(bins(&s).positive.len() <= MAX_SAMPLES + 1);
+    }
+
+    #[test]
+    fn raw_samples_give_exact_nearest_rank_percentiles() {
+        let mut s = Sketch::default();
+        let values = [12.5, -3.0, 0.0, 7.25, 1e30, 0.5, 12.5, 99.0, 3.0, 42.0];
+        for v in values {
+            s.add(v, 1.0);
+        }
+        assert!(s.bins.is_none());
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let qs = [0.1, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0];
+        for (q, got) in qs.iter().zip(s.quantiles(qs)) {
+            let want = nearest_rank(&sorted, *q);
+            // Within f32's rounding (1e30 is not an f32), clamped to max.
+            assert!((got.unwrap() - want).abs() <= want.abs() * 1e-7, "q={q}");
+        }
+        assert_eq!(s.quantile(1.0), Some(1e30));
+        assert_eq!((s.min(), s.sum()), (Some(-3.0), values.iter().sum()));
+    }
+
+    #[test]
+    fn weighted_or_out_of_range_samples_move_to_buckets() {
+        for (value, weight) in [(5.0, 2.0), (1e300, 1.0), (1e-300, 1.0)] {
+            let mut s = Sketch::default();
+            s.add(3.0, 1.0);
+            s.add(value, weight);
+            assert!(
+                s.samples.is_empty() && s.bins.is_some(),
+                "{value} x {weight}"
+            );
+            assert_eq!(s.count(), 1.0 + weight);
+            assert_close(s.quantile(1.0).unwrap(), value.max(3.0));
+        }
+    }
+
+    #[test]
+    fn merging_raw_samples_stays_raw_until_the_limit() {
+        let mut a = Sketch::default();
+        let mut b = Sketch::default();
+        for v in 0..MAX_SAMPLES / 2 {
+            a.add(v as f64, 1.0);
+            b.add((v + 100) as f64, 1.0);
+        }
+        a.merge(&b);
+        assert!(a.bins.is_none());
+        assert_eq!(a.quantile(1.0), Some((MAX_SAMPLES / 2 + 99) as f64));
+        a.merge(&b);
+        assert!(a.bins.is_some());
+        assert_eq!(a.count(), (MAX_SAMPLES / 2 * 3) as f64);
+        let mut all: Vec<f64> = (0..MAX_SAMPLES / 2).map(|v| v as f64).collect();
+        for _ in 0..2 {
+            all.extend((0..MAX_SAMPLES / 2).map(|v| (v + 100) as f64));
+        }
+        all.sort_by(f64::total_cmp);
+        for q in [0.25, 0.5, 0.99] {
+            assert_close(a.quantile(q).unwrap(), nearest_rank(&all, q));
+        }
     }
 
     #[test]
@@ -438,9 +608,10 @@ mod tests {
         for &v in &values {
             s.add(v, 1.0);
         }
-        assert!(s.positive.is_dense());
+        assert!(bins(&s).positive.is_dense());
         // 1 to 2000 spans 420 buckets; the array may have grown by doubling.
-        assert!(s.heap_bytes() <= 2 * 420 * 8, "{} bytes", s.heap_bytes());
+        let limit = 2 * 420 * 8 + std::mem::size_of::<Bins>();
+        assert!(s.heap_bytes() <= limit, "{} bytes", s.heap_bytes());
         for q in [0.01, 0.5, 0.99] {
             assert_close(s.quantile(q).unwrap(), nearest_rank(&values, q));
         }
@@ -452,12 +623,15 @@ mod tests {
         for v in [1.0, 50.0, -3.0, 0.0] {
             s.add(v, 1.0);
         }
+        s.add(2.0, 0.5);
         let bytes = s.heap_bytes();
         s.clear();
         assert_eq!(s, {
             let mut e = Sketch::default();
-            e.positive.sparse = s.positive.sparse.clone();
-            e.negative.sparse = s.negative.sparse.clone();
+            let mut b = Bins::default();
+            b.positive.sparse = bins(&s).positive.sparse.clone();
+            b.negative.sparse = bins(&s).negative.sparse.clone();
+            e.bins = Some(Box::new(b));
             e
         });
         assert_eq!((s.count(), s.quantile(0.5)), (0.0, None));
@@ -471,12 +645,13 @@ mod tests {
         let mut s = Sketch::default();
         s.add(5.0, 1.0);
         s.add(500.0, 1.0);
-        assert!(!s.positive.is_dense());
+        s.add(7.0, 0.5);
+        assert!(!bins(&s).positive.is_dense());
         // 2^24 + 1 is not an f32: a sparse weight would lose the 1.
         s.add(5.0, (1u64 << 24) as f64);
-        assert!(s.positive.is_dense());
-        let total: f64 = s.positive.buckets().map(|(_, w)| w).sum();
-        assert_eq!(total, (1u64 << 24) as f64 + 2.0);
+        assert!(bins(&s).positive.is_dense());
+        let total: f64 = bins(&s).positive.buckets().map(|(_, w)| w).sum();
+        assert_eq!(total, (1u64 << 24) as f64 + 2.5);
         assert_close(s.quantile(1.0).unwrap(), 500.0);
         assert_close(s.quantile(0.5).unwrap(), 5.0);
     }
