@@ -92,6 +92,11 @@ fn push_histogram(out: &mut Batch, key: &Arc<[u8]>, h: &HistogramWindow, ts: i64
     out.push(key, Shape::Histogram, Some(&h.bounds.labels), ts, values);
 }
 
+/// The hash of the key at the front of a shard's stored series.
+fn canonical_hash(stored: &[u8]) -> u64 {
+    key::hash(key::canonical(stored))
+}
+
 /// A histogram's running totals, starting from zero, with the bounds of
 /// its first window.
 fn empty_histogram(h: &HistogramWindow) -> Box<HistogramWindow> {
@@ -148,7 +153,7 @@ impl Aggregator {
                 let s = &mut self.series[g as usize];
                 s.refs -= 1;
                 if s.refs == 0 && s.expired {
-                    let hash = s.key.as_deref().map_or(0, key::hash);
+                    let hash = s.key.as_deref().map_or(0, canonical_hash);
                     s.key = None;
                     self.histograms.remove(&g);
                     if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
@@ -161,12 +166,12 @@ impl Aggregator {
         // Taken, not drained: new series are rare once the shard is warm,
         // and a kept capacity would cost 24 bytes a series in every window.
         for (slot, k) in std::mem::take(&mut w.added) {
-            let hash = key::hash(&k);
+            let canonical = key::canonical(&k);
+            let hash = key::hash(canonical);
             let series = &mut self.series;
-            let g = match self
-                .index
-                .find(hash, |&i| series[i as usize].key.as_deref() == Some(&*k))
-            {
+            let g = match self.index.find(hash, |&i| {
+                series[i as usize].key.as_deref().map(key::canonical) == Some(canonical)
+            }) {
                 Some(&g) => g,
                 None => {
                     let s = Series {
@@ -184,12 +189,13 @@ impl Aggregator {
                             g
                         }
                         None => {
+                            crate::shard::reserve_slots(series, series.len() + 1);
                             series.push(s);
                             (series.len() - 1) as u32
                         }
                     };
                     self.index.insert_unique(hash, g, |&i| {
-                        series[i as usize].key.as_deref().map_or(0, key::hash)
+                        series[i as usize].key.as_deref().map_or(0, canonical_hash)
                     });
                     g
                 }
@@ -197,6 +203,7 @@ impl Aggregator {
             self.series[g as usize].refs += 1;
             let map = &mut worker.map;
             if map.len() <= slot as usize {
+                crate::shard::reserve_slots(map, slot as usize + 1);
                 map.resize(slot as usize + 1, NO_SLOT);
             }
             map[slot as usize] = g;
@@ -357,7 +364,7 @@ impl Aggregator {
                 expired += 1;
                 if s.refs == 0 {
                     // No worker slot left (a worker freed it late): free now.
-                    let hash = key::hash(id);
+                    let hash = canonical_hash(id);
                     s.key = None;
                     if let Ok(e) = self.index.find_entry(hash, |&i| i as usize == g) {
                         e.remove();

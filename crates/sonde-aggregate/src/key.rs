@@ -123,6 +123,58 @@ pub fn hash_state() -> &'static foldhash::quality::RandomState {
     STATE.get_or_init(foldhash::quality::RandomState::default)
 }
 
+/// The canonical key at the front of `bytes`: a key alone, or a key
+/// followed by other data (a shard's stored series: the key, then the
+/// client's first spelling). Walks the length prefixes, so it costs a few
+/// reads per tag: for the flusher and the sinks, never per point. Returns
+/// `bytes` when they do not start with a well-formed key.
+pub fn canonical(bytes: &[u8]) -> &[u8] {
+    let end = (|| {
+        let (_kind, mut rest) = bytes.split_first()?;
+        take_field(&mut rest)?;
+        let (count, tail) = rest.split_first_chunk::<2>()?;
+        rest = tail;
+        for _ in 0..u16::from_le_bytes(*count) {
+            take_field(&mut rest)?;
+            take_field(&mut rest)?;
+        }
+        Some(bytes.len() - rest.len())
+    })();
+    end.map_or(bytes, |end| &bytes[..end])
+}
+
+/// Bytes after the spelling's tags in a stored series: the key's length.
+const STORED_TRAILER: usize = 4;
+
+/// Lays out a series as a shard stores it, in one allocation:
+/// `[key][syntax][raw tags][key_len u32]`. The key comes first, so the
+/// allocation can be shared as the series key with the flusher and the
+/// output (which read it through [`canonical`]); the client's first
+/// spelling follows, so the receive path matches it with no second
+/// pointer. The spelling's kind and name are the key's own.
+pub(crate) fn stored(key: &[u8], syntax: u8, raw_tags: &[u8]) -> std::sync::Arc<[u8]> {
+    let mut buf = Vec::with_capacity(key.len() + 1 + raw_tags.len() + STORED_TRAILER);
+    buf.extend_from_slice(key);
+    buf.push(syntax);
+    buf.extend_from_slice(raw_tags);
+    buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    buf.into()
+}
+
+/// A stored series split into its key, the spelling's syntax byte and the
+/// spelling's raw tags. Constant time: the key length is in the trailer.
+///
+/// # Panics
+///
+/// When `stored` was not made by [`stored`].
+#[inline]
+pub(crate) fn stored_parts(stored: &[u8]) -> (&[u8], u8, &[u8]) {
+    let (rest, trailer) = stored.split_at(stored.len() - STORED_TRAILER);
+    let key_len = u32::from_le_bytes(trailer.try_into().unwrap_or_default()) as usize;
+    let (key, spelling) = rest.split_at(key_len);
+    (key, spelling[0], &spelling[1..])
+}
+
 /// A key split back into its parts.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Decoded<'a> {
@@ -238,6 +290,24 @@ mod tests {
             .unwrap()
             .to_vec();
         assert_eq!(encode(3, "m", &[("z", "1"), ("a", "b")]), built);
+    }
+
+    #[test]
+    fn a_stored_series_keeps_its_key_in_front_and_its_spelling_behind() {
+        let mut b = KeyBuilder::default();
+        let key = b
+            .build(2, b"m", b"z=1|a=b", TagSyntax::Msgpack)
+            .unwrap()
+            .to_vec();
+        let stored = stored(&key, 7, b"z=1|a=b");
+        assert_eq!(stored_parts(&stored), (&key[..], 7, &b"z=1|a=b"[..]));
+        assert_eq!(canonical(&stored), &key[..]);
+        assert_eq!(canonical(&key), &key[..]);
+        // Empty tags and an empty spelling.
+        let bare = b.build(2, b"m", b"", TagSyntax::Msgpack).unwrap().to_vec();
+        let stored = super::stored(&bare, 0, b"");
+        assert_eq!(stored_parts(&stored), (&bare[..], 0, &b""[..]));
+        assert_eq!(canonical(&stored), &bare[..]);
     }
 
     #[test]

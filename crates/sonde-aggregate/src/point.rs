@@ -26,8 +26,9 @@ pub struct SeriesRef<'a> {
 impl<'a> SeriesRef<'a> {
     /// The series of a key built by [`crate::key::KeyBuilder`], or `None`
     /// when the bytes are not such a key or the name is not UTF-8.
+    /// Bytes after the key (a shard's stored spelling) are ignored.
     pub fn from_key(key: &'a [u8]) -> Option<SeriesRef<'a>> {
-        let (name, tags) = key::split_name(key)?;
+        let (name, tags) = key::split_name(key::canonical(key))?;
         let name = std::str::from_utf8(name).ok()?;
         Some(SeriesRef { name, tags })
     }

@@ -211,28 +211,26 @@ impl Agg {
     }
 }
 
-/// One series of a shard: 24 bytes, and the key on the heap. The key's
-/// hash is not kept: it is recomputed when the index grows.
-#[derive(Debug)]
-pub(crate) struct Entry {
-    /// `None` for a free slot. Shared with the flusher, which keeps the
-    /// same allocation for its series and every output group.
-    key: Option<Arc<[u8]>>,
-    /// Raw spellings of this series in the alias table.
-    aliases: u8,
-}
-
-/// A series as a client spelled it: kind, syntax, name and the tag string
-/// exactly as received, pointing at the entry it resolved to.
+/// One series of a shard: 16 bytes, and one allocation laid out by
+/// [`key::stored`]: the canonical key, then the client's first spelling.
+/// `None` for a free slot. Shared with the flusher, which keeps the same
+/// allocation for its series and every output group. Neither hash is kept:
+/// both are recomputed when a table grows.
 ///
 /// # Design
 ///
-/// The spelling is stored (about 60 bytes a series) so that a hit costs one
-/// `memcmp`. Reading it back from the canonical key in the client's tag
-/// order instead saved those bytes but cost ~470 instructions a point
-/// (`scripts/callgrind-hot-path.sh`: 1,036 to 1,509 on statsd:10000), so it
-/// was dropped. The hash is not stored: it is recomputed from the spelling
-/// when the table grows.
+/// The spelling is stored so that a hit costs one probe and a comparison
+/// of the name and the raw tags. Reading it back from the canonical key in
+/// the client's tag order instead saved those bytes but cost ~470
+/// instructions a point (`scripts/callgrind-hot-path.sh`: 1,036 to 1,509
+/// on statsd:10000), so it was dropped. Kept in the key's allocation, the
+/// first spelling costs its raw tags and 5 bytes, and its alias a 4-byte
+/// slot number (docs/BENCHMARKS.md, "series memory budget").
+pub(crate) type Entry = Option<Arc<[u8]>>;
+
+/// A further spelling of a series (another tag order): kind, syntax, name
+/// and the tag string exactly as received, pointing at the entry it
+/// resolved to. Rare: clients nearly always repeat one order.
 #[derive(Debug)]
 struct Alias {
     /// `[kind][syntax][name_len u16][name][raw tags]`.
@@ -259,16 +257,52 @@ fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
 fn spelling_hash(kind: u8, syntax: u8, name: &[u8], tags: &[u8]) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = key::hash_state().build_hasher();
-    h.write_u8(kind);
-    h.write_u8(syntax);
-    h.write_usize(name.len());
+    // One word for the three small fields: each write is a mixing step.
+    h.write_u64(u64::from(kind) | u64::from(syntax) << 8 | (name.len() as u64) << 16);
     h.write(name);
     h.write(tags);
     h.finish()
 }
 
+/// The canonical key of a stored series.
+fn key_of(stored: &[u8]) -> &[u8] {
+    key::stored_parts(stored).0
+}
+
 fn key_hash(entries: &[Entry], i: u32) -> u64 {
-    key::hash(entries[i as usize].key.as_deref().unwrap_or_default())
+    entries[i as usize]
+        .as_deref()
+        .map_or(0, |s| key::hash(key_of(s)))
+}
+
+/// The hash [`raw_hash`] gave the first spelling of a stored series.
+fn first_spelling_hash(stored: &[u8]) -> u64 {
+    let (key, syntax, tags) = key::stored_parts(stored);
+    let name = key::split_name(key).map_or(&[][..], |(n, _)| n);
+    spelling_hash(key[0], syntax, name, tags)
+}
+
+/// True when `p` (recorded as `kind`) is spelled as the first spelling of
+/// the stored series: same kind, syntax, name and raw tag bytes.
+#[inline]
+fn spelled_as(stored: &[u8], kind: u8, syntax: u8, p: &Point<'_>) -> bool {
+    let (key, syn, tags) = key::stored_parts(stored);
+    let n = p.name.len();
+    tags == p.tags
+        && syn == syntax
+        && key.get(..3) == Some(&[kind, n as u8, (n >> 8) as u8][..])
+        && key.get(3..3 + n) == Some(p.name)
+}
+
+/// Makes room in a per-slot array for `len` elements, growing by an eighth
+/// rather than doubling: the per-slot arrays are most of a series' memory
+/// besides its key, and a doubled array is on average ~30% unused. The
+/// extra copying is paid once per new series, never per point.
+pub(crate) fn reserve_slots<T>(v: &mut Vec<T>, len: usize) {
+    if len > v.capacity() {
+        let want = len.max(v.capacity() + v.capacity() / 8).max(64);
+        v.reserve_exact(want - v.len());
+    }
 }
 
 impl Alias {
@@ -382,6 +416,7 @@ impl Window {
         let kind = key[0];
         if self.touched.get(word).is_none_or(|w| w & bit == 0) {
             if self.values.len() <= i {
+                reserve_slots(&mut self.values, i + 1);
                 self.values.resize(i + 1, Agg::Vacant);
             }
             if self.touched.len() <= word {
@@ -405,18 +440,26 @@ static NEXT_SHARD: AtomicU32 = AtomicU32::new(0);
 ///
 /// # Design
 ///
-/// Entries live in a vector; two hash tables of indices find them. The
-/// canonical table is keyed by the series key (name plus sorted tags), the
-/// alias table by the bytes as the client sent them. A point first tries
-/// the alias table: one hash of the raw bytes, one probe, one comparison,
-/// no tag splitting or sorting. Only a miss builds the canonical key
-/// (`scripts/callgrind-hot-path.sh` measures the difference).
+/// Entries live in a vector; three hash tables of slot numbers find them.
+/// The canonical table is keyed by the series key (name plus sorted tags),
+/// the alias table by the bytes as the client first sent them (kept in the
+/// entry's allocation), and a small table of further spellings by other
+/// tag orders. A point first tries the alias table: one hash of the raw
+/// bytes, one probe, one comparison, no tag splitting or sorting. Only a
+/// miss builds the canonical key (`scripts/callgrind-hot-path.sh` measures
+/// the difference).
 #[derive(Debug)]
 pub struct Shard {
     id: u32,
     pub(crate) entries: Vec<Entry>,
+    /// Spellings known per slot (the first one included), up to
+    /// [`MAX_ALIASES`].
+    spellings: Vec<u8>,
     index: HashTable<u32>,
-    aliases: HashTable<Alias>,
+    /// The first spelling of each series, by [`raw_hash`].
+    aliases: HashTable<u32>,
+    /// Further spellings.
+    extra: HashTable<Alias>,
     keys: KeyBuilder,
     config: Arc<AggregateConfig>,
     pub(crate) window: Window,
@@ -431,8 +474,10 @@ impl Shard {
         Shard {
             id,
             entries: Vec::new(),
+            spellings: Vec::new(),
             index: HashTable::new(),
             aliases: HashTable::new(),
+            extra: HashTable::new(),
             keys: KeyBuilder::default(),
             config,
             window: Window::new(id),
@@ -460,9 +505,19 @@ impl Shard {
         };
         // Fast path: this exact spelling was seen before.
         let raw = raw_hash(kind, p);
-        if let Some(a) = self.aliases.find(raw, |a| a.matches(kind, p)) {
-            let e = &self.entries[a.entry as usize];
-            let key = e.key.as_deref().unwrap_or_default();
+        let syntax = syntax_byte(p.tag_syntax);
+        let entries = &self.entries;
+        let first = self.aliases.find(raw, |&i| {
+            entries[i as usize]
+                .as_deref()
+                .is_some_and(|s| spelled_as(s, kind, syntax, p))
+        });
+        if let Some(&slot) = first {
+            let key = entries[slot as usize].as_deref().map_or(&[][..], key_of);
+            return self.window.record(slot, key, p, &self.config);
+        }
+        if let Some(a) = self.extra.find(raw, |a| a.matches(kind, p)) {
+            let key = entries[a.entry as usize].as_deref().map_or(&[][..], key_of);
             return self.window.record(a.entry, key, p, &self.config);
         }
         if p.name.len() > usize::from(u16::MAX) {
@@ -472,18 +527,16 @@ impl Shard {
         let key = self.keys.key();
         let hash = key::hash(key);
         let entries = &mut self.entries;
-        let found = self
-            .index
-            .find(hash, |&i| entries[i as usize].key.as_deref() == Some(key));
+        let found = self.index.find(hash, |&i| {
+            entries[i as usize].as_deref().map(key_of) == Some(key)
+        });
         if let Some(&i) = found {
-            let e = &mut entries[i as usize];
-            if e.aliases < MAX_ALIASES {
-                e.aliases += 1;
-                self.aliases
+            let known = &mut self.spellings[i as usize];
+            if *known < MAX_ALIASES {
+                *known += 1;
+                self.extra
                     .insert_unique(raw, Alias::new(kind, p, i), Alias::hash);
             }
-            let e = &entries[i as usize];
-            let key = e.key.as_deref().unwrap_or_default();
             return self.window.record(i, key, p, &self.config);
         }
         if std::str::from_utf8(p.name).is_err() || std::str::from_utf8(p.tags).is_err() {
@@ -498,21 +551,24 @@ impl Shard {
         };
         // A point the new series cannot take leaves no series behind.
         self.window.record(slot, key, p, &self.config)?;
-        let key: Arc<[u8]> = key.into();
-        let entry = Entry {
-            key: Some(Arc::clone(&key)),
-            aliases: 1,
-        };
+        let stored = key::stored(key, syntax, p.tags);
         if self.free.pop().is_some() {
-            entries[slot as usize] = entry;
+            entries[slot as usize] = Some(Arc::clone(&stored));
+            self.spellings[slot as usize] = 1;
         } else {
-            entries.push(entry);
+            reserve_slots(entries, entries.len() + 1);
+            entries.push(Some(Arc::clone(&stored)));
+            reserve_slots(&mut self.spellings, entries.len());
+            self.spellings.push(1);
         }
-        self.window.added.push((slot, Arc::clone(&key)));
+        self.window.added.push((slot, stored));
         self.index
             .insert_unique(hash, slot, |&j| key_hash(entries, j));
-        self.aliases
-            .insert_unique(raw, Alias::new(kind, p, slot), Alias::hash);
+        self.aliases.insert_unique(raw, slot, |&j| {
+            entries[j as usize]
+                .as_deref()
+                .map_or(0, first_spelling_hash)
+        });
         Ok(())
     }
 
@@ -536,28 +592,32 @@ impl Shard {
             .unwrap_or_else(|| Window::new(self.id));
         next.added.clear();
         next.removed.clear();
-        let mut freed = false;
+        let mut freed_extra = false;
         for slot in std::mem::take(&mut next.expire) {
             let Some(e) = self.entries.get_mut(slot as usize) else {
                 continue;
             };
             // Data since the flusher's decision revives the series instead.
-            if e.key.is_none() || self.window.is_touched(slot) {
+            if e.is_none() || self.window.is_touched(slot) {
                 continue;
             }
-            let hash = e.key.take().as_deref().map_or(0, key::hash);
-            e.aliases = 0;
+            let Some(stored) = e.take() else { continue };
+            let hash = key::hash(key_of(&stored));
             if let Ok(found) = self.index.find_entry(hash, |&i| i == slot) {
                 found.remove();
             }
+            let hash = first_spelling_hash(&stored);
+            if let Ok(found) = self.aliases.find_entry(hash, |&i| i == slot) {
+                found.remove();
+            }
+            freed_extra |= self.spellings[slot as usize] > 1;
+            self.spellings[slot as usize] = 0;
             self.free.push(slot);
             next.removed.push(slot);
-            freed = true;
         }
-        if freed {
+        if freed_extra {
             let entries = &self.entries;
-            self.aliases
-                .retain(|a| entries[a.entry as usize].key.is_some());
+            self.extra.retain(|a| entries[a.entry as usize].is_some());
         }
         std::mem::replace(&mut self.window, next)
     }
@@ -580,13 +640,17 @@ mod tests {
         }
     }
 
+    /// Spellings with a fast-path alias.
+    fn known(s: &Shard) -> usize {
+        s.aliases.len() + s.extra.len()
+    }
+
     #[test]
-    fn a_value_is_16_bytes_an_entry_24_and_an_alias_24() {
+    fn a_value_is_16_bytes_and_an_entry_16() {
         // Two values and one entry per series: the budget in
         // tests/memory_budget.rs depends on these sizes.
         assert_eq!(std::mem::size_of::<Agg>(), 16);
-        assert_eq!(std::mem::size_of::<Entry>(), 24);
-        assert_eq!(std::mem::size_of::<Alias>(), 24);
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
     }
 
     #[test]
@@ -618,14 +682,14 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s.window.values[0], Agg::Sum(3.0));
         assert_eq!(s.window.values[1], Agg::Sum(2.0));
-        assert_eq!(s.aliases.len(), 3);
+        assert_eq!(known(&s), 3);
         for tags in ["b=2 a=1", "a=1|b=2", "b=2 a=1"] {
             s.record(&point(Kind::Counter, "m", tags, Value::Number(1.0)))
                 .unwrap();
         }
         assert_eq!(s.window.values[0], Agg::Sum(6.0));
-        assert_eq!(s.aliases.len(), 5);
-        assert_eq!(s.entries[0].aliases, MAX_ALIASES);
+        assert_eq!(known(&s), 5);
+        assert_eq!(s.spellings[0], MAX_ALIASES);
     }
 
     #[test]
@@ -640,7 +704,7 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s.window.values[0], Agg::Sum(303.0));
         assert_eq!(s.window.values[1], Agg::Sum(30.0));
-        assert_eq!(s.aliases.len(), 3);
+        assert_eq!(known(&s), 3);
     }
 
     #[test]
@@ -654,8 +718,8 @@ mod tests {
             }
         }
         // A miss after a rehash with wrong hashes would add a second alias.
-        assert_eq!((s.len(), s.aliases.len()), (5000, 5000));
-        assert!(s.entries.iter().all(|e| e.aliases == 1));
+        assert_eq!((s.len(), known(&s)), (5000, 5000));
+        assert!(s.spellings.iter().all(|&n| n == 1));
         assert!(s.window.values.iter().all(|v| *v == Agg::Sum(2.0)));
     }
 
