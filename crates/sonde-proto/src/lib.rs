@@ -37,6 +37,7 @@
 
 pub mod msgpack;
 pub mod number;
+mod simd;
 pub mod statsd;
 pub mod tags;
 

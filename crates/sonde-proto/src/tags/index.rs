@@ -140,26 +140,7 @@ mod x86 {
     use super::{walk, BadTags, Classify, TagSpan};
     use std::arch::x86_64::*;
 
-    /// Returns a `movemask` result unchanged, through a register the
-    /// optimiser cannot see into.
-    ///
-    /// Without it LLVM fused the 32-bit masks of one block into a vector of
-    /// 64 booleans, which AVX2 cannot hold, and rebuilt the `u64` bit by bit
-    /// through the stack: msgpack splitting of 1 KiB took 0.85 µs instead of
-    /// 0.17 µs (rustc 1.95). An empty `asm!` costs no instruction.
-    #[inline(always)]
-    fn opaque(mut mask: i32) -> i32 {
-        // SAFETY: the template is only a comment: no instruction runs and
-        // nothing but the register holding `mask` is touched.
-        unsafe {
-            std::arch::asm!(
-                "/* {0:e} */",
-                inout(reg) mask,
-                options(pure, nomem, nostack, preserves_flags)
-            );
-        }
-        mask
-    }
+    use crate::simd::opaque;
 
     /// Byte to compare against, in the `i8` the intrinsics take.
     #[inline(always)]
