@@ -107,12 +107,7 @@ pub fn parse_reference(datagram: &[u8], sink: &mut impl PointSink) {
 /// Checks run left to right (shape, name, type, fields, values) and the
 /// first failure is the reason reported.
 fn parse_line(line: &[u8], sink: &mut impl PointSink) -> Result<(), DropReason> {
-    if line.starts_with(b"_e{") {
-        return Err(DropReason::Event);
-    }
-    if line.starts_with(b"_sc|") {
-        return Err(DropReason::ServiceCheck);
-    }
+    not_event(line)?;
     // The name ends at the first `:`, the values at the first `|`. Looking
     // for the `|` first keeps a `:` inside the tags from being taken as the
     // name separator on a line that has none (`name|c|#k:v`).
@@ -126,39 +121,104 @@ fn parse_line(line: &[u8], sink: &mut impl PointSink) -> Result<(), DropReason> 
     }
 
     let mut fields = Split::new(&line[pipe + 1..], b'|');
-    let kind = match fields.next().unwrap_or_default() {
+    let kind = kind_of(fields.next().unwrap_or_default())?;
+    let mut extras = Extras::default();
+    for field in fields {
+        extras.take(field)?;
+    }
+    emit(
+        kind,
+        name,
+        values,
+        || memchr(b':', values).is_some(),
+        &extras,
+        sink,
+    )
+}
+
+/// DogStatsD events and service checks are counted, not parsed.
+#[inline(always)]
+pub(crate) fn not_event(line: &[u8]) -> Result<(), DropReason> {
+    if line.starts_with(b"_e{") {
+        return Err(DropReason::Event);
+    }
+    if line.starts_with(b"_sc|") {
+        return Err(DropReason::ServiceCheck);
+    }
+    Ok(())
+}
+
+/// The metric type a StatsD type field names.
+#[inline(always)]
+pub(crate) fn kind_of(ty: &[u8]) -> Result<Kind, DropReason> {
+    Ok(match ty {
         b"c" => Kind::Count,
         b"g" => Kind::Gauge,
         b"ms" | b"h" | b"d" => Kind::Timer,
         b"s" => Kind::Set,
         _ => return Err(DropReason::UnknownType),
-    };
-    let mut sample_rate = 1.0;
-    let mut tags: &[u8] = &[];
-    let mut timestamp = None;
-    for field in fields {
+    })
+}
+
+/// What the fields after the type say about a line's points.
+pub(crate) struct Extras<'a> {
+    sample_rate: f64,
+    tags: &'a [u8],
+    timestamp: Option<i64>,
+}
+
+impl Default for Extras<'_> {
+    fn default() -> Self {
+        Extras {
+            sample_rate: 1.0,
+            tags: &[],
+            timestamp: None,
+        }
+    }
+}
+
+impl<'a> Extras<'a> {
+    /// Reads one field (without its `|`).
+    #[inline(always)]
+    pub(crate) fn take(&mut self, field: &'a [u8]) -> Result<(), DropReason> {
         match field.split_first() {
             Some((b'@', rate)) => {
-                sample_rate = parse_f64(rate)
+                self.sample_rate = parse_f64(rate)
                     .filter(|r| *r > 0.0 && *r <= 1.0)
                     .ok_or(DropReason::BadSampleRate)?;
             }
-            Some((b'#', raw)) => tags = raw,
-            Some((b'T', ts)) => timestamp = Some(parse_unix(ts).ok_or(DropReason::BadTimestamp)?),
+            Some((b'#', raw)) => self.tags = raw,
+            Some((b'T', ts)) => {
+                self.timestamp = Some(parse_unix(ts).ok_or(DropReason::BadTimestamp)?);
+            }
             // `c:` (container ID), `e:`, `card:`, empty fields, and anything
             // a newer client sends.
             _ => {}
         }
+        Ok(())
     }
+}
 
+/// Hands the points of a parsed line to `sink`: one per value of `values`
+/// (`several` says whether it holds a `:`; asked only for numeric types),
+/// or the set member.
+#[inline(always)]
+pub(crate) fn emit<'a>(
+    kind: Kind,
+    name: &'a [u8],
+    values: &'a [u8],
+    several: impl FnOnce() -> bool,
+    extras: &Extras<'a>,
+    sink: &mut impl PointSink,
+) -> Result<(), DropReason> {
     let point = |value| Point {
         kind,
         name,
-        tags,
+        tags: extras.tags,
         tag_syntax: TagSyntax::DogStatsd,
         value,
-        sample_rate,
-        timestamp,
+        sample_rate: extras.sample_rate,
+        timestamp: extras.timestamp,
     };
     if kind == Kind::Set {
         if values.is_empty() {
@@ -168,7 +228,7 @@ fn parse_line(line: &[u8], sink: &mut impl PointSink) -> Result<(), DropReason> 
         return Ok(());
     }
     // Nearly every line carries one value: parse it once.
-    if memchr(b':', values).is_none() {
+    if !several() {
         let value = parse_value(kind, values).ok_or(DropReason::BadValue)?;
         sink.point(&point(value));
         return Ok(());

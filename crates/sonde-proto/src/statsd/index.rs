@@ -20,9 +20,8 @@
 //! `#` and `@` need no mask: they only mean something as the first byte of
 //! a field, which the walk reads directly.
 
-use super::{parse_reference, parse_unix, parse_value};
-use crate::number::parse_f64;
-use crate::{DropReason, Kind, Point, PointSink, TagSyntax, Value};
+use super::{emit, kind_of, not_event, parse_reference, Extras};
+use crate::{DropReason, PointSink};
 
 /// Bytes classified before they are walked. A 1432-byte DogStatsD datagram
 /// fits in one chunk; the three mask arrays (768 bytes) live on the stack
@@ -229,12 +228,7 @@ fn line(
     sink: &mut impl PointSink,
 ) -> Result<(), DropReason> {
     let line = &text[start..end];
-    if line.starts_with(b"_e{") {
-        return Err(DropReason::Event);
-    }
-    if line.starts_with(b"_sc|") {
-        return Err(DropReason::ServiceCheck);
-    }
+    not_event(line)?;
     // The name ends at the first `:` before the first `|`.
     let pipe = next(&m.pipe, start, end);
     if pipe == end {
@@ -251,77 +245,15 @@ fn line(
     let values = &text[colon + 1..pipe];
 
     let mut field_end = next(&m.pipe, pipe + 1, end);
-    let kind = match &text[pipe + 1..field_end] {
-        b"c" => Kind::Count,
-        b"g" => Kind::Gauge,
-        b"ms" | b"h" | b"d" => Kind::Timer,
-        b"s" => Kind::Set,
-        _ => return Err(DropReason::UnknownType),
-    };
-    let mut sample_rate = 1.0;
-    let mut tags: &[u8] = &[];
-    let mut timestamp = None;
+    let kind = kind_of(&text[pipe + 1..field_end])?;
+    let mut extras = Extras::default();
     while field_end < end {
         let from = field_end + 1;
         field_end = next(&m.pipe, from, end);
-        match text[from..field_end].split_first() {
-            Some((b'@', rate)) => {
-                sample_rate = parse_f64(rate)
-                    .filter(|r| *r > 0.0 && *r <= 1.0)
-                    .ok_or(DropReason::BadSampleRate)?;
-            }
-            Some((b'#', raw)) => tags = raw,
-            Some((b'T', ts)) => timestamp = Some(parse_unix(ts).ok_or(DropReason::BadTimestamp)?),
-            // `c:` (container ID), `e:`, `card:`, empty fields, and anything
-            // a newer client sends.
-            _ => {}
-        }
+        extras.take(&text[from..field_end])?;
     }
-
-    let point = |value| Point {
-        kind,
-        name,
-        tags,
-        tag_syntax: TagSyntax::DogStatsd,
-        value,
-        sample_rate,
-        timestamp,
-    };
-    if kind == Kind::Set {
-        if values.is_empty() {
-            return Err(DropReason::BadValue);
-        }
-        sink.point(&point(Value::Member(values)));
-        return Ok(());
-    }
-    let second = next(&m.colon, colon + 1, pipe);
-    if second == pipe {
-        let value = parse_value(kind, values).ok_or(DropReason::BadValue)?;
-        sink.point(&point(value));
-        return Ok(());
-    }
-    // Several values: validate every one before emitting any, so a bad
-    // value drops the whole line.
-    let mut from = colon + 1;
-    loop {
-        let to = next(&m.colon, from, pipe);
-        parse_value(kind, &text[from..to]).ok_or(DropReason::BadValue)?;
-        if to == pipe {
-            break;
-        }
-        from = to + 1;
-    }
-    let mut from = colon + 1;
-    loop {
-        let to = next(&m.colon, from, pipe);
-        if let Some(value) = parse_value(kind, &text[from..to]) {
-            sink.point(&point(value));
-        }
-        if to == pipe {
-            return Ok(());
-        }
-        from = to + 1;
-    }
+    let several = || next(&m.colon, colon + 1, pipe) != pipe;
+    emit(kind, name, values, several, &extras, sink)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -329,24 +261,7 @@ mod x86 {
     use super::{fill, Classify, Masks};
     use std::arch::x86_64::*;
 
-    /// Returns a `movemask` result unchanged, through a register the
-    /// optimiser cannot see into: without it LLVM may fuse the masks of a
-    /// block into a vector of booleans and rebuild each `u64` bit by bit
-    /// (measured 5x slower in `tags/index.rs`, which has the same helper).
-    /// An empty `asm!` costs no instruction.
-    #[inline(always)]
-    fn opaque(mut mask: i32) -> i32 {
-        // SAFETY: the template is only a comment: no instruction runs and
-        // nothing but the register holding `mask` is touched.
-        unsafe {
-            std::arch::asm!(
-                "/* {0:e} */",
-                inout(reg) mask,
-                options(pure, nomem, nostack, preserves_flags)
-            );
-        }
-        mask
-    }
+    use crate::simd::opaque;
 
     /// The delimiters, in the order of the masks, as the `i8` the
     /// intrinsics take.
