@@ -37,6 +37,38 @@ pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<
     }
 }
 
+/// [`encode`] as a [`crate::BatchEncoder`]: the body is JSON lines.
+#[derive(Debug, Default)]
+pub struct Lines {
+    buf: Vec<u8>,
+    points: usize,
+}
+
+impl crate::BatchEncoder for Lines {
+    fn push(&mut self, p: &OutPoint<'_>) {
+        encode([*p], &mut self.buf);
+        self.points += 1;
+    }
+
+    fn points(&self) -> usize {
+        self.points
+    }
+
+    fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.buf);
+        self.buf.clear();
+        self.points = 0;
+    }
+
+    fn content_type(&self) -> &'static str {
+        "application/x-ndjson"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

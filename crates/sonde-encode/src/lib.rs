@@ -28,6 +28,34 @@ pub mod console;
 pub mod json;
 pub mod prometheus;
 
+use sonde_aggregate::OutPoint;
+
+/// A backend's request body, built one point at a time.
+///
+/// The sender drives: it calls [`BatchEncoder::push`] while
+/// [`BatchEncoder::points`] and [`BatchEncoder::bytes`] are under its batch
+/// limits, then [`BatchEncoder::finish`] to take the body, which also makes
+/// the encoder empty and ready for the next batch. An encoder keeps its
+/// buffers across batches, so a warm sender does not allocate per batch.
+pub trait BatchEncoder: Send + 'static {
+    /// Adds one point to the batch being built.
+    fn push(&mut self, p: &OutPoint<'_>);
+
+    /// Points pushed since the last [`BatchEncoder::finish`].
+    fn points(&self) -> usize;
+
+    /// The body's size so far in bytes, uncompressed (exact or a close
+    /// estimate; used only against `max_batch_bytes`).
+    fn bytes(&self) -> usize;
+
+    /// Appends the finished body to `out` and empties the encoder. A batch
+    /// with no points still gives a valid (empty) body.
+    fn finish(&mut self, out: &mut Vec<u8>);
+
+    /// The body's `Content-Type`, for HTTP sinks.
+    fn content_type(&self) -> &'static str;
+}
+
 /// Appends a finite number the shortest way that reads back exactly;
 /// integral values below 2^53 are written without a fraction (`3`, not `3.0`).
 pub fn write_number(out: &mut Vec<u8>, v: f64) {
