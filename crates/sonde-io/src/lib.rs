@@ -17,5 +17,6 @@ pub mod flusher;
 pub mod http;
 pub mod ingest;
 pub mod receiver;
+pub mod sender;
 pub mod sink;
 pub mod telemetry;

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use sonde_proto::DropReason;
 
+use crate::sender::FailReason;
+
 const REASONS: usize = DropReason::ALL.len();
 
 /// Counters of one receiver.
@@ -81,19 +83,76 @@ impl LocalCounts {
     }
 }
 
+/// Why a sink let points go without delivering them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SinkDrop {
+    /// The sink's window queue was full when the flusher handed it a window.
+    QueueFull,
+    /// The sink's buffer (memory or disk) was full; the oldest went.
+    BufferFull,
+    /// The backend refused the request for good (HTTP 4xx), or it could not
+    /// be encoded.
+    Rejected,
+    /// The agent stopped with the request still in a memory buffer.
+    Shutdown,
+    /// The disk buffer could not write or read the request.
+    BufferError,
+}
+
+impl SinkDrop {
+    /// Every cause, indexable by `as usize`.
+    pub const ALL: [SinkDrop; 5] = [
+        SinkDrop::QueueFull,
+        SinkDrop::BufferFull,
+        SinkDrop::Rejected,
+        SinkDrop::Shutdown,
+        SinkDrop::BufferError,
+    ];
+
+    /// The `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SinkDrop::QueueFull => "queue_full",
+            SinkDrop::BufferFull => "buffer_full",
+            SinkDrop::Rejected => "rejected",
+            SinkDrop::Shutdown => "shutdown",
+            SinkDrop::BufferError => "buffer_error",
+        }
+    }
+}
+
+const FAIL_REASONS: usize = FailReason::ALL.len();
+const SINK_DROPS: usize = SinkDrop::ALL.len();
+
 /// Counters of one sink.
 #[derive(Debug)]
 pub struct SinkStats {
     /// The sink's name (`console`, `file:points.jsonl`, ...).
     pub name: String,
-    /// Batches written.
+    /// Batches written (requests the backend accepted, for network sinks).
     pub batches: AtomicU64,
     /// Points written.
     pub points: AtomicU64,
-    /// Write errors.
+    /// Write errors of the local sinks (console, file).
     pub errors: AtomicU64,
-    /// Batches dropped because the sink's queue was full.
-    pub dropped_batches: AtomicU64,
+    /// Batches dropped, by [`SinkDrop`].
+    pub dropped_batches: [AtomicU64; SINK_DROPS],
+    /// Points dropped, by [`SinkDrop`].
+    pub dropped_points: [AtomicU64; SINK_DROPS],
+    /// Bytes of accepted requests before compression.
+    pub bytes_raw: AtomicU64,
+    /// Bytes of accepted requests as sent.
+    pub bytes_sent: AtomicU64,
+    /// Attempts that failed and were tried again.
+    pub retries: AtomicU64,
+    /// Failed attempts, by [`FailReason`].
+    pub failures: [AtomicU64; FAIL_REASONS],
+    /// Requests waiting in the buffer (a gauge).
+    pub queue_batches: AtomicU64,
+    /// Bytes waiting in the buffer (a gauge).
+    pub queue_bytes: AtomicU64,
+    /// Disk buffer segments found torn or corrupt at start and skipped.
+    pub corrupt_segments: AtomicU64,
 }
 
 impl SinkStats {
@@ -104,8 +163,31 @@ impl SinkStats {
             batches: AtomicU64::new(0),
             points: AtomicU64::new(0),
             errors: AtomicU64::new(0),
-            dropped_batches: AtomicU64::new(0),
+            dropped_batches: std::array::from_fn(|_| AtomicU64::new(0)),
+            dropped_points: std::array::from_fn(|_| AtomicU64::new(0)),
+            bytes_raw: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            failures: std::array::from_fn(|_| AtomicU64::new(0)),
+            queue_batches: AtomicU64::new(0),
+            queue_bytes: AtomicU64::new(0),
+            corrupt_segments: AtomicU64::new(0),
         }
+    }
+
+    /// Counts `batches` batches holding `points` points dropped for `why`.
+    pub fn count_drop(&self, why: SinkDrop, batches: u64, points: u64) {
+        if batches > 0 {
+            self.dropped_batches[why as usize].fetch_add(batches, Relaxed);
+        }
+        if points > 0 {
+            self.dropped_points[why as usize].fetch_add(points, Relaxed);
+        }
+    }
+
+    /// Points dropped for `why` so far.
+    pub fn dropped(&self, why: SinkDrop) -> u64 {
+        self.dropped_points[why as usize].load(Relaxed)
     }
 }
 
@@ -293,15 +375,95 @@ impl Telemetry {
             ("sonde_sink_errors_total", "Write errors of a sink.", |s| {
                 s.errors.load(Relaxed)
             }),
-            (
-                "sonde_sink_dropped_batches_total",
-                "Batches dropped because the sink's queue was full.",
-                |s| s.dropped_batches.load(Relaxed),
-            ),
         ] {
             family(&mut o, name, "counter", help);
             for s in &self.sinks {
                 let _ = writeln!(o, "{name}{{sink=\"{}\"}} {}", escape(&s.name), get(s));
+            }
+        }
+        for (name, kind, help, get) in [
+            (
+                "sonde_sink_bytes_total",
+                "counter",
+                "Bytes of accepted requests before compression.",
+                (|s: &SinkStats| s.bytes_raw.load(Relaxed)) as fn(&SinkStats) -> u64,
+            ),
+            (
+                "sonde_sink_sent_bytes_total",
+                "counter",
+                "Bytes of accepted requests as sent (after compression).",
+                |s| s.bytes_sent.load(Relaxed),
+            ),
+            (
+                "sonde_sink_retries_total",
+                "counter",
+                "Failed attempts that were tried again.",
+                |s| s.retries.load(Relaxed),
+            ),
+            (
+                "sonde_sink_queue_batches",
+                "gauge",
+                "Requests waiting in the sink's buffer.",
+                |s| s.queue_batches.load(Relaxed),
+            ),
+            (
+                "sonde_sink_queue_bytes",
+                "gauge",
+                "Bytes waiting in the sink's buffer.",
+                |s| s.queue_bytes.load(Relaxed),
+            ),
+            (
+                "sonde_sink_corrupt_segments_total",
+                "counter",
+                "Disk buffer segments found torn or corrupt at start; their tails were skipped.",
+                |s| s.corrupt_segments.load(Relaxed),
+            ),
+        ] {
+            family(&mut o, name, kind, help);
+            for s in &self.sinks {
+                let _ = writeln!(o, "{name}{{sink=\"{}\"}} {}", escape(&s.name), get(s));
+            }
+        }
+        family(
+            &mut o,
+            "sonde_sink_failures_total",
+            "counter",
+            "Failed delivery attempts, by reason.",
+        );
+        for s in &self.sinks {
+            for r in FailReason::ALL {
+                let _ = writeln!(
+                    o,
+                    "sonde_sink_failures_total{{sink=\"{}\",reason=\"{}\"}} {}",
+                    escape(&s.name),
+                    r.as_str(),
+                    s.failures[r as usize].load(Relaxed)
+                );
+            }
+        }
+        for (name, help, arr) in [
+            (
+                "sonde_sink_dropped_batches_total",
+                "Batches a sink let go undelivered, by reason.",
+                (|s: &SinkStats| &s.dropped_batches) as fn(&SinkStats) -> &[AtomicU64; SINK_DROPS],
+            ),
+            (
+                "sonde_sink_dropped_points_total",
+                "Points a sink let go undelivered, by reason.",
+                |s| &s.dropped_points,
+            ),
+        ] {
+            family(&mut o, name, "counter", help);
+            for s in &self.sinks {
+                for d in SinkDrop::ALL {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{sink=\"{}\",reason=\"{}\"}} {}",
+                        escape(&s.name),
+                        d.as_str(),
+                        arr(s)[d as usize].load(Relaxed)
+                    );
+                }
             }
         }
         o

@@ -3,7 +3,7 @@
 //! Each sink runs on its own thread behind a bounded queue, so a slow or
 //! stuck sink never delays the flusher, let alone the receivers: when the
 //! queue is full the newest batch is dropped and counted
-//! (`sonde_sink_dropped_batches_total`).
+//! (`sonde_sink_dropped_batches_total{reason="queue_full"}`).
 
 mod console;
 mod file;
@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 
 use sonde_aggregate::Batch;
 
-use crate::telemetry::SinkStats;
+use crate::telemetry::{SinkDrop, SinkStats};
 
 /// Points encoded per write by the text sinks: about 100 KiB of JSON, so a
 /// window of a million points never needs a buffer of its size.
@@ -64,10 +64,18 @@ impl SinkHandle {
     pub fn send(&self, batch: Arc<Batch>) {
         match self.tx.try_send(batch) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.stats.dropped_batches.fetch_add(1, Relaxed);
+            Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => {
+                self.stats
+                    .count_drop(SinkDrop::QueueFull, 1, b.len() as u64);
             }
         }
+    }
+}
+
+impl SinkHandle {
+    /// The flusher's end of `tx`, counting drops into `stats`.
+    pub(crate) fn new(tx: SyncSender<Arc<Batch>>, stats: Arc<SinkStats>) -> SinkHandle {
+        SinkHandle { tx, stats }
     }
 }
 

@@ -1,0 +1,404 @@
+//! Senders: the runtime of every network sink (HTTP and TCP backends).
+//!
+//! A sender is one thread per sink owning an encoder
+//! ([`sonde_encode::BatchEncoder`]), a [`Compression`], a [`Transport`] and
+//! a [`Queue`]. The flusher drives it by handing it windows through a
+//! [`SinkHandle`], which never blocks. The sender cuts each window into
+//! requests of at most `max_batch_points` points and `max_batch_bytes`
+//! bytes, compresses each, appends it to its queue, and delivers the queue
+//! oldest first, one request at a time, so a backend sees windows in order.
+//!
+//! # Delivery
+//!
+//! * A request the backend accepts (HTTP 2xx, or a completed TCP write) is
+//!   removed from the queue and counted.
+//! * Connection errors, timeouts, HTTP 408, 429 and 5xx are retried after an
+//!   exponential backoff with jitter ([`Backoff`]); the request stays at
+//!   the head of the queue, and new windows queue behind it meanwhile.
+//! * Any other HTTP 4xx is logged with the server's message, counted
+//!   (`sonde_sink_dropped_points_total{reason="rejected"}`) and dropped:
+//!   sending it again would fail again.
+//! * The queue is bounded ([`queue::Memory`] by bytes in memory, or
+//!   [`disk::Disk`] on disk); when it is full the oldest requests are
+//!   dropped and counted (`reason="buffer_full"`). Receiving never waits.
+//!
+//! # Clean shutdown
+//!
+//! When the flusher drops its [`SinkHandle`] (after the last window), the
+//! sender seals its partial request and keeps delivering for up to
+//! `shutdown_grace`. What is still queued then stays on disk for the next
+//! start with a disk buffer, and is dropped and counted
+//! (`reason="shutdown"`) with a memory one.
+
+pub mod disk;
+pub mod queue;
+pub mod transport;
+
+use std::io;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sonde_aggregate::Batch;
+use sonde_encode::compress::Compression;
+use sonde_encode::BatchEncoder;
+
+pub use queue::{Dropped, Queue, Request};
+pub use transport::{FailReason, Http, SendError, Tcp, Transport};
+
+use crate::sink::{SinkHandle, QUEUE_BATCHES};
+use crate::telemetry::{SinkDrop, SinkStats};
+
+/// How a sender batches, retries and stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Most points in one request.
+    pub max_batch_points: usize,
+    /// Most bytes in one request, before compression (a request may pass
+    /// this by the one point that crossed it).
+    pub max_batch_bytes: usize,
+    /// How long a partial request waits for more points before it is sent.
+    /// Zero sends every window's last partial request at once.
+    pub max_batch_age: Duration,
+    /// How long one attempt may take, connecting included.
+    pub request_timeout: Duration,
+    /// The first retry's delay.
+    pub backoff_min: Duration,
+    /// The longest delay between retries.
+    pub backoff_max: Duration,
+    /// How long the sender keeps delivering after the agent is told to stop.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Delivery {
+    fn default() -> Self {
+        Delivery {
+            max_batch_points: 10_000,
+            max_batch_bytes: 4 << 20,
+            max_batch_age: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Exponential backoff with jitter: the n-th delay in a row is drawn
+/// uniformly from half to all of `min * 2^n`, capped at `max`, so that many
+/// agents that lost the same backend do not retry in step.
+#[derive(Debug)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    failures: u32,
+    rng: fastrand::Rng,
+}
+
+impl Backoff {
+    /// A backoff starting at `min` and growing to `max`.
+    pub fn new(min: Duration, max: Duration) -> Backoff {
+        Backoff {
+            min,
+            max: max.max(min),
+            failures: 0,
+            rng: fastrand::Rng::new(),
+        }
+    }
+
+    /// The delay before the next attempt, after one more failure.
+    pub fn next_delay(&mut self) -> Duration {
+        let ceiling = self
+            .min
+            .saturating_mul(1u32 << self.failures.min(20))
+            .min(self.max);
+        self.failures = self.failures.saturating_add(1);
+        ceiling.mul_f64(0.5 + 0.5 * self.rng.f64())
+    }
+
+    /// Failures since the last success.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Back to the first delay, after a success.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// Starts a sender thread for one sink; the returned handle goes to the
+/// flusher. The thread ends after the handle is dropped and its grace
+/// period is over.
+///
+/// # Errors
+///
+/// When the thread cannot be spawned.
+pub fn spawn<E: BatchEncoder, T: Transport>(
+    encoder: E,
+    compression: Compression,
+    transport: T,
+    queue: Box<dyn Queue>,
+    delivery: Delivery,
+    stats: Arc<SinkStats>,
+) -> io::Result<(SinkHandle, JoinHandle<()>)> {
+    let (tx, rx) = sync_channel::<Arc<Batch>>(QUEUE_BATCHES);
+    let sender = Sender {
+        encoder,
+        compression,
+        transport,
+        queue,
+        delivery,
+        backoff: Backoff::new(delivery.backoff_min, delivery.backoff_max),
+        stats: Arc::clone(&stats),
+        partial_since: None,
+        next_try: Instant::now(),
+        raw: Vec::new(),
+    };
+    sender.publish_queue();
+    let thread = std::thread::Builder::new()
+        .name(format!("sink {}", stats.name))
+        .spawn(move || sender.run(&rx))?;
+    Ok((SinkHandle::new(tx, stats), thread))
+}
+
+struct Sender<E, T> {
+    encoder: E,
+    compression: Compression,
+    transport: T,
+    queue: Box<dyn Queue>,
+    delivery: Delivery,
+    backoff: Backoff,
+    stats: Arc<SinkStats>,
+    /// When the first point of the partial request was pushed.
+    partial_since: Option<Instant>,
+    /// No attempt before this (backoff).
+    next_try: Instant,
+    raw: Vec<u8>,
+}
+
+impl<E: BatchEncoder, T: Transport> Sender<E, T> {
+    fn run(mut self, rx: &Receiver<Arc<Batch>>) {
+        loop {
+            let wait = self.wait(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(b) => self.take(&b),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            self.seal_if_old();
+            self.deliver(rx, None);
+        }
+        self.seal();
+        let deadline = Instant::now() + self.delivery.shutdown_grace;
+        while !self.queue.is_empty() && Instant::now() < deadline {
+            let wait = self.next_try.saturating_duration_since(Instant::now());
+            std::thread::sleep(wait.min(deadline.saturating_duration_since(Instant::now())));
+            self.deliver(rx, Some(deadline));
+        }
+        let left = self.queue.len();
+        if left > 0 {
+            if self.queue.durable() {
+                tracing::info!(
+                    sink = %self.stats.name,
+                    requests = left,
+                    points = self.queue.points(),
+                    "stopping with requests in the disk buffer; they are sent after the next start"
+                );
+            } else {
+                tracing::warn!(
+                    sink = %self.stats.name,
+                    requests = left,
+                    points = self.queue.points(),
+                    "stopping with undelivered requests in memory; they are dropped"
+                );
+                self.stats
+                    .count_drop(SinkDrop::Shutdown, left as u64, self.queue.points());
+            }
+        }
+    }
+
+    /// How long to wait for the next window before there is work to do.
+    fn wait(&self, now: Instant) -> Duration {
+        let mut wait = Duration::from_secs(3600);
+        if let Some(since) = self.partial_since {
+            wait = wait.min((since + self.delivery.max_batch_age).saturating_duration_since(now));
+        }
+        if !self.queue.is_empty() {
+            wait = wait.min(self.next_try.saturating_duration_since(now));
+        }
+        wait
+    }
+
+    /// Encodes a window into requests.
+    fn take(&mut self, batch: &Batch) {
+        for p in batch.points() {
+            self.encoder.push(&p);
+            if self.partial_since.is_none() {
+                self.partial_since = Some(Instant::now());
+            }
+            if self.encoder.points() >= self.delivery.max_batch_points
+                || self.encoder.bytes() >= self.delivery.max_batch_bytes
+            {
+                self.seal();
+            }
+        }
+        if self.delivery.max_batch_age.is_zero() {
+            self.seal();
+        }
+    }
+
+    fn seal_if_old(&mut self) {
+        if self
+            .partial_since
+            .is_some_and(|t| t.elapsed() >= self.delivery.max_batch_age)
+        {
+            self.seal();
+        }
+    }
+
+    /// Finishes the partial request and queues it.
+    fn seal(&mut self) {
+        self.partial_since = None;
+        let points = self.encoder.points() as u32;
+        if points == 0 {
+            return;
+        }
+        self.raw.clear();
+        self.encoder.finish(&mut self.raw);
+        let mut body = Vec::with_capacity(self.raw.len() / 4);
+        if let Err(e) = self.compression.compress(&self.raw, &mut body) {
+            self.stats.failures[FailReason::Encode as usize].fetch_add(1, Relaxed);
+            self.stats
+                .count_drop(SinkDrop::Rejected, 1, u64::from(points));
+            tracing::error!(sink = %self.stats.name, error = %e, "cannot compress a request; dropped");
+            return;
+        }
+        let req = Request {
+            body,
+            points,
+            raw_bytes: self.raw.len() as u32,
+        };
+        match self.queue.push(req) {
+            Ok(d) => {
+                if d.batches > 0 {
+                    self.stats
+                        .count_drop(SinkDrop::BufferFull, d.batches, d.points);
+                    tracing::warn!(
+                        sink = %self.stats.name,
+                        requests = d.batches,
+                        points = d.points,
+                        "buffer full: dropped the oldest requests"
+                    );
+                }
+            }
+            Err(e) => {
+                self.stats.failures[FailReason::Buffer as usize].fetch_add(1, Relaxed);
+                self.stats
+                    .count_drop(SinkDrop::BufferError, 1, u64::from(points));
+                tracing::error!(sink = %self.stats.name, error = %e, "cannot write to the disk buffer; request dropped");
+            }
+        }
+        self.publish_queue();
+    }
+
+    fn publish_queue(&self) {
+        self.stats
+            .queue_batches
+            .store(self.queue.len() as u64, Relaxed);
+        self.stats.queue_bytes.store(self.queue.bytes(), Relaxed);
+    }
+
+    /// Sends queued requests, oldest first, until the queue is empty or an
+    /// attempt fails; takes new windows between requests so the flusher's
+    /// queue never fills while a backlog drains.
+    fn deliver(&mut self, rx: &Receiver<Arc<Batch>>, deadline: Option<Instant>) {
+        loop {
+            let now = Instant::now();
+            if now < self.next_try || deadline.is_some_and(|d| now >= d) {
+                return;
+            }
+            let front = match self.queue.front() {
+                Ok(Some(r)) => r,
+                Ok(None) => return,
+                Err(e) => {
+                    self.stats.failures[FailReason::Buffer as usize].fetch_add(1, Relaxed);
+                    tracing::error!(sink = %self.stats.name, error = %e, "cannot read the disk buffer; skipping a request");
+                    if self.queue.pop().is_err() {
+                        // The buffer cannot even record the skip: wait
+                        // rather than spin.
+                        self.next_try = now + self.backoff.next_delay();
+                        return;
+                    }
+                    self.stats.count_drop(SinkDrop::BufferError, 1, 0);
+                    continue;
+                }
+            };
+            let (points, raw, sent) = (
+                u64::from(front.points),
+                u64::from(front.raw_bytes),
+                front.body.len() as u64,
+            );
+            match self.transport.send(&front.body) {
+                Ok(()) => {
+                    let s = &self.stats;
+                    s.batches.fetch_add(1, Relaxed);
+                    s.points.fetch_add(points, Relaxed);
+                    s.bytes_raw.fetch_add(raw, Relaxed);
+                    s.bytes_sent.fetch_add(sent, Relaxed);
+                    if self.backoff.failures() > 0 {
+                        tracing::info!(sink = %s.name, after_failures = self.backoff.failures(), "backend reachable again");
+                    }
+                    self.backoff.reset();
+                    self.pop();
+                }
+                Err(e) if e.reason.retryable() => {
+                    self.stats.failures[e.reason as usize].fetch_add(1, Relaxed);
+                    self.stats.retries.fetch_add(1, Relaxed);
+                    let delay = self.backoff.next_delay();
+                    self.next_try = Instant::now() + delay;
+                    // One line per failure; the delays grow to backoff_max,
+                    // so a long outage logs about twice a minute.
+                    tracing::warn!(sink = %self.stats.name, error = %e, retry_in = ?delay, queued = self.queue.len(), "send failed; will retry");
+                    return;
+                }
+                Err(e) => {
+                    self.stats.failures[e.reason as usize].fetch_add(1, Relaxed);
+                    self.stats.count_drop(SinkDrop::Rejected, 1, points);
+                    tracing::error!(sink = %self.stats.name, error = %e, points, "backend refused a request; dropped");
+                    self.pop();
+                }
+            }
+            while let Ok(b) = rx.try_recv() {
+                self.take(&b);
+            }
+        }
+    }
+
+    fn pop(&mut self) {
+        if let Err(e) = self.queue.pop() {
+            self.stats.failures[FailReason::Buffer as usize].fetch_add(1, Relaxed);
+            tracing::error!(sink = %self.stats.name, error = %e, "cannot record a delivery in the disk buffer");
+        }
+        self.publish_queue();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_up_to_its_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let d: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
+        for (n, d) in d.iter().enumerate() {
+            let ceiling = Duration::from_millis(100 << n).min(Duration::from_secs(2));
+            assert!(*d >= ceiling / 2 && *d <= ceiling, "{n}: {d:?}");
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+}
