@@ -14,9 +14,11 @@ use std::time::Duration;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use sonde_aggregate::{AggregateConfig, Bounds, HistogramBuckets};
+use sonde_encode::compress::Compression;
 use sonde_io::addr::ListenAddr;
 use sonde_io::ingest::Protocol;
 use sonde_io::receiver::SocketOptions;
+use sonde_io::sender::Delivery;
 use toml::Spanned;
 
 /// The configuration `sonde run` uses when no file is given.
@@ -157,10 +159,9 @@ pub struct AgentSection {
     /// Address of `/health` and `/metrics`. Default `"127.0.0.1:8686"`.
     #[serde(default = "default_admin", deserialize_with = "admin_listen")]
     pub admin_listen: Option<HostPort>,
-    /// Where checkpoints and disk buffers will live. Default `"/var/lib/sonde"`.
-    /// Accepted now so configs stay valid; nothing writes there yet.
+    /// Where disk buffers live (`buffers/{sink name}/`). Default
+    /// `"/var/lib/sonde"`.
     #[serde(default = "default_data_dir")]
-    #[allow(dead_code)]
     pub data_dir: PathBuf,
     /// Windows without data after which a series is forgotten. Default 5.
     #[serde(default = "default_expire")]
@@ -232,6 +233,400 @@ pub enum SinkSection {
         /// `HOST:PORT` to serve on. Required.
         listen: HostPort,
     },
+    /// Prometheus remote write 1.0.
+    PrometheusRemoteWrite(NetSinkSection),
+    /// OTLP/HTTP metrics.
+    OtlpHttp(NetSinkSection),
+    /// InfluxDB 1.x line protocol over HTTP.
+    Influxdb(NetSinkSection),
+    /// Graphite plaintext over TCP.
+    Graphite(NetSinkSection),
+    /// A generic HTTP POST of JSON lines or msgpack.
+    Http(NetSinkSection),
+    /// JSON lines over a persistent TCP connection.
+    Tcp(NetSinkSection),
+}
+
+/// The keys of a network sink (every `type` but console, file and
+/// prometheus_exporter). Which apply to which type is checked in [`parse`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetSinkSection {
+    /// Names the sink in logs, `/metrics` and its disk buffer directory.
+    /// Default: the type; required when two sinks share a type.
+    pub name: Option<String>,
+    /// HTTP sinks: where to POST.
+    pub url: Option<String>,
+    /// TCP sinks (graphite, tcp): `HOST:PORT`.
+    pub address: Option<String>,
+    /// influxdb: the database. Required.
+    pub database: Option<String>,
+    /// http: `"json"` (JSON lines, the default) or `"msgpack"`.
+    pub format: Option<String>,
+    /// HTTP sinks: extra request headers, e.g. `Authorization`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// `zstd`, `gzip`, `snappy`, `lz4` or `none`; the default and the
+    /// choices depend on what the backend accepts.
+    pub compression: Option<String>,
+    /// zstd -7..=22 (default 1), gzip 0..=9 (default 6).
+    pub compression_level: Option<i32>,
+    /// Most points per request. Default 10000.
+    pub max_batch_points: Option<usize>,
+    /// Most bytes per request before compression. Default `"4MiB"`.
+    pub max_batch_bytes: Option<HumanSize>,
+    /// How long a partial request waits for more points. Default `"1s"`.
+    pub max_batch_age: Option<HumanDuration>,
+    /// How long one attempt may take. Default `"10s"`.
+    pub request_timeout: Option<HumanDuration>,
+    /// First retry delay. Default `"250ms"`.
+    pub retry_min_backoff: Option<HumanDuration>,
+    /// Longest retry delay. Default `"30s"`.
+    pub retry_max_backoff: Option<HumanDuration>,
+    /// How long to keep delivering at shutdown. Default `"5s"`.
+    pub shutdown_grace: Option<HumanDuration>,
+    /// `{ type = "memory", max_size = "64MiB" }` (the default) or
+    /// `{ type = "disk", max_size = "1GiB" }`.
+    pub buffer: Option<BufferSection>,
+}
+
+/// A sink's `buffer = { ... }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BufferSection {
+    /// `"memory"` or `"disk"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Most bytes kept; the oldest requests go first. Default `"64MiB"` in
+    /// memory, `"1GiB"` on disk.
+    pub max_size: Option<HumanSize>,
+    /// Disk only: `fdatasync` every request before counting it buffered.
+    /// Default true.
+    pub sync: Option<bool>,
+}
+
+/// Where a network sink keeps requests not yet delivered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// In memory, at most this many bytes.
+    Memory(u64),
+    /// In `{agent.data_dir}/buffers/{name}`.
+    Disk {
+        /// The sink's directory.
+        dir: PathBuf,
+        /// Most bytes.
+        max_size: u64,
+        /// `fdatasync` per request.
+        sync: bool,
+    },
+}
+
+/// What a network sink speaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetKind {
+    /// Remote write 1.0 to `url`.
+    PrometheusRemoteWrite,
+    /// OTLP/HTTP to `url`.
+    OtlpHttp,
+    /// InfluxDB 1.x; the URL already carries `/write?db=..&precision=s`.
+    Influxdb,
+    /// Graphite plaintext to `address`.
+    Graphite,
+    /// A generic POST to `url`; msgpack when true, else JSON lines.
+    Http {
+        /// `format = "msgpack"`.
+        msgpack: bool,
+    },
+    /// JSON lines to `address`.
+    Tcp,
+}
+
+/// A network sink, validated.
+#[derive(Clone, Debug)]
+pub struct NetSink {
+    /// Its name.
+    pub name: String,
+    /// Its wire format.
+    pub kind: NetKind,
+    /// The URL (HTTP sinks) or `HOST:PORT` (TCP sinks).
+    pub target: String,
+    /// Extra HTTP headers.
+    pub headers: Vec<(String, String)>,
+    /// The compression.
+    pub compression: Compression,
+    /// Batching, retries, shutdown.
+    pub delivery: Delivery,
+    /// Its buffer.
+    pub buffer: Buffer,
+}
+
+/// A sink, validated.
+#[derive(Clone, Debug)]
+pub enum Sink {
+    /// `console`.
+    Console,
+    /// `file`.
+    File(PathBuf),
+    /// `prometheus_exporter`.
+    PrometheusExporter(std::net::SocketAddr),
+    /// Every network sink.
+    Net(NetSink),
+}
+
+impl SinkSection {
+    fn type_name(&self) -> &'static str {
+        match self {
+            SinkSection::Console {} => "console",
+            SinkSection::File { .. } => "file",
+            SinkSection::PrometheusExporter { .. } => "prometheus_exporter",
+            SinkSection::PrometheusRemoteWrite(_) => "prometheus_remote_write",
+            SinkSection::OtlpHttp(_) => "otlp_http",
+            SinkSection::Influxdb(_) => "influxdb",
+            SinkSection::Graphite(_) => "graphite",
+            SinkSection::Http(_) => "http",
+            SinkSection::Tcp(_) => "tcp",
+        }
+    }
+}
+
+fn compression_named(name: &str, level: Option<i32>) -> Option<Compression> {
+    Some(match name {
+        "none" => Compression::None,
+        "zstd" => Compression::Zstd {
+            level: level.unwrap_or(1),
+        },
+        "gzip" => Compression::Gzip {
+            level: u32::try_from(level.unwrap_or(6)).ok()?,
+        },
+        "snappy" => Compression::Snappy,
+        "lz4" => Compression::Lz4,
+        _ => return None,
+    })
+}
+
+/// Validates one network sink. `key` is `sinks[i]`.
+fn net_sink(
+    text: &str,
+    span: std::ops::Range<usize>,
+    key: &str,
+    type_name: &'static str,
+    s: &NetSinkSection,
+    data_dir: &std::path::Path,
+) -> Result<NetSink, ConfigError> {
+    let err = |field: &str, msg: String| at(text, span.clone(), &format!("{key}.{field}"), msg);
+    let http = matches!(
+        type_name,
+        "prometheus_remote_write" | "otlp_http" | "influxdb" | "http"
+    );
+    // (default compression, the ones the backend accepts)
+    let (default_comp, accepted): (&str, &[&str]) = match type_name {
+        // Remote write 1.0 mandates snappy (block format).
+        "prometheus_remote_write" => ("snappy", &["snappy"]),
+        // The OTLP spec requires receivers to take gzip; zstd only some do.
+        "otlp_http" => ("gzip", &["gzip", "zstd", "none"]),
+        // InfluxDB 1.x decodes gzip only.
+        "influxdb" => ("gzip", &["gzip", "none"]),
+        // carbon reads plain text.
+        "graphite" => ("none", &["none"]),
+        "http" => ("zstd", &["zstd", "gzip", "snappy", "lz4", "none"]),
+        // A stream of frames: snappy's block format cannot be streamed.
+        _ => ("none", &["none", "zstd", "gzip", "lz4"]),
+    };
+    let comp_name = s.compression.as_deref().unwrap_or(default_comp);
+    if !accepted.contains(&comp_name) {
+        return Err(err(
+            "compression",
+            format!(
+                "{type_name} takes {} (got {comp_name:?})",
+                accepted
+                    .iter()
+                    .map(|c| format!("\"{c}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let compression = compression_named(comp_name, s.compression_level)
+        .filter(|c| match c {
+            Compression::Zstd { level } => (-7..=22).contains(level),
+            Compression::Gzip { level } => *level <= 9,
+            _ => s.compression_level.is_none(),
+        })
+        .ok_or_else(|| {
+            err(
+                "compression_level",
+                format!("out of range for {comp_name}: zstd takes -7 to 22, gzip 0 to 9, the others none"),
+            )
+        })?;
+    let target = if http {
+        if s.address.is_some() {
+            return Err(err(
+                "address",
+                format!("{type_name} takes `url`, not `address`"),
+            ));
+        }
+        let url = s.url.as_deref().ok_or_else(|| {
+            err(
+                "url",
+                format!("{type_name} needs a url, like \"http://127.0.0.1:8080/...\""),
+            )
+        })?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(err(
+                "url",
+                format!("{url:?} must start with http:// or https://"),
+            ));
+        }
+        url.to_string()
+    } else {
+        if s.url.is_some() {
+            return Err(err(
+                "url",
+                format!("{type_name} takes `address` (HOST:PORT), not `url`"),
+            ));
+        }
+        let a = s.address.as_deref().ok_or_else(|| {
+            err(
+                "address",
+                format!("{type_name} needs an address, like \"127.0.0.1:2003\""),
+            )
+        })?;
+        match a.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => a.to_string(),
+            _ => return Err(err("address", format!("{a:?} is not HOST:PORT"))),
+        }
+    };
+    if !http && !s.headers.is_empty() {
+        return Err(err(
+            "headers",
+            format!("{type_name} is not HTTP and takes no headers"),
+        ));
+    }
+    if s.database.is_some() && type_name != "influxdb" {
+        return Err(err(
+            "database",
+            "only the influxdb sink takes `database`".into(),
+        ));
+    }
+    if s.format.is_some() && type_name != "http" {
+        return Err(err("format", "only the http sink takes `format`".into()));
+    }
+    let kind = match type_name {
+        "prometheus_remote_write" => NetKind::PrometheusRemoteWrite,
+        "otlp_http" => NetKind::OtlpHttp,
+        "influxdb" => NetKind::Influxdb,
+        "graphite" => NetKind::Graphite,
+        "http" => match s.format.as_deref().unwrap_or("json") {
+            "json" => NetKind::Http { msgpack: false },
+            "msgpack" => NetKind::Http { msgpack: true },
+            f => return Err(err("format", format!("{f:?}: use \"json\" or \"msgpack\""))),
+        },
+        _ => NetKind::Tcp,
+    };
+    let target = if kind == NetKind::Influxdb {
+        let db = s
+            .database
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| {
+                err(
+                    "database",
+                    "influxdb needs a database, like \"sonde\"".into(),
+                )
+            })?;
+        let mut t = format!("{}/write?db=", target.trim_end_matches('/'));
+        for b in db.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                t.push(b as char);
+            } else {
+                t.push_str(&format!("%{b:02X}"));
+            }
+        }
+        t.push_str("&precision=s");
+        t
+    } else {
+        target
+    };
+    let name = s.name.clone().unwrap_or_else(|| type_name.to_string());
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        || name.starts_with('.')
+    {
+        return Err(err(
+            "name",
+            format!("{name:?}: use letters, digits, `_`, `-` and `.`"),
+        ));
+    }
+    let d = Delivery::default();
+    let delivery = Delivery {
+        max_batch_points: s.max_batch_points.unwrap_or(d.max_batch_points),
+        max_batch_bytes: s.max_batch_bytes.map_or(d.max_batch_bytes, |b| {
+            usize::try_from(b.0).unwrap_or(usize::MAX)
+        }),
+        max_batch_age: s.max_batch_age.map_or(d.max_batch_age, |x| x.0),
+        request_timeout: s.request_timeout.map_or(d.request_timeout, |x| x.0),
+        backoff_min: s.retry_min_backoff.map_or(d.backoff_min, |x| x.0),
+        backoff_max: s.retry_max_backoff.map_or(d.backoff_max, |x| x.0),
+        shutdown_grace: s.shutdown_grace.map_or(d.shutdown_grace, |x| x.0),
+    };
+    if delivery.max_batch_points == 0 || delivery.max_batch_bytes == 0 {
+        return Err(err(
+            "max_batch_points",
+            "batch limits must be above zero".into(),
+        ));
+    }
+    if delivery.request_timeout.is_zero() || delivery.backoff_min.is_zero() {
+        return Err(err(
+            "request_timeout",
+            "request_timeout and retry_min_backoff must be above zero".into(),
+        ));
+    }
+    let buffer = match &s.buffer {
+        None => Buffer::Memory(64 << 20),
+        Some(b) => match b.kind.as_str() {
+            "memory" => {
+                if b.sync.is_some() {
+                    return Err(err("buffer.sync", "only a disk buffer takes `sync`".into()));
+                }
+                Buffer::Memory(b.max_size.map_or(64 << 20, |x| x.0))
+            }
+            "disk" => Buffer::Disk {
+                dir: data_dir.join("buffers").join(&name),
+                max_size: b.max_size.map_or(1 << 30, |x| x.0),
+                sync: b.sync.unwrap_or(true),
+            },
+            k => {
+                return Err(err(
+                    "buffer.type",
+                    format!("{k:?}: use \"memory\" or \"disk\""),
+                ))
+            }
+        },
+    };
+    let content_type_set = s.headers.keys().any(|k| {
+        k.eq_ignore_ascii_case("content-type") || k.eq_ignore_ascii_case("content-encoding")
+    });
+    if content_type_set {
+        return Err(err(
+            "headers",
+            "Content-Type and Content-Encoding are set by the sink".into(),
+        ));
+    }
+    Ok(NetSink {
+        name,
+        kind,
+        target,
+        headers: s
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        compression,
+        delivery,
+        buffer,
+    })
 }
 
 /// `[[histograms.overrides]]`.
@@ -288,7 +683,7 @@ pub struct Config {
     /// Receivers, in file order.
     pub receivers: Vec<Receiver>,
     /// Sinks, in file order.
-    pub sinks: Vec<SinkSection>,
+    pub sinks: Vec<Sink>,
     /// What the aggregator needs.
     pub aggregate: AggregateConfig,
 }
@@ -464,17 +859,53 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     if let Some(a) = agent.admin_listen {
         exporters.insert(a.0, 0);
     }
+    let mut sinks = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
     for (i, s) in file.sinks.iter().enumerate() {
-        if let SinkSection::PrometheusExporter { listen } = s.get_ref() {
-            if exporters.insert(listen.0, i + 1).is_some() {
-                return Err(at(
+        let key = format!("sinks[{i}]");
+        let sink = match s.get_ref() {
+            SinkSection::Console {} => Sink::Console,
+            SinkSection::File { path } => Sink::File(path.clone()),
+            SinkSection::PrometheusExporter { listen } => {
+                if exporters.insert(listen.0, i + 1).is_some() {
+                    return Err(at(
+                        text,
+                        s.span(),
+                        &format!("{key}.listen"),
+                        format!("{} is already used by another listener", listen.0),
+                    ));
+                }
+                Sink::PrometheusExporter(listen.0)
+            }
+            SinkSection::PrometheusRemoteWrite(n)
+            | SinkSection::OtlpHttp(n)
+            | SinkSection::Influxdb(n)
+            | SinkSection::Graphite(n)
+            | SinkSection::Http(n)
+            | SinkSection::Tcp(n) => {
+                let net = net_sink(
                     text,
                     s.span(),
-                    &format!("sinks[{i}].listen"),
-                    format!("{} is already used by another listener", listen.0),
-                ));
+                    &key,
+                    s.get_ref().type_name(),
+                    n,
+                    &agent.data_dir,
+                )?;
+                if let Some(j) = names.insert(net.name.clone(), i) {
+                    return Err(at(
+                        text,
+                        s.span(),
+                        &format!("{key}.name"),
+                        format!(
+                            "{:?} is also the name of sinks[{j}]; give each a distinct `name`",
+                            net.name
+                        ),
+                    ));
+                }
+                Sink::Net(net)
             }
-        }
+        };
+        sinks.push(sink);
     }
     let mut overrides = Vec::new();
     for (i, o) in file.histograms.overrides.iter().enumerate() {
@@ -500,7 +931,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     Ok(Config {
         agent,
         receivers,
-        sinks: file.sinks.into_iter().map(Spanned::into_inner).collect(),
+        sinks,
         aggregate,
     })
 }
@@ -520,7 +951,7 @@ mod tests {
         let c = parse(DEFAULT_CONFIG).unwrap();
         assert_eq!(c.receivers.len(), 3);
         assert_eq!(c.aggregate.interval, Duration::from_secs(30));
-        assert!(matches!(c.sinks[..], [SinkSection::Console {}]));
+        assert!(matches!(c.sinks[..], [Sink::Console]));
     }
 
     #[test]

@@ -71,6 +71,8 @@ fn main() -> ExitCode {
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_writer(std::io::stderr)
+                // Colours for a terminal only, not for a log file or journald.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
             match config {
                 Some(path) => load(&path),

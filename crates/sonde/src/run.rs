@@ -21,7 +21,11 @@ use sonde_io::receiver;
 use sonde_io::sink::{self, Console, Exposition, PrometheusExporter};
 use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
 
-use sonde::config::{Config, SinkSection};
+use sonde::config::{Buffer, Config, NetKind, NetSink, Sink};
+use sonde_encode::BatchEncoder;
+use sonde_io::sender::{self, disk::Disk, queue::Memory, Http, Queue, Tcp};
+use sonde_io::sink::SinkHandle;
+use std::thread::JoinHandle;
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -56,28 +60,31 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let mut sink_threads = Vec::new();
     for s in &config.sinks {
         let (name, handle) = match s {
-            SinkSection::Console {} => {
+            Sink::Console => {
                 let stats = Arc::new(SinkStats::new("console".into()));
                 (stats.clone(), sink::spawn(Console::default(), stats)?)
             }
-            SinkSection::File { path } => {
+            Sink::File(path) => {
                 let f = sink::File::open(path)
                     .with_context(|| format!("opening file sink {}", path.display()))?;
                 let stats = Arc::new(SinkStats::new(format!("file:{}", path.display())));
                 (stats.clone(), sink::spawn(f, stats)?)
             }
-            SinkSection::PrometheusExporter { listen } => {
-                let l = http::bind(listen.0).with_context(|| {
-                    format!("cannot listen on prometheus_exporter {}", listen.0)
-                })?;
-                tracing::info!(address = %listen.0, "prometheus exporter listening on /metrics");
+            Sink::PrometheusExporter(listen) => {
+                let l = http::bind(*listen)
+                    .with_context(|| format!("cannot listen on prometheus_exporter {listen}"))?;
+                tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
                 let expo = Exposition::default();
                 sites.push((l, Site::Exporter(expo.clone())));
-                let stats = Arc::new(SinkStats::new(format!("prometheus_exporter:{}", listen.0)));
+                let stats = Arc::new(SinkStats::new(format!("prometheus_exporter:{listen}")));
                 (
                     stats.clone(),
                     sink::spawn(PrometheusExporter::new(expo), stats)?,
                 )
+            }
+            Sink::Net(n) => {
+                let stats = Arc::new(SinkStats::new(n.name.clone()));
+                (stats.clone(), start_net(n, stats)?)
             }
         };
         telemetry.sinks.push(name);
@@ -145,4 +152,73 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts a network sink's sender: its buffer (loading what a disk buffer
+/// kept from the last run), its encoder and its transport.
+fn start_net(n: &NetSink, stats: Arc<SinkStats>) -> anyhow::Result<(SinkHandle, JoinHandle<()>)> {
+    let queue: Box<dyn Queue> = match &n.buffer {
+        Buffer::Memory(max) => Box::new(Memory::new(*max)),
+        Buffer::Disk {
+            dir,
+            max_size,
+            sync,
+        } => {
+            let (disk, loaded) = Disk::open(dir, *max_size, *sync).with_context(|| {
+                format!(
+                    "opening the disk buffer of sink {:?} in {} (set agent.data_dir to a writable directory)",
+                    n.name,
+                    dir.display()
+                )
+            })?;
+            if loaded.records > 0 {
+                tracing::info!(sink = %n.name, requests = loaded.records, points = loaded.points, "disk buffer kept requests from the last run; sending them first");
+            }
+            if loaded.corrupt > 0 {
+                stats
+                    .corrupt_segments
+                    .fetch_add(loaded.corrupt, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(sink = %n.name, segments = loaded.corrupt, "disk buffer had torn or corrupt records (a crash while writing?); skipped them");
+            }
+            Box::new(disk)
+        }
+    };
+    let http = |content_type: &str, extra: &[(&str, &str)]| {
+        let mut headers = vec![("Content-Type".to_string(), content_type.to_string())];
+        if let Some(enc) = n.compression.content_encoding() {
+            headers.push(("Content-Encoding".into(), enc.into()));
+        }
+        headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        headers.extend(n.headers.iter().cloned());
+        Http::new(n.target.clone(), headers, n.delivery.request_timeout)
+    };
+    let tcp = || Tcp::new(n.target.clone(), n.delivery.request_timeout);
+    let (c, d) = (n.compression, n.delivery);
+    fn go<E: BatchEncoder, T: sender::Transport>(
+        e: E,
+        c: sonde_encode::compress::Compression,
+        t: T,
+        q: Box<dyn Queue>,
+        d: sender::Delivery,
+        stats: Arc<SinkStats>,
+    ) -> anyhow::Result<(SinkHandle, JoinHandle<()>)> {
+        Ok(sender::spawn(e, c, t, q, d, stats)?)
+    }
+    tracing::info!(sink = %n.name, target = %n.target, compression = n.compression.name(), "sink sending");
+    match n.kind {
+        NetKind::Http { msgpack: false } => {
+            let e = sonde_encode::json::Lines::default();
+            let t = http(e.content_type(), &[]);
+            go(e, c, t, queue, d, stats)
+        }
+        NetKind::Tcp => go(
+            sonde_encode::json::Lines::default(),
+            c,
+            tcp(),
+            queue,
+            d,
+            stats,
+        ),
+        _ => anyhow::bail!("sink {:?}: encoder not built yet", n.name),
+    }
 }

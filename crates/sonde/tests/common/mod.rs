@@ -52,19 +52,14 @@ impl Agent {
         let admin = free_port();
         let out = dir.path().join("points.jsonl");
         let config = format!(
-            "[agent]\ninterval = \"{interval}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\n{extra}\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            "[agent]\ninterval = \"{interval}\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{extra}\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            dir.path().join("data").display(),
             out.display()
         );
         let cfg_path = dir.path().join("sonde.toml");
         std::fs::write(&cfg_path, config).unwrap();
         let stderr_path = dir.path().join("stderr.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_sonde"))
-            .args(["run", "--config"])
-            .arg(&cfg_path)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr_path).unwrap())
-            .spawn()
-            .unwrap();
+        let child = Agent::spawn(&cfg_path, &stderr_path);
         let mut agent = Agent {
             child,
             dir,
@@ -72,13 +67,41 @@ impl Agent {
             out,
             stderr_path,
         };
-        wait_for("sonde /health", Duration::from_secs(20), || {
-            if let Ok(Some(status)) = agent.child.try_wait() {
-                panic!("sonde exited early with {status}: {}", agent.stderr());
-            }
-            agent.get("/health").filter(|b| b.starts_with("ok"))
-        });
+        agent.wait_healthy();
         agent
+    }
+
+    fn spawn(cfg_path: &Path, stderr_path: &Path) -> Child {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(stderr_path)
+            .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_sonde"))
+            .args(["run", "--config"])
+            .arg(cfg_path)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap()
+    }
+
+    fn wait_healthy(&mut self) {
+        wait_for("sonde /health", Duration::from_secs(20), || {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("sonde exited early with {status}: {}", self.stderr());
+            }
+            self.get("/health").filter(|b| b.starts_with("ok"))
+        });
+    }
+
+    /// Stops the agent with SIGTERM and starts it again with the same
+    /// config and directory (so the file sink appends and disk buffers
+    /// are found again).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.child = Agent::spawn(&self.path("sonde.toml"), &self.stderr_path);
+        self.wait_healthy();
     }
 
     pub fn path(&self, name: &str) -> PathBuf {

@@ -1,0 +1,389 @@
+//! The network sinks against servers in the test: batching, compression,
+//! headers, retries, refusals, reconnects and the disk buffer across an
+//! outage and a restart. (The sinks against real Prometheus, InfluxDB and
+//! carbon are in `backends.rs`.)
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use sonde_encode::compress::Compression;
+
+/// One request the test server took.
+#[derive(Clone, Debug)]
+struct Got {
+    headers: BTreeMap<String, String>,
+    /// The body, decompressed per its Content-Encoding.
+    body: Vec<u8>,
+    /// The status the server answered.
+    status: u16,
+}
+
+/// A test HTTP server answering every POST with `status` (and a message
+/// for errors), recording what it got.
+struct Server {
+    port: u16,
+    status: Arc<AtomicU16>,
+    got: Arc<Mutex<Vec<Got>>>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn codec(name: Option<&str>) -> Compression {
+    match name {
+        None => Compression::None,
+        Some("zstd") => Compression::Zstd { level: 1 },
+        Some("gzip") => Compression::Gzip { level: 6 },
+        Some("snappy") => Compression::Snappy,
+        Some("lz4") => Compression::Lz4,
+        Some(x) => panic!("unexpected Content-Encoding {x}"),
+    }
+}
+
+impl Server {
+    fn start(port: u16, status: u16) -> Server {
+        let server = Arc::new(tiny_http::Server::http(("127.0.0.1", port)).unwrap());
+        let port = server.server_addr().to_ip().unwrap().port();
+        let status = Arc::new(AtomicU16::new(status));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (server, status, got) = (server.clone(), status.clone(), got.clone());
+            std::thread::spawn(move || {
+                for mut req in server.incoming_requests() {
+                    let headers: BTreeMap<String, String> = req
+                        .headers()
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.field.as_str().as_str().to_ascii_lowercase(),
+                                h.value.to_string(),
+                            )
+                        })
+                        .collect();
+                    let mut raw = Vec::new();
+                    req.as_reader().read_to_end(&mut raw).unwrap();
+                    let body = codec(headers.get("content-encoding").map(String::as_str))
+                        .decompress(&raw)
+                        .unwrap();
+                    let code = status.load(Ordering::SeqCst);
+                    got.lock().unwrap().push(Got {
+                        headers,
+                        body,
+                        status: code,
+                    });
+                    let text = if code < 300 {
+                        ""
+                    } else {
+                        "test server says: no thanks"
+                    };
+                    let _ =
+                        req.respond(tiny_http::Response::from_string(text).with_status_code(code));
+                }
+            })
+        };
+        Server {
+            port,
+            status,
+            got,
+            server,
+            thread: Some(thread),
+        }
+    }
+
+    fn accepted(&self) -> Vec<Got> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|g| g.status < 300)
+            .cloned()
+            .collect()
+    }
+
+    fn stop(mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn json_lines(body: &[u8]) -> Vec<Json> {
+    body.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect()
+}
+
+fn statsd_receiver(port: u16) -> String {
+    format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\n")
+}
+
+#[test]
+fn http_sink_posts_compressed_json_lines_with_its_headers() {
+    let server = Server::start(0, 200);
+    let udp = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"http\"\nurl = \"http://127.0.0.1:{}/ingest\"\ncompression = \"zstd\"\nmax_batch_points = 3\nmax_batch_age = \"0s\"\nheaders = {{ Authorization = \"Bearer s3cret\" }}\n",
+            statsd_receiver(udp),
+            server.port
+        ),
+    );
+    udp_send(udp, b"h.a:1|c\nh.b:2|c\nh.c:3|c\nh.d:4|c\nh.e:5|c|#dc:x\n");
+    let got = wait_for("five points over http", Duration::from_secs(10), || {
+        let got = server.accepted();
+        (got.iter().map(|g| json_lines(&g.body).len()).sum::<usize>() >= 5).then_some(got)
+    });
+    // Five points, at most three a request.
+    assert!(got.len() >= 2, "{} requests", got.len());
+    for g in &got {
+        assert_eq!(g.headers["content-encoding"], "zstd");
+        assert_eq!(g.headers["content-type"], "application/x-ndjson");
+        assert_eq!(g.headers["authorization"], "Bearer s3cret");
+        assert!(json_lines(&g.body).len() <= 3);
+    }
+    let sent: Vec<Json> = got.iter().flat_map(|g| json_lines(&g.body)).collect();
+    // Exactly what the file sink wrote for the same window.
+    let file = wait_for("the file sink", Duration::from_secs(5), || {
+        let p = agent.points();
+        (p.len() >= 5).then_some(p)
+    });
+    let key = |p: &Json| p.to_string();
+    let mut a: Vec<String> = sent.iter().map(key).collect();
+    let mut b: Vec<String> = file.iter().map(key).collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    wait_for("sink counters", Duration::from_secs(5), || {
+        (m("sonde_sink_points_total{sink=\"http\"}") == 5.0).then_some(())
+    });
+    assert!(m("sonde_sink_batches_total{sink=\"http\"}") >= 2.0);
+    assert!(m("sonde_sink_sent_bytes_total{sink=\"http\"}") > 0.0);
+    assert!(m("sonde_sink_bytes_total{sink=\"http\"}") > 0.0);
+    server.stop();
+}
+
+#[test]
+fn http_sink_retries_server_errors_and_drops_refusals_with_the_servers_message() {
+    let server = Server::start(0, 503);
+    let udp = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"http\"\nurl = \"http://127.0.0.1:{}/\"\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"200ms\"\n",
+            statsd_receiver(udp),
+            server.port
+        ),
+    );
+    udp_send(udp, b"r.a:1|c\n");
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    wait_for("three retries", Duration::from_secs(10), || {
+        (m("sonde_sink_retries_total{sink=\"http\"}") >= 3.0).then_some(())
+    });
+    assert!(m("sonde_sink_failures_total{sink=\"http\",reason=\"http_5xx\"}") >= 3.0);
+    assert_eq!(m("sonde_sink_queue_batches{sink=\"http\"}"), 1.0);
+    // The backend recovers: the same request goes through, once.
+    server.status.store(200, Ordering::SeqCst);
+    let got = wait_for("the retried request", Duration::from_secs(10), || {
+        let g = server.accepted();
+        (!g.is_empty()).then_some(g)
+    });
+    assert_eq!(named(&json_lines(&got[0].body), "r.a").len(), 1);
+    // A refusal is not retried: dropped, counted, logged with its reason.
+    server.status.store(400, Ordering::SeqCst);
+    udp_send(udp, b"r.b:1|c\n");
+    wait_for("a rejected point", Duration::from_secs(10), || {
+        (m("sonde_sink_dropped_points_total{sink=\"http\",reason=\"rejected\"}") >= 1.0)
+            .then_some(())
+    });
+    assert!(agent.stderr().contains("test server says: no thanks"));
+    let before = server.got.lock().unwrap().len();
+    let retries = m("sonde_sink_retries_total{sink=\"http\"}");
+    // Windows with no points send nothing, so nothing new may arrive.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(server.got.lock().unwrap().len(), before);
+    assert_eq!(m("sonde_sink_retries_total{sink=\"http\"}"), retries);
+    server.stop();
+}
+
+#[test]
+fn tcp_sink_reconnects_after_the_listener_goes_away() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let udp = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"tcp\"\naddress = \"127.0.0.1:{port}\"\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"200ms\"\n",
+            statsd_receiver(udp)
+        ),
+    );
+    let read_lines = |l: &TcpListener, want: usize| {
+        let (conn, _) = l.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut r = BufReader::new(conn);
+        let mut lines = Vec::new();
+        while lines.len() < want {
+            let mut line = String::new();
+            assert!(
+                r.read_line(&mut line).unwrap() > 0,
+                "connection closed early"
+            );
+            lines.push(serde_json::from_str::<Json>(&line).unwrap());
+        }
+        (r, lines)
+    };
+    udp_send(udp, b"t.a:1|c\n");
+    let (first_conn, lines) = read_lines(&listener, 1);
+    assert_eq!(lines[0]["name"], "t.a");
+    // The backend goes away, connection and listener both.
+    drop(first_conn);
+    drop(listener);
+    udp_send(udp, b"t.b:2|c\n");
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    wait_for("a failed connect", Duration::from_secs(10), || {
+        (m("sonde_sink_failures_total{sink=\"tcp\",reason=\"connect\"}") >= 1.0).then_some(())
+    });
+    // It comes back on the same port: the queued point arrives.
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let (_conn, lines) = read_lines(&listener, 1);
+    assert_eq!(lines[0]["name"], "t.b");
+    assert_eq!(lines[0]["value"], 2);
+}
+
+/// (timestamp, value) of every point named `name`, sorted: a multiset, so
+/// that a window closed early by a restart and reopened counts twice in
+/// both the sink and the reference.
+fn windows(points: &[Json], name: &str) -> Vec<(i64, f64)> {
+    let mut v: Vec<(i64, f64)> = named(points, name)
+        .into_iter()
+        .map(|(_, v, ts)| (ts, v))
+        .collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+#[test]
+fn disk_buffer_keeps_every_window_through_an_outage_and_a_restart() {
+    // The backend is down from the start.
+    let port = free_port();
+    let udp = free_port();
+    let mut agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"http\"\nname = \"durable\"\nurl = \"http://127.0.0.1:{port}/\"\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"200ms\"\nmax_batch_age = \"0s\"\nbuffer = {{ type = \"disk\", max_size = \"64MiB\" }}\n",
+            statsd_receiver(udp)
+        ),
+    );
+    let m = |a: &Agent, s: &str| a.metric(s).unwrap_or(-1.0);
+    let mut n = 0;
+    let mut send_until = |a: &Agent, cond: &dyn Fn(&Agent) -> bool| {
+        wait_for("windows to queue", Duration::from_secs(20), || {
+            n += 1;
+            udp_send(udp, format!("o.n:{n}|c\n").as_bytes());
+            std::thread::sleep(Duration::from_millis(100));
+            cond(a).then_some(())
+        });
+    };
+    send_until(&agent, &|a| {
+        m(a, "sonde_sink_queue_batches{sink=\"durable\"}") >= 3.0
+    });
+    assert!(agent.path("data/buffers/durable").is_dir());
+    // A restart in the middle of the outage: the buffer is kept and loaded.
+    agent.restart();
+    assert!(agent
+        .stderr()
+        .contains("disk buffer kept requests from the last run"));
+    send_until(&agent, &|a| {
+        m(a, "sonde_sink_queue_batches{sink=\"durable\"}") >= 2.0
+    });
+    // The backend returns; nothing more is sent. Every window the agent
+    // produced (the file sink's record) arrives, none twice.
+    let server = Server::start(port, 200);
+    let want = |a: &Agent| windows(&a.points(), "o.n");
+    wait_for(
+        "every window at the backend",
+        Duration::from_secs(20),
+        || {
+            let got: Vec<Json> = server
+                .accepted()
+                .iter()
+                .flat_map(|g| json_lines(&g.body))
+                .collect();
+            let (got, want) = (windows(&got, "o.n"), want(&agent));
+            (want.len() >= 5 && got == want).then_some(())
+        },
+    );
+    assert_eq!(
+        windows(&agent.points(), "o.n")
+            .iter()
+            .map(|w| w.1)
+            .sum::<f64>(),
+        (1..=n).sum::<u32>() as f64,
+        "every point sent was counted in some window"
+    );
+    wait_for("an empty buffer", Duration::from_secs(5), || {
+        (m(&agent, "sonde_sink_queue_batches{sink=\"durable\"}") == 0.0).then_some(())
+    });
+    assert_eq!(
+        m(
+            &agent,
+            "sonde_sink_dropped_points_total{sink=\"durable\",reason=\"buffer_full\"}"
+        ),
+        0.0
+    );
+    server.stop();
+}
+
+#[test]
+fn a_full_memory_buffer_drops_the_oldest_and_counts_them() {
+    let port = free_port();
+    let udp = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"http\"\nurl = \"http://127.0.0.1:{port}/\"\ncompression = \"none\"\nmax_batch_age = \"0s\"\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"100ms\"\nbuffer = {{ type = \"memory\", max_size = \"300B\" }}\n",
+            statsd_receiver(udp)
+        ),
+    );
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    let mut n = 0;
+    wait_for("drops", Duration::from_secs(20), || {
+        n += 1;
+        udp_send(udp, format!("f.n:{n}|c\n").as_bytes());
+        std::thread::sleep(Duration::from_millis(200));
+        (m("sonde_sink_dropped_points_total{sink=\"http\",reason=\"buffer_full\"}") >= 2.0)
+            .then_some(())
+    });
+    // The buffer holds at most 300 bytes: the newest request or two.
+    assert!(m("sonde_sink_queue_bytes{sink=\"http\"}") <= 300.0);
+    let server = Server::start(port, 200);
+    wait_for("the queue to drain", Duration::from_secs(10), || {
+        (m("sonde_sink_queue_batches{sink=\"http\"}") == 0.0).then_some(())
+    });
+    // Every point produced is either delivered or counted as dropped.
+    let produced = agent.points().len() as f64;
+    wait_for(
+        "delivered + dropped = produced",
+        Duration::from_secs(5),
+        || {
+            let (sent, dropped) = (
+                m("sonde_sink_points_total{sink=\"http\"}"),
+                m("sonde_sink_dropped_points_total{sink=\"http\",reason=\"buffer_full\"}"),
+            );
+            (sent + dropped == agent.points().len() as f64).then_some(())
+        },
+    );
+    assert!(produced > 0.0);
+    server.stop();
+}
