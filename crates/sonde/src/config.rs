@@ -946,6 +946,83 @@ mod tests {
 
     const MIN: &str = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"console\"\n";
 
+    fn net(extra: &str) -> NetSink {
+        let c = parse(&format!("{MIN}[[sinks]]\n{extra}")).unwrap();
+        match c.sinks.into_iter().nth(1) {
+            Some(Sink::Net(n)) => n,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn network_sinks_default_to_what_their_backend_accepts() {
+        let rw = net(
+            "type = \"prometheus_remote_write\"\nurl = \"http://127.0.0.1:9090/api/v1/write\"\n",
+        );
+        assert_eq!(
+            (rw.name.as_str(), rw.compression),
+            ("prometheus_remote_write", Compression::Snappy)
+        );
+        assert_eq!(rw.buffer, Buffer::Memory(64 << 20));
+        assert_eq!(rw.delivery, Delivery::default());
+        let influx =
+            net("type = \"influxdb\"\nurl = \"http://127.0.0.1:8086/\"\ndatabase = \"my db\"\n");
+        assert_eq!(
+            influx.target,
+            "http://127.0.0.1:8086/write?db=my%20db&precision=s"
+        );
+        assert_eq!(influx.compression, Compression::Gzip { level: 6 });
+        let http = net("type = \"http\"\nurl = \"https://example.com/in\"\nformat = \"msgpack\"\ncompression_level = 3\n");
+        assert_eq!(http.kind, NetKind::Http { msgpack: true });
+        assert_eq!(http.compression, Compression::Zstd { level: 3 });
+        let tcp = net("type = \"tcp\"\naddress = \"localhost:9000\"\nmax_batch_points = 5\nmax_batch_age = \"0s\"\nbuffer = { type = \"disk\", max_size = \"2GiB\" }\n");
+        assert_eq!(
+            (tcp.compression, tcp.delivery.max_batch_points),
+            (Compression::None, 5)
+        );
+        assert_eq!(tcp.delivery.max_batch_age, Duration::ZERO);
+        assert_eq!(
+            tcp.buffer,
+            Buffer::Disk {
+                dir: PathBuf::from("/var/lib/sonde/buffers/tcp"),
+                max_size: 2 << 30,
+                sync: true
+            }
+        );
+        let g = net("type = \"graphite\"\naddress = \"127.0.0.1:2003\"\nname = \"carbon-a\"\n");
+        assert_eq!((g.name.as_str(), g.kind), ("carbon-a", NetKind::Graphite));
+    }
+
+    #[test]
+    fn network_sink_mistakes_name_the_key_and_the_fix() {
+        let e = |extra: &str| err(&format!("{MIN}[[sinks]]\n{extra}"));
+        assert!(e(
+            "type = \"prometheus_remote_write\"\nurl = \"http://a:1/\"\ncompression = \"zstd\"\n"
+        )
+        .contains("sinks[1].compression: prometheus_remote_write takes \"snappy\""));
+        assert!(e("type = \"influxdb\"\nurl = \"http://a:1\"\n").contains("sinks[1].database"));
+        assert!(e("type = \"graphite\"\nurl = \"http://a:1\"\n").contains("takes `address`"));
+        assert!(e("type = \"http\"\naddress = \"a:1\"\n").contains("takes `url`"));
+        assert!(e("type = \"http\"\nurl = \"ftp://a\"\n").contains("http:// or https://"));
+        assert!(e("type = \"tcp\"\naddress = \"nowhere\"\n").contains("not HOST:PORT"));
+        assert!(
+            e("type = \"http\"\nurl = \"http://a:1\"\ncompression_level = 40\n")
+                .contains("compression_level")
+        );
+        assert!(
+            e("type = \"http\"\nurl = \"http://a:1\"\nbuffer = { type = \"tape\" }\n")
+                .contains("buffer.type")
+        );
+        assert!(e(
+            "type = \"http\"\nurl = \"http://a:1\"\nheaders = { \"Content-Type\" = \"x\" }\n"
+        )
+        .contains("set by the sink"));
+        assert!(e("type = \"http\"\nurl = \"http://a:1\"\nbatch_size = 1\n")
+            .contains("unknown field `batch_size`"));
+        let two = "type = \"http\"\nurl = \"http://a:1\"\n[[sinks]]\ntype = \"http\"\nurl = \"http://b:1\"\n";
+        assert!(e(two).contains("sinks[2].name: \"http\" is also the name of sinks[1]"));
+    }
+
     #[test]
     fn the_embedded_defaults_parse() {
         let c = parse(DEFAULT_CONFIG).unwrap();
