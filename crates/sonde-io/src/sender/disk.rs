@@ -76,6 +76,8 @@ pub struct Disk {
     records: VecDeque<Rec>,
     bytes: u64,
     points: u64,
+    /// No segment before this one is on disk.
+    oldest_seq: u64,
     /// The segment being appended: its number, file and length.
     writer: Option<(u64, File, u64)>,
     next_seq: u64,
@@ -192,6 +194,11 @@ impl Disk {
             bytes,
             points,
             writer: None,
+            oldest_seq: seqs
+                .iter()
+                .copied()
+                .find(|&s| s >= ack_seq)
+                .unwrap_or(ack_seq),
             next_seq: seqs.last().map_or(ack_seq, |s| s + 1).max(ack_seq),
             head: None,
             reader: None,
@@ -225,20 +232,20 @@ impl Disk {
         }
         fs::rename(&tmp, self.dir.join(ACK))?;
         // Segments before the acknowledged one are done with.
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(n) = name
-                .strip_suffix(".seg")
-                .and_then(|s| s.parse::<u64>().ok())
+        while self.oldest_seq < seq {
+            if self
+                .reader
+                .as_ref()
+                .is_some_and(|(r, _)| *r == self.oldest_seq)
             {
-                if n < seq {
-                    if self.reader.as_ref().is_some_and(|(r, _)| *r == n) {
-                        self.reader = None;
-                    }
-                    fs::remove_file(self.dir.join(&*name))?;
-                }
+                self.reader = None;
             }
+            match fs::remove_file(segment_path(&self.dir, self.oldest_seq)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            self.oldest_seq += 1;
         }
         Ok(())
     }
