@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod backends;
+
 pub use serde_json::Value as Json;
 
 /// Waits for `cond` to return `Some`, polling, or panics after `timeout`.

@@ -1,0 +1,874 @@
+//! Real metric backends on loopback, for the sinks' integration tests:
+//! Prometheus (remote-write receiver), InfluxDB 1.x and carbon-cache.
+//!
+//! Each server runs from its Debian package's binary with a config written
+//! into its own temp dir (data, WAL, log, pid file all live there), listens
+//! only on 127.0.0.1 ports picked by [`free_port`], and is started by
+//! polling a readiness condition with a deadline (`/-/ready`, `/ping`, a TCP
+//! connect), never by sleeping.
+//!
+//! # Lifecycle
+//!
+//! `start()` spawns and waits until ready. `stop()` sends SIGTERM and waits
+//! for the exit (data is kept in the temp dir); `restart()` starts the same
+//! command again on the same ports and data dir, so an outage test can take
+//! a backend away and bring it back with its data. Dropping the handle
+//! kills the process (SIGKILL) and removes the temp dir, also when the test
+//! panics.
+//!
+//! # Missing binaries
+//!
+//! `start()` returns [`Unavailable`] when the binary is not installed; pass
+//! the result through [`or_skip`], which fails the test when
+//! `SONDE_REQUIRE_BACKENDS=1` (CI sets it) and otherwise prints why the test
+//! is skipped. Any other failure to start (crash, deadline) panics with the
+//! tail of the server's log.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::Value as Json;
+
+use super::{free_port, wait_for};
+
+/// How long a server may take to become ready (Prometheus replays its WAL
+/// on restart; carbon is a Python program). Measured starts are well under
+/// 2 s, so this only bounds a hang.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a server may take to exit after SIGTERM.
+const STOP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A backend binary is not installed on this machine.
+#[derive(Debug)]
+pub struct Unavailable {
+    /// The server, e.g. "Prometheus".
+    pub server: &'static str,
+    /// The binaries looked for.
+    pub looked_for: Vec<PathBuf>,
+    /// The Debian package that provides it.
+    pub package: &'static str,
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let paths: Vec<String> = self
+            .looked_for
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        write!(
+            f,
+            "{} is not installed (looked for {}); install the Debian package `{}` \
+             (apt-get install --no-install-recommends {})",
+            self.server,
+            paths.join(", "),
+            self.package,
+            self.package
+        )
+    }
+}
+
+/// Unwraps a started backend, or decides what a missing one means: with
+/// `SONDE_REQUIRE_BACKENDS=1` the test fails; otherwise it prints the reason
+/// and returns `None`, and the test returns early (skips).
+pub fn or_skip<T>(started: Result<T, Unavailable>) -> Option<T> {
+    match started {
+        Ok(server) => Some(server),
+        Err(missing) if std::env::var("SONDE_REQUIRE_BACKENDS").as_deref() == Ok("1") => {
+            panic!("SONDE_REQUIRE_BACKENDS=1 but {missing}")
+        }
+        Err(missing) => {
+            eprintln!("SKIPPED: {missing}");
+            None
+        }
+    }
+}
+
+/// Finds `name` as an absolute path in `preferred`, else on `PATH`.
+pub fn find_binary(
+    server: &'static str,
+    package: &'static str,
+    preferred: &str,
+    name: &str,
+) -> Result<PathBuf, Unavailable> {
+    let mut looked_for = vec![PathBuf::from(preferred)];
+    if Path::new(preferred).is_file() {
+        return Ok(preferred.into());
+    }
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        looked_for.push(candidate);
+    }
+    looked_for.truncate(1);
+    looked_for.push(PathBuf::from(format!("{name} on PATH")));
+    Err(Unavailable {
+        server,
+        looked_for,
+        package,
+    })
+}
+
+/// A plain-HTTP client for loopback: no proxy from the environment (a CI
+/// `HTTP_PROXY` must not capture 127.0.0.1), every status returned as a
+/// response rather than an error, and a timeout so a hung server fails the
+/// test instead of hanging it.
+pub fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+/// GET `url` with query parameters; `(status, body)`, or `None` when the
+/// connection failed.
+fn get(url: &str, query: &[(&str, &str)]) -> Option<(u16, String)> {
+    let mut req = http().get(url);
+    for (k, v) in query {
+        req = req.query(*k, *v);
+    }
+    let mut resp = req.call().ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.body_mut().read_to_string().unwrap_or_default()))
+}
+
+/// One server process: the command that starts it, its temp dir and log.
+/// Shared by the three backends.
+struct Process {
+    name: &'static str,
+    program: PathBuf,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+    child: Option<Child>,
+    /// Exit statuses that count as a clean stop after SIGTERM.
+    clean_exit: fn(ExitStatus) -> bool,
+}
+
+impl Process {
+    fn new(name: &'static str, program: PathBuf, dir: tempfile::TempDir) -> Process {
+        let log = dir.path().join(format!("{}.log", name.to_lowercase()));
+        Process {
+            name,
+            program,
+            args: Vec::new(),
+            dir,
+            log,
+            child: None,
+            clean_exit: |s| s.success(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Spawns the server (log appended, so a restart keeps the earlier run's
+    /// lines) and polls `ready` until it returns true or the deadline passes.
+    fn spawn_and_wait(&mut self, mut ready: impl FnMut() -> bool) {
+        assert!(self.child.is_none(), "{} is already running", self.name);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", self.program.display()));
+        self.child = Some(child);
+        let started = std::time::Instant::now();
+        let deadline = started + START_DEADLINE;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!(
+                    "{} exited during start with {status}; log tail:\n{}",
+                    self.name,
+                    self.log_tail(40)
+                );
+            }
+            if ready() {
+                // Shown with a failing test's output: how long starts take.
+                eprintln!(
+                    "{} ready in {:?} ({})",
+                    self.name,
+                    started.elapsed(),
+                    self.dir.path().display()
+                );
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                self.kill();
+                panic!(
+                    "{} not ready after {START_DEADLINE:?}; log tail:\n{}",
+                    self.name,
+                    self.log_tail(40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The last `n` lines of the server's log.
+    fn log_tail(&self, n: usize) -> String {
+        let Ok(file) = File::open(&self.log) else {
+            return String::from("(no log)");
+        };
+        let lines: Vec<String> = BufReader::new(file).lines().map_while(Result::ok).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// SIGTERM, then wait for the exit; panics (with the log tail) if the
+    /// server does not exit in time or exits unclean.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            panic!("{} is not running", self.name);
+        };
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: kill(2) with a pid we spawned and have not yet reaped, so
+        // the pid cannot have been reused.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let status = wait_for(
+            &format!("{} to exit after SIGTERM", self.name),
+            STOP_DEADLINE,
+            || child.try_wait().unwrap(),
+        );
+        assert!(
+            (self.clean_exit)(status),
+            "{} exited with {status} after SIGTERM; log tail:\n{}",
+            self.name,
+            self.log_tail(40)
+        );
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Before the TempDir field is dropped: the server must not be
+        // writing into the directory being removed.
+        self.kill();
+    }
+}
+
+/// Labels of one series, `__name__` included.
+pub type Labels = BTreeMap<String, String>;
+
+/// Prometheus with the remote-write receiver enabled and no scrape jobs.
+pub struct Prometheus {
+    proc: Process,
+    port: u16,
+}
+
+impl Prometheus {
+    /// Starts `prometheus` on a free loopback port with its TSDB in a temp
+    /// dir, and waits until `/-/ready` answers 200.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when the binary (Debian package `prometheus`) is not
+    /// installed. Panics with the log tail if it does not become ready.
+    pub fn start() -> Result<Prometheus, Unavailable> {
+        let program = find_binary(
+            "Prometheus",
+            "prometheus",
+            "/usr/bin/prometheus",
+            "prometheus",
+        )?;
+        let dir = tempfile::Builder::new()
+            .prefix("sonde-prometheus-")
+            .tempdir()
+            .unwrap();
+        let config = dir.path().join("prometheus.yml");
+        // No scrape_configs, no alerting, no remote_write: the only traffic
+        // is what the test sends and the queries it makes.
+        std::fs::write(&config, "global:\n  scrape_interval: 1m\n").unwrap();
+        let port = free_port();
+        let mut proc = Process::new("Prometheus", program, dir);
+        proc.args = vec![
+            format!("--config.file={}", config.display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            format!("--storage.tsdb.path={}", proc.path("data").display()),
+            "--web.enable-remote-write-receiver".into(),
+            "--log.level=info".into(),
+        ];
+        let mut prom = Prometheus { proc, port };
+        prom.spawn();
+        Ok(prom)
+    }
+
+    fn spawn(&mut self) {
+        let url = format!("{}/-/ready", self.url());
+        self.proc
+            .spawn_and_wait(|| matches!(get(&url, &[]), Some((200, _))));
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The remote-write endpoint, `http://127.0.0.1:PORT/api/v1/write`.
+    pub fn write_url(&self) -> String {
+        format!("{}/api/v1/write", self.url())
+    }
+
+    /// The temp dir holding config, TSDB and log.
+    pub fn dir(&self) -> &Path {
+        self.proc.dir.path()
+    }
+
+    /// Everything the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.proc.log).unwrap_or_default()
+    }
+
+    /// `GET /api/v1/query`; panics on a transport error or a non-success
+    /// status and returns the `data` object.
+    fn api_query(&self, promql: &str, at_unix_secs: f64) -> Json {
+        let at = at_unix_secs.to_string();
+        let (status, body) = get(
+            &format!("{}/api/v1/query", self.url()),
+            &[("query", promql), ("time", &at)],
+        )
+        .unwrap_or_else(|| panic!("Prometheus query {promql:?}: connection failed"));
+        let json: Json = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("Prometheus query {promql:?}: {e}: {body}"));
+        assert!(
+            status == 200 && json["status"] == "success",
+            "Prometheus query {promql:?} answered {status}: {body}"
+        );
+        json["data"].clone()
+    }
+
+    /// An instant query at `at_unix_secs`: each series' labels and value.
+    /// A series whose last sample is more than 5 minutes (the lookback)
+    /// before `at` is absent.
+    pub fn query(&self, promql: &str, at_unix_secs: f64) -> Vec<(Labels, f64)> {
+        let data = self.api_query(promql, at_unix_secs);
+        match data["resultType"].as_str() {
+            Some("vector") => data["result"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| (labels(&s["metric"]), sample(&s["value"]).1))
+                .collect(),
+            Some("scalar") => vec![(Labels::new(), sample(&data["result"]).1)],
+            other => panic!("query {promql:?}: result type {other:?}, want a vector"),
+        }
+    }
+
+    /// Every raw sample of the series matching `selector` (e.g.
+    /// `web_requests{host="a"}`) in the `range_secs` seconds up to
+    /// `at_unix_secs`, as (labels, [(timestamp ms, value)]) sorted by
+    /// labels. Raw, not resampled: a window sent twice shows up twice, a
+    /// missing one is missing.
+    pub fn samples(
+        &self,
+        selector: &str,
+        range_secs: u64,
+        at_unix_secs: f64,
+    ) -> Vec<(Labels, Vec<(i64, f64)>)> {
+        let data = self.api_query(&format!("{selector}[{range_secs}s]"), at_unix_secs);
+        assert_eq!(data["resultType"], "matrix", "{data}");
+        let mut out: Vec<(Labels, Vec<(i64, f64)>)> = data["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let points = s["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| {
+                        let (t, x) = sample(v);
+                        ((t * 1000.0).round() as i64, x)
+                    })
+                    .collect();
+                (labels(&s["metric"]), points)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// SIGTERM and wait for a clean exit; the TSDB stays in the temp dir.
+    pub fn stop(&mut self) {
+        self.proc.stop();
+    }
+
+    /// Starts again on the same port and data dir and waits until ready.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+}
+
+fn labels(metric: &Json) -> Labels {
+    metric
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// `[unix secs, "value"]` as the query API writes a sample.
+fn sample(v: &Json) -> (f64, f64) {
+    let t = v[0].as_f64().unwrap();
+    let x = match v[1].as_str().unwrap() {
+        "NaN" => f64::NAN,
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        s => s.parse().unwrap(),
+    };
+    (t, x)
+}
+
+/// InfluxDB 1.x with only its HTTP API, on loopback.
+pub struct Influx {
+    proc: Process,
+    port: u16,
+}
+
+impl Influx {
+    /// Starts `influxd` with a generated config (everything under a temp
+    /// dir, HTTP and the RPC bind address on loopback ports, every other
+    /// listener and the `_internal` monitor store off) and waits until
+    /// `/ping` answers 204.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when the binary (Debian package `influxdb`) is not
+    /// installed. Panics with the log tail if it does not become ready.
+    pub fn start() -> Result<Influx, Unavailable> {
+        let program = find_binary("InfluxDB", "influxdb", "/usr/bin/influxd", "influxd")?;
+        let dir = tempfile::Builder::new()
+            .prefix("sonde-influxdb-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let rpc_port = free_port();
+        let d = dir.path().display();
+        // The top-level bind-address is the RPC service for backup/restore;
+        // its default (":8088") listens on every interface.
+        let config = format!(
+            r#"reporting-disabled = true
+bind-address = "127.0.0.1:{rpc_port}"
+
+[meta]
+  dir = "{d}/meta"
+
+[data]
+  dir = "{d}/data"
+  wal-dir = "{d}/wal"
+  query-log-enabled = false
+
+[monitor]
+  store-enabled = false
+
+[subscriber]
+  enabled = false
+
+[continuous_queries]
+  enabled = false
+
+[http]
+  enabled = true
+  bind-address = "127.0.0.1:{port}"
+  log-enabled = false
+  pprof-enabled = false
+
+[ifql]
+  enabled = false
+
+[logging]
+  level = "info"
+  suppress-logo = true
+
+[[graphite]]
+  enabled = false
+
+[[collectd]]
+  enabled = false
+
+[[opentsdb]]
+  enabled = false
+
+[[udp]]
+  enabled = false
+"#
+        );
+        let config_path = dir.path().join("influxdb.conf");
+        std::fs::write(&config_path, config).unwrap();
+        let mut proc = Process::new("InfluxDB", program, dir);
+        proc.args = vec![
+            "run".into(),
+            "-config".into(),
+            config_path.display().to_string(),
+        ];
+        let mut influx = Influx { proc, port };
+        influx.spawn();
+        Ok(influx)
+    }
+
+    fn spawn(&mut self) {
+        let url = format!("{}/ping", self.url());
+        self.proc
+            .spawn_and_wait(|| matches!(get(&url, &[]), Some((204, _))));
+    }
+
+    /// `http://127.0.0.1:PORT`, the value of a sink's `url`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The temp dir holding config, data, WAL and log.
+    pub fn dir(&self) -> &Path {
+        self.proc.dir.path()
+    }
+
+    /// Everything the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.proc.log).unwrap_or_default()
+    }
+
+    /// `CREATE DATABASE name` (a no-op if it exists).
+    pub fn create_db(&self, name: &str) {
+        let q = format!("CREATE DATABASE \"{name}\"");
+        let mut resp = http()
+            .post(format!("{}/query", self.url()))
+            .send_form([("q", q.as_str())])
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.body_mut().read_to_string().unwrap();
+        assert!(
+            status == 200 && !body.contains("\"error\""),
+            "{q}: {status} {body}"
+        );
+    }
+
+    /// Runs InfluxQL against `db` (`GET /query`, times as epoch seconds)
+    /// and returns the whole JSON answer; panics on an HTTP or statement
+    /// error.
+    pub fn query(&self, db: &str, influxql: &str) -> Json {
+        let (status, body) = get(
+            &format!("{}/query", self.url()),
+            &[("db", db), ("q", influxql), ("epoch", "s")],
+        )
+        .unwrap_or_else(|| panic!("InfluxDB query {influxql:?}: connection failed"));
+        let json: Json = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("InfluxDB query {influxql:?}: {e}: {body}"));
+        assert!(
+            status == 200 && json["results"][0].get("error").is_none(),
+            "InfluxDB query {influxql:?} answered {status}: {body}"
+        );
+        json
+    }
+
+    /// Every point of `measurement` in `db`, as (unix secs, tags, field
+    /// `value`), sorted by time then tags; empty if the measurement does not
+    /// exist (yet).
+    pub fn series_values(&self, db: &str, measurement: &str) -> Vec<(i64, Labels, f64)> {
+        let q = format!(
+            "SELECT \"value\" FROM \"{}\" GROUP BY *",
+            measurement.replace('"', "\\\"")
+        );
+        let json = self.query(db, &q);
+        let mut out = Vec::new();
+        for series in json["results"][0]["series"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let tags: Labels = series["tags"]
+                .as_object()
+                .map(|t| {
+                    t.iter()
+                        .filter(|(_, v)| v.as_str() != Some(""))
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let cols = series["columns"].as_array().unwrap();
+            let vi = cols.iter().position(|c| c == "value").unwrap();
+            for row in series["values"].as_array().unwrap() {
+                out.push((
+                    row[0].as_i64().unwrap(),
+                    tags.clone(),
+                    row[vi].as_f64().unwrap(),
+                ));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        out
+    }
+
+    /// SIGTERM and wait for a clean exit; the data stays in the temp dir.
+    pub fn stop(&mut self) {
+        self.proc.stop();
+    }
+
+    /// Starts again on the same ports and data dir and waits until ready.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+}
+
+/// The interpreter Debian's `graphite-carbon` and `python3-whisper` install
+/// into (a `python3` earlier on PATH, e.g. pyenv's, does not see them).
+const DEBIAN_PYTHON: &str = "/usr/bin/python3";
+
+/// Reads one metric's datapoints back from its whisper file, finding the
+/// file exactly as carbon does: `TaggedSeries.parse(...).path` normalises a
+/// tagged name (tags sorted by key), `TaggedSeries.encode(..., hash_only)`
+/// maps it to a path (`_tagged/<sha256[0:3]>/<sha256[3:6]>/<sha256>.wsp`
+/// for tagged series, dots to directories otherwise). Using carbon's own
+/// functions keeps this in step with the installed version.
+const WHISPER_READ_PY: &str = r#"
+import json, os, sys
+from carbon.util import TaggedSeries
+import whisper
+
+data_dir, metric, start, until = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+try:
+    metric = TaggedSeries.parse(metric).path
+except Exception as err:
+    # carbon logs the same error and stores the name as it came
+    pass
+path = os.path.join(data_dir, TaggedSeries.encode(metric, os.sep, hash_only=True) + ".wsp")
+points = None
+if os.path.exists(path):
+    (first, _end, step), values = whisper.fetch(path, start, until)
+    points = [[first + i * step, v] for i, v in enumerate(values) if v is not None]
+print(json.dumps({"normalized": metric, "path": path, "points": points}))
+"#;
+
+/// carbon-cache (Graphite) with its plaintext line receiver on loopback and
+/// whisper files under a temp dir.
+///
+/// # Tags
+///
+/// carbon 1.1 parses `name;k=v;...` itself: the name is normalised (tags
+/// sorted by key) and stored at `_tagged/<h[0:3]>/<h[3:6]>/<h>.wsp`, `h` the
+/// sha256 of the normalised name. With `ENABLE_TAGS` (the default) it also
+/// POSTs each new series to graphite-web's `/tags/tagMultiSeries`; there is
+/// no graphite-web here, so the config turns that off. The whisper file is
+/// written either way, and [`Carbon::datapoints`] reads it by the tagged
+/// name.
+pub struct Carbon {
+    proc: Process,
+    line_port: u16,
+}
+
+impl Carbon {
+    /// Starts `carbon-cache --nodaemon` with a generated `carbon.conf` and a
+    /// `storage-schemas.conf` (`pattern = .*`, `retentions = 10s:1d`) and
+    /// waits until the line receiver accepts a TCP connection.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when `carbon-cache` (Debian package
+    /// `graphite-carbon`) or the whisper module for `/usr/bin/python3`
+    /// (`python3-whisper`, a dependency of it) is missing.
+    pub fn start() -> Result<Carbon, Unavailable> {
+        let program = find_binary(
+            "carbon-cache",
+            "graphite-carbon",
+            "/usr/bin/carbon-cache",
+            "carbon-cache",
+        )?;
+        let has_whisper = Command::new(DEBIAN_PYTHON)
+            .args(["-c", "import whisper, carbon.util"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !has_whisper {
+            return Err(Unavailable {
+                server: "the whisper module for carbon",
+                looked_for: vec![PathBuf::from(DEBIAN_PYTHON)],
+                package: "python3-whisper",
+            });
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("sonde-carbon-")
+            .tempdir()
+            .unwrap();
+        let d = dir.path().display();
+        let line_port = free_port();
+        for sub in ["conf", "storage/whisper", "storage/lists", "log"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        // Pickle and UDP receivers: port 0 means "not started". The cache
+        // query port cannot be turned off; 0 makes it a kernel-chosen
+        // loopback port. Rate limits are off so a test's new series are
+        // created at once; autoflush so a read sees what was written.
+        let config = format!(
+            "[cache]
+STORAGE_DIR = {d}/storage/
+LOCAL_DATA_DIR = {d}/storage/whisper/
+WHITELISTS_DIR = {d}/storage/lists/
+CONF_DIR = {d}/conf/
+LOG_DIR = {d}/log/
+PID_DIR = {d}/
+DATABASE = whisper
+ENABLE_LOGROTATION = False
+MAX_CACHE_SIZE = inf
+MAX_UPDATES_PER_SECOND = inf
+MAX_CREATES_PER_MINUTE = inf
+LINE_RECEIVER_INTERFACE = 127.0.0.1
+LINE_RECEIVER_PORT = {line_port}
+ENABLE_UDP_LISTENER = False
+UDP_RECEIVER_INTERFACE = 127.0.0.1
+UDP_RECEIVER_PORT = 0
+PICKLE_RECEIVER_INTERFACE = 127.0.0.1
+PICKLE_RECEIVER_PORT = 0
+CACHE_QUERY_INTERFACE = 127.0.0.1
+CACHE_QUERY_PORT = 0
+LOG_LISTENER_CONN_SUCCESS = False
+LOG_UPDATES = False
+LOG_CREATES = True
+ENABLE_TAGS = False
+TAG_HASH_FILENAMES = True
+WHISPER_AUTOFLUSH = True
+WHISPER_FALLOCATE_CREATE = False
+"
+        );
+        std::fs::write(dir.path().join("conf/carbon.conf"), config).unwrap();
+        std::fs::write(
+            dir.path().join("conf/storage-schemas.conf"),
+            "[all]\npattern = .*\nretentions = 10s:1d\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("whisper_read.py"), WHISPER_READ_PY).unwrap();
+        let mut proc = Process::new("carbon-cache", program, dir);
+        proc.args = vec![
+            format!("--config={}", proc.path("conf/carbon.conf").display()),
+            format!("--pidfile={}", proc.path("carbon-cache.pid").display()),
+            "--nodaemon".into(),
+            "--logfile=-".into(),
+            "start".into(),
+        ];
+        // twistd re-raises SIGTERM after its clean shutdown (it logs
+        // "Server Shut Down." first), so death by SIGTERM is a clean stop.
+        proc.clean_exit = |s| {
+            use std::os::unix::process::ExitStatusExt;
+            s.success() || s.signal() == Some(libc::SIGTERM)
+        };
+        let mut carbon = Carbon { proc, line_port };
+        carbon.spawn();
+        Ok(carbon)
+    }
+
+    fn spawn(&mut self) {
+        let port = self.line_port;
+        self.proc
+            .spawn_and_wait(|| TcpStream::connect(("127.0.0.1", port)).is_ok());
+    }
+
+    /// `127.0.0.1:PORT` of the plaintext line receiver, the value of a
+    /// graphite sink's `address`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.line_port)
+    }
+
+    /// The temp dir holding config, whisper files and log.
+    pub fn dir(&self) -> &Path {
+        self.proc.dir.path()
+    }
+
+    /// Everything the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.proc.log).unwrap_or_default()
+    }
+
+    /// Sends plaintext lines (`path value ts\n`) on one TCP connection.
+    pub fn send_lines(&self, lines: &str) {
+        use std::io::Write;
+        let mut s = TcpStream::connect(("127.0.0.1", self.line_port)).unwrap();
+        s.write_all(lines.as_bytes()).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+
+    /// Runs the whisper reader for `metric` (plain or `name;k=v` tagged).
+    fn read(&self, metric: &str, from: i64, until: i64) -> Json {
+        let out = Command::new(DEBIAN_PYTHON)
+            .arg(self.proc.path("whisper_read.py"))
+            .arg(self.proc.path("storage/whisper"))
+            .arg(metric)
+            .arg(from.to_string())
+            .arg(until.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "reading whisper for {metric:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Where carbon stores `metric` (it may not exist yet).
+    pub fn whisper_path(&self, metric: &str) -> PathBuf {
+        let now = unix_now();
+        PathBuf::from(self.read(metric, now - 60, now)["path"].as_str().unwrap())
+    }
+
+    /// The non-empty datapoints of `metric` between `from` and `until` (unix
+    /// secs; whisper clips `until` to now), as (slot time, value), slots
+    /// 10 s apart. Empty until carbon has created the file: carbon's writer
+    /// flushes its cache about once a second, so poll with [`wait_for`].
+    pub fn datapoints(&self, metric: &str, from: i64, until: i64) -> Vec<(i64, f64)> {
+        let json = self.read(metric, from, until);
+        json["points"]
+            .as_array()
+            .map(|pts| {
+                pts.iter()
+                    .map(|p| (p[0].as_i64().unwrap(), p[1].as_f64().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// SIGTERM and wait: carbon writes its cache out before it exits, and
+    /// the whisper files stay in the temp dir.
+    pub fn stop(&mut self) {
+        self.proc.stop();
+    }
+
+    /// Starts again on the same port and data dir and waits until ready.
+    pub fn restart(&mut self) {
+        // A pid file left by a killed run would make twistd refuse to start.
+        let _ = std::fs::remove_file(self.proc.path("carbon-cache.pid"));
+        self.spawn();
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
