@@ -372,3 +372,29 @@ fn a_missing_binary_names_its_debian_package() {
         "{msg}"
     );
 }
+
+/// What Prometheus does with a resent or late window, which the outage
+/// tests rely on: an identical resend is accepted and stored once (so
+/// Prometheus alone cannot show a duplicate; check the sink's counters), a
+/// different value for a stored timestamp and a sample older than the
+/// series' newest are refused with 400, which a sink must not retry.
+#[test]
+fn prometheus_stores_an_identical_resend_once_and_refuses_out_of_order() {
+    let Some(prom) = or_skip(Prometheus::start()) else {
+        return;
+    };
+    let t = base_secs() * 1000;
+    let name = [("__name__", "harness_resend")];
+    let write = |ts: i64, v: f64| remote_write(&prom.write_url(), vec![series(&name, &[(ts, v)])]);
+    assert_eq!(write(t + 10_000, 1.0).0, 204);
+    assert_eq!(write(t + 10_000, 1.0).0, 204);
+    assert_eq!(
+        write(t + 10_000, 2.0),
+        (400, "duplicate sample for timestamp\n".into())
+    );
+    assert_eq!(write(t, 3.0), (400, "out of order sample\n".into()));
+    assert_eq!(
+        prom.samples("harness_resend", 3600, unix_now() as f64),
+        vec![(labels(&name), vec![(t + 10_000, 1.0)])]
+    );
+}
