@@ -27,6 +27,7 @@ pub mod compress;
 pub mod console;
 pub mod json;
 pub mod prometheus;
+pub mod remote_write;
 
 use sonde_aggregate::OutPoint;
 
