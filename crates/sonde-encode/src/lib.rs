@@ -26,6 +26,7 @@
 pub mod compress;
 pub mod console;
 pub mod json;
+pub mod otlp;
 pub mod prometheus;
 pub mod remote_write;
 
