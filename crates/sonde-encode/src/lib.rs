@@ -25,6 +25,7 @@
 
 pub mod compress;
 pub mod console;
+pub mod graphite;
 pub mod influx;
 pub mod json;
 pub mod otlp;

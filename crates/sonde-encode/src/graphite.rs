@@ -1,0 +1,227 @@
+//! Graphite plaintext protocol, tags in Graphite's tag syntax (carbon
+//! 1.1 and later), one line per point:
+//!
+//! ```text
+//! web.api.latency.pct99;dc=x;host=a 12.5 1763800200
+//! ```
+//!
+//! # Sanitising
+//!
+//! Carbon splits a line on whitespace and a path on `;`, and rejects a
+//! tagged series whose tags break the rules of Graphite's tag
+//! documentation (tag names non-empty, without any of `;!^=`; tag values
+//! non-empty, without `;`, not starting with `~`). So, replacing each
+//! offending character with `_`:
+//!
+//! * the name: whitespace, control characters and `;`; a leading `~`
+//!   (carbon strips it, so `~a` and `a` would be one series); an empty
+//!   name becomes `_`;
+//! * tag names: whitespace, control characters and `;`, `!`, `^`, `=`;
+//! * tag values: whitespace, control characters and `;`, and a leading
+//!   `~`.
+//!
+//! Tags with an empty name or value are left out. The tag name `name` is
+//! Graphite's own (it holds the metric name and carbon overwrites a tag
+//! of that name), so it is sent as `name_`. When two tags end up with one
+//! name (`a b` and `a_b`, or a histogram series with its own `le` tag)
+//! **the first in tag order is kept**. Other characters, non-ASCII
+//! included, are sent as they are (Graphite's documentation calls UTF-8
+//! "not well tested"). Dots stay: they are Graphite's hierarchy. The
+//! lines of this module's tests split and parse without error under
+//! carbon 1.1.7's own `line.split()` and `TaggedSeries.parse`.
+//!
+//! The plaintext protocol goes over TCP with no compression: carbon's
+//! line receiver reads plain text.
+//!
+//! ```
+//! use sonde_aggregate::{key, OutPoint, SeriesRef, Suffix};
+//! use sonde_encode::graphite::Plaintext;
+//! use sonde_encode::BatchEncoder;
+//!
+//! let key = key::encode(0, "web.api.latency", &[("host", "a")]);
+//! let series = SeriesRef::from_key(&key).unwrap();
+//! let p = OutPoint { series, suffix: Suffix::Pct99, le: None, value: 12.5, timestamp: 1763800200, monotonic: false };
+//! let mut enc = Plaintext::new();
+//! enc.push(&p);
+//! let mut body = Vec::new();
+//! enc.finish(&mut body);
+//! assert_eq!(body, b"web.api.latency.pct99;host=a 12.5 1763800200\n");
+//! ```
+
+use sonde_aggregate::OutPoint;
+
+use crate::{write_number, BatchEncoder};
+
+/// Appends `s` with whitespace, control characters and `forbidden`
+/// replaced by `_`, and a leading `~` too when `no_leading_tilde`.
+fn sanitize(out: &mut Vec<u8>, s: &str, forbidden: &[char], no_leading_tilde: bool) {
+    let mut buf = [0u8; 4];
+    for (i, c) in s.char_indices() {
+        let bad = c.is_whitespace()
+            || c.is_control()
+            || forbidden.contains(&c)
+            || (i == 0 && no_leading_tilde && c == '~');
+        if bad {
+            out.push(b'_');
+        } else {
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        }
+    }
+}
+
+/// The Graphite plaintext [`BatchEncoder`].
+#[derive(Debug, Default)]
+pub struct Plaintext {
+    body: Vec<u8>,
+    points: usize,
+    name: String,
+    /// Where each tag name of the current line was written in `body`, to
+    /// find duplicates.
+    keys: Vec<(usize, usize)>,
+}
+
+impl Plaintext {
+    /// An empty encoder.
+    pub fn new() -> Plaintext {
+        Plaintext::default()
+    }
+}
+
+impl BatchEncoder for Plaintext {
+    fn push(&mut self, p: &OutPoint<'_>) {
+        let Plaintext {
+            body,
+            points,
+            name,
+            keys,
+        } = self;
+        name.clear();
+        p.write_name(name);
+        if name.is_empty() {
+            body.push(b'_');
+        } else {
+            sanitize(body, name, &[';'], true);
+        }
+        keys.clear();
+        p.for_each_tag(|k, v| {
+            if k.is_empty() || v.is_empty() {
+                return;
+            }
+            let start = body.len();
+            body.push(b';');
+            sanitize(body, k, &[';', '!', '^', '='], false);
+            if k == "name" {
+                body.push(b'_');
+            }
+            let key = (start + 1, body.len());
+            if keys.iter().any(|&(s, e)| body[s..e] == body[key.0..key.1]) {
+                body.truncate(start);
+                return;
+            }
+            keys.push(key);
+            body.push(b'=');
+            sanitize(body, v, &[';'], true);
+        });
+        body.push(b' ');
+        write_number(body, p.value);
+        body.push(b' ');
+        body.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
+        body.push(b'\n');
+        *points += 1;
+    }
+
+    fn points(&self) -> usize {
+        self.points
+    }
+
+    fn bytes(&self) -> usize {
+        self.body.len()
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.body);
+        self.body.clear();
+        self.points = 0;
+    }
+
+    fn content_type(&self) -> &'static str {
+        "text/plain"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_aggregate::{SeriesRef, Suffix};
+
+    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
+        let key = sonde_aggregate::key::encode(0, name, tags);
+        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
+    }
+
+    fn point(name: &str, tags: &[(&str, &str)], value: f64, timestamp: i64) -> OutPoint<'static> {
+        OutPoint {
+            series: series(name, tags),
+            suffix: Suffix::None,
+            le: None,
+            value,
+            timestamp,
+            monotonic: false,
+        }
+    }
+
+    fn encode(points: &[OutPoint<'_>]) -> String {
+        let mut enc = Plaintext::new();
+        for p in points {
+            enc.push(p);
+        }
+        let size = enc.bytes();
+        let mut out = Vec::new();
+        enc.finish(&mut out);
+        assert_eq!(out.len(), size);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_batch_matches_golden_lines() {
+        let mut bucket = point("db.lat", &[("host", "a")], 4.0, 1763800200);
+        bucket.suffix = Suffix::Bucket;
+        bucket.le = Some("+Inf");
+        bucket.monotonic = true;
+        assert_eq!(
+            encode(&[
+                bucket,
+                point("queue.depth", &[("dc", ""), ("q", "in")], -0.25, 1763800230),
+                point("plain", &[], 1e300, 0),
+            ]),
+            "db.lat.bucket;host=a;le=+Inf 4 1763800200\n\
+             queue.depth;q=in -0.25 1763800230\n\
+             plain 1e300 0\n"
+        );
+    }
+
+    #[test]
+    fn forbidden_characters_become_underscores() {
+        assert_eq!(
+            encode(&[point(
+                "~a b;c\t=!~",
+                &[("k;!^= \u{a0}~", "~v;= x~ü"), ("", "v"), ("\n", "\u{1c}")],
+                1.0,
+                5
+            )]),
+            "_a_b_c_=!~;_=_;k______~=_v_=_x~ü 1 5\n"
+        );
+    }
+
+    #[test]
+    fn the_name_tag_is_renamed_and_collisions_keep_the_first() {
+        let mut p = point(
+            "",
+            &[("a b", "1"), ("a_b", "2"), ("le", "mine"), ("name", "n")],
+            2.5,
+            3,
+        );
+        p.le = Some("1");
+        assert_eq!(encode(&[p]), "_;a_b=1;le=mine;name_=n 2.5 3\n");
+    }
+}
