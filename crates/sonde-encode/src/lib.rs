@@ -11,6 +11,21 @@
 //!   sanitised to `[a-zA-Z0-9_:]`.
 //! * [`compress`]: zstd, gzip, snappy and lz4 for an encoded batch.
 //!
+//! Request bodies for the sinks, each a [`BatchEncoder`]:
+//!
+//! | module | encoder | body | `Content-Type` |
+//! |---|---|---|---|
+//! | [`json`] | [`json::Lines`] | JSON lines (`http` and `tcp` sinks) | `application/x-ndjson` |
+//! | [`msgpack`] | [`msgpack::Msgpack`] | one msgpack array of the JSON lines' maps (`http`, `format = "msgpack"`) | `application/msgpack` |
+//! | [`remote_write`] | [`remote_write::RemoteWrite`] | Prometheus remote write 1.0 `WriteRequest` | `application/x-protobuf` |
+//! | [`otlp`] | [`otlp::Otlp`] | OTLP/HTTP `ExportMetricsServiceRequest` | `application/x-protobuf` |
+//! | [`influx`] | [`influx::LineProtocol`] | InfluxDB 1.x line protocol, seconds | `text/plain; charset=utf-8` |
+//! | [`graphite`] | [`graphite::Plaintext`] | Graphite plaintext with tags | `text/plain` |
+//!
+//! Names, tag keys and values may be any UTF-8: each module says how it
+//! sanitises or escapes what its backend cannot take, and none panics on
+//! any input.
+//!
 //! ```
 //! use sonde_aggregate::{key, OutPoint, SeriesRef, Suffix};
 //!
@@ -28,6 +43,7 @@ pub mod console;
 pub mod graphite;
 pub mod influx;
 pub mod json;
+pub mod msgpack;
 pub mod otlp;
 pub mod prometheus;
 pub mod remote_write;
