@@ -53,19 +53,34 @@ use sonde_aggregate::OutPoint;
 use crate::{write_number, BatchEncoder};
 
 /// Appends `s` with whitespace, control characters and `forbidden`
-/// replaced by `_`, and a leading `~` too when `no_leading_tilde`.
-fn sanitize(out: &mut Vec<u8>, s: &str, forbidden: &[char], no_leading_tilde: bool) {
-    let mut buf = [0u8; 4];
-    for (i, c) in s.char_indices() {
-        let bad = c.is_whitespace()
-            || c.is_control()
-            || forbidden.contains(&c)
-            || (i == 0 && no_leading_tilde && c == '~');
-        if bad {
-            out.push(b'_');
-        } else {
-            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+/// (ASCII) replaced by `_`, and a leading `~` too when `no_leading_tilde`.
+fn sanitize(out: &mut Vec<u8>, s: &str, forbidden: &[u8], no_leading_tilde: bool) {
+    let start = out.len();
+    if s.is_ascii() {
+        // The usual case, a byte at a time: ASCII whitespace and control
+        // characters are all at or below the space, or DEL.
+        out.extend(s.bytes().map(|b| {
+            if b <= b' ' || b == 0x7f || forbidden.contains(&b) {
+                b'_'
+            } else {
+                b
+            }
+        }));
+    } else {
+        let mut buf = [0u8; 4];
+        for c in s.chars() {
+            let bad = c.is_whitespace()
+                || c.is_control()
+                || (c.is_ascii() && forbidden.contains(&(c as u8)));
+            if bad {
+                out.push(b'_');
+            } else {
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
         }
+    }
+    if no_leading_tilde && out.get(start) == Some(&b'~') {
+        out[start] = b'_';
     }
 }
 
@@ -100,7 +115,7 @@ impl BatchEncoder for Plaintext {
         if name.is_empty() {
             body.push(b'_');
         } else {
-            sanitize(body, name, &[';'], true);
+            sanitize(body, name, b";", true);
         }
         keys.clear();
         p.for_each_tag(|k, v| {
@@ -109,7 +124,7 @@ impl BatchEncoder for Plaintext {
             }
             let start = body.len();
             body.push(b';');
-            sanitize(body, k, &[';', '!', '^', '='], false);
+            sanitize(body, k, b";!^=", false);
             if k == "name" {
                 body.push(b'_');
             }
@@ -120,7 +135,7 @@ impl BatchEncoder for Plaintext {
             }
             keys.push(key);
             body.push(b'=');
-            sanitize(body, v, &[';'], true);
+            sanitize(body, v, b";", true);
         });
         body.push(b' ');
         write_number(body, p.value);
@@ -210,6 +225,19 @@ mod tests {
                 5
             )]),
             "_a_b_c_=!~;_=_;k______~=_v_=_x~ü 1 5\n"
+        );
+    }
+
+    #[test]
+    fn ascii_input_is_sanitised_by_the_same_rules() {
+        assert_eq!(
+            encode(&[point(
+                "~x y;z\x7f",
+                &[("k;!^=\t", "~v;w\r"), ("k2", "a~b")],
+                1.0,
+                5
+            )]),
+            "_x_y_z_;k2=a~b;k_____=_v_w_ 1 5\n"
         );
     }
 
