@@ -3,10 +3,12 @@
 //! The batch is what a window of 2,000 series with three tags each
 //! produces: 40% counters (one point), 20% gauges (one point), 20% timers
 //! (ten points) and 20% histograms (default 17 bounds: 18 buckets, sum and
-//! count), about 8,000 points in all. `encode/*` turns it into bytes;
-//! `compress/*` compresses its JSON-lines form with each codec and level.
-//! Before the compress group runs, each codec's ratio on this batch is
-//! printed, for the table in docs/BENCHMARKS.md.
+//! count), 13,200 points in all. `encode/*` turns it into bytes: the
+//! whole-window encoders, then every sink's [`BatchEncoder`] pushed one
+//! point at a time and finished; `compress/*` compresses its JSON-lines
+//! form with each codec and level. Before the groups run, each sink
+//! body's size and each codec's ratio on this batch are printed, for the
+//! tables in docs/BENCHMARKS.md.
 //!
 //! ```sh
 //! cargo bench -p sonde-encode --bench encode
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sonde_aggregate::{key, Batch, Shape};
 use sonde_encode::compress::Compression;
+use sonde_encode::BatchEncoder;
 
 const SERIES: usize = 2_000;
 const TIMESTAMP: i64 = 1_763_800_200;
@@ -105,6 +108,7 @@ fn batch() -> Batch {
 }
 
 fn encode(c: &mut Criterion) {
+    print_sizes();
     let batch = batch();
     let mut g = c.benchmark_group("encode");
     g.throughput(Throughput::Elements(batch.len() as u64));
@@ -121,7 +125,68 @@ fn encode(c: &mut Criterion) {
             sonde_encode::prometheus::encode(black_box(&batch).points(), &mut out);
         })
     });
+    for (name, mut enc) in sink_encoders() {
+        // Warm the encoder as a sender's would be after its first batch.
+        encode_with(&mut *enc, &batch, &mut out);
+        g.bench_function(name, |b| {
+            b.iter(|| encode_with(&mut *enc, black_box(&batch), &mut out))
+        });
+    }
     g.finish();
+}
+
+/// Every sink's encoder, by bench name.
+fn sink_encoders() -> Vec<(&'static str, Box<dyn BatchEncoder>)> {
+    vec![
+        (
+            "json_lines_encoder",
+            Box::new(sonde_encode::json::Lines::default()),
+        ),
+        ("msgpack", Box::new(sonde_encode::msgpack::Msgpack::new())),
+        (
+            "remote_write",
+            Box::new(sonde_encode::remote_write::RemoteWrite::new()),
+        ),
+        (
+            "otlp",
+            Box::new(sonde_encode::otlp::Otlp::new().with_resource([("host.name", "web-001")])),
+        ),
+        (
+            "influx_line",
+            Box::new(sonde_encode::influx::LineProtocol::new()),
+        ),
+        (
+            "graphite",
+            Box::new(sonde_encode::graphite::Plaintext::new()),
+        ),
+    ]
+}
+
+/// One window through `enc`, as a sender drives it, the body into `out`.
+fn encode_with(enc: &mut dyn BatchEncoder, batch: &Batch, out: &mut Vec<u8>) {
+    out.clear();
+    for p in batch.points() {
+        enc.push(&p);
+    }
+    enc.finish(out);
+}
+
+/// Prints each sink body's size for the window, raw and compressed the
+/// way its sink would most likely send it.
+fn print_sizes() {
+    let batch = batch();
+    let mut out = Vec::new();
+    let mut packed = Vec::new();
+    for (name, mut enc) in sink_encoders() {
+        encode_with(&mut *enc, &batch, &mut out);
+        let mut line = format!("encode: {name}: {} bytes", out.len());
+        for codec in [Compression::Zstd { level: 1 }, Compression::Snappy] {
+            packed.clear();
+            codec.compress(&out, &mut packed).unwrap();
+            line.push_str(&format!(", {codec} {} bytes", packed.len()));
+        }
+        eprintln!("{line}");
+    }
 }
 
 fn codecs() -> Vec<Compression> {
