@@ -14,39 +14,45 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<u8>) {
     let mut name = String::new();
     for p in points {
-        name.clear();
-        p.write_name(&mut name);
-        out.extend_from_slice(b"{\"name\":");
-        write_str(out, &name);
-        out.extend_from_slice(b",\"tags\":{");
-        let mut first = true;
-        p.for_each_tag(|k, v| {
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            write_str(out, k);
-            out.push(b':');
-            write_str(out, v);
-        });
-        out.extend_from_slice(b"},\"value\":");
-        write_number(out, p.value);
-        out.extend_from_slice(b",\"timestamp\":");
-        out.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
-        out.extend_from_slice(b"}\n");
+        encode_one(&p, &mut name, out);
     }
+}
+
+/// Appends one point's line; `name` is scratch space kept by the caller.
+fn encode_one(p: &OutPoint<'_>, name: &mut String, out: &mut Vec<u8>) {
+    name.clear();
+    p.write_name(name);
+    out.extend_from_slice(b"{\"name\":");
+    write_str(out, name);
+    out.extend_from_slice(b",\"tags\":{");
+    let mut first = true;
+    p.for_each_tag(|k, v| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        write_str(out, k);
+        out.push(b':');
+        write_str(out, v);
+    });
+    out.extend_from_slice(b"},\"value\":");
+    write_number(out, p.value);
+    out.extend_from_slice(b",\"timestamp\":");
+    out.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
+    out.extend_from_slice(b"}\n");
 }
 
 /// [`encode`] as a [`crate::BatchEncoder`]: the body is JSON lines.
 #[derive(Debug, Default)]
 pub struct Lines {
     buf: Vec<u8>,
+    name: String,
     points: usize,
 }
 
 impl crate::BatchEncoder for Lines {
     fn push(&mut self, p: &OutPoint<'_>) {
-        encode([*p], &mut self.buf);
+        encode_one(p, &mut self.name, &mut self.buf);
         self.points += 1;
     }
 

@@ -269,7 +269,7 @@ pub struct NetSinkSection {
     /// `zstd`, `gzip`, `snappy`, `lz4` or `none`; the default and the
     /// choices depend on what the backend accepts.
     pub compression: Option<String>,
-    /// zstd -7..=22 (default 1), gzip 0..=9 (default 6).
+    /// zstd -7..=22 (default 1), gzip 0..=9 (default 1).
     pub compression_level: Option<i32>,
     /// Most points per request. Default 10000.
     pub max_batch_points: Option<usize>,
@@ -396,7 +396,7 @@ fn compression_named(name: &str, level: Option<i32>) -> Option<Compression> {
             level: level.unwrap_or(1),
         },
         "gzip" => Compression::Gzip {
-            level: u32::try_from(level.unwrap_or(6)).ok()?,
+            level: u32::try_from(level.unwrap_or(1)).ok()?,
         },
         "snappy" => Compression::Snappy,
         "lz4" => Compression::Lz4,
@@ -971,7 +971,7 @@ mod tests {
             influx.target,
             "http://127.0.0.1:8086/write?db=my%20db&precision=s"
         );
-        assert_eq!(influx.compression, Compression::Gzip { level: 6 });
+        assert_eq!(influx.compression, Compression::Gzip { level: 1 });
         let http = net("type = \"http\"\nurl = \"https://example.com/in\"\nformat = \"msgpack\"\ncompression_level = 3\n");
         assert_eq!(http.kind, NetKind::Http { msgpack: true });
         assert_eq!(http.compression, Compression::Zstd { level: 3 });

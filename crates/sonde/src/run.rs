@@ -211,6 +211,36 @@ fn start_net(n: &NetSink, stats: Arc<SinkStats>) -> anyhow::Result<(SinkHandle, 
             let t = http(e.content_type(), &[]);
             go(e, c, t, queue, d, stats)
         }
+        NetKind::Http { msgpack: true } => {
+            let e = sonde_encode::msgpack::Msgpack::new();
+            let t = http(e.content_type(), &[]);
+            go(e, c, t, queue, d, stats)
+        }
+        NetKind::PrometheusRemoteWrite => {
+            let e = sonde_encode::remote_write::RemoteWrite::new();
+            let t = http(
+                e.content_type(),
+                &[("X-Prometheus-Remote-Write-Version", "0.1.0")],
+            );
+            go(e, c, t, queue, d, stats)
+        }
+        NetKind::OtlpHttp => {
+            let mut e = sonde_encode::otlp::Otlp::new();
+            if let Some(host) = hostname() {
+                e = e.with_resource([("host.name", host)]);
+            }
+            let t = http(e.content_type(), &[]);
+            go(e, c, t, queue, d, stats)
+        }
+        NetKind::Influxdb => {
+            let e = sonde_encode::influx::LineProtocol::new();
+            let t = http(e.content_type(), &[]);
+            go(e, c, t, queue, d, stats)
+        }
+        NetKind::Graphite => {
+            let e = sonde_encode::graphite::Plaintext::new();
+            go(e, c, tcp(), queue, d, stats)
+        }
         NetKind::Tcp => go(
             sonde_encode::json::Lines::default(),
             c,
@@ -219,6 +249,13 @@ fn start_net(n: &NetSink, stats: Arc<SinkStats>) -> anyhow::Result<(SinkHandle, 
             d,
             stats,
         ),
-        _ => anyhow::bail!("sink {:?}: encoder not built yet", n.name),
     }
+}
+
+/// This host's name (the kernel's node name), for the OTLP resource's
+/// `host.name`.
+fn hostname() -> Option<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let h = h.trim();
+    (!h.is_empty()).then(|| h.to_string())
 }

@@ -27,6 +27,28 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Opti
     }
 }
 
+/// Waits until `pair` returns two equal values (and `ready` holds for
+/// them), or panics after `timeout` showing both.
+pub fn wait_eq<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    mut pair: impl FnMut() -> (T, T),
+    ready: impl Fn(&T) -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (got, want) = pair();
+        if got == want && ready(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}:\n got  {got:?}\n want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A free loopback port (UDP and TCP both free at the time of asking).
 pub fn free_port() -> u16 {
     loop {
@@ -102,6 +124,11 @@ impl Agent {
     /// are found again).
     pub fn restart(&mut self) {
         self.stop();
+        self.start_again();
+    }
+
+    /// Starts a stopped agent again, as [`Agent::restart`] does.
+    pub fn start_again(&mut self) {
         self.child = Agent::spawn(&self.path("sonde.toml"), &self.stderr_path);
         self.wait_healthy();
     }
