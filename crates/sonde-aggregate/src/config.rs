@@ -93,7 +93,23 @@ pub struct AggregateConfig {
     /// The most distinct timestamps one `ts_store` series keeps per window.
     /// Default 1024.
     pub max_timestamps_per_series: usize,
+    /// The most live series all worker shards together hold (a series
+    /// received by two workers counts twice: it is stored twice). Points
+    /// that would create a series beyond it are dropped
+    /// ([`DropReason::SeriesLimit`](sonde_proto::DropReason::SeriesLimit));
+    /// see [`SeriesCount`](crate::shard::SeriesCount). Default
+    /// [`DEFAULT_MAX_SERIES`].
+    pub max_series: usize,
+    /// The most live series one worker shard holds for one metric name,
+    /// or `None` for no such limit. Default `None`.
+    pub max_series_per_metric: Option<u32>,
 }
+
+/// The default of [`AggregateConfig::max_series`]: 250,000 series, about
+/// 150 MiB of resident memory with three tags a series (docs/BENCHMARKS.md,
+/// "series memory budget": 152 MiB at 250k), 25 times what a busy host
+/// usually holds and well below what would hurt the host.
+pub const DEFAULT_MAX_SERIES: usize = 250_000;
 
 impl Default for AggregateConfig {
     fn default() -> Self {
@@ -102,6 +118,8 @@ impl Default for AggregateConfig {
             expire_windows: 5,
             histograms: HistogramBuckets::default(),
             max_timestamps_per_series: 1024,
+            max_series: DEFAULT_MAX_SERIES,
+            max_series_per_metric: None,
         }
     }
 }

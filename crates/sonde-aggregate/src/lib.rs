@@ -52,4 +52,4 @@ pub mod sketch;
 pub use aggregator::{Aggregator, FlushStats};
 pub use config::{AggregateConfig, Bounds, HistogramBuckets};
 pub use point::{Batch, OutPoint, SeriesRef, Shape, Suffix};
-pub use shard::Shard;
+pub use shard::{SeriesCount, Shard};

@@ -20,7 +20,7 @@
 //! those that saw no data since, and reports them freed with its next
 //! window, so both sides drop the series without a lock.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::{HashSet, HashTable};
@@ -432,6 +432,115 @@ impl Window {
     }
 }
 
+/// The live series of every worker shard of an agent, against which
+/// [`AggregateConfig::max_series`] is enforced.
+///
+/// # Design
+///
+/// One atomic shared by all shards, touched only when a shard creates or
+/// frees a series, never for a point of a series it already has: the hot
+/// path stays free of shared writes, and creating a series (a key
+/// allocation, three hash-table inserts) costs far more than one
+/// `fetch_add`. A point that would create a series over the limit only
+/// reads the counter, so a flood of new series keeps the cache line shared
+/// instead of bouncing it between workers. The limit is exact: a shard
+/// that raced past it gives its increment back.
+///
+/// Per-shard budgets (`max_series / workers` each) would need no shared
+/// write at all, but would refuse series on a busy worker while an idle
+/// one has room; the atomic costs less than a series' key allocation.
+#[derive(Debug, Default)]
+pub struct SeriesCount(AtomicUsize);
+
+impl SeriesCount {
+    /// Series currently held by the shards sharing this count.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Takes one series from the budget, unless `max` are live.
+    fn try_add(&self, max: usize) -> bool {
+        if self.0.load(Ordering::Relaxed) >= max {
+            return false;
+        }
+        if self.0.fetch_add(1, Ordering::Relaxed) >= max {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn sub(&self, n: usize) {
+        if n != 0 {
+            self.0.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Live series per metric name in one shard, by the name's hash (a 64-bit
+/// collision would make two names share a budget; at most a few thousand
+/// names live in a shard, so it does not happen in practice). Kept only
+/// when [`AggregateConfig::max_series_per_metric`] is set: 16 bytes and a
+/// control byte per distinct name.
+#[derive(Debug, Default)]
+struct PerMetric(HashTable<(u64, u32)>);
+
+impl PerMetric {
+    fn count(&self, hash: u64) -> u32 {
+        self.0.find(hash, |e| e.0 == hash).map_or(0, |e| e.1)
+    }
+
+    fn add(&mut self, hash: u64) {
+        match self.0.find_mut(hash, |e| e.0 == hash) {
+            Some(e) => e.1 += 1,
+            None => {
+                self.0.insert_unique(hash, (hash, 1), |e| e.0);
+            }
+        }
+    }
+
+    fn remove(&mut self, hash: u64) {
+        if let Ok(mut e) = self.0.find_entry(hash, |e| e.0 == hash) {
+            e.get_mut().1 -= 1;
+            if e.get().1 == 0 {
+                e.remove();
+            }
+        }
+    }
+}
+
+/// Admits a new series of metric `name` under both limits, counting it.
+fn admit(
+    live: &SeriesCount,
+    per_metric: &mut PerMetric,
+    config: &AggregateConfig,
+    name: &[u8],
+) -> Result<(), DropReason> {
+    let Some(max) = config.max_series_per_metric else {
+        return match live.try_add(config.max_series) {
+            true => Ok(()),
+            false => Err(DropReason::SeriesLimit),
+        };
+    };
+    let hash = key::hash(name);
+    if per_metric.count(hash) >= max {
+        return Err(DropReason::MetricSeriesLimit);
+    }
+    if !live.try_add(config.max_series) {
+        return Err(DropReason::SeriesLimit);
+    }
+    per_metric.add(hash);
+    Ok(())
+}
+
+/// Gives a series of metric `name` back to both limits.
+fn release(live: &SeriesCount, per_metric: &mut PerMetric, config: &AggregateConfig, name: &[u8]) {
+    live.sub(1);
+    if config.max_series_per_metric.is_some() {
+        per_metric.remove(key::hash(name));
+    }
+}
+
 /// Gives every shard its own number, so the flusher can tell their slot
 /// numbers apart.
 static NEXT_SHARD: AtomicU32 = AtomicU32::new(0);
@@ -465,11 +574,27 @@ pub struct Shard {
     pub(crate) window: Window,
     /// Free slots in `entries`.
     free: Vec<u32>,
+    /// Live series of every shard, for [`AggregateConfig::max_series`].
+    live: Arc<SeriesCount>,
+    /// For [`AggregateConfig::max_series_per_metric`].
+    per_metric: PerMetric,
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        self.live.sub(self.len());
+    }
 }
 
 impl Shard {
-    /// An empty shard.
+    /// An empty shard, alone under [`AggregateConfig::max_series`].
     pub fn new(config: Arc<AggregateConfig>) -> Shard {
+        Shard::with_count(config, Arc::default())
+    }
+
+    /// An empty shard that shares [`AggregateConfig::max_series`] with
+    /// every other shard made with the same `live` count.
+    pub fn with_count(config: Arc<AggregateConfig>, live: Arc<SeriesCount>) -> Shard {
         let id = NEXT_SHARD.fetch_add(1, Ordering::Relaxed);
         Shard {
             id,
@@ -482,6 +607,8 @@ impl Shard {
             config,
             window: Window::new(id),
             free: Vec::new(),
+            live,
+            per_metric: PerMetric::default(),
         }
     }
 
@@ -496,7 +623,9 @@ impl Shard {
     ///
     /// The reason the point was dropped: unsplittable tags, a name or tag
     /// that is not UTF-8 (checked only when the series is new), a field over
-    /// 65535 bytes, or a `ts_store` series over its timestamp limit.
+    /// 65535 bytes, a `ts_store` series over its timestamp limit, or a new
+    /// series over [`AggregateConfig::max_series`] or
+    /// [`AggregateConfig::max_series_per_metric`].
     pub fn record(&mut self, p: &Point<'_>) -> Result<(), DropReason> {
         let kind = match (p.kind, p.timestamp) {
             (Kind::Gauge, Some(_)) => Kind::TsStore as u8,
@@ -549,8 +678,12 @@ impl Shard {
                 .filter(|&s| s != NO_SLOT)
                 .ok_or(DropReason::Oversized)?,
         };
+        admit(&self.live, &mut self.per_metric, &self.config, p.name)?;
         // A point the new series cannot take leaves no series behind.
-        self.window.record(slot, key, p, &self.config)?;
+        if let Err(e) = self.window.record(slot, key, p, &self.config) {
+            release(&self.live, &mut self.per_metric, &self.config, p.name);
+            return Err(e);
+        }
         let stored = key::stored(key, syntax, p.tags);
         if self.free.pop().is_some() {
             entries[slot as usize] = Some(Arc::clone(&stored));
@@ -602,6 +735,8 @@ impl Shard {
                 continue;
             }
             let Some(stored) = e.take() else { continue };
+            let name = key::split_name(key_of(&stored)).map_or(&[][..], |(n, _)| n);
+            release(&self.live, &mut self.per_metric, &self.config, name);
             let hash = key::hash(key_of(&stored));
             if let Ok(found) = self.index.find_entry(hash, |&i| i == slot) {
                 found.remove();
@@ -807,5 +942,82 @@ mod tests {
             .unwrap();
         assert_eq!(s.window.added.last().unwrap().0, 2);
         assert_eq!(s.len(), 3);
+    }
+
+    fn limited(max_series: usize, per_metric: Option<u32>) -> Arc<AggregateConfig> {
+        Arc::new(AggregateConfig {
+            max_series,
+            max_series_per_metric: per_metric,
+            ..AggregateConfig::default()
+        })
+    }
+
+    fn counter(s: &mut Shard, name: &str, tags: &str) -> Result<(), DropReason> {
+        s.record(&point(Kind::Counter, name, tags, Value::Number(1.0)))
+    }
+
+    #[test]
+    fn shards_sharing_a_count_stop_creating_series_at_the_global_limit() {
+        let config = limited(3, None);
+        let live = Arc::new(SeriesCount::default());
+        let mut a = Shard::with_count(Arc::clone(&config), Arc::clone(&live));
+        let mut b = Shard::with_count(Arc::clone(&config), Arc::clone(&live));
+        counter(&mut a, "m", "i=1").unwrap();
+        counter(&mut b, "m", "i=2").unwrap();
+        counter(&mut a, "m", "i=3").unwrap();
+        assert_eq!(counter(&mut b, "m", "i=4"), Err(DropReason::SeriesLimit));
+        assert_eq!(counter(&mut a, "n", ""), Err(DropReason::SeriesLimit));
+        assert_eq!((a.len(), b.len(), live.get()), (2, 1, 3));
+        // Series already live keep taking points, on either path.
+        counter(&mut a, "m", "i=1").unwrap();
+        counter(&mut b, "m", "i=2").unwrap();
+        assert_eq!(a.window.values[0], Agg::Sum(2.0));
+        // A dropped shard gives its series back.
+        drop(a);
+        assert_eq!(live.get(), 1);
+        counter(&mut b, "m", "i=4").unwrap();
+    }
+
+    #[test]
+    fn an_expired_series_gives_its_place_back() {
+        let mut s = Shard::new(limited(1, Some(1)));
+        counter(&mut s, "a", "").unwrap();
+        assert_eq!(counter(&mut s, "b", ""), Err(DropReason::SeriesLimit));
+        let mut back = s.take_window(None);
+        back.touched.fill(0);
+        back.expire = vec![0];
+        s.take_window(Some(back));
+        assert_eq!(s.live.get(), 0);
+        counter(&mut s, "b", "").unwrap();
+        counter(&mut s, "a", "x=1").unwrap_err();
+    }
+
+    #[test]
+    fn the_per_metric_limit_holds_one_name_and_spares_the_others() {
+        let mut s = Shard::new(limited(100, Some(2)));
+        counter(&mut s, "hot", "i=1").unwrap();
+        counter(&mut s, "hot", "i=2").unwrap();
+        assert_eq!(
+            counter(&mut s, "hot", "i=3"),
+            Err(DropReason::MetricSeriesLimit)
+        );
+        // Another kind of the same name counts against the same name.
+        assert_eq!(
+            s.record(&point(Kind::Timer, "hot", "", Value::Number(1.0))),
+            Err(DropReason::MetricSeriesLimit)
+        );
+        counter(&mut s, "cold", "i=1").unwrap();
+        counter(&mut s, "hot", "i=2").unwrap();
+        assert_eq!((s.len(), s.live.get()), (3, 3));
+    }
+
+    #[test]
+    fn a_new_series_whose_first_point_fails_takes_no_budget() {
+        let mut s = Shard::new(limited(1, Some(1)));
+        // A ts_store point without a timestamp creates no series.
+        let p = point(Kind::TsStore, "t", "", Value::Number(1.0));
+        assert_eq!(s.record(&p), Err(DropReason::BadTimestamp));
+        assert_eq!(s.live.get(), 0);
+        counter(&mut s, "t", "").unwrap();
     }
 }

@@ -20,16 +20,20 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sonde_aggregate::shard::Window;
-use sonde_aggregate::{AggregateConfig, Shard};
+use sonde_aggregate::{AggregateConfig, SeriesCount, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
 use crate::telemetry::{LocalCounts, ReceiverStats};
 
 /// How often an idle worker wakes up to check for a window boundary.
 pub const WAKE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The shortest time between two log lines of one receiver about points
+/// dropped by a series limit: a flood of new series must not flood the log.
+pub const LIMIT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The wire protocol a receiver speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +61,8 @@ pub struct Control {
     pub epoch: AtomicU64,
     /// Set by the flusher before its last epoch bump.
     pub shutdown: AtomicBool,
+    /// Live series of every worker's shard, for `agent.max_series`.
+    pub series: Arc<SeriesCount>,
 }
 
 /// A worker's closed window, on its way to the flusher.
@@ -82,18 +88,44 @@ pub struct Ingest {
     handoff: SyncSender<Handoff>,
     give_back: Sender<Window>,
     recycled: Receiver<Window>,
+    limited: LimitSample,
+}
+
+/// Points dropped by a series limit since this worker last logged, and the
+/// metric name of the first of them.
+#[derive(Debug)]
+struct LimitSample {
+    pending: u64,
+    /// Empty until a point is dropped; its capacity is kept, so sampling a
+    /// name allocates only when a longer name than before comes along.
+    name: Vec<u8>,
+    /// This worker does not look at the clock before then.
+    next_check: Instant,
 }
 
 struct Recorder<'a> {
     shard: &'a mut Shard,
     counts: &'a mut LocalCounts,
+    limited: &'a mut LimitSample,
 }
 
 impl PointSink for Recorder<'_> {
     fn point(&mut self, point: &Point<'_>) {
         match self.shard.record(point) {
             Ok(()) => self.counts.points += 1,
-            Err(reason) => self.counts.drops[reason as usize] += 1,
+            Err(reason) => {
+                self.counts.drops[reason as usize] += 1;
+                if matches!(
+                    reason,
+                    DropReason::SeriesLimit | DropReason::MetricSeriesLimit
+                ) {
+                    if self.limited.pending == 0 {
+                        self.limited.name.clear();
+                        self.limited.name.extend_from_slice(point.name);
+                    }
+                    self.limited.pending += 1;
+                }
+            }
         }
     }
 
@@ -114,7 +146,7 @@ impl Ingest {
         let (give_back, recycled) = std::sync::mpsc::channel();
         Ingest {
             protocol,
-            shard: Shard::new(config),
+            shard: Shard::with_count(config, Arc::clone(&control.series)),
             counts: LocalCounts::default(),
             stats,
             epoch: control.epoch.load(Ordering::Acquire),
@@ -122,6 +154,11 @@ impl Ingest {
             handoff,
             give_back,
             recycled,
+            limited: LimitSample {
+                pending: 0,
+                name: Vec::new(),
+                next_check: Instant::now(),
+            },
         }
     }
 
@@ -137,6 +174,7 @@ impl Ingest {
         let mut rec = Recorder {
             shard: &mut self.shard,
             counts: &mut self.counts,
+            limited: &mut self.limited,
         };
         match self.protocol {
             Protocol::Msgpack => msgpack::parse(data, &mut rec),
@@ -158,6 +196,9 @@ impl Ingest {
     /// Returns `false` when the worker must exit.
     pub fn end_batch(&mut self) -> bool {
         self.counts.publish(&self.stats);
+        if self.limited.pending != 0 {
+            self.log_limited();
+        }
         let epoch = self.control.epoch.load(Ordering::Acquire);
         if epoch == self.epoch {
             return true;
@@ -171,6 +212,28 @@ impl Ingest {
         self.epoch = epoch;
         // The flusher gone means the agent is stopping.
         sent.is_ok() && !self.control.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Logs points dropped by a series limit, at most once per
+    /// [`LIMIT_LOG_INTERVAL`] per receiver (its workers share the slot), with
+    /// the receiver's count since its last line and one metric name.
+    #[cold]
+    fn log_limited(&mut self) {
+        let now = Instant::now();
+        if now < self.limited.next_check {
+            return;
+        }
+        self.limited.next_check = now + LIMIT_LOG_INTERVAL;
+        if let Some(dropped) = self.stats.claim_limit_log(now, LIMIT_LOG_INTERVAL) {
+            tracing::warn!(
+                receiver = %self.stats.listen,
+                dropped,
+                metric = %String::from_utf8_lossy(&self.limited.name),
+                live_series = self.control.series.get(),
+                "points for new series dropped: agent.max_series or agent.max_series_per_metric reached (the series already live keep their data); one metric name sampled"
+            );
+        }
+        self.limited.pending = 0;
     }
 
     /// The receiver's counters.

@@ -6,6 +6,9 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sonde_aggregate::SeriesCount;
 
 use sonde_proto::DropReason;
 
@@ -30,6 +33,13 @@ pub struct ReceiverStats {
     pub drops: [AtomicU64; REASONS],
     /// Connections accepted (stream and seqpacket receivers).
     pub connections: AtomicU64,
+    /// When the counters were made: the origin of `limit_logged_ms`.
+    started: Instant,
+    /// Milliseconds after `started` of the last series-limit log line, or
+    /// `u64::MAX` before the first.
+    limit_logged_ms: AtomicU64,
+    /// Series-limit drops already reported in the log.
+    limit_logged: AtomicU64,
 }
 
 impl ReceiverStats {
@@ -43,7 +53,27 @@ impl ReceiverStats {
             points: AtomicU64::new(0),
             drops: std::array::from_fn(|_| AtomicU64::new(0)),
             connections: AtomicU64::new(0),
+            started: Instant::now(),
+            limit_logged_ms: AtomicU64::new(u64::MAX),
+            limit_logged: AtomicU64::new(0),
         }
+    }
+
+    /// Claims the receiver's series-limit log line for `now`, if the last
+    /// one is at least `every` old. Returns the series-limit drops since the
+    /// last line (published counts; a worker publishes before it asks).
+    pub fn claim_limit_log(&self, now: Instant, every: Duration) -> Option<u64> {
+        let ms = now.saturating_duration_since(self.started).as_millis() as u64;
+        let last = self.limit_logged_ms.load(Relaxed);
+        if last != u64::MAX && ms.saturating_sub(last) < every.as_millis() as u64 {
+            return None;
+        }
+        self.limit_logged_ms
+            .compare_exchange(last, ms, Relaxed, Relaxed)
+            .ok()?;
+        let total =
+            self.dropped(DropReason::SeriesLimit) + self.dropped(DropReason::MetricSeriesLimit);
+        Some(total - self.limit_logged.swap(total, Relaxed).min(total))
     }
 
     /// Total drops for one reason.
@@ -220,6 +250,10 @@ pub struct Telemetry {
     pub sinks: Vec<Arc<SinkStats>>,
     /// The flusher's counters.
     pub flush: Arc<FlushStats>,
+    /// Live series of the receive workers, which `agent.max_series` limits.
+    pub worker_series: Arc<SeriesCount>,
+    /// `agent.max_series`.
+    pub max_series: usize,
 }
 
 fn escape(v: &str) -> String {
@@ -315,6 +349,18 @@ impl Telemetry {
                 "gauge",
                 "Live series.",
                 f.series.load(Relaxed),
+            ),
+            (
+                "sonde_worker_series",
+                "gauge",
+                "Live series held by the receive workers (a series two workers receive counts twice); agent.max_series limits it.",
+                self.worker_series.get() as u64,
+            ),
+            (
+                "sonde_max_series",
+                "gauge",
+                "agent.max_series: beyond it, points for new series are dropped with reason series_limit.",
+                self.max_series as u64,
             ),
             (
                 "sonde_flushes_total",

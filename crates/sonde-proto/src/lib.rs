@@ -191,11 +191,17 @@ pub enum DropReason {
     ServiceCheck = 13,
     /// A datagram larger than the receive buffer, or a stream line too long.
     Oversized = 14,
+    /// A point that would create a series beyond `agent.max_series` (the
+    /// series already live keep their data).
+    SeriesLimit = 15,
+    /// A point that would create a series beyond
+    /// `agent.max_series_per_metric` for its metric name.
+    MetricSeriesLimit = 16,
 }
 
 impl DropReason {
     /// Every reason, in discriminant order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::WrongArity,
@@ -211,6 +217,8 @@ impl DropReason {
         DropReason::Event,
         DropReason::ServiceCheck,
         DropReason::Oversized,
+        DropReason::SeriesLimit,
+        DropReason::MetricSeriesLimit,
     ];
 
     /// The snake_case label value used on `/metrics` and in test vectors.
@@ -231,6 +239,8 @@ impl DropReason {
             DropReason::Event => "event",
             DropReason::ServiceCheck => "service_check",
             DropReason::Oversized => "oversized",
+            DropReason::SeriesLimit => "series_limit",
+            DropReason::MetricSeriesLimit => "metric_series_limit",
         }
     }
 }

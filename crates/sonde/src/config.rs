@@ -148,6 +148,9 @@ fn default_data_dir() -> PathBuf {
 fn default_expire() -> u32 {
     5
 }
+fn default_max_series() -> Spanned<usize> {
+    Spanned::new(0..0, sonde_aggregate::config::DEFAULT_MAX_SERIES)
+}
 
 /// `[agent]`.
 #[derive(Debug, Deserialize)]
@@ -166,6 +169,15 @@ pub struct AgentSection {
     /// Windows without data after which a series is forgotten. Default 5.
     #[serde(default = "default_expire")]
     pub expire_windows: u32,
+    /// The most live series the receive workers hold together; points for
+    /// new series beyond it are dropped (reason `series_limit`) and the
+    /// series already live keep their data. Default 250000 (about 150 MiB).
+    #[serde(default = "default_max_series")]
+    pub max_series: Spanned<usize>,
+    /// The most live series one metric name may have in one receive worker;
+    /// beyond it, points for its new series are dropped (reason
+    /// `metric_series_limit`). Default: no limit.
+    pub max_series_per_metric: Option<Spanned<u32>>,
 }
 
 /// `admin_listen = ""` turns the admin listener off.
@@ -186,6 +198,8 @@ impl Default for AgentSection {
             admin_listen: default_admin(),
             data_dir: default_data_dir(),
             expire_windows: default_expire(),
+            max_series: default_max_series(),
+            max_series_per_metric: None,
         }
     }
 }
@@ -790,6 +804,24 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             "agent.expire_windows: must be at least 1".into(),
         ));
     }
+    if *agent.max_series.get_ref() == 0 {
+        return Err(at(
+            text,
+            agent.max_series.span(),
+            "agent.max_series",
+            "must be at least 1",
+        ));
+    }
+    if let Some(m) = &agent.max_series_per_metric {
+        if *m.get_ref() == 0 {
+            return Err(at(
+                text,
+                m.span(),
+                "agent.max_series_per_metric",
+                "must be at least 1 (leave it out for no limit)",
+            ));
+        }
+    }
     if file.receivers.is_empty() {
         return Err(ConfigError(
             "no [[receivers]]: add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"".into(),
@@ -926,6 +958,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         interval: agent.interval.0,
         expire_windows: agent.expire_windows,
         histograms: HistogramBuckets::new(default, overrides),
+        max_series: *agent.max_series.get_ref(),
+        max_series_per_metric: agent.max_series_per_metric.as_ref().map(|m| *m.get_ref()),
         ..AggregateConfig::default()
     };
     Ok(Config {
@@ -1091,6 +1125,30 @@ mod tests {
             &*c.aggregate.histograms.for_name(b"db.x").values,
             &[1.0, 2.0]
         );
+    }
+
+    #[test]
+    fn series_limits_default_to_250k_and_no_per_metric_limit() {
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.aggregate.max_series, 250_000);
+        assert_eq!(c.aggregate.max_series_per_metric, None);
+        let c = parse(&format!(
+            "[agent]\nmax_series = 10\nmax_series_per_metric = 3\n{MIN}"
+        ))
+        .unwrap();
+        assert_eq!(c.aggregate.max_series, 10);
+        assert_eq!(c.aggregate.max_series_per_metric, Some(3));
+        let e = err(&format!("[agent]\nmax_series = 0\n{MIN}"));
+        assert!(
+            e.contains("line 2") && e.contains("agent.max_series"),
+            "{e}"
+        );
+        let e = err(&format!("[agent]\n\nmax_series_per_metric = 0\n{MIN}"));
+        assert!(
+            e.contains("line 3") && e.contains("agent.max_series_per_metric"),
+            "{e}"
+        );
+        assert!(err(&format!("[agent]\nmax_series = -1\n{MIN}")).contains("line 2"));
     }
 
     #[test]

@@ -33,7 +33,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .context("installing signal handlers")?;
     let aggregate = Arc::new(config.aggregate);
     let control = Arc::new(Control::default());
-    let mut telemetry = Telemetry::default();
+    let mut telemetry = Telemetry {
+        worker_series: Arc::clone(&control.series),
+        max_series: aggregate.max_series,
+        ..Telemetry::default()
+    };
 
     let mut bound = Vec::new();
     for r in &config.receivers {
