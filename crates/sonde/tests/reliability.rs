@@ -204,3 +204,298 @@ fn a_flood_of_new_series_stops_at_max_series_and_old_series_keep_working() {
         growth >> 20
     );
 }
+
+/// What the agent must do with one unit of input: aggregate it as this
+/// many points, or drop it (once) for this reason.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    Points(u64),
+    Drop(&'static str),
+}
+use Expect::{Drop, Points};
+
+/// Adds up the expectations of one receiver.
+#[derive(Default)]
+struct Ledger {
+    points: u64,
+    drops: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl Ledger {
+    fn expect(&mut self, e: Expect) {
+        match e {
+            Points(n) => self.points += n,
+            Drop(reason) => *self.drops.entry(reason).or_default() += 1,
+        }
+    }
+
+    fn units(&self) -> u64 {
+        self.points + self.drops.values().sum::<u64>()
+    }
+}
+
+/// The receiver's points and its drops by every reason, from `/metrics`.
+fn accounted(agent: &Agent, receiver: &str, protocol: &str) -> Option<(u64, Vec<(String, u64)>)> {
+    let text = agent.get("/metrics")?;
+    let labels = format!("receiver=\"{receiver}\",protocol=\"{protocol}\"");
+    let points = text.lines().find_map(|l| {
+        l.strip_prefix(&format!("sonde_receiver_points_total{{{labels}}} "))
+            .and_then(|v| v.parse().ok())
+    })?;
+    let prefix = format!("sonde_receiver_dropped_total{{{labels},reason=\"");
+    let drops = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (reason, value) = rest.split_once("\"} ")?;
+            Some((reason.to_string(), value.parse().ok()?))
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect::<std::collections::BTreeMap<String, u64>>();
+    Some((points, drops.into_iter().collect()))
+}
+
+/// Waits until a receiver has accounted for every unit it was sent, then
+/// checks that the split matches the ledger exactly: received =
+/// aggregated + dropped by reason.
+fn check_ledger(agent: &Agent, receiver: &str, protocol: &str, ledger: &Ledger) {
+    let (points, drops) = wait_for(
+        &format!("{receiver} to account for its input"),
+        WAIT,
+        || {
+            let (p, d) = accounted(agent, receiver, protocol)?;
+            (p + d.iter().map(|(_, v)| v).sum::<u64>() >= ledger.units()).then_some((p, d))
+        },
+    );
+    let want: Vec<(String, u64)> = ledger
+        .drops
+        .iter()
+        .map(|(r, n)| (r.to_string(), *n))
+        .collect();
+    assert_eq!(
+        (points, &drops),
+        (ledger.points, &want),
+        "{receiver}: (aggregated, dropped by reason) differ from what was sent"
+    );
+}
+
+/// Every line, message and datagram sent to the agent, good or bad, is
+/// accounted for exactly once on `/metrics`: as aggregated points or as a
+/// drop with its reason. Sent over four transports so that the receivers'
+/// own drops (oversized datagrams and lines) are covered with the parsers'
+/// and the aggregator's (limits, tags, UTF-8).
+#[test]
+fn every_input_is_aggregated_or_dropped_by_reason_exactly_once() {
+    let (sd, mp, tcp) = (free_port(), free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("statsd.sock");
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "max_series = 40\nmax_series_per_metric = 10\n\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{sd}\"\n\
+             [[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{mp}\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"unixgram://{}\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"tcp://127.0.0.1:{tcp}\"\n",
+            sock.display()
+        ),
+    );
+
+    // StatsD over UDP: one line per unit, all in one datagram.
+    let mut statsd = Ledger::default();
+    let mut datagram = Vec::new();
+    let hot: Vec<String> = (0..15).map(|i| format!("hot.m:1|c|#i:{i}")).collect();
+    let mut lines: Vec<(&[u8], Expect)> = vec![
+        (b"ok.count:2|c|#env:prod", Points(1)),
+        (b"ok.gauge:5|g", Points(1)),
+        (b"ok.timer:1:2:3|ms", Points(3)),
+        (b"ok.set:alice|s", Points(1)),
+        (b"ok.dist:4|d|@0.5", Points(1)),
+        // Aggregated, but their sum overflows: the output point is dropped
+        // at flush (sonde_non_finite_dropped_total, checked below).
+        (b"big.c:1e308|c", Points(1)),
+        (b"big.c:1e308|c", Points(1)),
+        (b"not a metric", Drop("malformed_line")),
+        (b":1|c", Drop("empty_name")),
+        (b"x:1|zz", Drop("unknown_type")),
+        (b"x:abc|c", Drop("bad_value")),
+        (b"x:nan|c", Drop("bad_value")),
+        (b"x:inf|g", Drop("bad_value")),
+        (b"x:1e400|ms", Drop("bad_value")),
+        (b"x:1:nan|ms", Drop("bad_value")),
+        (b"x:1|c|@2", Drop("bad_sample_rate")),
+        (b"x:1|c|@0", Drop("bad_sample_rate")),
+        (b"x\xff:1|c", Drop("invalid_utf8")),
+        (b"_e{1,1}:a|b", Drop("event")),
+        (b"_sc|check|0", Drop("service_check")),
+    ];
+    for (i, l) in hot.iter().enumerate() {
+        let e = if i < 10 {
+            Points(1)
+        } else {
+            Drop("metric_series_limit")
+        };
+        lines.push((l.as_bytes(), e));
+    }
+    for (line, e) in &lines {
+        datagram.extend_from_slice(line);
+        datagram.push(b'\n');
+        statsd.expect(*e);
+    }
+    udp_send(sd, &datagram);
+
+    // msgpack over UDP: a bunch with one bad message of every kind, a
+    // truncated copy and garbage.
+    let mut msgpack = Ledger::default();
+    let mut wrong_arity = Vec::new();
+    rmp::encode::write_array_len(&mut wrong_arity, 3).unwrap();
+    for f in ["emit", "counter", "x"] {
+        rmp::encode::write_str(&mut wrong_arity, f).unwrap();
+    }
+    let mut unknown_command = msgpack_message("counter", "x", "1", "", "");
+    // "emit" -> "emix"
+    let at = unknown_command.iter().position(|&b| b == b't').unwrap();
+    unknown_command[at] = b'x';
+    let messages: Vec<(Vec<u8>, Expect)> = vec![
+        (
+            msgpack_message("counter", "mp.ok", "1", "host=a", ""),
+            Points(1),
+        ),
+        (
+            msgpack_message("timer", "mp.timer", "2.5", "", ""),
+            Points(1),
+        ),
+        (
+            msgpack_message("gauge", "x", "1", "", ""),
+            Drop("unknown_type"),
+        ),
+        (wrong_arity, Drop("wrong_arity")),
+        (unknown_command, Drop("unknown_command")),
+        (
+            msgpack_message("counter", "x", "abc", "", ""),
+            Drop("bad_value"),
+        ),
+        (
+            msgpack_message("counter", "x", "nan", "", ""),
+            Drop("bad_value"),
+        ),
+        (
+            msgpack_message("store", "x", "-inf", "", ""),
+            Drop("bad_value"),
+        ),
+        (
+            msgpack_message("counter", "", "1", "", ""),
+            Drop("empty_name"),
+        ),
+        (
+            msgpack_message("counter", "x", "1", "novalue", ""),
+            Drop("bad_tags"),
+        ),
+        (
+            msgpack_message("ts_store", "x", "1", "", ""),
+            Drop("bad_timestamp"),
+        ),
+        (
+            msgpack_message("ts_store", "x", "1", "", "soon"),
+            Drop("bad_timestamp"),
+        ),
+    ];
+    let bunch = msgpack_bunch(&messages.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>());
+    for (_, e) in &messages {
+        msgpack.expect(*e);
+    }
+    udp_send(mp, &bunch);
+    // Two messages, the second cut short: the unreadable tail is one drop.
+    let pair = msgpack_bunch(&[
+        msgpack_message("counter", "mp.trunc", "1", "", ""),
+        msgpack_message("counter", "mp.trunc", "1", "", ""),
+    ]);
+    udp_send(mp, &pair[..pair.len() - 3]);
+    msgpack.expect(Points(1));
+    msgpack.expect(Drop("truncated"));
+    udp_send(mp, b"\xc1\xff\x00garbage");
+    msgpack.expect(Drop("malformed"));
+
+    // StatsD over a unix datagram socket: a datagram longer than the
+    // agent's 64 KiB slot is one oversized drop, whatever it holds.
+    let mut unixgram = Ledger::default();
+    let u = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    u.send_to(&b"big:1|c\n".repeat(100 * 1024 / 8), &sock)
+        .unwrap();
+    unixgram.expect(Drop("oversized"));
+    u.send_to(b"ux.ok:1|c\n", &sock).unwrap();
+    unixgram.expect(Points(1));
+
+    // StatsD over TCP: a line longer than 64 KiB is one oversized drop,
+    // and the lines after it are parsed.
+    let mut stream = Ledger::default();
+    {
+        use std::io::Write;
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", tcp)).unwrap();
+        c.write_all(&vec![b'a'; 100 * 1024]).unwrap();
+        c.write_all(b"\ntcp.ok:1|c\ntcp.ok:2|c").unwrap();
+    }
+    stream.expect(Drop("oversized"));
+    stream.expect(Points(2));
+    // The same when no single read holds more than 64 KiB of the line: the
+    // agent reads 60 KiB, then the rest with the newline.
+    {
+        use std::io::Write;
+        let reads = format!(
+            "sonde_receiver_datagrams_total{{receiver=\"tcp://127.0.0.1:{tcp}\",protocol=\"statsd\"}}"
+        );
+        let before = wait_for("tcp reads", WAIT, || agent.metric(&reads));
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", tcp)).unwrap();
+        c.write_all(&vec![b'b'; 60 * 1024]).unwrap();
+        wait_for("the first part to be read", WAIT, || {
+            (agent.metric(&reads)? > before).then_some(())
+        });
+        c.write_all(&vec![b'b'; 10 * 1024]).unwrap();
+        c.write_all(b"\ntcp.ok:4|c\n").unwrap();
+    }
+    stream.expect(Drop("oversized"));
+    stream.expect(Points(1));
+
+    let udp = |p: u16| format!("udp://127.0.0.1:{p}");
+    let ugram = format!("unixgram://{}", sock.display());
+    let tcpa = format!("tcp://127.0.0.1:{tcp}");
+    check_ledger(&agent, &udp(sd), "statsd", &statsd);
+    check_ledger(&agent, &udp(mp), "msgpack", &msgpack);
+    check_ledger(&agent, &ugram, "statsd", &unixgram);
+    check_ledger(&agent, &tcpa, "statsd", &stream);
+
+    // The global limit: 40 series, of which the input above created 21
+    // (6 ok.* and big.c, 10 hot.m, 3 msgpack, 1 unixgram, 1 tcp); 50 new
+    // names get the rest.
+    let live = agent.metric("sonde_worker_series").unwrap() as u64;
+    assert_eq!(live, 21);
+    let flood: Vec<u8> = (0..50)
+        .flat_map(|i| format!("cold.m{i}:1|c\n").into_bytes())
+        .collect();
+    udp_send(sd, &flood);
+    for i in 0..50 {
+        statsd.expect(if i < 40 - live {
+            Points(1)
+        } else {
+            Drop("series_limit")
+        });
+    }
+    check_ledger(&agent, &udp(sd), "statsd", &statsd);
+    assert_eq!(agent.metric("sonde_worker_series"), Some(40.0));
+
+    // Output side: the overflowing counter's point is dropped and counted
+    // at flush, every other series is written.
+    wait_for("the overflowing sum to be counted", WAIT, || {
+        (agent.metric("sonde_non_finite_dropped_total")? >= 1.0).then_some(())
+    });
+    let out = wait_for("the flushed points", WAIT, || {
+        let p = agent.points();
+        (!named(&p, "tcp.ok").is_empty() && !named(&p, "cold.m0").is_empty()).then_some(p)
+    });
+    assert!(named(&out, "big.c").is_empty());
+    let sum = |name: &str| named(&out, name).iter().map(|p| p.1).sum::<f64>();
+    assert_eq!(sum("tcp.ok"), 7.0);
+    assert_eq!(sum("ux.ok"), 1.0);
+    assert_eq!(sum("ok.count"), 2.0);
+    assert_eq!(named(&out, "mp.trunc").len(), 1);
+}

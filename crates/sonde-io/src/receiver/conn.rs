@@ -38,32 +38,41 @@ struct Conn {
 }
 
 impl Conn {
-    /// Feeds `data` (just read) through the line framer.
+    /// Feeds `data` (just read) through the line framer. A line longer
+    /// than [`READ`] is one [`DropReason::Oversized`] drop however the
+    /// reads split it, and the lines after it are parsed.
     fn lines(&mut self, data: &[u8], ingest: &mut Ingest) {
+        let mut data = data;
+        if self.discarding {
+            // Skip the tail of the oversized line.
+            let Some(nl) = memchr::memchr(b'\n', data) else {
+                return;
+            };
+            data = &data[nl + 1..];
+            self.discarding = false;
+        }
         let Some(last_nl) = memchr::memrchr(b'\n', data) else {
-            if !self.discarding {
-                self.pending.extend_from_slice(data);
-                if self.pending.len() > READ {
-                    ingest.drop(DropReason::Oversized);
-                    self.pending.clear();
-                    self.discarding = true;
-                }
+            self.pending.extend_from_slice(data);
+            if self.pending.len() > READ {
+                ingest.drop(DropReason::Oversized);
+                self.pending.clear();
+                self.discarding = true;
             }
             return;
         };
         let (complete, rest) = data.split_at(last_nl + 1);
-        let mut complete = complete;
-        if self.discarding {
-            // Skip the tail of the oversized line.
-            let nl = memchr::memchr(b'\n', complete).unwrap_or(complete.len() - 1);
-            complete = &complete[nl + 1..];
-            self.discarding = false;
-        }
         if self.pending.is_empty() {
             ingest.bytes(complete);
         } else {
-            self.pending.extend_from_slice(complete);
-            ingest.bytes(&self.pending);
+            // The first line of `complete` ends the pending one.
+            let first = memchr::memchr(b'\n', complete).unwrap_or(last_nl);
+            if self.pending.len() + first > READ {
+                ingest.drop(DropReason::Oversized);
+                ingest.bytes(&complete[first + 1..]);
+            } else {
+                self.pending.extend_from_slice(complete);
+                ingest.bytes(&self.pending);
+            }
             self.pending.clear();
         }
         self.pending.extend_from_slice(rest);
