@@ -103,7 +103,18 @@ pub struct AggregateConfig {
     /// The most live series one worker shard holds for one metric name,
     /// or `None` for no such limit. Default `None`.
     pub max_series_per_metric: Option<u32>,
+    /// The longest name plus tag string (as sent) a new series may have;
+    /// points of longer ones are dropped
+    /// ([`DropReason::KeyTooLong`](sonde_proto::DropReason::KeyTooLong)).
+    /// Together with `max_series` it bounds the memory keys can take.
+    /// Default [`DEFAULT_MAX_KEY_BYTES`].
+    pub max_key_bytes: usize,
 }
+
+/// The default of [`AggregateConfig::max_key_bytes`]: 4 KiB, ten times a
+/// long real key (a name and ten tags of 40 bytes), so only garbage or an
+/// unbounded tag value (a URL, a stack trace) reaches it.
+pub const DEFAULT_MAX_KEY_BYTES: usize = 4096;
 
 /// The default of [`AggregateConfig::max_series`]: 250,000 series, about
 /// 150 MiB of resident memory with three tags a series (docs/BENCHMARKS.md,
@@ -120,6 +131,7 @@ impl Default for AggregateConfig {
             max_timestamps_per_series: 1024,
             max_series: DEFAULT_MAX_SERIES,
             max_series_per_metric: None,
+            max_key_bytes: DEFAULT_MAX_KEY_BYTES,
         }
     }
 }

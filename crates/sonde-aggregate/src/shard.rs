@@ -623,7 +623,9 @@ impl Shard {
     ///
     /// The reason the point was dropped: unsplittable tags, a name or tag
     /// that is not UTF-8 (checked only when the series is new), a field over
-    /// 65535 bytes, a `ts_store` series over its timestamp limit, or a new
+    /// 65535 bytes, a new series' name and tags over
+    /// [`AggregateConfig::max_key_bytes`], a `ts_store` series over its
+    /// timestamp limit, or a new
     /// series over [`AggregateConfig::max_series`] or
     /// [`AggregateConfig::max_series_per_metric`].
     pub fn record(&mut self, p: &Point<'_>) -> Result<(), DropReason> {
@@ -648,6 +650,11 @@ impl Shard {
         if let Some(a) = self.extra.find(raw, |a| a.matches(kind, p)) {
             let key = entries[a.entry as usize].as_deref().map_or(&[][..], key_of);
             return self.window.record(a.entry, key, p, &self.config);
+        }
+        // Checked only for series not found by spelling: a known series
+        // was created under the same limit.
+        if p.name.len() + p.tags.len() > self.config.max_key_bytes {
+            return Err(DropReason::KeyTooLong);
         }
         if p.name.len() > usize::from(u16::MAX) {
             return Err(DropReason::Oversized);
@@ -1019,5 +1026,25 @@ mod tests {
         assert_eq!(s.record(&p), Err(DropReason::BadTimestamp));
         assert_eq!(s.live.get(), 0);
         counter(&mut s, "t", "").unwrap();
+    }
+
+    #[test]
+    fn a_new_series_with_a_key_over_max_key_bytes_is_dropped() {
+        let mut s = Shard::new(Arc::new(AggregateConfig {
+            max_key_bytes: 11,
+            ..AggregateConfig::default()
+        }));
+        counter(&mut s, "name", "a=1|b=2").unwrap();
+        assert_eq!(
+            counter(&mut s, "name", "a=1|b=22"),
+            Err(DropReason::KeyTooLong)
+        );
+        assert_eq!(
+            counter(&mut s, "a_long_name1", ""),
+            Err(DropReason::KeyTooLong)
+        );
+        // The known series, in another tag order, still takes points.
+        counter(&mut s, "name", "b=2 a=1").unwrap();
+        assert_eq!((s.len(), s.window.values[0].clone()), (1, Agg::Sum(2.0)));
     }
 }

@@ -43,6 +43,14 @@ impl ListenAddr {
         matches!(self, ListenAddr::Udp(_) | ListenAddr::Unixgram(_))
     }
 
+    /// The IP address and port of a network address.
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        match self {
+            ListenAddr::Udp(a) | ListenAddr::Tcp(a) => Some(*a),
+            _ => None,
+        }
+    }
+
     /// The socket file of a unix address.
     pub fn unix_path(&self) -> Option<&PathBuf> {
         match self {

@@ -197,11 +197,14 @@ pub enum DropReason {
     /// A point that would create a series beyond
     /// `agent.max_series_per_metric` for its metric name.
     MetricSeriesLimit = 16,
+    /// A point of a new series whose name and tags together are longer
+    /// than `agent.max_key_bytes`.
+    KeyTooLong = 17,
 }
 
 impl DropReason {
     /// Every reason, in discriminant order.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::WrongArity,
@@ -219,6 +222,7 @@ impl DropReason {
         DropReason::Oversized,
         DropReason::SeriesLimit,
         DropReason::MetricSeriesLimit,
+        DropReason::KeyTooLong,
     ];
 
     /// The snake_case label value used on `/metrics` and in test vectors.
@@ -241,6 +245,7 @@ impl DropReason {
             DropReason::Oversized => "oversized",
             DropReason::SeriesLimit => "series_limit",
             DropReason::MetricSeriesLimit => "metric_series_limit",
+            DropReason::KeyTooLong => "key_too_long",
         }
     }
 }

@@ -178,6 +178,14 @@ pub struct AgentSection {
     /// beyond it, points for its new series are dropped (reason
     /// `metric_series_limit`). Default: no limit.
     pub max_series_per_metric: Option<Spanned<u32>>,
+    /// Lets receivers, `admin_listen` and Prometheus exporters listen on
+    /// addresses other than loopback (`127.0.0.0/8`, `::1`), where other
+    /// hosts can reach them. Default `false`: such a config is refused.
+    #[serde(default)]
+    pub allow_non_loopback: bool,
+    /// The longest name plus tag string (as sent) of a new series; points
+    /// of longer ones are dropped (reason `key_too_long`). Default `"4KiB"`.
+    pub max_key_size: Option<Spanned<HumanSize>>,
 }
 
 /// `admin_listen = ""` turns the admin listener off.
@@ -200,6 +208,8 @@ impl Default for AgentSection {
             expire_windows: default_expire(),
             max_series: default_max_series(),
             max_series_per_metric: None,
+            allow_non_loopback: false,
+            max_key_size: None,
         }
     }
 }
@@ -229,6 +239,13 @@ pub struct ReceiverSection {
     /// Receive buffer of datagram sockets (`SO_RCVBUFFORCE` when running as
     /// root, else `SO_RCVBUF` capped by `net.core.rmem_max`). Default `"8MiB"`.
     pub receive_buffer: Option<HumanSize>,
+    /// Permission bits of a unix socket file, in octal, like `"0660"`.
+    /// Default `"0666"`: SDK processes run as many users.
+    pub mode: Option<Spanned<String>>,
+    /// Owner of a unix socket file: a user name or uid. Default: the agent's.
+    pub owner: Option<Spanned<String>>,
+    /// Group of a unix socket file: a group name or gid. Default: the agent's.
+    pub group: Option<Spanned<String>>,
 }
 
 /// `[[sinks]]`, by `type`.
@@ -685,8 +702,13 @@ pub struct Receiver {
     pub protocol: Protocol,
     /// The address.
     pub listen: ListenAddr,
-    /// Workers and socket buffer.
+    /// Workers, socket buffer, unix file mode (owner and group are
+    /// resolved to ids when the agent starts, from `owner` and `group`).
     pub options: SocketOptions,
+    /// User name or uid for the unix socket file.
+    pub owner: Option<String>,
+    /// Group name or gid for the unix socket file.
+    pub group: Option<String>,
 }
 
 /// A validated configuration.
@@ -771,6 +793,55 @@ fn bounds(text: &str, key: &str, b: &Spanned<Vec<f64>>) -> Result<Bounds, Config
     Ok(Bounds::new(v))
 }
 
+/// True for addresses only this host can reach: `127.0.0.0/8`, `::1`,
+/// and IPv4 loopback mapped into IPv6.
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Refuses a network listen address other hosts can reach, unless
+/// `agent.allow_non_loopback` says so. `line` 0 means unknown.
+fn check_loopback(
+    allowed: bool,
+    key: &str,
+    addr: Option<std::net::SocketAddr>,
+    line: usize,
+) -> Result<(), ConfigError> {
+    let Some(addr) = addr else { return Ok(()) };
+    if allowed || is_loopback(addr.ip()) {
+        return Ok(());
+    }
+    let at = if line == 0 {
+        String::new()
+    } else {
+        format!("line {line}: ")
+    };
+    Err(ConfigError(format!(
+        "{at}{key}: {addr} is reachable from other hosts; listen on 127.0.0.1 or ::1, \
+         or set `allow_non_loopback = true` in [agent] to allow it"
+    )))
+}
+
+/// Parses an octal permission string like `"0660"`.
+fn socket_mode(text: &str, m: &Spanned<String>, key: &str) -> Result<u32, ConfigError> {
+    let s = m.get_ref();
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    match u32::from_str_radix(digits, 8) {
+        Ok(v) if v <= 0o777 && !digits.is_empty() => Ok(v),
+        _ => Err(at(
+            text,
+            m.span(),
+            key,
+            format!("{s:?} is not a file mode: write octal permission bits, like \"0660\""),
+        )),
+    }
+}
+
 /// Parses and validates a configuration file's text.
 ///
 /// # Errors
@@ -819,6 +890,18 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 m.span(),
                 "agent.max_series_per_metric",
                 "must be at least 1 (leave it out for no limit)",
+            ));
+        }
+    }
+    let mut max_key_bytes = sonde_aggregate::config::DEFAULT_MAX_KEY_BYTES;
+    if let Some(m) = &agent.max_key_size {
+        max_key_bytes = usize::try_from(m.get_ref().0).unwrap_or(usize::MAX);
+        if !(16..=(64 << 10)).contains(&max_key_bytes) {
+            return Err(at(
+                text,
+                m.span(),
+                "agent.max_key_size",
+                "must be between \"16B\" and \"64KiB\"",
             ));
         }
     }
@@ -881,11 +964,37 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         if let Some(b) = r.receive_buffer {
             options.receive_buffer = usize::try_from(b.0).unwrap_or(usize::MAX);
         }
+        if let Some(m) = &r.mode {
+            options.mode = socket_mode(text, m, &format!("receivers[{i}].mode"))?;
+        }
+        for (field, value) in [("mode", &r.mode), ("owner", &r.owner), ("group", &r.group)] {
+            if let (Some(v), None) = (value, listen.unix_path()) {
+                return Err(at(
+                    text,
+                    v.span(),
+                    &format!("receivers[{i}].{field}"),
+                    "applies to unix socket files only (unixgram://, unixseq://, unix://)",
+                ));
+            }
+        }
+        check_loopback(agent.allow_non_loopback, &key, listen.socket_addr(), line)?;
         receivers.push(Receiver {
             protocol,
             listen: listen.clone(),
             options,
+            owner: r.owner.as_ref().map(|o| o.get_ref().clone()),
+            group: r.group.as_ref().map(|g| g.get_ref().clone()),
         });
+    }
+    if let Some(a) = agent.admin_listen {
+        check_loopback(agent.allow_non_loopback, "agent.admin_listen", Some(a.0), 0)?;
+    }
+    for (i, s) in file.sinks.iter().enumerate() {
+        if let SinkSection::PrometheusExporter { listen } = s.get_ref() {
+            let key = format!("sinks[{i}].listen");
+            let line = line_of(text, s.span().start);
+            check_loopback(agent.allow_non_loopback, &key, Some(listen.0), line)?;
+        }
     }
     let mut exporters: HashMap<std::net::SocketAddr, usize> = HashMap::new();
     if let Some(a) = agent.admin_listen {
@@ -960,6 +1069,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         histograms: HistogramBuckets::new(default, overrides),
         max_series: *agent.max_series.get_ref(),
         max_series_per_metric: agent.max_series_per_metric.as_ref().map(|m| *m.get_ref()),
+        max_key_bytes,
         ..AggregateConfig::default()
     };
     Ok(Config {
@@ -1149,6 +1259,94 @@ mod tests {
             "{e}"
         );
         assert!(err(&format!("[agent]\nmax_series = -1\n{MIN}")).contains("line 2"));
+        assert_eq!(parse(MIN).unwrap().aggregate.max_key_bytes, 4096);
+        let c = parse(&format!("[agent]\nmax_key_size = \"1KiB\"\n{MIN}")).unwrap();
+        assert_eq!(c.aggregate.max_key_bytes, 1024);
+        let e = err(&format!("[agent]\nmax_key_size = \"1MiB\"\n{MIN}"));
+        assert!(
+            e.contains("line 2") && e.contains("agent.max_key_size"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn listening_beyond_loopback_needs_allow_non_loopback() {
+        let recv = |addr: &str| {
+            format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"{addr}\"\n[[sinks]]\ntype = \"console\"\n")
+        };
+        for addr in [
+            "udp://0.0.0.0:8125",
+            "tcp://[::]:8125",
+            "udp://10.1.2.3:8125",
+        ] {
+            let e = err(&recv(addr));
+            assert!(
+                e.contains("line 3")
+                    && e.contains("receivers[0].listen")
+                    && e.contains("allow_non_loopback = true"),
+                "{e}"
+            );
+            parse(&format!(
+                "[agent]\nallow_non_loopback = true\n{}",
+                recv(addr)
+            ))
+            .unwrap();
+        }
+        for addr in [
+            "udp://127.0.0.1:8125",
+            "udp://127.1.2.3:8125",
+            "udp://[::1]:8125",
+            "udp://[::ffff:127.0.0.1]:8125",
+            "udp://localhost:8125",
+            "unixgram:///tmp/x.sock",
+        ] {
+            parse(&recv(addr)).unwrap_or_else(|e| panic!("{addr}: {e}"));
+        }
+        let e = err(&format!("[agent]\nadmin_listen = \"0.0.0.0:8686\"\n{MIN}"));
+        assert!(
+            e.contains("agent.admin_listen") && e.contains("allow_non_loopback"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{MIN}[[sinks]]\ntype = \"prometheus_exporter\"\nlisten = \"0.0.0.0:9102\"\n"
+        ));
+        assert!(e.contains("line 6") && e.contains("sinks[1].listen"), "{e}");
+        // The embedded defaults listen on loopback only.
+        assert_eq!(
+            parse(DEFAULT_CONFIG).unwrap().agent.admin_listen.unwrap().0,
+            ([127, 0, 0, 1], 8686).into()
+        );
+    }
+
+    #[test]
+    fn unix_socket_files_take_a_mode_owner_and_group() {
+        let unix = "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixgram:///tmp/m.sock\"\n";
+        let c = parse(&format!("{unix}[[sinks]]\ntype = \"console\"\n")).unwrap();
+        assert_eq!(c.receivers[0].options.mode, 0o666);
+        let c = parse(&format!(
+            "{unix}mode = \"0660\"\nowner = \"nobody\"\ngroup = \"0\"\n[[sinks]]\ntype = \"console\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.receivers[0].options.mode, 0o660);
+        assert_eq!(c.receivers[0].owner.as_deref(), Some("nobody"));
+        assert_eq!(c.receivers[0].group.as_deref(), Some("0"));
+        for bad in ["\"660x\"", "\"1777\"", "\"\"", "\"rw-rw----\""] {
+            let e = err(&format!(
+                "{unix}mode = {bad}\n[[sinks]]\ntype = \"console\"\n"
+            ));
+            assert!(
+                e.contains("line 4") && e.contains("receivers[0].mode"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(&MIN.replace(
+            "listen = \"udp://127.0.0.1:8125\"\n",
+            "listen = \"udp://127.0.0.1:8125\"\nmode = \"0600\"\n",
+        ));
+        assert!(
+            e.contains("line 4") && e.contains("unix socket files only"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1192,7 +1390,8 @@ mod tests {
             c.receivers[0].options,
             SocketOptions {
                 workers: 2,
-                receive_buffer: 16 << 20
+                receive_buffer: 16 << 20,
+                ..SocketOptions::default()
             }
         );
         let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"tcp://127.0.0.1:8125\"\nworkers = 2\n[[sinks]]\ntype = \"console\"\n");

@@ -41,7 +41,20 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     let mut bound = Vec::new();
     for r in &config.receivers {
-        let socks = receiver::bind(&r.listen, r.options)?;
+        let mut options = r.options;
+        if let Some(o) = &r.owner {
+            options.owner = Some(
+                receiver::user_id(o)
+                    .with_context(|| format!("owner {o:?} of the socket file of {}", r.listen))?,
+            );
+        }
+        if let Some(g) = &r.group {
+            options.group = Some(
+                receiver::group_id(g)
+                    .with_context(|| format!("group {g:?} of the socket file of {}", r.listen))?,
+            );
+        }
+        let socks = receiver::bind(&r.listen, options)?;
         let first = &socks[0];
         tracing::info!(
             receiver = %first.local_addr(),

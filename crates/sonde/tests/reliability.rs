@@ -329,6 +329,9 @@ fn every_input_is_aggregated_or_dropped_by_reason_exactly_once() {
         (b"_e{1,1}:a|b", Drop("event")),
         (b"_sc|check|0", Drop("service_check")),
     ];
+    // A tag value over agent.max_key_size (4 KiB by default).
+    let long = format!("long.tag:1|c|#url:{}", "x".repeat(5000));
+    lines.push((long.as_bytes(), Drop("key_too_long")));
     for (i, l) in hot.iter().enumerate() {
         let e = if i < 10 {
             Points(1)
@@ -498,4 +501,61 @@ fn every_input_is_aggregated_or_dropped_by_reason_exactly_once() {
     assert_eq!(sum("ux.ok"), 1.0);
     assert_eq!(sum("ok.count"), 2.0);
     assert_eq!(named(&out, "mp.trunc").len(), 1);
+}
+
+/// The agent refuses to listen where other hosts can reach it unless the
+/// config says so explicitly, and the error names the key to set.
+#[test]
+fn a_config_listening_beyond_loopback_is_refused_without_allow_non_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.toml");
+    let body = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://0.0.0.0:0\"\n\n[[sinks]]\ntype = \"console\"\n";
+    std::fs::write(&path, body).unwrap();
+    let p = path.to_str().unwrap();
+    for cmd in ["validate", "run"] {
+        let (ok, _, stderr) = sonde(&[cmd, "--config", p]);
+        assert!(!ok, "{cmd} accepted a wildcard address");
+        assert!(
+            stderr.contains("receivers[0].listen") && stderr.contains("allow_non_loopback = true"),
+            "{cmd}: {stderr}"
+        );
+    }
+    std::fs::write(&path, format!("[agent]\nallow_non_loopback = true\n{body}")).unwrap();
+    let (ok, _, stderr) = sonde(&["validate", "--config", p]);
+    assert!(ok, "{stderr}");
+}
+
+/// Unix socket files get mode 0666 by default (SDKs run as other users),
+/// or the configured mode, owner and group. Changing the owner needs root;
+/// without it the test gives the file its own user and group.
+#[test]
+fn unix_socket_files_get_the_configured_mode_owner_and_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    let here = std::fs::metadata(dir.path()).unwrap();
+    let (uid, gid) = if root {
+        (1, 1)
+    } else {
+        (here.uid(), here.gid())
+    };
+    let (open, closed) = (dir.path().join("open.sock"), dir.path().join("closed.sock"));
+    let agent = Agent::start(
+        "1h",
+        &format!(
+            "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixgram://{}\"\n\
+             [[receivers]]\nprotocol = \"statsd\"\nlisten = \"unixgram://{}\"\n\
+             mode = \"0620\"\nowner = \"{uid}\"\ngroup = \"{gid}\"\n",
+            open.display(),
+            closed.display()
+        ),
+    );
+    let meta = |p: &std::path::Path| std::fs::metadata(p).unwrap();
+    assert_eq!(meta(&open).permissions().mode() & 0o777, 0o666);
+    assert_eq!(meta(&closed).permissions().mode() & 0o777, 0o620);
+    assert_eq!((meta(&closed).uid(), meta(&closed).gid()), (uid, gid));
+    drop(agent);
 }

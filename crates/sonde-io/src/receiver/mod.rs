@@ -9,8 +9,10 @@
 //!
 //! A socket file left by a crashed run is replaced: if nothing accepts a
 //! connection on it, it is stale and removed. A live one (another agent)
-//! is an error. Files are created with mode `0666`, because SDKs run as
-//! other users than the agent, and removed when the receiver stops.
+//! is an error. Files get [`SocketOptions::mode`] (`0666` unless
+//! configured, because SDKs run as other users than the agent) and, when
+//! configured, an owner and group; they are removed when the receiver
+//! stops.
 
 mod conn;
 mod datagram;
@@ -35,6 +37,10 @@ const UDP_LINGER: Duration = Duration::from_micros(500);
 /// about 6,000 MTU-sized datagrams, enough to ride out a flush.
 pub const DEFAULT_RECV_BUFFER: usize = 8 << 20;
 
+/// Permission bits of unix socket files unless configured: anyone may
+/// connect, because SDK processes run as many users other than the agent's.
+pub const DEFAULT_SOCKET_MODE: u32 = 0o666;
+
 /// How a receiver's sockets are set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SocketOptions {
@@ -42,6 +48,12 @@ pub struct SocketOptions {
     pub workers: usize,
     /// Receive buffer of datagram sockets, in bytes.
     pub receive_buffer: usize,
+    /// Permission bits of a unix socket file. Default [`DEFAULT_SOCKET_MODE`].
+    pub mode: u32,
+    /// Owner (uid) given to a unix socket file, if any.
+    pub owner: Option<u32>,
+    /// Group (gid) given to a unix socket file, if any.
+    pub group: Option<u32>,
 }
 
 impl Default for SocketOptions {
@@ -49,8 +61,59 @@ impl Default for SocketOptions {
         SocketOptions {
             workers: 1,
             receive_buffer: DEFAULT_RECV_BUFFER,
+            mode: DEFAULT_SOCKET_MODE,
+            owner: None,
+            group: None,
         }
     }
+}
+
+/// The uid of a user name, or of a number written as text.
+///
+/// # Errors
+///
+/// When no such user exists.
+pub fn user_id(name: &str) -> io::Result<u32> {
+    if let Ok(id) = name.parse() {
+        return Ok(id);
+    }
+    let c =
+        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: getpwnam reads a NUL-terminated string that outlives the call
+    // and returns a pointer into static storage (or null), read at once, on
+    // the thread that starts the agent before any other thread runs.
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no user {name:?}"),
+        ));
+    }
+    // SAFETY: non-null, so it points at a valid passwd record.
+    Ok(unsafe { (*pw).pw_uid })
+}
+
+/// The gid of a group name, or of a number written as text.
+///
+/// # Errors
+///
+/// When no such group exists.
+pub fn group_id(name: &str) -> io::Result<u32> {
+    if let Ok(id) = name.parse() {
+        return Ok(id);
+    }
+    let c =
+        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: as in `user_id`, for getgrnam.
+    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
+    if gr.is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no group {name:?}"),
+        ));
+    }
+    // SAFETY: non-null, so it points at a valid group record.
+    Ok(unsafe { (*gr).gr_gid })
 }
 
 /// Sets the receive buffer: `SO_RCVBUFFORCE` where permitted (root or
@@ -236,7 +299,11 @@ fn bind_one(
             let s = Socket::new(Domain::UNIX, ty, None).map_err(err)?;
             s.bind(&SockAddr::unix(p).map_err(err)?).map_err(err)?;
             let file = SocketFile(p.clone());
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+            if options.owner.is_some() || options.group.is_some() {
+                std::os::unix::fs::chown(p, options.owner, options.group).map_err(err)?;
+            }
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(options.mode))
+                .map_err(err)?;
             (s, Some(file))
         }
     };
