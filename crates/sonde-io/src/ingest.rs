@@ -89,6 +89,8 @@ pub struct Ingest {
     give_back: Sender<Window>,
     recycled: Receiver<Window>,
     limited: LimitSample,
+    /// The last `SO_RXQ_OVFL` count of this worker's socket.
+    kernel_drops: u32,
 }
 
 /// Points dropped by a series limit since this worker last logged, and the
@@ -159,6 +161,20 @@ impl Ingest {
                 name: Vec::new(),
                 next_check: Instant::now(),
             },
+            kernel_drops: 0,
+        }
+    }
+
+    /// Takes the socket's cumulative kernel drop count (`SO_RXQ_OVFL`) and
+    /// adds what is new to the receiver's counter. Each worker has its own
+    /// socket, hence its own count.
+    pub fn kernel_drops(&mut self, total: u32) {
+        let new = total.wrapping_sub(self.kernel_drops);
+        if new != 0 {
+            self.kernel_drops = total;
+            self.stats
+                .kernel_drops
+                .fetch_add(u64::from(new), std::sync::atomic::Ordering::Relaxed);
         }
     }
 

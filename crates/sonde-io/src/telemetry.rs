@@ -33,6 +33,11 @@ pub struct ReceiverStats {
     pub drops: [AtomicU64; REASONS],
     /// Connections accepted (stream and seqpacket receivers).
     pub connections: AtomicU64,
+    /// Datagrams the kernel dropped because the socket's queue was full
+    /// (`SO_RXQ_OVFL`, summed over the receiver's sockets).
+    pub kernel_drops: AtomicU64,
+    /// The receive buffer the kernel granted per socket, in bytes.
+    pub receive_buffer: AtomicU64,
     /// When the counters were made: the origin of `limit_logged_ms`.
     started: Instant,
     /// Milliseconds after `started` of the last series-limit log line, or
@@ -53,6 +58,8 @@ impl ReceiverStats {
             points: AtomicU64::new(0),
             drops: std::array::from_fn(|_| AtomicU64::new(0)),
             connections: AtomicU64::new(0),
+            kernel_drops: AtomicU64::new(0),
+            receive_buffer: AtomicU64::new(0),
             started: Instant::now(),
             limit_logged_ms: AtomicU64::new(u64::MAX),
             limit_logged: AtomicU64::new(0),
@@ -326,6 +333,28 @@ impl Telemetry {
         );
         family(
             &mut o,
+            "sonde_receiver_kernel_dropped_total",
+            "counter",
+            "Datagrams the kernel dropped because the receiver's socket queue was full (SO_RXQ_OVFL; seen when the next datagram arrives).",
+        );
+        recv(
+            &mut o,
+            &|r| r.kernel_drops.load(Relaxed),
+            "sonde_receiver_kernel_dropped_total",
+        );
+        family(
+            &mut o,
+            "sonde_receiver_receive_buffer_bytes",
+            "gauge",
+            "Receive buffer the kernel granted per socket (datagram receivers).",
+        );
+        recv(
+            &mut o,
+            &|r| r.receive_buffer.load(Relaxed),
+            "sonde_receiver_receive_buffer_bytes",
+        );
+        family(
+            &mut o,
             "sonde_receiver_dropped_total",
             "counter",
             "Messages, lines or points dropped, by reason.",
@@ -395,6 +424,23 @@ impl Telemetry {
         ] {
             family(&mut o, name, kind, help);
             let _ = writeln!(o, "{name} {v}");
+        }
+        for (name, field, help) in [
+            (
+                "sonde_host_udp_rcvbuf_errors_total",
+                "RcvbufErrors",
+                "UDP datagrams the kernel dropped host-wide for a full receive buffer (/proc/net/snmp Udp RcvbufErrors).",
+            ),
+            (
+                "sonde_host_udp_in_errors_total",
+                "InErrors",
+                "UDP datagrams the kernel could not deliver host-wide (/proc/net/snmp Udp InErrors).",
+            ),
+        ] {
+            if let Some(v) = udp_snmp(field) {
+                family(&mut o, name, "counter", help);
+                let _ = writeln!(o, "{name} {v}");
+            }
         }
         family(
             &mut o,
@@ -516,9 +562,32 @@ impl Telemetry {
     }
 }
 
+/// One field of the `Udp:` lines of `/proc/net/snmp` (a header line of
+/// names, then a line of values), or `None` where there is no such file.
+fn udp_snmp(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    parse_snmp(&text, "Udp:", field)
+}
+
+fn parse_snmp(text: &str, proto: &str, field: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(proto));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let i = names.split_whitespace().position(|n| n == field)?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snmp_fields_are_found_by_name() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\nUdp: 10 2 7 9 5\nUdpLite: InDatagrams\nUdpLite: 0\n";
+        assert_eq!(parse_snmp(text, "Udp:", "RcvbufErrors"), Some(5));
+        assert_eq!(parse_snmp(text, "Udp:", "InErrors"), Some(7));
+        assert_eq!(parse_snmp(text, "Udp:", "Nope"), None);
+    }
 
     #[test]
     fn published_counts_show_up_by_receiver_and_reason() {

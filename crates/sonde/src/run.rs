@@ -119,6 +119,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             socks[0].local_addr().to_string(),
             r.protocol.as_str(),
         ));
+        if let Some(b) = socks[0].receive_buffer() {
+            // Linux reports double the usable size (bookkeeping).
+            stats
+                .receive_buffer
+                .store(b as u64 / 2, std::sync::atomic::Ordering::Relaxed);
+        }
         telemetry.receivers.push(Arc::clone(&stats));
         for b in socks {
             let ingest = Ingest::new(

@@ -559,3 +559,51 @@ fn unix_socket_files_get_the_configured_mode_owner_and_group() {
     assert_eq!((meta(&closed).uid(), meta(&closed).gid()), (uid, gid));
     drop(agent);
 }
+
+/// Under overload the kernel drops datagrams the agent cannot read in
+/// time; the agent exports how many, so that every datagram sent is either
+/// read and parsed or counted as a kernel drop.
+#[test]
+fn datagrams_the_kernel_drops_under_overload_are_counted() {
+    let port = free_port();
+    let agent = Agent::start(
+        "1h",
+        &format!(
+            "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\nreceive_buffer = \"4KiB\"\n"
+        ),
+    );
+    let labels = format!("{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"statsd\"}}");
+    let granted = agent
+        .metric(&format!("sonde_receiver_receive_buffer_bytes{labels}"))
+        .unwrap();
+    assert!(granted > 0.0 && granted < 65536.0, "granted {granted}");
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let datagram = b"ov.c:1|c\n".repeat(100);
+    let mut sent = 0u64;
+    for _ in 0..5000 {
+        socket.send_to(&datagram, ("127.0.0.1", port)).unwrap();
+        sent += 1;
+    }
+    // A drop count rides on the next datagram read, so keep sending small
+    // probes until every datagram is accounted for.
+    let metric = |name: &str| agent.metric(&format!("{name}{labels}"));
+    let (read, dropped) = wait_for("datagrams read + kernel drops = sent", WAIT, || {
+        socket.send_to(b"probe:1|c\n", ("127.0.0.1", port)).unwrap();
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(20));
+        let read = metric("sonde_receiver_datagrams_total")?;
+        let dropped = metric("sonde_receiver_kernel_dropped_total")?;
+        // The last probe may still be in flight.
+        (read + dropped + 1.0 >= sent as f64).then_some((read, dropped))
+    });
+    assert!(dropped > 0.0, "no kernel drops with a 4 KiB buffer");
+    assert!(read + dropped == sent as f64 || read + dropped + 1.0 == sent as f64);
+    // Every datagram read was parsed: 100 points per burst datagram, one
+    // per probe.
+    let probes = sent - 5000;
+    assert!(probes < 100);
+    let points = metric("sonde_receiver_points_total").unwrap() as u64;
+    assert_eq!(points / 100 + points % 100, read as u64, "points {points}");
+    eprintln!("sent {sent}, read {read}, kernel drops {dropped}, buffer {granted}");
+    assert!(agent.metric("sonde_host_udp_rcvbuf_errors_total").unwrap() >= dropped);
+}

@@ -4,6 +4,14 @@
 //! queued (`MSG_WAITFORONE`: block for the first, take the rest without
 //! waiting), so a busy socket costs one system call per batch and the
 //! window check runs once per batch.
+//!
+//! # Kernel drops
+//!
+//! Datagrams the kernel dropped because the socket's queue was full never
+//! reach us, so they are counted from `SO_RXQ_OVFL`: with it set, each
+//! datagram carries the socket's drop count when it was queued. Only the
+//! last datagram of a batch is read (the count only grows), so it costs
+//! one control-message walk per batch.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -20,10 +28,16 @@ const BATCH: usize = 32;
 /// unixgram datagram arrives truncated and is dropped as oversized.
 const SLOT: usize = 64 * 1024;
 
-/// The reusable receive arena: slots, their iovecs and message headers.
+/// Control-message room per datagram: one `SO_RXQ_OVFL` message (a u32
+/// behind a 16-byte header, padded to 24), aligned for `cmsghdr`.
+const CONTROL: usize = 32;
+
+/// The reusable receive arena: slots, their iovecs, control buffers and
+/// message headers.
 struct Arena {
     buf: Vec<u8>,
     iov: Vec<libc::iovec>,
+    control: Vec<[u64; CONTROL / 8]>,
     hdr: Vec<libc::mmsghdr>,
 }
 
@@ -40,6 +54,7 @@ impl Arena {
         let mut arena = Arena {
             buf,
             iov,
+            control: vec![[0; CONTROL / 8]; BATCH],
             hdr: Vec::with_capacity(BATCH),
         };
         for i in 0..BATCH {
@@ -47,14 +62,39 @@ impl Arena {
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
             h.msg_hdr.msg_iov = &mut arena.iov[i];
             h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = arena.control[i].as_mut_ptr().cast();
             arena.hdr.push(h);
         }
         arena
     }
 
+    /// The socket's kernel drop count carried by datagram `i`, if any
+    /// (`SO_RXQ_OVFL`; the kernel adds it once the count is non-zero).
+    fn kernel_drops(&self, i: usize) -> Option<u32> {
+        let h = &self.hdr[i].msg_hdr;
+        // SAFETY: the header's control pointer and length describe this
+        // arena's own control buffer, which the kernel filled with whole
+        // control messages; the CMSG_* helpers stay within that length.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
+                    return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
+    }
+
     /// Receives up to `BATCH` datagrams; `Ok(0)` on timeout.
     fn recv(&mut self, fd: i32) -> io::Result<usize> {
-        // SAFETY: every header points at its own iovec, which points at its
+        // The kernel shrinks the length to what it wrote.
+        for h in &mut self.hdr {
+            h.msg_hdr.msg_controllen = CONTROL as _;
+        }
+        // SAFETY: every header points at its own iovec and control buffer;
+        // the iovec points at its
         // own SLOT-sized part of `buf`; all three live as long as `self` and
         // are never reallocated after `new`.
         let n = unsafe {
@@ -117,6 +157,9 @@ pub(super) fn run(socket: &Socket, mut ingest: Ingest, linger: Duration) -> io::
                 Ok(d) => ingest.datagram(d),
                 Err(reason) => ingest.drop(reason),
             }
+        }
+        if let Some(drops) = n.checked_sub(1).and_then(|last| arena.kernel_drops(last)) {
+            ingest.kernel_drops(drops);
         }
         if !ingest.end_batch() {
             return Ok(());

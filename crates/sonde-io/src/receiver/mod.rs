@@ -309,6 +309,20 @@ fn bind_one(
     };
     if addr.is_datagram() {
         set_receive_buffer(&socket, options.receive_buffer);
+        // Kernel drop counts with every datagram (see `datagram`); best
+        // effort, as an old kernel only loses the count.
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&on`, a
+        // live c_int, on a descriptor this function owns.
+        let _ = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                libc::SOL_SOCKET,
+                libc::SO_RXQ_OVFL,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
         socket.set_read_timeout(Some(WAKE_INTERVAL)).map_err(err)?;
     } else {
         socket.listen(1024).map_err(err)?;
