@@ -233,6 +233,31 @@ impl Aggregator {
         self.pending.push(w);
     }
 
+    /// Forgets a shard whose worker has stopped (a config reload removed
+    /// its receiver), after its last window was flushed: the series only it
+    /// fed are freed once they expire, as if every later window were idle.
+    pub fn forget_shard(&mut self, shard: u32) {
+        let Some(worker) = self.workers.remove(&shard) else {
+            return;
+        };
+        for g in worker.map {
+            if g == NO_SLOT {
+                continue;
+            }
+            let s = &mut self.series[g as usize];
+            s.refs -= 1;
+            if s.refs == 0 && s.expired {
+                let hash = s.key.as_deref().map_or(0, canonical_hash);
+                s.key = None;
+                self.histograms.remove(&g);
+                if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
+                    e.remove();
+                }
+                self.free.push(g);
+            }
+        }
+    }
+
     /// Windows the last flush finished with, to return to their shards
     /// (match them with [`Window::shard`]).
     pub fn take_done(&mut self) -> impl Iterator<Item = Window> + '_ {

@@ -39,6 +39,16 @@ pub const COLLECT_DEADLINE: Duration = Duration::from_secs(2);
 pub enum FlusherCommand {
     /// Flush the open window now and stop.
     Shutdown,
+    /// A config reload removed these sinks (by name): stop handing them
+    /// windows, which lets their threads drain and exit.
+    RemoveSinks(Vec<String>),
+    /// A config reload is starting these sinks: keep their windows (up to
+    /// [`crate::sink::QUEUE_BATCHES`]) until [`FlusherCommand::AddSinks`]
+    /// brings them, so that no window falls between an old and a new sink.
+    HoldFor(Vec<String>),
+    /// Sinks started by a config reload; each first gets what was held
+    /// for its name.
+    AddSinks(Vec<SinkHandle>),
 }
 
 /// Unix time now, in nanoseconds.
@@ -66,8 +76,6 @@ pub struct Flusher {
     pub shards: Receiver<Handoff>,
     /// Commands from the main thread.
     pub commands: Receiver<FlusherCommand>,
-    /// How many workers hand over a shard per window.
-    pub workers: usize,
     /// The sinks' queues.
     pub sinks: Vec<SinkHandle>,
     /// Counters for `/metrics`.
@@ -82,10 +90,14 @@ impl Flusher {
             control,
             shards,
             commands,
-            workers,
-            sinks,
+            mut sinks,
             stats,
         } = self;
+        // Windows kept for sinks a reload is starting.
+        let mut held: HashMap<String, Vec<Arc<Batch>>> = HashMap::new();
+        // Shards whose worker sent its last window, forgotten after the
+        // flush that merges it.
+        let mut retired: Vec<u32> = Vec::new();
         let interval = config.interval;
         let mut agg = Aggregator::new(Arc::clone(&config));
         // Where each shard's windows go back after a flush.
@@ -107,6 +119,25 @@ impl Flusher {
                         stopping = true;
                         break;
                     }
+                    Ok(FlusherCommand::RemoveSinks(names)) => {
+                        sinks.retain(|s| !names.iter().any(|n| n == s.name()));
+                        for n in &names {
+                            held.remove(n);
+                        }
+                    }
+                    Ok(FlusherCommand::HoldFor(names)) => {
+                        for n in names {
+                            held.entry(n).or_default();
+                        }
+                    }
+                    Ok(FlusherCommand::AddSinks(added)) => {
+                        for s in added {
+                            for b in held.remove(s.name()).unwrap_or_default() {
+                                s.send(b);
+                            }
+                            sinks.push(s);
+                        }
+                    }
                     Err(RecvTimeoutError::Timeout) => {}
                 }
             }
@@ -120,23 +151,39 @@ impl Flusher {
             // Shards of a closed epoch. Earlier-epoch stragglers are merged too.
             let mut got = 0;
             let deadline = Instant::now() + COLLECT_DEADLINE;
-            while got < workers {
+            // The number of running workers can change under a reload, so
+            // it is read again while waiting.
+            while got < control.workers.load(Ordering::Acquire) {
                 let left = deadline.saturating_duration_since(Instant::now());
-                match shards.recv_timeout(left) {
+                if left.is_zero() {
+                    break;
+                }
+                match shards.recv_timeout(left.min(Duration::from_millis(50))) {
                     Ok(h) => {
-                        if h.epoch == closing {
+                        if h.last {
+                            // A retired worker's final window, not one of
+                            // the shards waited for.
+                            control.workers.fetch_sub(1, Ordering::AcqRel);
+                            retired.push(h.window.shard());
+                        } else if h.epoch == closing {
                             got += 1;
                         } else {
                             stats.late_shards.fetch_add(1, Ordering::Relaxed);
                         }
                         absorb(&mut agg, &mut give_back, h);
                     }
-                    Err(_) => break,
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             }
             // Shards from workers that missed an earlier deadline.
             while let Ok(h) = shards.try_recv() {
-                stats.late_shards.fetch_add(1, Ordering::Relaxed);
+                if h.last {
+                    control.workers.fetch_sub(1, Ordering::AcqRel);
+                    retired.push(h.window.shard());
+                } else {
+                    stats.late_shards.fetch_add(1, Ordering::Relaxed);
+                }
                 absorb(&mut agg, &mut give_back, h);
             }
             let merged = Instant::now();
@@ -148,6 +195,10 @@ impl Flusher {
                 if let Some(tx) = give_back.get(&w.shard()) {
                     let _ = tx.send(w);
                 }
+            }
+            for shard in retired.drain(..) {
+                agg.forget_shard(shard);
+                give_back.remove(&shard);
             }
             stats.flushes.fetch_add(1, Ordering::Relaxed);
             stats.series.store(fs.series as u64, Ordering::Relaxed);
@@ -163,6 +214,11 @@ impl Flusher {
             let batch = Arc::new(batch);
             for sink in &sinks {
                 sink.send(Arc::clone(&batch));
+            }
+            for h in held.values_mut() {
+                if h.len() < crate::sink::QUEUE_BATCHES {
+                    h.push(Arc::clone(&batch));
+                }
             }
             // The flush itself, not the wait for worker shards.
             let spent = merged.elapsed();

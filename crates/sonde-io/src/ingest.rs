@@ -17,7 +17,7 @@
 //! worker that sees the new epoch also sees the shutdown, hands over its last
 //! shard and exits. No worker exits without handing over what it received.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,6 +63,12 @@ pub struct Control {
     pub shutdown: AtomicBool,
     /// Live series of every worker's shard, for `agent.max_series`.
     pub series: Arc<SeriesCount>,
+    /// Workers: each [`Ingest`] counts itself in when created, and the
+    /// flusher counts a worker out when it gets its last window (a reload
+    /// removed its receiver). The flusher waits for this many shards per
+    /// window; a worker stopping at shutdown still counts, so that its final
+    /// shard is waited for.
+    pub workers: AtomicUsize,
 }
 
 /// A worker's closed window, on its way to the flusher.
@@ -74,6 +80,10 @@ pub struct Handoff {
     pub window: Window,
     /// Where the flusher returns the window for reuse.
     pub give_back: Sender<Window>,
+    /// The worker's last window: its receiver was removed by a config
+    /// reload, so it hands over the open window early and exits. It is not
+    /// one of the shards the flusher waits for.
+    pub last: bool,
 }
 
 /// Parses and aggregates for one worker.
@@ -91,6 +101,8 @@ pub struct Ingest {
     limited: LimitSample,
     /// The last `SO_RXQ_OVFL` count of this worker's socket.
     kernel_drops: u32,
+    /// Set when a config reload removes this worker's receiver.
+    retire: Arc<AtomicBool>,
 }
 
 /// Points dropped by a series limit since this worker last logged, and the
@@ -146,6 +158,7 @@ impl Ingest {
         handoff: SyncSender<Handoff>,
     ) -> Ingest {
         let (give_back, recycled) = std::sync::mpsc::channel();
+        control.workers.fetch_add(1, Ordering::AcqRel);
         Ingest {
             protocol,
             shard: Shard::with_count(config, Arc::clone(&control.series)),
@@ -162,7 +175,20 @@ impl Ingest {
                 next_check: Instant::now(),
             },
             kernel_drops: 0,
+            retire: Arc::default(),
         }
+    }
+
+    /// True once a config reload has removed this worker's receiver.
+    pub fn retiring(&self) -> bool {
+        self.retire.load(Ordering::Acquire)
+    }
+
+    /// Makes the worker hand over its open window and exit once `retire`
+    /// is set (a config reload removed its receiver).
+    pub fn retire_on(mut self, retire: Arc<AtomicBool>) -> Ingest {
+        self.retire = retire;
+        self
     }
 
     /// Takes the socket's cumulative kernel drop count (`SO_RXQ_OVFL`) and
@@ -216,6 +242,18 @@ impl Ingest {
             self.log_limited();
         }
         let epoch = self.control.epoch.load(Ordering::Acquire);
+        if self.retire.load(Ordering::Acquire) {
+            // The open window's data goes to the flusher now, with the
+            // window it belongs to.
+            let window = self.shard.take_window(None);
+            let _ = self.handoff.send(Handoff {
+                epoch: self.epoch,
+                window,
+                give_back: self.give_back.clone(),
+                last: true,
+            });
+            return false;
+        }
         if epoch == self.epoch {
             return true;
         }
@@ -224,6 +262,7 @@ impl Ingest {
             epoch: self.epoch,
             window,
             give_back: self.give_back.clone(),
+            last: false,
         });
         self.epoch = epoch;
         // The flusher gone means the agent is stopping.

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sonde_aggregate::SeriesCount;
@@ -251,10 +251,10 @@ pub struct FlushStats {
 /// Everything `/metrics` shows.
 #[derive(Debug, Default)]
 pub struct Telemetry {
-    /// One per receiver.
-    pub receivers: Vec<Arc<ReceiverStats>>,
-    /// One per sink.
-    pub sinks: Vec<Arc<SinkStats>>,
+    /// One per running receiver; a config reload adds and removes some.
+    pub receivers: Mutex<Vec<Arc<ReceiverStats>>>,
+    /// One per running sink; a config reload adds and removes some.
+    pub sinks: Mutex<Vec<Arc<SinkStats>>>,
     /// The flusher's counters.
     pub flush: Arc<FlushStats>,
     /// Live series of the receive workers, which `agent.max_series` limits.
@@ -272,12 +272,18 @@ fn escape(v: &str) -> String {
 impl Telemetry {
     /// Renders every counter in the Prometheus text format.
     pub fn render(&self) -> String {
+        let receivers = self
+            .receivers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut o = String::new();
         let family = |o: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         let recv = |o: &mut String, f: &dyn Fn(&ReceiverStats) -> u64, name: &str| {
-            for r in &self.receivers {
+            for r in &receivers {
                 let _ = writeln!(
                     o,
                     "{name}{{receiver=\"{}\",protocol=\"{}\"}} {}",
@@ -359,7 +365,7 @@ impl Telemetry {
             "counter",
             "Messages, lines or points dropped, by reason.",
         );
-        for r in &self.receivers {
+        for r in &receivers {
             for reason in DropReason::ALL {
                 let _ = writeln!(
                     o,
@@ -469,7 +475,7 @@ impl Telemetry {
             }),
         ] {
             family(&mut o, name, "counter", help);
-            for s in &self.sinks {
+            for s in &sinks {
                 let _ = writeln!(o, "{name}{{sink=\"{}\"}} {}", escape(&s.name), get(s));
             }
         }
@@ -512,7 +518,7 @@ impl Telemetry {
             ),
         ] {
             family(&mut o, name, kind, help);
-            for s in &self.sinks {
+            for s in &sinks {
                 let _ = writeln!(o, "{name}{{sink=\"{}\"}} {}", escape(&s.name), get(s));
             }
         }
@@ -522,7 +528,7 @@ impl Telemetry {
             "counter",
             "Failed delivery attempts, by reason.",
         );
-        for s in &self.sinks {
+        for s in &sinks {
             for r in FailReason::ALL {
                 let _ = writeln!(
                     o,
@@ -546,7 +552,7 @@ impl Telemetry {
             ),
         ] {
             family(&mut o, name, "counter", help);
-            for s in &self.sinks {
+            for s in &sinks {
                 for d in SinkDrop::ALL {
                     let _ = writeln!(
                         o,
@@ -600,7 +606,7 @@ mod tests {
         local.publish(&stats);
         assert_eq!(local.points, 0);
         let t = Telemetry {
-            receivers: vec![stats],
+            receivers: Mutex::new(vec![stats]),
             ..Telemetry::default()
         };
         let text = t.render();

@@ -373,7 +373,7 @@ pub enum NetKind {
 }
 
 /// A network sink, validated.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NetSink {
     /// Its name.
     pub name: String,
@@ -392,7 +392,7 @@ pub struct NetSink {
 }
 
 /// A sink, validated.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Sink {
     /// `console`.
     Console,

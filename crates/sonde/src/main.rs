@@ -74,11 +74,11 @@ fn main() -> ExitCode {
                 // Colours for a terminal only, not for a log file or journald.
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
-            match config {
-                Some(path) => load(&path),
+            match &config {
+                Some(path) => load(path),
                 None => config::parse(config::DEFAULT_CONFIG).context("embedded default config"),
             }
-            .and_then(run::run)
+            .and_then(|c| run::run(c, config))
         }
         Command::Validate { config } => load(&config).map(|c| {
             println!(

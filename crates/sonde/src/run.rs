@@ -1,69 +1,206 @@
 //! Wiring: binds every socket first (so a bad address fails the start),
 //! then starts sinks, receive workers, the flusher and the HTTP thread, and
-//! waits for SIGTERM or SIGINT.
+//! waits for signals.
+//!
+//! # Reload
+//!
+//! SIGHUP reads the config file again. A file that does not parse or
+//! validate is refused with a log line and the running config stays. Else
+//! receivers and sinks whose settings did not change keep running with
+//! their data (series, windows, buffers); removed ones stop (a receiver
+//! hands its open window to the flusher first; a sink delivers what it has,
+//! its disk buffer staying for later); added ones start, and a new sink gets
+//! every window flushed from the moment the reload began. `[agent]`,
+//! `[histograms]` and `prometheus_exporter` sinks apply at the next start;
+//! a reload that changes them says so in the log.
 //!
 //! # Clean shutdown
 //!
-//! On a signal the flusher closes the open window early and flushes it;
-//! the workers hand over their last shards and exit (removing their unix
-//! socket files); the sinks write what is queued and exit; then `run`
-//! returns.
+//! On SIGTERM or SIGINT the flusher closes the open window early and
+//! flushes it; the workers hand over their last shards and exit (removing
+//! their unix socket files); the sinks deliver what is queued, for up to
+//! their `shutdown_grace`, and exit; then `run` returns.
 
-use std::sync::mpsc::sync_channel;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Sender, SyncSender};
 use std::sync::Arc;
-
-use anyhow::Context;
-use signal_hook::consts::{SIGINT, SIGTERM};
-use sonde_io::flusher::{self, Flusher, FlusherCommand};
-use sonde_io::http::{self, Site};
-use sonde_io::ingest::{Control, Ingest};
-use sonde_io::receiver;
-use sonde_io::sink::{self, Console, Exposition, PrometheusExporter};
-use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
-
-use sonde::config::{Buffer, Config, NetKind, NetSink, Sink};
-use sonde_encode::BatchEncoder;
-use sonde_io::sender::{self, disk::Disk, queue::Memory, Http, Queue, Tcp};
-use sonde_io::sink::SinkHandle;
 use std::thread::JoinHandle;
 
-/// Runs the agent until SIGTERM or SIGINT.
-pub fn run(config: Config) -> anyhow::Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+use anyhow::Context;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use sonde::config::{Buffer, Config, NetKind, NetSink, Receiver, Sink};
+use sonde_aggregate::AggregateConfig;
+use sonde_encode::BatchEncoder;
+use sonde_io::flusher::{self, Flusher, FlusherCommand};
+use sonde_io::http::{self, Site};
+use sonde_io::ingest::{Control, Handoff, Ingest};
+use sonde_io::receiver::{self, Bound};
+use sonde_io::sender::{self, disk::Disk, queue::Memory, Http, Queue, Tcp};
+use sonde_io::sink::{self, Console, Exposition, PrometheusExporter, SinkHandle};
+use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
+
+/// Shards that may wait for the flusher before a worker blocks: two
+/// windows of a generous number of workers.
+const SHARD_QUEUE: usize = 64;
+
+/// A receiver's running workers.
+struct RunningReceiver {
+    config: Receiver,
+    retire: Arc<AtomicBool>,
+    stats: Arc<ReceiverStats>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// A running sink.
+struct RunningSink {
+    config: Sink,
+    stats: Arc<SinkStats>,
+    thread: JoinHandle<()>,
+}
+
+/// What starting receivers needs.
+struct Ctx {
+    aggregate: Arc<AggregateConfig>,
+    control: Arc<Control>,
+    shard_tx: SyncSender<Handoff>,
+    telemetry: Arc<Telemetry>,
+}
+
+/// Binds a receiver's sockets (resolving the unix file's owner and group).
+fn bind(r: &Receiver) -> anyhow::Result<Vec<Bound>> {
+    let mut options = r.options;
+    if let Some(o) = &r.owner {
+        options.owner = Some(
+            receiver::user_id(o)
+                .with_context(|| format!("owner {o:?} of the socket file of {}", r.listen))?,
+        );
+    }
+    if let Some(g) = &r.group {
+        options.group = Some(
+            receiver::group_id(g)
+                .with_context(|| format!("group {g:?} of the socket file of {}", r.listen))?,
+        );
+    }
+    let socks = receiver::bind(&r.listen, options)?;
+    let first = &socks[0];
+    tracing::info!(
+        receiver = %first.local_addr(),
+        protocol = r.protocol.as_str(),
+        workers = socks.len(),
+        receive_buffer = first.receive_buffer().map(|b| b / 2),
+        "listening"
+    );
+    Ok(socks)
+}
+
+/// Starts the workers of a bound receiver.
+fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<RunningReceiver> {
+    // Workers of one receiver share its counters.
+    let stats = Arc::new(ReceiverStats::new(
+        socks[0].local_addr().to_string(),
+        r.protocol.as_str(),
+    ));
+    if let Some(b) = socks[0].receive_buffer() {
+        // Linux reports double the usable size (bookkeeping).
+        stats.receive_buffer.store(b as u64 / 2, Ordering::Relaxed);
+    }
+    let retire = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for b in socks {
+        let ingest = Ingest::new(
+            r.protocol,
+            Arc::clone(&stats),
+            Arc::clone(&ctx.aggregate),
+            Arc::clone(&ctx.control),
+            ctx.shard_tx.clone(),
+        )
+        .retire_on(Arc::clone(&retire));
+        workers.push(receiver::spawn(b, ingest)?);
+    }
+    lock(&ctx.telemetry.receivers).push(Arc::clone(&stats));
+    Ok(RunningReceiver {
+        config: r.clone(),
+        retire,
+        stats,
+        workers,
+    })
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Stops a receiver: its workers hand over their open windows and exit.
+fn retire(r: RunningReceiver, telemetry: &Telemetry) {
+    r.retire.store(true, Ordering::Release);
+    for w in r.workers {
+        let _ = w.join();
+    }
+    lock(&telemetry.receivers).retain(|s| !Arc::ptr_eq(s, &r.stats));
+    tracing::info!(receiver = %r.config.listen, "receiver stopped");
+}
+
+/// The name a sink has on `/metrics`.
+fn sink_name(s: &Sink) -> String {
+    match s {
+        Sink::Console => "console".into(),
+        Sink::File(path) => format!("file:{}", path.display()),
+        Sink::PrometheusExporter(listen) => format!("prometheus_exporter:{listen}"),
+        Sink::Net(n) => n.name.clone(),
+    }
+}
+
+/// Starts a sink (an exporter's listener goes to `sites`). `stats` carries
+/// the counters of the sink it replaces, if any.
+fn start_sink(
+    s: &Sink,
+    sites: &mut Vec<(std::net::TcpListener, Site)>,
+    stats: Option<Arc<SinkStats>>,
+) -> anyhow::Result<(SinkHandle, RunningSink)> {
+    let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(sink_name(s))));
+    let (handle, thread) = match s {
+        Sink::Console => sink::spawn(Console::default(), Arc::clone(&stats))?,
+        Sink::File(path) => {
+            let f = sink::File::open(path)
+                .with_context(|| format!("opening file sink {}", path.display()))?;
+            sink::spawn(f, Arc::clone(&stats))?
+        }
+        Sink::PrometheusExporter(listen) => {
+            let l = http::bind(*listen)
+                .with_context(|| format!("cannot listen on prometheus_exporter {listen}"))?;
+            tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
+            let expo = Exposition::default();
+            sites.push((l, Site::Exporter(expo.clone())));
+            sink::spawn(PrometheusExporter::new(expo), Arc::clone(&stats))?
+        }
+        Sink::Net(n) => start_net(n, Arc::clone(&stats))?,
+    };
+    Ok((
+        handle,
+        RunningSink {
+            config: s.clone(),
+            stats,
+            thread,
+        },
+    ))
+}
+
+/// Runs the agent until SIGTERM or SIGINT; SIGHUP reloads `path`.
+pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("installing signal handlers")?;
-    let aggregate = Arc::new(config.aggregate);
+    let aggregate = Arc::new(config.aggregate.clone());
     let control = Arc::new(Control::default());
-    let mut telemetry = Telemetry {
+    let telemetry = Arc::new(Telemetry {
         worker_series: Arc::clone(&control.series),
         max_series: aggregate.max_series,
         ..Telemetry::default()
-    };
+    });
 
     let mut bound = Vec::new();
     for r in &config.receivers {
-        let mut options = r.options;
-        if let Some(o) = &r.owner {
-            options.owner = Some(
-                receiver::user_id(o)
-                    .with_context(|| format!("owner {o:?} of the socket file of {}", r.listen))?,
-            );
-        }
-        if let Some(g) = &r.group {
-            options.group = Some(
-                receiver::group_id(g)
-                    .with_context(|| format!("group {g:?} of the socket file of {}", r.listen))?,
-            );
-        }
-        let socks = receiver::bind(&r.listen, options)?;
-        let first = &socks[0];
-        tracing::info!(
-            receiver = %first.local_addr(),
-            protocol = r.protocol.as_str(),
-            workers = socks.len(),
-            receive_buffer = first.receive_buffer().map(|b| b / 2),
-            "listening"
-        );
-        bound.push((r, socks));
+        bound.push((r, bind(r)?));
     }
 
     let mut sites = Vec::new();
@@ -71,79 +208,27 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         let l = http::bind(admin.0)
             .with_context(|| format!("cannot listen on agent.admin_listen {}", admin.0))?;
         tracing::info!(address = %admin.0, "admin listening on /health and /metrics");
-        sites.push((l, Site::Admin(Arc::default())));
+        sites.push((l, Site::Admin(Arc::clone(&telemetry))));
     }
+    let mut handles = Vec::new();
     let mut sinks = Vec::new();
-    let mut sink_threads = Vec::new();
     for s in &config.sinks {
-        let (name, handle) = match s {
-            Sink::Console => {
-                let stats = Arc::new(SinkStats::new("console".into()));
-                (stats.clone(), sink::spawn(Console::default(), stats)?)
-            }
-            Sink::File(path) => {
-                let f = sink::File::open(path)
-                    .with_context(|| format!("opening file sink {}", path.display()))?;
-                let stats = Arc::new(SinkStats::new(format!("file:{}", path.display())));
-                (stats.clone(), sink::spawn(f, stats)?)
-            }
-            Sink::PrometheusExporter(listen) => {
-                let l = http::bind(*listen)
-                    .with_context(|| format!("cannot listen on prometheus_exporter {listen}"))?;
-                tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
-                let expo = Exposition::default();
-                sites.push((l, Site::Exporter(expo.clone())));
-                let stats = Arc::new(SinkStats::new(format!("prometheus_exporter:{listen}")));
-                (
-                    stats.clone(),
-                    sink::spawn(PrometheusExporter::new(expo), stats)?,
-                )
-            }
-            Sink::Net(n) => {
-                let stats = Arc::new(SinkStats::new(n.name.clone()));
-                (stats.clone(), start_net(n, stats)?)
-            }
-        };
-        telemetry.sinks.push(name);
-        sinks.push(handle.0);
-        sink_threads.push(handle.1);
+        let (handle, running) = start_sink(s, &mut sites, None)?;
+        lock(&telemetry.sinks).push(Arc::clone(&running.stats));
+        handles.push(handle);
+        sinks.push(running);
     }
 
-    // Two windows' worth of shards can queue without blocking a worker.
-    let threads: usize = bound.iter().map(|(_, s)| s.len()).sum();
-    let (shard_tx, shard_rx) = sync_channel(2 * threads + 2);
-    let mut workers = Vec::new();
+    let (shard_tx, shard_rx) = sync_channel(SHARD_QUEUE);
+    let ctx = Ctx {
+        aggregate: Arc::clone(&aggregate),
+        control: Arc::clone(&control),
+        shard_tx,
+        telemetry: Arc::clone(&telemetry),
+    };
+    let mut receivers = Vec::new();
     for (r, socks) in bound {
-        // Workers of one receiver share its counters.
-        let stats = Arc::new(ReceiverStats::new(
-            socks[0].local_addr().to_string(),
-            r.protocol.as_str(),
-        ));
-        if let Some(b) = socks[0].receive_buffer() {
-            // Linux reports double the usable size (bookkeeping).
-            stats
-                .receive_buffer
-                .store(b as u64 / 2, std::sync::atomic::Ordering::Relaxed);
-        }
-        telemetry.receivers.push(Arc::clone(&stats));
-        for b in socks {
-            let ingest = Ingest::new(
-                r.protocol,
-                Arc::clone(&stats),
-                Arc::clone(&aggregate),
-                Arc::clone(&control),
-                shard_tx.clone(),
-            );
-            workers.push(receiver::spawn(b, ingest)?);
-        }
-    }
-    drop(shard_tx);
-
-    let telemetry = Arc::new(telemetry);
-    for site in &mut sites {
-        if let Site::Admin(t) = &mut site.1 {
-            *t = Arc::clone(&telemetry);
-        }
+        receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
     http::serve(sites)?;
 
@@ -153,8 +238,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         control,
         shards: shard_rx,
         commands: cmd_rx,
-        workers: workers.len(),
-        sinks,
+        sinks: handles,
         stats: Arc::clone(&telemetry.flush),
     };
     let flusher = std::thread::Builder::new()
@@ -162,19 +246,164 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .spawn(move || flusher.run())?;
     tracing::info!(interval = ?aggregate.interval, "sonde running");
 
-    if let Some(sig) = signals.forever().next() {
+    let mut current = config;
+    for sig in signals.forever() {
+        if sig == SIGHUP {
+            match &path {
+                None => tracing::info!("SIGHUP: running the embedded defaults; nothing to reload"),
+                Some(p) => match crate::load(p) {
+                    Err(e) => tracing::error!(
+                        error = format!("{e:#}"),
+                        "SIGHUP: the new config is refused; the running one stays"
+                    ),
+                    Ok(new) => {
+                        reload(&current, &new, &ctx, &cmd_tx, &mut receivers, &mut sinks);
+                        current = new;
+                    }
+                },
+            }
+            continue;
+        }
         tracing::info!(signal = sig, "stopping: flushing the open window");
+        break;
     }
     let _ = cmd_tx.send(FlusherCommand::Shutdown);
     let _ = flusher.join();
-    for w in workers {
-        let _ = w.join();
+    for r in receivers {
+        for w in r.workers {
+            let _ = w.join();
+        }
     }
-    for s in sink_threads {
-        let _ = s.join();
+    for s in sinks {
+        let _ = s.thread.join();
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Applies a new config to the running agent; see the module docs.
+fn reload(
+    old: &Config,
+    new: &Config,
+    ctx: &Ctx,
+    cmd: &Sender<FlusherCommand>,
+    receivers: &mut Vec<RunningReceiver>,
+    sinks: &mut Vec<RunningSink>,
+) {
+    if new.aggregate != old.aggregate
+        || new.agent.admin_listen != old.agent.admin_listen
+        || new.agent.data_dir != old.agent.data_dir
+    {
+        tracing::warn!("SIGHUP: changes to [agent] and [histograms] apply at the next start");
+    }
+    let exporters = |c: &Config| -> Vec<Sink> {
+        c.sinks
+            .iter()
+            .filter(|s| matches!(s, Sink::PrometheusExporter(_)))
+            .cloned()
+            .collect()
+    };
+    if exporters(old) != exporters(new) {
+        tracing::warn!("SIGHUP: changes to prometheus_exporter sinks apply at the next start");
+    }
+
+    // Receivers.
+    let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(receivers)
+        .into_iter()
+        .partition(|r| new.receivers.contains(&r.config));
+    *receivers = keep;
+    let added: Vec<&Receiver> = new
+        .receivers
+        .iter()
+        .filter(|r| !receivers.iter().any(|k| &k.config == *r))
+        .collect();
+    // A new receiver on an address still held by a removed one can only
+    // bind once that one has stopped.
+    let mut later = Vec::new();
+    let mut early = Vec::new();
+    for r in added {
+        if gone.iter().any(|g| g.config.listen == r.listen) {
+            later.push(r);
+        } else {
+            match bind(r) {
+                Ok(socks) => early.push((r, socks)),
+                Err(e) => {
+                    tracing::error!(receiver = %r.listen, error = format!("{e:#}"), "SIGHUP: cannot start receiver")
+                }
+            }
+        }
+    }
+    for g in gone {
+        retire(g, &ctx.telemetry);
+    }
+    for r in later {
+        match bind(r) {
+            Ok(socks) => early.push((r, socks)),
+            Err(e) => {
+                tracing::error!(receiver = %r.listen, error = format!("{e:#}"), "SIGHUP: cannot start receiver")
+            }
+        }
+    }
+    for (r, socks) in early {
+        match spawn_receiver(r, socks, ctx) {
+            Ok(running) => receivers.push(running),
+            Err(e) => {
+                tracing::error!(receiver = %r.listen, error = format!("{e:#}"), "SIGHUP: cannot start receiver")
+            }
+        }
+    }
+
+    // Sinks (exporters stay as they are).
+    let changes = |s: &Sink| !matches!(s, Sink::PrometheusExporter(_));
+    let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(sinks)
+        .into_iter()
+        .partition(|s| !changes(&s.config) || new.sinks.contains(&s.config));
+    *sinks = keep;
+    let added: Vec<&Sink> = new
+        .sinks
+        .iter()
+        .filter(|s| changes(s) && !sinks.iter().any(|k| &k.config == *s))
+        .collect();
+    let _ = cmd.send(FlusherCommand::HoldFor(
+        added.iter().map(|s| sink_name(s)).collect(),
+    ));
+    let _ = cmd.send(FlusherCommand::RemoveSinks(
+        gone.iter().map(|s| s.stats.name.clone()).collect(),
+    ));
+    // A removed sink delivers what it has (its disk buffer, if any, is free
+    // for a new sink of the same name afterwards).
+    let mut old_stats = Vec::new();
+    for g in gone {
+        let _ = g.thread.join();
+        tracing::info!(sink = %g.stats.name, "sink stopped");
+        lock(&ctx.telemetry.sinks).retain(|s| !Arc::ptr_eq(s, &g.stats));
+        old_stats.push(g.stats);
+    }
+    let mut handles = Vec::new();
+    let mut failed = Vec::new();
+    for s in added {
+        let name = sink_name(s);
+        // The same name keeps its counters.
+        let stats = old_stats.iter().find(|o| o.name == name).cloned();
+        match start_sink(s, &mut Vec::new(), stats) {
+            Ok((handle, running)) => {
+                lock(&ctx.telemetry.sinks).push(Arc::clone(&running.stats));
+                handles.push(handle);
+                sinks.push(running);
+            }
+            Err(e) => {
+                tracing::error!(sink = %name, error = format!("{e:#}"), "SIGHUP: cannot start sink");
+                failed.push(name);
+            }
+        }
+    }
+    let _ = cmd.send(FlusherCommand::RemoveSinks(failed));
+    let _ = cmd.send(FlusherCommand::AddSinks(handles));
+    tracing::info!(
+        receivers = receivers.len(),
+        sinks = sinks.len(),
+        "SIGHUP: config reloaded"
+    );
 }
 
 /// Starts a network sink's sender: its buffer (loading what a disk buffer

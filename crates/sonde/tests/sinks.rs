@@ -474,3 +474,96 @@ fn otlp_sink_posts_metrics_the_official_definitions_decode() {
     assert_eq!(seen, 2);
     server.stop();
 }
+
+#[test]
+fn sighup_reloads_receivers_and_sinks_keeping_what_did_not_change() {
+    let a = free_port();
+    let mut agent = Agent::start(
+        "1s",
+        &format!("[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{a}\"\n"),
+    );
+    let hup = |agent: &Agent| {
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &agent.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    };
+    let count = |agent: &Agent, what: &str| agent.stderr().matches(what).count();
+    let total = |agent: &Agent| {
+        named(&agent.points(), "kept.total")
+            .last()
+            .map(|p| p.1)
+            .unwrap_or(0.0)
+    };
+    // A running total on the receiver that will stay.
+    udp_send(a, &msgpack_message("counter", "kept.total", "5", "", ""));
+    wait_for("the first total", Duration::from_secs(10), || {
+        (total(&agent) == 5.0).then_some(())
+    });
+
+    // Reload: one receiver and an http sink more.
+    let server = Server::start(0, 200);
+    let b = free_port();
+    let cfg = std::fs::read_to_string(agent.path("sonde.toml")).unwrap();
+    let more = format!(
+        "{cfg}\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{b}\"\n\n[[sinks]]\ntype = \"http\"\nurl = \"http://127.0.0.1:{}/\"\nmax_batch_age = \"0s\"\n",
+        server.port
+    );
+    std::fs::write(agent.path("sonde.toml"), &more).unwrap();
+    hup(&agent);
+    wait_for("the reload", Duration::from_secs(10), || {
+        (count(&agent, "config reloaded") == 1).then_some(())
+    });
+    udp_send(b, b"new.receiver:1|c\n");
+    udp_send(a, &msgpack_message("counter", "kept.total", "2", "", ""));
+    // The kept receiver's series kept its total; the new receiver works;
+    // the new sink gets the windows.
+    wait_for("the total to continue", Duration::from_secs(10), || {
+        (total(&agent) == 7.0).then_some(())
+    });
+    wait_for("the new receiver's point", Duration::from_secs(10), || {
+        (!named(&agent.points(), "new.receiver").is_empty()).then_some(())
+    });
+    wait_for("the new sink", Duration::from_secs(10), || {
+        server
+            .accepted()
+            .iter()
+            .any(|g| !named(&json_lines(&g.body), "new.receiver").is_empty())
+            .then_some(())
+    });
+
+    // A broken file is refused; everything keeps running.
+    std::fs::write(agent.path("sonde.toml"), format!("{more}\n[[sinks]\n")).unwrap();
+    hup(&agent);
+    wait_for("the refusal", Duration::from_secs(10), || {
+        (count(&agent, "the new config is refused") == 1).then_some(())
+    });
+    udp_send(b, b"still.there:1|c\n");
+    wait_for(
+        "the receiver to still work",
+        Duration::from_secs(10),
+        || (!named(&agent.points(), "still.there").is_empty()).then_some(()),
+    );
+
+    // Back to the first config: the added receiver hands over what it
+    // received and stops, and its counters leave /metrics.
+    udp_send(b, b"last.words:1|c\n");
+    std::fs::write(agent.path("sonde.toml"), &cfg).unwrap();
+    hup(&agent);
+    wait_for("the second reload", Duration::from_secs(10), || {
+        (count(&agent, "config reloaded") == 2).then_some(())
+    });
+    wait_for(
+        "the retired receiver's last point",
+        Duration::from_secs(10),
+        || (!named(&agent.points(), "last.words").is_empty()).then_some(()),
+    );
+    let metrics = agent.get("/metrics").unwrap();
+    assert!(!metrics.contains(&format!("127.0.0.1:{b}")), "{metrics}");
+    assert!(!metrics.contains("sink=\"http\""));
+    assert!(agent.stderr().contains("receiver stopped"));
+    agent.stop();
+    server.stop();
+}

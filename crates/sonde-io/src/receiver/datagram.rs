@@ -150,6 +150,8 @@ pub(super) fn run(socket: &Socket, mut ingest: Ingest, linger: Duration) -> io::
     let fd = socket.as_raw_fd();
     let mut arena = Arena::new();
     let mut last_batch = Instant::now();
+    // Batches read after a reload removed this receiver.
+    let mut draining = 0;
     loop {
         let n = arena.recv(fd)?;
         for i in 0..n {
@@ -160,6 +162,13 @@ pub(super) fn run(socket: &Socket, mut ingest: Ingest, linger: Duration) -> io::
         }
         if let Some(drops) = n.checked_sub(1).and_then(|last| arena.kernel_drops(last)) {
             ingest.kernel_drops(drops);
+        }
+        // A removed receiver empties its socket before its last hand-over,
+        // so that nothing sent before the reload is lost (bounded, in case
+        // senders keep sending).
+        if n > 0 && ingest.retiring() && draining < 64 {
+            draining += 1;
+            continue;
         }
         if !ingest.end_batch() {
             return Ok(());

@@ -60,6 +60,11 @@ pub struct SinkHandle {
 }
 
 impl SinkHandle {
+    /// The sink's name, as on `/metrics`.
+    pub fn name(&self) -> &str {
+        &self.stats.name
+    }
+
     /// Queues a batch without blocking; a full queue drops it and counts it.
     pub fn send(&self, batch: Arc<Batch>) {
         match self.tx.try_send(batch) {
