@@ -567,3 +567,36 @@ fn sighup_reloads_receivers_and_sinks_keeping_what_did_not_change() {
     agent.stop();
     server.stop();
 }
+
+#[test]
+fn sigterm_drops_and_counts_what_a_memory_buffer_could_not_deliver() {
+    // The backend never comes up; the grace period is short.
+    let port = free_port();
+    let udp = free_port();
+    let mut agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"http\"\nurl = \"http://127.0.0.1:{port}/\"\nmax_batch_age = \"0s\"\nshutdown_grace = \"300ms\"\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"100ms\"\n",
+            statsd_receiver(udp)
+        ),
+    );
+    udp_send(udp, b"gone.a:1|c\ngone.b:1|c\n");
+    wait_for("a queued request", Duration::from_secs(10), || {
+        (agent.metric("sonde_sink_queue_batches{sink=\"http\"}")? >= 1.0).then_some(())
+    });
+    let started = std::time::Instant::now();
+    agent.stop();
+    // It waited for the grace period, not longer than the harness allows.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let log = agent.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("stopping with undelivered requests in memory"))
+        .unwrap_or_else(|| panic!("no shutdown drop logged: {log}"));
+    // Every point the flusher produced (the file sink's record) is in it.
+    let produced = agent.points().len();
+    assert!(
+        line.contains(&format!("points={produced}")),
+        "{line} vs {produced} points"
+    );
+}
