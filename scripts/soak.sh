@@ -2,7 +2,7 @@
 # A long run under mixed good and bad load (not part of CI): the release
 # agent receives StatsD and msgpack at a steady rate from `sonde bench`
 # while a second sender throws malformed lines, non-finite values, bad
-# tags, invalid UTF-8, oversized datagrams, truncated msgpack and a flood of
+# tags, invalid UTF-8, 64 KB datagrams, truncated msgpack and a flood of
 # new series at it. Every INTERVAL it prints the agent's RSS and CPU; at the
 # end, drops by reason and the sink's counters. It fails (exit 1) if the
 # agent dies, or if its RSS at the end is more than twice its RSS after the

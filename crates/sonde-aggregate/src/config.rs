@@ -93,6 +93,10 @@ pub struct AggregateConfig {
     /// The most distinct timestamps one `ts_store` series keeps per window.
     /// Default 1024.
     pub max_timestamps_per_series: usize,
+    /// Distinct members one StatsD set series keeps per window; members
+    /// beyond it are dropped and counted (`oversized`), so that one set
+    /// cannot grow without bound (8 bytes and a little hash table each).
+    pub max_set_members: usize,
     /// The most live series all worker shards together hold (a series
     /// received by two workers counts twice: it is stored twice). Points
     /// that would create a series beyond it are dropped
@@ -129,6 +133,7 @@ impl Default for AggregateConfig {
             expire_windows: 5,
             histograms: HistogramBuckets::default(),
             max_timestamps_per_series: 1024,
+            max_set_members: 65_536,
             max_series: DEFAULT_MAX_SERIES,
             max_series_per_metric: None,
             max_key_bytes: DEFAULT_MAX_KEY_BYTES,

@@ -151,7 +151,13 @@ impl Agg {
         }
     }
 
-    fn record(&mut self, kind: u8, p: &Point<'_>, max_ts: usize) -> Result<(), DropReason> {
+    fn record(
+        &mut self,
+        kind: u8,
+        p: &Point<'_>,
+        config: &AggregateConfig,
+    ) -> Result<(), DropReason> {
+        let max_ts = config.max_timestamps_per_series;
         match (self, p.value) {
             (Agg::Sum(s), Value::Number(v)) => *s += v / p.sample_rate,
             (Agg::Last(l), Value::Number(v)) => *l = v,
@@ -162,7 +168,11 @@ impl Agg {
             (Agg::Timer(s), Value::Number(v)) => s.add(v, 1.0 / p.sample_rate),
             (Agg::Histogram(h), Value::Number(v)) => h.add(v),
             (Agg::Set(s), Value::Member(m)) => {
-                s.insert(key::hash(m));
+                let h = key::hash(m);
+                if s.len() >= config.max_set_members && !s.contains(&h) {
+                    return Err(DropReason::Oversized);
+                }
+                s.insert(h);
             }
             (Agg::Ts(points), Value::Number(v)) => {
                 let ts = p.timestamp.ok_or(DropReason::BadTimestamp)?;
@@ -424,11 +434,11 @@ impl Window {
             }
             let name = key::split_name(key).map_or(&[][..], |(n, _)| n);
             self.values[i].reset(kind, name, config);
-            self.values[i].record(kind, p, config.max_timestamps_per_series)?;
+            self.values[i].record(kind, p, config)?;
             self.touched[word] |= bit;
             return Ok(());
         }
-        self.values[i].record(kind, p, config.max_timestamps_per_series)
+        self.values[i].record(kind, p, config)
     }
 }
 
@@ -873,6 +883,24 @@ mod tests {
         assert_eq!(s.record(&p), Err(DropReason::InvalidUtf8));
         assert!(s.is_empty());
         assert!(s.window.added.is_empty());
+    }
+
+    #[test]
+    fn a_set_keeps_at_most_max_set_members_distinct_members_a_window() {
+        let config = AggregateConfig {
+            max_set_members: 3,
+            ..AggregateConfig::default()
+        };
+        let mut s = Shard::new(Arc::new(config));
+        let mut rec =
+            |m: &str| s.record(&point(Kind::Set, "users", "", Value::Member(m.as_bytes())));
+        for m in ["a", "b", "c", "a"] {
+            rec(m).unwrap();
+        }
+        // A fourth distinct member is dropped; members already in still count.
+        assert_eq!(rec("d"), Err(DropReason::Oversized));
+        assert_eq!(rec("b"), Ok(()));
+        assert!(matches!(&s.window.values[0], Agg::Set(m) if m.len() == 3));
     }
 
     #[test]
