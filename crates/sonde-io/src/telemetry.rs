@@ -33,6 +33,9 @@ pub struct ReceiverStats {
     pub drops: [AtomicU64; REASONS],
     /// Connections accepted (stream and seqpacket receivers).
     pub connections: AtomicU64,
+    /// Connections closed at once because the receiver already had
+    /// `max_connections` open.
+    pub connections_refused: AtomicU64,
     /// Datagrams the kernel dropped because the socket's queue was full
     /// (`SO_RXQ_OVFL`, summed over the receiver's sockets).
     pub kernel_drops: AtomicU64,
@@ -58,6 +61,7 @@ impl ReceiverStats {
             points: AtomicU64::new(0),
             drops: std::array::from_fn(|_| AtomicU64::new(0)),
             connections: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
             kernel_drops: AtomicU64::new(0),
             receive_buffer: AtomicU64::new(0),
             started: Instant::now(),
@@ -336,6 +340,17 @@ impl Telemetry {
             &mut o,
             &|r| r.connections.load(Relaxed),
             "sonde_receiver_connections_total",
+        );
+        family(
+            &mut o,
+            "sonde_receiver_connections_refused_total",
+            "counter",
+            "Stream connections closed at once: the receiver had as many open as it takes.",
+        );
+        recv(
+            &mut o,
+            &|r| r.connections_refused.load(Relaxed),
+            "sonde_receiver_connections_refused_total",
         );
         family(
             &mut o,

@@ -246,6 +246,9 @@ pub struct ReceiverSection {
     pub owner: Option<Spanned<String>>,
     /// Group of a unix socket file: a group name or gid. Default: the agent's.
     pub group: Option<Spanned<String>>,
+    /// Stream and seqpacket receivers: the most open connections; more are
+    /// closed at once and counted. Default 1024.
+    pub max_connections: Option<Spanned<usize>>,
 }
 
 /// `[[sinks]]`, by `type`.
@@ -966,6 +969,17 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         }
         if let Some(m) = &r.mode {
             options.mode = socket_mode(text, m, &format!("receivers[{i}].mode"))?;
+        }
+        if let Some(m) = &r.max_connections {
+            if listen.is_datagram() || *m.get_ref() == 0 {
+                return Err(at(
+                    text,
+                    m.span(),
+                    &format!("receivers[{i}].max_connections"),
+                    "takes a number above 0, for tcp://, unix:// and unixseq:// receivers",
+                ));
+            }
+            options.max_connections = *m.get_ref();
         }
         for (field, value) in [("mode", &r.mode), ("owner", &r.owner), ("group", &r.group)] {
             if let (Some(v), None) = (value, listen.unix_path()) {

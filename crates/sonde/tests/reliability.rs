@@ -607,3 +607,45 @@ fn datagrams_the_kernel_drops_under_overload_are_counted() {
     eprintln!("sent {sent}, read {read}, kernel drops {dropped}, buffer {granted}");
     assert!(agent.metric("sonde_host_udp_rcvbuf_errors_total").unwrap() >= dropped);
 }
+
+#[test]
+fn a_stream_receiver_keeps_at_most_max_connections_open() {
+    use std::io::{Read, Write};
+    let port = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"tcp://127.0.0.1:{port}\"\nmax_connections = 3\n"
+        ),
+    );
+    let receiver = format!("receiver=\"tcp://127.0.0.1:{port}\",protocol=\"statsd\"");
+    let metric = |name: &str| agent.metric(&format!("{name}{{{receiver}}}"));
+    let mut kept = Vec::new();
+    for i in 0..3 {
+        kept.push(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
+        wait_for("the connection accepted", Duration::from_secs(5), || {
+            (metric("sonde_receiver_connections_total")? == f64::from(i + 1)).then_some(())
+        });
+    }
+    // The fourth is closed as soon as it is accepted.
+    let mut extra = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        extra.read(&mut buf).unwrap_or(0),
+        0,
+        "the extra connection stays open"
+    );
+    wait_for("the refusal counted", Duration::from_secs(5), || {
+        (metric("sonde_receiver_connections_refused_total")? == 1.0).then_some(())
+    });
+    // The kept connections still deliver.
+    for (i, c) in kept.iter_mut().enumerate() {
+        writeln!(c, "conn.{i}:1|c").unwrap();
+    }
+    wait_for("their points", Duration::from_secs(5), || {
+        (metric("sonde_receiver_points_total")? == 3.0).then_some(())
+    });
+}

@@ -79,7 +79,12 @@ impl Conn {
     }
 }
 
-pub(super) fn run(listener: Socket, framing: Framing, mut ingest: Ingest) -> io::Result<()> {
+pub(super) fn run(
+    listener: Socket,
+    framing: Framing,
+    mut ingest: Ingest,
+    max_connections: usize,
+) -> io::Result<()> {
     let mut poll = Poll::new()?;
     let mut events = Events::with_capacity(256);
     let lfd = listener.as_raw_fd();
@@ -98,6 +103,15 @@ pub(super) fn run(listener: Socket, framing: Framing, mut ingest: Ingest) -> io:
             if ev.token() == LISTENER {
                 loop {
                     match listener.accept() {
+                        Ok((socket, _)) if conns.len() >= max_connections => {
+                            // Each connection may hold a partial line of up
+                            // to 64 KiB: their number is what bounds that.
+                            drop(socket);
+                            ingest
+                                .stats()
+                                .connections_refused
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         Ok((socket, _)) => {
                             socket.set_nonblocking(true)?;
                             let fd = socket.as_raw_fd();

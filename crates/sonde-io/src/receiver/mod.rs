@@ -54,6 +54,9 @@ pub struct SocketOptions {
     pub owner: Option<u32>,
     /// Group (gid) given to a unix socket file, if any.
     pub group: Option<u32>,
+    /// Most open connections of a stream or seqpacket receiver. Default
+    /// [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
 }
 
 impl Default for SocketOptions {
@@ -64,6 +67,7 @@ impl Default for SocketOptions {
             mode: DEFAULT_SOCKET_MODE,
             owner: None,
             group: None,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -173,6 +177,7 @@ pub struct Bound {
     addr: ListenAddr,
     socket: Socket,
     _file: Option<SocketFile>,
+    max_connections: usize,
 }
 
 impl Bound {
@@ -234,6 +239,13 @@ fn clear_stale(path: &Path, ty: Type, addr: &ListenAddr) -> Result<(), BindError
         source,
     })
 }
+
+/// The default of [`SocketOptions::max_connections`]: the most connections
+/// one stream or seqpacket receiver keeps open; more are closed as soon as
+/// they are accepted, and counted (`sonde_receiver_connections_refused_total`).
+/// With the 64 KiB line limit this bounds a receiver's partial-line
+/// buffers to 64 MiB.
+pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Creates and binds the sockets for `addr`: one per worker, sharing the
 /// port with `SO_REUSEPORT` so the kernel spreads datagrams across them.
@@ -332,6 +344,7 @@ fn bind_one(
         addr: addr.clone(),
         socket,
         _file: file,
+        max_connections: options.max_connections,
     })
 }
 
@@ -345,6 +358,7 @@ pub fn spawn(bound: Bound, ingest: Ingest) -> io::Result<JoinHandle<()>> {
             addr,
             socket,
             _file,
+            max_connections,
         } = bound;
         let result = if addr.is_datagram() {
             let linger = match addr {
@@ -357,7 +371,7 @@ pub fn spawn(bound: Bound, ingest: Ingest) -> io::Result<JoinHandle<()>> {
                 ListenAddr::Unixseq(_) => conn::Framing::Packet,
                 _ => conn::Framing::Lines,
             };
-            conn::run(socket, framing, ingest)
+            conn::run(socket, framing, ingest, max_connections)
         };
         if let Err(e) = result {
             tracing::error!(receiver = %addr, error = %e, "receiver stopped");
