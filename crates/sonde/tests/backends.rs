@@ -2,8 +2,9 @@
 //! without sonde: what a test writes with each backend's own protocol comes
 //! back through the harness's readers, also after a stop and restart.
 //!
-//! Needs the Debian packages `prometheus`, `influxdb` and `graphite-carbon`;
-//! without them each test prints why it is skipped, unless
+//! Needs the Debian packages `prometheus`, `influxdb` and `graphite-carbon`,
+//! and the collector `scripts/build-otelcol.sh` builds; without them each
+//! test prints why it is skipped, unless
 //! `SONDE_REQUIRE_BACKENDS=1` makes that a failure.
 
 mod common;
@@ -11,7 +12,9 @@ mod common;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::backends::{self, or_skip, unix_now, Carbon, Influx, Labels, Prometheus};
+use common::backends::{
+    self, or_skip, unix_now, Carbon, Influx, Labels, OtelCollector, OtelKind, OtelPoint, Prometheus,
+};
 use common::wait_for;
 
 /// The remote-write 1.0 messages, as in prometheus/prompb/types.proto and
@@ -371,6 +374,170 @@ fn a_missing_binary_names_its_debian_package() {
         msg.contains("Frobnicator is not installed") && msg.contains("`frob-server`"),
         "{msg}"
     );
+}
+
+/// The debug exporter's text as v0.150.0 prints it, collector log lines
+/// around it.
+const DEBUG_OUTPUT: &str = "2026-11-23T00:00:46.045Z\tinfo\tMetrics\t{\"data points\": 2}
+2026-11-23T00:00:46.045Z\tinfo\tResourceMetrics #0
+Resource SchemaURL: 
+Resource attributes:
+     -> host.name: Str(vm)
+ScopeMetrics #0
+ScopeMetrics SchemaURL: 
+InstrumentationScope sonde 0.1.0
+Metric #0
+Descriptor:
+     -> Name: ot.total
+     -> Description: 
+     -> Unit: 
+     -> DataType: Sum
+     -> IsMonotonic: true
+     -> AggregationTemporality: Cumulative
+NumberDataPoints #0
+Data point attributes:
+     -> dc: Str(x)
+     -> path: Str(/a b)
+StartTimestamp: 1970-01-01 00:00:00 +0000 UTC
+Timestamp: 2026-11-23 00:00:45 +0000 UTC
+Value: 5.000000
+Metric #1
+Descriptor:
+     -> Name: ot.temp
+     -> Description: 
+     -> Unit: 
+     -> DataType: Gauge
+NumberDataPoints #0
+StartTimestamp: 1970-01-01 00:00:00 +0000 UTC
+Timestamp: 2024-02-29 23:59:59.5 +0000 UTC
+Value: 21.500000
+\t{\"otelcol.signal\": \"metrics\"}
+";
+
+#[test]
+fn the_collectors_debug_output_parses_into_points() {
+    let labels = |kv: &[(&str, &str)]| -> Labels {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        backends::parse_debug_output(DEBUG_OUTPUT),
+        vec![
+            OtelPoint {
+                name: "ot.total".into(),
+                kind: OtelKind::Sum,
+                monotonic: true,
+                temporality: "Cumulative".into(),
+                attributes: labels(&[("dc", "x"), ("path", "/a b")]),
+                unix_secs: 1_795_392_045,
+                value: 5.0,
+            },
+            OtelPoint {
+                name: "ot.temp".into(),
+                kind: OtelKind::Gauge,
+                monotonic: false,
+                temporality: String::new(),
+                attributes: Labels::new(),
+                unix_secs: 1_709_251_199,
+                value: 21.5,
+            },
+        ]
+    );
+}
+
+/// The collector takes an OTLP/HTTP request built here from the official
+/// definitions (no sonde involved) and the debug output gives it back;
+/// it listens on its HTTP port only, and stops and restarts cleanly.
+#[test]
+fn otel_collector_prints_what_it_receives() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+        Sum,
+    };
+    use prost::Message;
+
+    let Some(mut col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    let t = base_secs();
+    let point = NumberDataPoint {
+        attributes: vec![KeyValue {
+            key: "dc".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue("x".into())),
+            }),
+            ..Default::default()
+        }],
+        time_unix_nano: t as u64 * 1_000_000_000,
+        value: Some(number_data_point::Value::AsDouble(7.25)),
+        ..Default::default()
+    };
+    let req = ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "harness.total".into(),
+                    data: Some(Data::Sum(Sum {
+                        data_points: vec![point],
+                        aggregation_temporality: 2,
+                        is_monotonic: true,
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let post = |col: &OtelCollector| {
+        let resp = backends::http()
+            .post(col.metrics_url())
+            .header("Content-Type", "application/x-protobuf")
+            .send(&req.encode_to_vec()[..])
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+    };
+    let want = OtelPoint {
+        name: "harness.total".into(),
+        kind: OtelKind::Sum,
+        monotonic: true,
+        temporality: "Cumulative".into(),
+        attributes: [("dc".to_string(), "x".to_string())].into(),
+        unix_secs: t,
+        value: 7.25,
+    };
+    post(&col);
+    wait_for(
+        "the point in the debug output",
+        Duration::from_secs(10),
+        || (col.points() == vec![want.clone()]).then_some(()),
+    );
+    // Stop (SIGTERM, clean exit) and restart on the same port: the log is
+    // appended, so the first run's point stays readable.
+    col.stop();
+    col.restart();
+    post(&col);
+    wait_for("the second point", Duration::from_secs(10), || {
+        (col.points() == vec![want.clone(), want.clone()]).then_some(())
+    });
+    // Only the OTLP/HTTP port: no gRPC receiver, no internal metrics
+    // endpoint.
+    let port = col
+        .metrics_url()
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(col.listening(), vec![format!("127.0.0.1:{port}")]);
+    let dir = col.dir().to_path_buf();
+    drop(col);
+    assert!(!dir.exists(), "{} left behind", dir.display());
 }
 
 /// What Prometheus does with a resent or late window, which the outage

@@ -1,7 +1,10 @@
 //! Real metric backends on loopback, for the sinks' integration tests:
-//! Prometheus (remote-write receiver), InfluxDB 1.x and carbon-cache.
+//! Prometheus (remote-write receiver), InfluxDB 1.x, carbon-cache and the
+//! OpenTelemetry Collector.
 //!
-//! Each server runs from its Debian package's binary with a config written
+//! Each server runs from its Debian package's binary (the collector, not
+//! packaged, from the one `scripts/build-otelcol.sh` builds) with a config
+//! written
 //! into its own temp dir (data, WAL, log, pid file all live there), listens
 //! only on 127.0.0.1 ports picked by [`free_port`], and is started by
 //! polling a readiness condition with a deadline (`/-/ready`, `/ping`, a TCP
@@ -51,8 +54,22 @@ pub struct Unavailable {
     pub server: &'static str,
     /// The binaries looked for.
     pub looked_for: Vec<PathBuf>,
-    /// The Debian package that provides it.
-    pub package: &'static str,
+    /// How to get it, e.g. "install the Debian package ...".
+    pub remedy: String,
+}
+
+impl Unavailable {
+    /// A binary from the Debian package `package` is missing.
+    fn debian(server: &'static str, looked_for: Vec<PathBuf>, package: &str) -> Unavailable {
+        Unavailable {
+            server,
+            looked_for,
+            remedy: format!(
+                "install the Debian package `{package}` \
+                 (apt-get install --no-install-recommends {package})"
+            ),
+        }
+    }
 }
 
 impl fmt::Display for Unavailable {
@@ -64,12 +81,10 @@ impl fmt::Display for Unavailable {
             .collect();
         write!(
             f,
-            "{} is not installed (looked for {}); install the Debian package `{}` \
-             (apt-get install --no-install-recommends {})",
+            "{} is not installed (looked for {}); {}",
             self.server,
             paths.join(", "),
-            self.package,
-            self.package
+            self.remedy
         )
     }
 }
@@ -110,11 +125,7 @@ pub fn find_binary(
     }
     looked_for.truncate(1);
     looked_for.push(PathBuf::from(format!("{name} on PATH")));
-    Err(Unavailable {
-        server,
-        looked_for,
-        package,
-    })
+    Err(Unavailable::debian(server, looked_for, package))
 }
 
 /// A plain-HTTP client for loopback: no proxy from the environment (a CI
@@ -705,11 +716,11 @@ impl Carbon {
             .status()
             .is_ok_and(|s| s.success());
         if !has_whisper {
-            return Err(Unavailable {
-                server: "the whisper module for carbon",
-                looked_for: vec![PathBuf::from(DEBIAN_PYTHON)],
-                package: "python3-whisper",
-            });
+            return Err(Unavailable::debian(
+                "the whisper module for carbon",
+                vec![PathBuf::from(DEBIAN_PYTHON)],
+                "python3-whisper",
+            ));
         }
         let dir = tempfile::Builder::new()
             .prefix("sonde-carbon-")
@@ -863,6 +874,330 @@ WHISPER_FALLOCATE_CREATE = False
         let _ = std::fs::remove_file(self.proc.path("carbon-cache.pid"));
         self.spawn();
     }
+}
+
+/// Where `scripts/build-otelcol.sh` puts the collector by default.
+const OTELCOL_DEFAULT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../target/otelcol/dist/otelcol-sonde-test"
+);
+
+/// The kind of an OTLP metric, as the debug exporter names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtelKind {
+    Gauge,
+    Sum,
+}
+
+/// One number data point as the collector received it, read back from the
+/// debug exporter's `detailed` output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtelPoint {
+    /// The `Metric`'s name.
+    pub name: String,
+    pub kind: OtelKind,
+    /// A `Sum`'s `IsMonotonic` (false for a `Gauge`).
+    pub monotonic: bool,
+    /// A `Sum`'s `AggregationTemporality` (`"Cumulative"`, `"Delta"`);
+    /// empty for a `Gauge`.
+    pub temporality: String,
+    /// The data point's attributes; string values as they are, other
+    /// types as the exporter prints them (`Int(3)`).
+    pub attributes: Labels,
+    /// `Timestamp` in whole seconds since the epoch.
+    pub unix_secs: i64,
+    /// `Value`. The exporter prints doubles with six decimals (Go's `%f`),
+    /// so compare `format!("{:.6}")` of both sides.
+    pub value: f64,
+}
+
+/// The OpenTelemetry Collector built by `scripts/build-otelcol.sh`
+/// (tools/otelcol/builder.yaml): the OTLP receiver, HTTP only, on a loopback
+/// port, and the debug exporter at `verbosity: detailed`, which prints
+/// every data point into the log that [`OtelCollector::points`] parses.
+pub struct OtelCollector {
+    proc: Process,
+    port: u16,
+}
+
+impl OtelCollector {
+    /// Starts the collector (`$SONDE_OTELCOL`, else
+    /// `target/otelcol/dist/otelcol-sonde-test`) with a generated config and
+    /// waits until its log says "Everything is ready" and the HTTP port
+    /// accepts a connection.
+    ///
+    /// The config opens no other port: no gRPC protocol, and
+    /// `service.telemetry.metrics.level: none` turns off the internal
+    /// metrics endpoint (:8888 by default). Log sampling is off, so the
+    /// debug exporter's output is complete however many requests arrive.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when the binary is not there; it names the script
+    /// that builds it.
+    pub fn start() -> Result<OtelCollector, Unavailable> {
+        let program = match std::env::var_os("SONDE_OTELCOL") {
+            Some(p) => PathBuf::from(p),
+            None => PathBuf::from(OTELCOL_DEFAULT),
+        };
+        if !program.is_file() {
+            return Err(Unavailable {
+                server: "the OpenTelemetry Collector",
+                looked_for: vec![program],
+                remedy: "build it with scripts/build-otelcol.sh (Go and the Go module \
+                         proxy needed) and set SONDE_OTELCOL to the path it prints, \
+                         or leave SONDE_OTELCOL unset for its default output"
+                    .into(),
+            });
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("sonde-otelcol-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let config = format!(
+            r#"receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:{port}
+exporters:
+  debug:
+    verbosity: detailed
+    sampling_initial: 1000000
+    sampling_thereafter: 1
+service:
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: info
+      encoding: console
+      sampling:
+        enabled: false
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      exporters: [debug]
+"#
+        );
+        let config_path = dir.path().join("otelcol.yaml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut proc = Process::new("otelcol", program, dir);
+        proc.args = vec![format!("--config=file:{}", config_path.display())];
+        let mut col = OtelCollector { proc, port };
+        col.spawn();
+        Ok(col)
+    }
+
+    fn spawn(&mut self) {
+        let port = self.port;
+        let log = self.proc.log.clone();
+        // The log is appended across restarts: wait for this run's line.
+        let ready_lines = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches("Everything is ready")
+                .count()
+        };
+        let before = ready_lines();
+        self.proc.spawn_and_wait(|| {
+            ready_lines() > before && TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    }
+
+    /// The OTLP/HTTP metrics endpoint, `http://127.0.0.1:PORT/v1/metrics`,
+    /// the value of an `otlp_http` sink's `url`.
+    pub fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1/metrics", self.port)
+    }
+
+    /// The temp dir holding config and log.
+    pub fn dir(&self) -> &Path {
+        self.proc.dir.path()
+    }
+
+    /// Everything the collector has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.proc.log).unwrap_or_default()
+    }
+
+    /// The TCP addresses the collector process listens on, as
+    /// `IP:PORT` (IPv4 loopback shown as `127.0.0.1`), from its socket fds
+    /// and /proc/net/tcp{,6}.
+    pub fn listening(&self) -> Vec<String> {
+        let pid = self.proc.child.as_ref().expect("collector running").id();
+        let inodes: std::collections::HashSet<String> =
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+                })
+                .collect();
+        let mut out = Vec::new();
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // local_address, st (0A = LISTEN), inode.
+                if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                    let (ip, port) = f[1].split_once(':').unwrap();
+                    let port = u16::from_str_radix(port, 16).unwrap();
+                    let ip = if ip.len() == 8 {
+                        let n = u32::from_str_radix(ip, 16).unwrap();
+                        std::net::Ipv4Addr::from(n.swap_bytes()).to_string()
+                    } else {
+                        format!("[{ip}]")
+                    };
+                    out.push(format!("{ip}:{port}"));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every number data point received so far, in arrival order.
+    pub fn points(&self) -> Vec<OtelPoint> {
+        parse_debug_output(&self.log())
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) {
+        self.proc.stop();
+    }
+
+    /// Starts again on the same port and waits until ready.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+}
+
+/// Parses the debug exporter's `detailed` text for metrics:
+///
+/// ```text
+/// Metric #0
+/// Descriptor:
+///      -> Name: ot.total
+///      -> Description:
+///      -> Unit:
+///      -> DataType: Sum
+///      -> IsMonotonic: true
+///      -> AggregationTemporality: Cumulative
+/// NumberDataPoints #0
+/// Data point attributes:
+///      -> dc: Str(x)
+/// StartTimestamp: 1970-01-01 00:00:00 +0000 UTC
+/// Timestamp: 2026-11-23 00:00:45 +0000 UTC
+/// Value: 5.000000
+/// ```
+///
+/// A data point ends at its `Value:` line. Lines of the collector's own log
+/// in between (they start with a date and a tab) are ignored.
+pub fn parse_debug_output(log: &str) -> Vec<OtelPoint> {
+    #[derive(PartialEq)]
+    enum Section {
+        Other,
+        Descriptor,
+        Attributes,
+    }
+    let mut out = Vec::new();
+    let mut section = Section::Other;
+    let (mut name, mut kind, mut monotonic, mut temporality) =
+        (String::new(), None, false, String::new());
+    let mut attributes = Labels::new();
+    let mut unix_secs = None;
+    for line in log.lines() {
+        let t = line.trim();
+        if t.starts_with("Metric #") {
+            section = Section::Other;
+            (name, kind, monotonic, temporality) = (String::new(), None, false, String::new());
+        } else if t == "Descriptor:" {
+            section = Section::Descriptor;
+        } else if t.starts_with("NumberDataPoints #") {
+            section = Section::Other;
+            attributes.clear();
+            unix_secs = None;
+        } else if t == "Data point attributes:" {
+            section = Section::Attributes;
+        } else if let Some(arrow) = t.strip_prefix("-> ") {
+            let (key, value) = arrow.split_once(':').unwrap_or((arrow, ""));
+            let value = value.trim();
+            match section {
+                Section::Descriptor => match key {
+                    "Name" => name = value.to_string(),
+                    "DataType" => {
+                        kind = match value {
+                            "Gauge" => Some(OtelKind::Gauge),
+                            "Sum" => Some(OtelKind::Sum),
+                            _ => None,
+                        }
+                    }
+                    "IsMonotonic" => monotonic = value == "true",
+                    "AggregationTemporality" => temporality = value.to_string(),
+                    _ => {}
+                },
+                Section::Attributes => {
+                    let value = value
+                        .strip_prefix("Str(")
+                        .and_then(|v| v.strip_suffix(')'))
+                        .unwrap_or(value);
+                    attributes.insert(key.to_string(), value.to_string());
+                }
+                Section::Other => {}
+            }
+        } else if let Some(ts) = t.strip_prefix("Timestamp: ") {
+            section = Section::Other;
+            unix_secs = Some(parse_go_time(ts));
+        } else if let Some(v) = t.strip_prefix("Value: ") {
+            section = Section::Other;
+            // Only number data points of a Gauge or a Sum; a histogram's
+            // lines differ and sonde sends none.
+            if let (Some(kind), Some(unix_secs)) = (kind, unix_secs) {
+                out.push(OtelPoint {
+                    name: name.clone(),
+                    kind,
+                    monotonic,
+                    temporality: temporality.clone(),
+                    attributes: attributes.clone(),
+                    unix_secs,
+                    value: v
+                        .parse()
+                        .unwrap_or_else(|e| panic!("debug exporter value {v:?}: {e}")),
+                });
+            }
+        } else if !t.starts_with("StartTimestamp:") && !t.is_empty() {
+            // Resource and scope lines, the collector's own log lines.
+            section = Section::Other;
+        }
+    }
+    out
+}
+
+/// Go's `time.Time.String()` in UTC, `2026-11-23 00:00:45 +0000 UTC` (a
+/// fraction after the seconds is dropped), as unix seconds.
+fn parse_go_time(s: &str) -> i64 {
+    let bad = || panic!("unexpected time {s:?} (want `YYYY-MM-DD hh:mm:ss +0000 UTC`)");
+    let Some(rest) = s.strip_suffix(" +0000 UTC") else {
+        bad()
+    };
+    let (date, time) = rest.split_once(' ').unwrap_or_else(|| bad());
+    let time = time.split('.').next().unwrap();
+    let num = |x: &str| x.parse::<i64>().unwrap_or_else(|_| bad());
+    let d: Vec<i64> = date.split('-').map(num).collect();
+    let t: Vec<i64> = time.split(':').map(num).collect();
+    if d.len() != 3 || t.len() != 3 {
+        bad();
+    }
+    // Days from 1970-01-01 to the civil date (Howard Hinnant's algorithm).
+    let (y, m, day) = (if d[1] <= 2 { d[0] - 1 } else { d[0] }, d[1], d[2]);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    days * 86_400 + t[0] * 3600 + t[1] * 60 + t[2]
 }
 
 /// Seconds since the Unix epoch.
