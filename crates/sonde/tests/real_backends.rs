@@ -1,5 +1,6 @@
 //! The network sinks against the real servers users run: Prometheus
-//! (remote write), InfluxDB 1.x and carbon, started on loopback by
+//! (remote write), InfluxDB 1.x, carbon and the OpenTelemetry Collector,
+//! started on loopback by
 //! tests/common/backends.rs. Values are read back through each server's own
 //! query interface and compared with what the file sink wrote for the same
 //! windows.
@@ -14,7 +15,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::backends::{or_skip, unix_now, Carbon, Influx, Prometheus};
+use common::backends::{
+    or_skip, unix_now, Carbon, Influx, OtelCollector, OtelKind, OtelPoint, Prometheus,
+};
 use common::*;
 
 fn statsd_receiver(port: u16) -> String {
@@ -173,6 +176,187 @@ fn graphite_points_land_in_carbon_with_their_tags() {
         // Whisper keeps one value per 10 s slot: the window's.
         assert_eq!(got, vec![(ts - ts % 10, value)], "{metric}");
     }
+}
+
+/// One file-sink point and the collector's copies of it (same name,
+/// timestamp and attributes = tags).
+fn otel_copies<'a>(otel: &'a [OtelPoint], name: &str, tags: &Json, ts: i64) -> Vec<&'a OtelPoint> {
+    let tags: common::backends::Labels = tags
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    otel.iter()
+        .filter(|p| p.name == name && p.unix_secs == ts && p.attributes == tags)
+        .collect()
+}
+
+/// Waits until the collector has received every point of `file` whose name
+/// passes `wanted`, and checks each arrived once with the file sink's value
+/// (to the six decimals the debug exporter prints). Returns what the
+/// collector had.
+fn wait_otel_matches_file(
+    col: &OtelCollector,
+    file: &[Json],
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<OtelPoint> {
+    let want: Vec<(String, Json, f64, i64)> = file
+        .iter()
+        .filter(|p| wanted(p["name"].as_str().unwrap()))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["tags"].clone(),
+                p["value"].as_f64().unwrap(),
+                p["timestamp"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(!want.is_empty());
+    let otel = wait_for(
+        "the file sink's points at the collector",
+        Duration::from_secs(10),
+        || {
+            let otel = col.points();
+            want.iter()
+                .all(|(name, tags, _, ts)| !otel_copies(&otel, name, tags, *ts).is_empty())
+                .then_some(otel)
+        },
+    );
+    for (name, tags, value, ts) in &want {
+        let copies = otel_copies(&otel, name, tags, *ts);
+        assert_eq!(copies.len(), 1, "{name} {tags} at {ts}: {copies:?}");
+        assert_eq!(
+            format!("{:.6}", copies[0].value),
+            format!("{value:.6}"),
+            "{name} {tags} at {ts}"
+        );
+    }
+    otel
+}
+
+#[test]
+fn otlp_points_reach_the_opentelemetry_collector() {
+    let Some(col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    let (udp, mp) = (free_port(), free_port());
+    // The default compression, gzip.
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:{mp}\"\n\
+             [[sinks]]\ntype = \"otlp_http\"\nurl = \"{}\"\n{FAST}",
+            statsd_receiver(udp),
+            col.metrics_url()
+        ),
+    );
+    udp_send(
+        udp,
+        b"ot.requests:3|c|#dc:x,path:/a\not.temp:21.5|g|#dc:x\not.lat:10|ms|#dc:x\not.lat:30|ms|#dc:x\n",
+    );
+    udp_send(
+        mp,
+        &msgpack_message("counter", "ot.total", "5", "dc=x|host=a", ""),
+    );
+    let file = wait_for(
+        "the window in the file sink",
+        Duration::from_secs(10),
+        || {
+            let p = agent.points();
+            (named(&p, "ot.lat.pct99").len() == 1 && !named(&p, "ot.total").is_empty()).then_some(p)
+        },
+    );
+    // Counter, gauge, all ten timer outputs and the msgpack running total.
+    assert_eq!(
+        file.iter()
+            .filter(|p| p["name"].as_str().unwrap().starts_with("ot.lat."))
+            .count(),
+        10
+    );
+    let otel = wait_otel_matches_file(&col, &file, |n| n.starts_with("ot."));
+    for p in otel.iter().filter(|p| p.name.starts_with("ot.")) {
+        if p.name == "ot.total" {
+            // A running total: a monotonic cumulative Sum.
+            assert_eq!(
+                (p.kind, p.monotonic, p.temporality.as_str()),
+                (OtelKind::Sum, true, "Cumulative"),
+                "{p:?}"
+            );
+        } else {
+            // StatsD counters are per-window sums; gauges and timer outputs
+            // are values: all Gauges.
+            assert_eq!(p.kind, OtelKind::Gauge, "{p:?}");
+        }
+    }
+    // The running total grows across windows and each arrives as it is.
+    udp_send(
+        mp,
+        &msgpack_message("counter", "ot.total", "2", "dc=x|host=a", ""),
+    );
+    let file = wait_for("the total of 7", Duration::from_secs(10), || {
+        let p = agent.points();
+        named(&p, "ot.total")
+            .iter()
+            .any(|(_, v, _)| *v == 7.0)
+            .then_some(p)
+    });
+    wait_otel_matches_file(&col, &file, |n| n == "ot.total");
+
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    for reason in [
+        "connect", "timeout", "http_429", "http_5xx", "http_4xx", "io", "encode",
+    ] {
+        assert_eq!(
+            m(&format!(
+                "sonde_sink_failures_total{{sink=\"otlp_http\",reason=\"{reason}\"}}"
+            )),
+            0.0,
+            "{reason}"
+        );
+    }
+    let (raw, sent) = (
+        m("sonde_sink_bytes_total{sink=\"otlp_http\"}"),
+        m("sonde_sink_sent_bytes_total{sink=\"otlp_http\"}"),
+    );
+    assert!(sent > 0.0 && sent != raw, "raw {raw} sent {sent}");
+}
+
+#[test]
+fn otlp_zstd_is_accepted_by_the_opentelemetry_collector() {
+    let Some(col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    let udp = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"otlp_http\"\nurl = \"{}\"\ncompression = \"zstd\"\n{FAST}",
+            statsd_receiver(udp),
+            col.metrics_url()
+        ),
+    );
+    udp_send(udp, b"oz.requests:3|c|#dc:x\noz.temp:21.5|g|#dc:x\n");
+    let file = wait_for(
+        "the window in the file sink",
+        Duration::from_secs(10),
+        || {
+            let p = agent.points();
+            (!named(&p, "oz.requests").is_empty()).then_some(p)
+        },
+    );
+    wait_otel_matches_file(&col, &file, |n| n.starts_with("oz."));
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    let (raw, sent) = (
+        m("sonde_sink_bytes_total{sink=\"otlp_http\"}"),
+        m("sonde_sink_sent_bytes_total{sink=\"otlp_http\"}"),
+    );
+    assert!(sent > 0.0 && sent != raw, "raw {raw} sent {sent}");
+    assert_eq!(
+        m("sonde_sink_failures_total{sink=\"otlp_http\",reason=\"http_4xx\"}"),
+        0.0
+    );
 }
 
 /// The outage scenario, for one durable sink. `sink` is its TOML (with a
