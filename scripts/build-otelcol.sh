@@ -29,6 +29,14 @@ if [ -x "$binary" ] && cmp -s "$manifest" "$stamp"; then
 fi
 
 command -v go >/dev/null 2>&1 || { echo "build-otelcol: go is not installed" >&2; exit 1; }
+# The collector's modules at v0.150.0 declare `go 1.25.0`. An older go
+# (Debian bookworm's golang-go is 1.19) cannot build them; say so rather
+# than fail deep inside ocb.
+go_minor=$(go env GOVERSION | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+if [ -z "$go_minor" ] || [ "$go_minor" -lt 25 ]; then
+  echo "build-otelcol: needs Go >= 1.25 for collector $OCB_VERSION, found $(go env GOVERSION)" >&2
+  exit 1
+fi
 
 gobin="$PWD/target/otelcol/ocb-$OCB_VERSION"
 ocb="$gobin/builder"
