@@ -509,3 +509,31 @@ fn influxdb_keeps_every_window_through_an_outage_and_a_restart() {
         },
     );
 }
+
+#[test]
+fn otlp_keeps_every_window_through_an_outage_and_a_restart() {
+    let Some(col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    let col = std::cell::RefCell::new(col);
+    let sink = format!(
+        "[[sinks]]\ntype = \"otlp_http\"\nurl = \"{}\"\nbuffer = {{ type = \"disk\", max_size = \"64MiB\" }}\n",
+        col.borrow().metrics_url()
+    );
+    outage(
+        &sink,
+        "otlp_http",
+        || col.borrow_mut().stop(),
+        || col.borrow_mut().restart(),
+        || {
+            // The debug exporter prints six decimals; the counter's values
+            // are integers, so they read back exactly.
+            col.borrow()
+                .points()
+                .into_iter()
+                .filter(|p| p.name == "o.n")
+                .map(|p| (p.unix_secs, p.value))
+                .collect()
+        },
+    );
+}
