@@ -50,7 +50,7 @@
 
 use sonde_aggregate::OutPoint;
 
-use crate::{write_number, BatchEncoder};
+use crate::{write_number, LineFormat, TextLines};
 
 /// Appends `s` with whitespace, control characters and `forbidden`
 /// (ASCII) replaced by `_`, and a leading `~` too when `no_leading_tilde`.
@@ -84,32 +84,23 @@ fn sanitize(out: &mut Vec<u8>, s: &str, forbidden: &[u8], no_leading_tilde: bool
     }
 }
 
-/// The Graphite plaintext [`BatchEncoder`].
+/// The Graphite plaintext [`LineFormat`].
 #[derive(Debug, Default)]
-pub struct Plaintext {
-    body: Vec<u8>,
-    points: usize,
+pub struct Graphite {
     name: String,
-    /// Where each tag name of the current line was written in `body`, to
-    /// find duplicates.
+    /// Where each tag name of the current line was written in the body,
+    /// to find duplicates.
     keys: Vec<(usize, usize)>,
 }
 
-impl Plaintext {
-    /// An empty encoder.
-    pub fn new() -> Plaintext {
-        Plaintext::default()
-    }
-}
+/// The Graphite plaintext [`BatchEncoder`](crate::BatchEncoder).
+pub type Plaintext = TextLines<Graphite>;
 
-impl BatchEncoder for Plaintext {
-    fn push(&mut self, p: &OutPoint<'_>) {
-        let Plaintext {
-            body,
-            points,
-            name,
-            keys,
-        } = self;
+impl LineFormat for Graphite {
+    const CONTENT_TYPE: &'static str = "text/plain";
+
+    fn write(&mut self, p: &OutPoint<'_>, body: &mut Vec<u8>) {
+        let Graphite { name, keys } = self;
         name.clear();
         p.write_name(name);
         if name.is_empty() {
@@ -142,31 +133,13 @@ impl BatchEncoder for Plaintext {
         body.push(b' ');
         body.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
         body.push(b'\n');
-        *points += 1;
-    }
-
-    fn points(&self) -> usize {
-        self.points
-    }
-
-    fn bytes(&self) -> usize {
-        self.body.len()
-    }
-
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.body);
-        self.body.clear();
-        self.points = 0;
-    }
-
-    fn content_type(&self) -> &'static str {
-        "text/plain"
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::BatchEncoder;
     use sonde_aggregate::{SeriesRef, Suffix};
 
     fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {

@@ -54,7 +54,7 @@
 
 use sonde_aggregate::OutPoint;
 
-use crate::{write_number, BatchEncoder};
+use crate::{write_number, LineFormat, TextLines};
 
 const MEASUREMENT_SPECIALS: &[u8] = b", ";
 const TAG_SPECIALS: &[u8] = b",= ";
@@ -87,32 +87,23 @@ fn escape(out: &mut Vec<u8>, s: &str, specials: &[u8], measurement: bool) {
     }
 }
 
-/// The line protocol [`BatchEncoder`].
+/// The line protocol [`LineFormat`].
 #[derive(Debug, Default)]
-pub struct LineProtocol {
-    body: Vec<u8>,
-    points: usize,
+pub struct Influx {
     name: String,
-    /// Where each tag key of the current line was written in `body`, to
+    /// Where each tag key of the current line was written in the body, to
     /// find duplicates.
     keys: Vec<(usize, usize)>,
 }
 
-impl LineProtocol {
-    /// An empty encoder.
-    pub fn new() -> LineProtocol {
-        LineProtocol::default()
-    }
-}
+/// The line protocol [`BatchEncoder`](crate::BatchEncoder).
+pub type LineProtocol = TextLines<Influx>;
 
-impl BatchEncoder for LineProtocol {
-    fn push(&mut self, p: &OutPoint<'_>) {
-        let LineProtocol {
-            body,
-            points,
-            name,
-            keys,
-        } = self;
+impl LineFormat for Influx {
+    const CONTENT_TYPE: &'static str = "text/plain; charset=utf-8";
+
+    fn write(&mut self, p: &OutPoint<'_>, body: &mut Vec<u8>) {
+        let Influx { name, keys } = self;
         name.clear();
         p.write_name(name);
         match name.strip_prefix('#') {
@@ -148,31 +139,13 @@ impl BatchEncoder for LineProtocol {
         body.push(b' ');
         body.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
         body.push(b'\n');
-        *points += 1;
-    }
-
-    fn points(&self) -> usize {
-        self.points
-    }
-
-    fn bytes(&self) -> usize {
-        self.body.len()
-    }
-
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.body);
-        self.body.clear();
-        self.points = 0;
-    }
-
-    fn content_type(&self) -> &'static str {
-        "text/plain; charset=utf-8"
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::BatchEncoder;
     use sonde_aggregate::{SeriesRef, Suffix};
 
     fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {

@@ -3,7 +3,7 @@
 
 use sonde_aggregate::OutPoint;
 
-use crate::write_number;
+use crate::{write_number, LineFormat, TextLines};
 
 fn write_str(out: &mut Vec<u8>, s: &str) {
     // serde_json does the escaping; writing to a Vec cannot fail.
@@ -42,38 +42,22 @@ fn encode_one(p: &OutPoint<'_>, name: &mut String, out: &mut Vec<u8>) {
     out.extend_from_slice(b"}\n");
 }
 
-/// [`encode`] as a [`crate::BatchEncoder`]: the body is JSON lines.
+/// The JSON lines [`LineFormat`]: [`encode`]'s lines, one per point.
 #[derive(Debug, Default)]
-pub struct Lines {
-    buf: Vec<u8>,
+pub struct Json {
     name: String,
-    points: usize,
 }
 
-impl crate::BatchEncoder for Lines {
-    fn push(&mut self, p: &OutPoint<'_>) {
-        encode_one(p, &mut self.name, &mut self.buf);
-        self.points += 1;
-    }
+impl LineFormat for Json {
+    const CONTENT_TYPE: &'static str = "application/x-ndjson";
 
-    fn points(&self) -> usize {
-        self.points
-    }
-
-    fn bytes(&self) -> usize {
-        self.buf.len()
-    }
-
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.buf);
-        self.buf.clear();
-        self.points = 0;
-    }
-
-    fn content_type(&self) -> &'static str {
-        "application/x-ndjson"
+    fn write(&mut self, p: &OutPoint<'_>, body: &mut Vec<u8>) {
+        encode_one(p, &mut self.name, body);
     }
 }
+
+/// [`encode`] as a [`crate::BatchEncoder`]: the body is JSON lines.
+pub type Lines = TextLines<Json>;
 
 #[cfg(test)]
 mod tests {

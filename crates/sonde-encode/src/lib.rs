@@ -22,6 +22,9 @@
 //! | [`influx`] | [`influx::LineProtocol`] | InfluxDB 1.x line protocol, seconds | `text/plain; charset=utf-8` |
 //! | [`graphite`] | [`graphite::Plaintext`] | Graphite plaintext with tags | `text/plain` |
 //!
+//! The three line-per-point bodies (JSON lines, line protocol, Graphite)
+//! are one encoder, [`TextLines`], over each module's [`LineFormat`].
+//!
 //! Names, tag keys and values may be any UTF-8: each module says how it
 //! sanitises or escapes what its backend cannot take, and none panics on
 //! any input.
@@ -74,6 +77,61 @@ pub trait BatchEncoder: Send + 'static {
 
     /// The body's `Content-Type`, for HTTP sinks.
     fn content_type(&self) -> &'static str;
+}
+
+/// One line-per-point text format: the [`TextLines`] encoder calls
+/// [`LineFormat::write`] once per point, appending one line to the body.
+///
+/// A format holds only its per-line scratch state (a name buffer, where
+/// the current line's tag keys stand); the body and the point count are
+/// [`TextLines`]'s, so every text encoder keeps its batch the same way.
+pub trait LineFormat: Default + Send + 'static {
+    /// The body's `Content-Type`, for HTTP sinks.
+    const CONTENT_TYPE: &'static str;
+
+    /// Appends `p`'s line, its newline included, to `body`.
+    fn write(&mut self, p: &OutPoint<'_>, body: &mut Vec<u8>);
+}
+
+/// The [`BatchEncoder`] of every [`LineFormat`]: the body is the lines of
+/// the points pushed, in order, and [`BatchEncoder::bytes`] is exact.
+#[derive(Debug, Default)]
+pub struct TextLines<F> {
+    body: Vec<u8>,
+    points: usize,
+    format: F,
+}
+
+impl<F: LineFormat> TextLines<F> {
+    /// An empty encoder.
+    pub fn new() -> TextLines<F> {
+        TextLines::default()
+    }
+}
+
+impl<F: LineFormat> BatchEncoder for TextLines<F> {
+    fn push(&mut self, p: &OutPoint<'_>) {
+        self.format.write(p, &mut self.body);
+        self.points += 1;
+    }
+
+    fn points(&self) -> usize {
+        self.points
+    }
+
+    fn bytes(&self) -> usize {
+        self.body.len()
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.body);
+        self.body.clear();
+        self.points = 0;
+    }
+
+    fn content_type(&self) -> &'static str {
+        F::CONTENT_TYPE
+    }
 }
 
 /// Appends a finite number the shortest way that reads back exactly;
