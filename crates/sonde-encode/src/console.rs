@@ -60,12 +60,8 @@ pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_aggregate::{SeriesRef, Suffix};
-
-    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
-        let key = sonde_aggregate::key::encode(0, name, tags);
-        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
-    }
+    use crate::testing::series;
+    use sonde_aggregate::Suffix;
 
     #[test]
     fn a_point_reads_as_time_name_tags_value() {

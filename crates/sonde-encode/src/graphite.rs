@@ -139,35 +139,11 @@ impl LineFormat for Graphite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::BatchEncoder;
-    use sonde_aggregate::{SeriesRef, Suffix};
-
-    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
-        let key = sonde_aggregate::key::encode(0, name, tags);
-        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
-    }
-
-    fn point(name: &str, tags: &[(&str, &str)], value: f64, timestamp: i64) -> OutPoint<'static> {
-        OutPoint {
-            series: series(name, tags),
-            suffix: Suffix::None,
-            le: None,
-            value,
-            timestamp,
-            monotonic: false,
-        }
-    }
+    use crate::testing::{self, point};
+    use sonde_aggregate::Suffix;
 
     fn encode(points: &[OutPoint<'_>]) -> String {
-        let mut enc = Plaintext::new();
-        for p in points {
-            enc.push(p);
-        }
-        let size = enc.bytes();
-        let mut out = Vec::new();
-        enc.finish(&mut out);
-        assert_eq!(out.len(), size);
-        String::from_utf8(out).unwrap()
+        String::from_utf8(testing::encode(&mut Plaintext::new(), points)).unwrap()
     }
 
     #[test]

@@ -62,12 +62,8 @@ pub type Lines = TextLines<Json>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_aggregate::{SeriesRef, Suffix};
-
-    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
-        let key = sonde_aggregate::key::encode(0, name, tags);
-        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
-    }
+    use crate::testing::series;
+    use sonde_aggregate::Suffix;
 
     #[test]
     fn lines_match_the_contract_byte_for_byte() {

@@ -144,6 +144,50 @@ pub fn write_number(out: &mut Vec<u8>, v: f64) {
     }
 }
 
+/// Points and drivers shared by the encoders' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use sonde_aggregate::{OutPoint, SeriesRef, Suffix};
+
+    use crate::BatchEncoder;
+
+    /// The series `name` with `tags`, its key leaked to live for the test.
+    pub(crate) fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
+        let key = sonde_aggregate::key::encode(0, name, tags);
+        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
+    }
+
+    /// A plain point: no suffix, no `le`, not monotonic.
+    pub(crate) fn point(
+        name: &str,
+        tags: &[(&str, &str)],
+        value: f64,
+        timestamp: i64,
+    ) -> OutPoint<'static> {
+        OutPoint {
+            series: series(name, tags),
+            suffix: Suffix::None,
+            le: None,
+            value,
+            timestamp,
+            monotonic: false,
+        }
+    }
+
+    /// Pushes `points` into `enc` and finishes the batch, checking that
+    /// [`BatchEncoder::bytes`] was the body's exact size.
+    pub(crate) fn encode(enc: &mut impl BatchEncoder, points: &[OutPoint<'_>]) -> Vec<u8> {
+        for p in points {
+            enc.push(p);
+        }
+        let size = enc.bytes();
+        let mut out = Vec::new();
+        enc.finish(&mut out);
+        assert_eq!(out.len(), size, "bytes() is exact");
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,35 +119,9 @@ impl BatchEncoder for Msgpack {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{encode, point};
     use rmpv::Value;
-    use sonde_aggregate::{SeriesRef, Suffix};
-
-    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
-        let key = sonde_aggregate::key::encode(0, name, tags);
-        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
-    }
-
-    fn point(name: &str, tags: &[(&str, &str)], value: f64, timestamp: i64) -> OutPoint<'static> {
-        OutPoint {
-            series: series(name, tags),
-            suffix: Suffix::None,
-            le: None,
-            value,
-            timestamp,
-            monotonic: false,
-        }
-    }
-
-    fn encode(enc: &mut Msgpack, points: &[OutPoint<'_>]) -> Vec<u8> {
-        for p in points {
-            enc.push(p);
-        }
-        let size = enc.bytes();
-        let mut out = Vec::new();
-        enc.finish(&mut out);
-        assert_eq!(out.len(), size, "bytes() is exact");
-        out
-    }
+    use sonde_aggregate::Suffix;
 
     fn batch() -> Vec<OutPoint<'static>> {
         let mut bucket = point("h", &[("dc", "x")], 3.0, 1763800200);

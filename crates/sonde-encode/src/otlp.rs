@@ -404,16 +404,12 @@ impl BatchEncoder for Otlp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{self, encode};
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::common::v1 as common;
     use opentelemetry_proto::tonic::metrics::v1 as metrics;
     use opentelemetry_proto::tonic::resource::v1 as resource;
-    use sonde_aggregate::{SeriesRef, Suffix};
-
-    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
-        let key = sonde_aggregate::key::encode(0, name, tags);
-        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
-    }
+    use sonde_aggregate::Suffix;
 
     fn point(
         name: &str,
@@ -423,24 +419,9 @@ mod tests {
         monotonic: bool,
     ) -> OutPoint<'static> {
         OutPoint {
-            series: series(name, tags),
-            suffix: Suffix::None,
-            le: None,
-            value,
-            timestamp,
             monotonic,
+            ..testing::point(name, tags, value, timestamp)
         }
-    }
-
-    fn encode(enc: &mut Otlp, points: &[OutPoint<'_>]) -> Vec<u8> {
-        for p in points {
-            enc.push(p);
-        }
-        let size = enc.bytes();
-        let mut out = Vec::new();
-        enc.finish(&mut out);
-        assert_eq!(out.len(), size, "bytes() is exact");
-        out
     }
 
     fn kv(k: &str, v: &str) -> common::KeyValue {

@@ -90,12 +90,8 @@ pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_aggregate::{SeriesRef, Suffix};
-
-    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
-        let key = sonde_aggregate::key::encode(0, name, tags);
-        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
-    }
+    use crate::testing;
+    use sonde_aggregate::Suffix;
 
     fn point(
         name: &str,
@@ -105,12 +101,9 @@ mod tests {
         monotonic: bool,
     ) -> OutPoint<'static> {
         OutPoint {
-            series: series(name, tags),
             suffix,
-            le: None,
-            value,
-            timestamp: 0,
             monotonic,
+            ..testing::point(name, tags, value, 0)
         }
     }
 

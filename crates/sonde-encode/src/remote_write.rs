@@ -228,33 +228,12 @@ impl BatchEncoder for RemoteWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{self, point};
     use prost::Message;
-    use sonde_aggregate::{SeriesRef, Suffix};
-
-    fn series(name: &str, tags: &[(&str, &str)]) -> SeriesRef<'static> {
-        let key = sonde_aggregate::key::encode(0, name, tags);
-        SeriesRef::from_key(Box::leak(key.into_boxed_slice())).unwrap()
-    }
-
-    fn point(name: &str, tags: &[(&str, &str)], value: f64, timestamp: i64) -> OutPoint<'static> {
-        OutPoint {
-            series: series(name, tags),
-            suffix: Suffix::None,
-            le: None,
-            value,
-            timestamp,
-            monotonic: false,
-        }
-    }
+    use sonde_aggregate::Suffix;
 
     fn encode(points: &[OutPoint<'_>]) -> Vec<u8> {
-        let mut enc = RemoteWrite::new();
-        for p in points {
-            enc.push(p);
-        }
-        let mut out = Vec::new();
-        enc.finish(&mut out);
-        out
+        testing::encode(&mut RemoteWrite::new(), points)
     }
 
     fn labels(ts: &TimeSeries) -> Vec<(&str, &str)> {
