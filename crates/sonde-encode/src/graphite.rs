@@ -50,7 +50,7 @@
 
 use sonde_aggregate::OutPoint;
 
-use crate::{write_number, LineFormat, TextLines};
+use crate::{end_line, write_tags, LineFormat, TextLines};
 
 /// Appends `s` with whitespace, control characters and `forbidden`
 /// (ASCII) replaced by `_`, and a leading `~` too when `no_leading_tilde`.
@@ -108,31 +108,16 @@ impl LineFormat for Graphite {
         } else {
             sanitize(body, name, b";", true);
         }
-        keys.clear();
-        p.for_each_tag(|k, v| {
-            if k.is_empty() || v.is_empty() {
-                return;
-            }
-            let start = body.len();
-            body.push(b';');
-            sanitize(body, k, b";!^=", false);
-            if k == "name" {
-                body.push(b'_');
-            }
-            let key = (start + 1, body.len());
-            if keys.iter().any(|&(s, e)| body[s..e] == body[key.0..key.1]) {
-                body.truncate(start);
-                return;
-            }
-            keys.push(key);
-            body.push(b'=');
-            sanitize(body, v, b";", true);
-        });
-        body.push(b' ');
-        write_number(body, p.value);
-        body.push(b' ');
-        body.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
-        body.push(b'\n');
+        write_tags(
+            body,
+            keys,
+            p,
+            b';',
+            "name",
+            |b, k| sanitize(b, k, b";!^=", false),
+            |b, v| sanitize(b, v, b";", true),
+        );
+        end_line(body, b" ", p);
     }
 }
 

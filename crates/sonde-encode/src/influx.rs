@@ -54,7 +54,7 @@
 
 use sonde_aggregate::OutPoint;
 
-use crate::{write_number, LineFormat, TextLines};
+use crate::{end_line, write_tags, LineFormat, TextLines};
 
 const MEASUREMENT_SPECIALS: &[u8] = b", ";
 const TAG_SPECIALS: &[u8] = b",= ";
@@ -114,31 +114,16 @@ impl LineFormat for Influx {
             }
             None => escape(body, name, MEASUREMENT_SPECIALS, true),
         }
-        keys.clear();
-        p.for_each_tag(|k, v| {
-            if k.is_empty() || v.is_empty() {
-                return;
-            }
-            let start = body.len();
-            body.push(b',');
-            escape(body, k, TAG_SPECIALS, false);
-            if k == "time" {
-                body.push(b'_');
-            }
-            let key = (start + 1, body.len());
-            if keys.iter().any(|&(s, e)| body[s..e] == body[key.0..key.1]) {
-                body.truncate(start);
-                return;
-            }
-            keys.push(key);
-            body.push(b'=');
-            escape(body, v, TAG_SPECIALS, false);
-        });
-        body.extend_from_slice(b" value=");
-        write_number(body, p.value);
-        body.push(b' ');
-        body.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
-        body.push(b'\n');
+        write_tags(
+            body,
+            keys,
+            p,
+            b',',
+            "time",
+            |b, k| escape(b, k, TAG_SPECIALS, false),
+            |b, v| escape(b, v, TAG_SPECIALS, false),
+        );
+        end_line(body, b" value=", p);
     }
 }
 

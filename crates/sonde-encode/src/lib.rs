@@ -134,6 +134,52 @@ impl<F: LineFormat> BatchEncoder for TextLines<F> {
     }
 }
 
+/// Appends `p`'s tags to `body` as `{sep}key=value`, the way the line
+/// protocol and Graphite both need them: a tag with an empty key or value
+/// is left out, a key equal to `reserved` gets a `_` after it, and when two
+/// keys come out the same **the first in tag order is kept**. `keys` is
+/// the caller's scratch space for where this line's keys stand in `body`.
+pub(crate) fn write_tags(
+    body: &mut Vec<u8>,
+    keys: &mut Vec<(usize, usize)>,
+    p: &OutPoint<'_>,
+    sep: u8,
+    reserved: &str,
+    mut write_key: impl FnMut(&mut Vec<u8>, &str),
+    mut write_value: impl FnMut(&mut Vec<u8>, &str),
+) {
+    keys.clear();
+    p.for_each_tag(|k, v| {
+        if k.is_empty() || v.is_empty() {
+            return;
+        }
+        let start = body.len();
+        body.push(sep);
+        write_key(body, k);
+        if k == reserved {
+            body.push(b'_');
+        }
+        let key = (start + 1, body.len());
+        if keys.iter().any(|&(s, e)| body[s..e] == body[key.0..key.1]) {
+            body.truncate(start);
+            return;
+        }
+        keys.push(key);
+        body.push(b'=');
+        write_value(body, v);
+    });
+}
+
+/// Ends a line of the line protocol or Graphite: `value_prefix`, the
+/// value, a space, the timestamp in seconds and the newline.
+pub(crate) fn end_line(body: &mut Vec<u8>, value_prefix: &[u8], p: &OutPoint<'_>) {
+    body.extend_from_slice(value_prefix);
+    write_number(body, p.value);
+    body.push(b' ');
+    body.extend_from_slice(itoa::Buffer::new().format(p.timestamp).as_bytes());
+    body.push(b'\n');
+}
+
 /// Appends a finite number the shortest way that reads back exactly;
 /// integral values below 2^53 are written without a fraction (`3`, not `3.0`).
 pub fn write_number(out: &mut Vec<u8>, v: f64) {
