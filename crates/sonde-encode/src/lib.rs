@@ -93,12 +93,32 @@ pub trait LineFormat: Default + Send + 'static {
     fn write(&mut self, p: &OutPoint<'_>, body: &mut Vec<u8>);
 }
 
+/// A body that grows by one encoded point per push, and how many points
+/// it holds: the batch state of every encoder that writes points as they
+/// come ([`TextLines`], [`msgpack::Msgpack`], [`remote_write::RemoteWrite`]).
+#[derive(Debug, Default)]
+pub(crate) struct Body {
+    /// The encoded points.
+    pub(crate) buf: Vec<u8>,
+    /// Points pushed since the last [`Body::finish`].
+    pub(crate) points: usize,
+}
+
+impl Body {
+    /// Appends the encoded points to `out` and empties the body for the
+    /// next batch, keeping its capacity.
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.buf);
+        self.buf.clear();
+        self.points = 0;
+    }
+}
+
 /// The [`BatchEncoder`] of every [`LineFormat`]: the body is the lines of
 /// the points pushed, in order, and [`BatchEncoder::bytes`] is exact.
 #[derive(Debug, Default)]
 pub struct TextLines<F> {
-    body: Vec<u8>,
-    points: usize,
+    body: Body,
     format: F,
 }
 
@@ -111,22 +131,20 @@ impl<F: LineFormat> TextLines<F> {
 
 impl<F: LineFormat> BatchEncoder for TextLines<F> {
     fn push(&mut self, p: &OutPoint<'_>) {
-        self.format.write(p, &mut self.body);
-        self.points += 1;
+        self.format.write(p, &mut self.body.buf);
+        self.body.points += 1;
     }
 
     fn points(&self) -> usize {
-        self.points
+        self.body.points
     }
 
     fn bytes(&self) -> usize {
-        self.body.len()
+        self.body.buf.len()
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.body);
-        self.body.clear();
-        self.points = 0;
+        self.body.finish(out);
     }
 
     fn content_type(&self) -> &'static str {

@@ -34,7 +34,7 @@
 
 use sonde_aggregate::OutPoint;
 
-use crate::BatchEncoder;
+use crate::{BatchEncoder, Body};
 
 /// The msgpack [`BatchEncoder`].
 ///
@@ -46,8 +46,7 @@ use crate::BatchEncoder;
 /// `Result`s, whose only errors are the writer's, are ignored.
 #[derive(Debug, Default)]
 pub struct Msgpack {
-    body: Vec<u8>,
-    points: usize,
+    body: Body,
     name: String,
 }
 
@@ -59,7 +58,7 @@ impl Msgpack {
 
     fn count(&self) -> u32 {
         // A batch is bounded by `max_batch_points` long before this.
-        u32::try_from(self.points).unwrap_or(u32::MAX)
+        u32::try_from(self.body.points).unwrap_or(u32::MAX)
     }
 }
 
@@ -75,7 +74,7 @@ fn array_header_len(n: u32) -> usize {
 impl BatchEncoder for Msgpack {
     fn push(&mut self, p: &OutPoint<'_>) {
         use rmp::encode::{write_f64, write_map_len, write_sint, write_str};
-        let out = &mut self.body;
+        let out = &mut self.body.buf;
         self.name.clear();
         p.write_name(&mut self.name);
         let _ = write_map_len(out, 4);
@@ -93,22 +92,20 @@ impl BatchEncoder for Msgpack {
         let _ = write_f64(out, p.value);
         let _ = write_str(out, "timestamp");
         let _ = write_sint(out, p.timestamp);
-        self.points += 1;
+        self.body.points += 1;
     }
 
     fn points(&self) -> usize {
-        self.points
+        self.body.points
     }
 
     fn bytes(&self) -> usize {
-        array_header_len(self.count()) + self.body.len()
+        array_header_len(self.count()) + self.body.buf.len()
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
         let _ = rmp::encode::write_array_len(out, self.count());
-        out.extend_from_slice(&self.body);
-        self.body.clear();
-        self.points = 0;
+        self.body.finish(out);
     }
 
     fn content_type(&self) -> &'static str {

@@ -54,7 +54,7 @@
 use sonde_aggregate::OutPoint;
 
 use crate::prometheus::{sanitize_label, sanitize_name};
-use crate::BatchEncoder;
+use crate::{BatchEncoder, Body};
 
 /// The messages of Prometheus's `prompb/types.proto` and `remote.proto`
 /// that remote write 1.0 uses, with the same field numbers.
@@ -135,8 +135,7 @@ use prompb::{Label, Sample, TimeSeries};
 /// point has more or longer labels than any before it.
 #[derive(Debug, Default)]
 pub struct RemoteWrite {
-    body: Vec<u8>,
-    points: usize,
+    body: Body,
     /// The series being encoded.
     series: TimeSeries,
     /// Labels not in use, kept for their string capacity.
@@ -163,8 +162,7 @@ fn take_label(spare: &mut Vec<Label>) -> Label {
 impl BatchEncoder for RemoteWrite {
     fn push(&mut self, p: &OutPoint<'_>) {
         let RemoteWrite {
-            body,
-            points,
+            body: Body { buf: body, points },
             series,
             spare,
             name,
@@ -207,17 +205,15 @@ impl BatchEncoder for RemoteWrite {
     }
 
     fn points(&self) -> usize {
-        self.points
+        self.body.points
     }
 
     fn bytes(&self) -> usize {
-        self.body.len()
+        self.body.buf.len()
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.body);
-        self.body.clear();
-        self.points = 0;
+        self.body.finish(out);
     }
 
     fn content_type(&self) -> &'static str {
