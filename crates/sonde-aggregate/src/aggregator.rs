@@ -80,6 +80,9 @@ pub struct Aggregator {
     /// Running bucket counts, sum and count of each live histogram series.
     histograms: HashMap<u32, Box<HistogramWindow>>,
     flushes: u32,
+    /// Scratch for [`Aggregator::absorb_window`]: series whose slot a
+    /// window freed.
+    released: Vec<u32>,
 }
 
 fn push_histogram(out: &mut Batch, key: &Arc<[u8]>, h: &HistogramWindow, ts: i64) {
@@ -121,6 +124,7 @@ impl Aggregator {
             done: Vec::new(),
             claimed: Vec::new(),
             histograms: HashMap::new(),
+            released: Vec::new(),
             flushes: 0,
         }
     }
@@ -142,27 +146,24 @@ impl Aggregator {
     /// Folds a worker's closed window into the open one. The window comes
     /// back from [`Aggregator::take_done`] after the next flush.
     pub fn absorb_window(&mut self, mut w: Window) {
-        let worker = self.workers.entry(w.shard()).or_default();
         // Freed at the start of the window, so before any slot reuse in it.
-        for slot in w.removed.drain(..) {
-            let Some(g) = worker.map.get_mut(slot as usize) else {
-                continue;
-            };
-            let g = std::mem::replace(g, NO_SLOT);
-            if g != NO_SLOT {
-                let s = &mut self.series[g as usize];
-                s.refs -= 1;
-                if s.refs == 0 && s.expired {
-                    let hash = s.key.as_deref().map_or(0, canonical_hash);
-                    s.key = None;
-                    self.histograms.remove(&g);
-                    if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
-                        e.remove();
+        if !w.removed.is_empty() {
+            let worker = self.workers.entry(w.shard()).or_default();
+            let mut released = std::mem::take(&mut self.released);
+            for slot in w.removed.drain(..) {
+                if let Some(g) = worker.map.get_mut(slot as usize) {
+                    let g = std::mem::replace(g, NO_SLOT);
+                    if g != NO_SLOT {
+                        released.push(g);
                     }
-                    self.free.push(g);
                 }
             }
+            for g in released.drain(..) {
+                self.unref(g);
+            }
+            self.released = released;
         }
+        let worker = self.workers.entry(w.shard()).or_default();
         // Taken, not drained: new series are rare once the shard is warm,
         // and a kept capacity would cost 24 bytes a series in every window.
         for (slot, k) in std::mem::take(&mut w.added) {
@@ -241,20 +242,25 @@ impl Aggregator {
             return;
         };
         for g in worker.map {
-            if g == NO_SLOT {
-                continue;
+            if g != NO_SLOT {
+                self.unref(g);
             }
-            let s = &mut self.series[g as usize];
-            s.refs -= 1;
-            if s.refs == 0 && s.expired {
-                let hash = s.key.as_deref().map_or(0, canonical_hash);
-                s.key = None;
-                self.histograms.remove(&g);
-                if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
-                    e.remove();
-                }
-                self.free.push(g);
+        }
+    }
+
+    /// Drops one worker slot's reference to series `g`, and frees the
+    /// series once no slot refers to it and it has expired.
+    fn unref(&mut self, g: u32) {
+        let s = &mut self.series[g as usize];
+        s.refs -= 1;
+        if s.refs == 0 && s.expired {
+            let hash = s.key.as_deref().map_or(0, canonical_hash);
+            s.key = None;
+            self.histograms.remove(&g);
+            if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
+                e.remove();
             }
+            self.free.push(g);
         }
     }
 
@@ -694,6 +700,31 @@ mod tests {
         assert_eq!((agg.series_count(), w.len()), (2, 2));
         // The freed slots were reused rather than grown.
         assert_eq!((agg.series.len(), w.entries.len()), (2, 2));
+    }
+
+    #[test]
+    fn a_forgotten_shard_releases_its_series_which_then_expire() {
+        let c = cfg();
+        let mut agg = Aggregator::new(Arc::clone(&c));
+        let (mut kept, mut gone) = (Shard::new(Arc::clone(&c)), Shard::new(Arc::clone(&c)));
+        rec(&mut kept, Kind::Counter, "shared", Value::Number(1.0));
+        rec(&mut gone, Kind::Counter, "shared", Value::Number(2.0));
+        rec(&mut gone, Kind::Counter, "only.gone", Value::Number(5.0));
+        agg.absorb(&mut kept);
+        agg.absorb(&mut gone);
+        assert_eq!(flush(&mut agg, 0)["shared"], 3.0);
+        // The removed receiver's worker is forgotten after its last window.
+        agg.forget_shard(gone.id());
+        // Its series report their totals until they expire, then are freed;
+        // the series the other worker still feeds lives on.
+        for start in [10, 20, 30] {
+            rec(&mut kept, Kind::Counter, "shared", Value::Number(1.0));
+            agg.absorb(&mut kept);
+            let out = flush(&mut agg, start);
+            assert_eq!(out.contains_key("only.gone"), start < 20, "at {start}");
+        }
+        assert_eq!(agg.series_count(), 1);
+        assert_eq!(agg.free.len(), 1, "the forgotten series' entry is reusable");
     }
 
     #[test]

@@ -17,39 +17,9 @@ use common::backends::{
 };
 use common::wait_for;
 
-/// The remote-write 1.0 messages, as in prometheus/prompb/types.proto and
-/// remote.proto (only the fields a sender sets).
-mod prompb {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct WriteRequest {
-        #[prost(message, repeated, tag = "1")]
-        pub timeseries: Vec<TimeSeries>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct TimeSeries {
-        #[prost(message, repeated, tag = "1")]
-        pub labels: Vec<Label>,
-        #[prost(message, repeated, tag = "2")]
-        pub samples: Vec<Sample>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Label {
-        #[prost(string, tag = "1")]
-        pub name: String,
-        #[prost(string, tag = "2")]
-        pub value: String,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        #[prost(double, tag = "1")]
-        pub value: f64,
-        #[prost(int64, tag = "2")]
-        pub timestamp: i64,
-    }
-}
+// The remote-write 1.0 messages (prometheus/prompb field numbers), as the
+// prometheus_remote_write sink's encoder defines them.
+use sonde_encode::remote_write::prompb;
 
 /// One series for a WriteRequest: labels (sorted, as the spec requires)
 /// and (timestamp ms, value) samples.
@@ -75,7 +45,11 @@ fn series(labels: &[(&str, &str)], samples: &[(i64, f64)]) -> prompb::TimeSeries
 /// returns the status and body.
 fn remote_write(url: &str, timeseries: Vec<prompb::TimeSeries>) -> (u16, String) {
     use prost::Message;
-    let body = prompb::WriteRequest { timeseries }.encode_to_vec();
+    let body = prompb::WriteRequest {
+        timeseries,
+        ..Default::default()
+    }
+    .encode_to_vec();
     let compressed = snap::raw::Encoder::new().compress_vec(&body).unwrap();
     let mut resp = backends::http()
         .post(url)
