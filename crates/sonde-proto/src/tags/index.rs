@@ -249,31 +249,10 @@ pub(crate) use x86::{split_avx2, split_sse2};
 #[cfg(target_arch = "aarch64")]
 mod arm {
     use super::{walk, BadTags, Classify, TagSpan};
+    use crate::simd::neon_bitmask as bitmask;
     use std::arch::aarch64::*;
 
     pub(crate) struct Neon;
-
-    /// Packs four 16-byte compare results (each byte 0x00 or 0xff) into a
-    /// 64-bit mask, bit `i` for byte `i`: NEON has no `movemask`, so each
-    /// byte keeps its bit weight within its group of eight and three rounds
-    /// of pairwise adds sum every group of eight into one mask byte.
-    ///
-    /// # Safety
-    ///
-    /// None beyond NEON, which every aarch64 CPU has.
-    #[inline(always)]
-    unsafe fn bitmask(c: [uint8x16_t; 4]) -> u64 {
-        const WEIGHTS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
-        // SAFETY: `WEIGHTS` is 16 readable bytes; NEON is baseline.
-        unsafe {
-            let w = vld1q_u8(WEIGHTS.as_ptr());
-            let pairs_ab = vpaddq_u8(vandq_u8(c[0], w), vandq_u8(c[1], w));
-            let pairs_cd = vpaddq_u8(vandq_u8(c[2], w), vandq_u8(c[3], w));
-            let quads = vpaddq_u8(pairs_ab, pairs_cd);
-            let octets = vpaddq_u8(quads, quads);
-            vgetq_lane_u64::<0>(vreinterpretq_u64_u8(octets))
-        }
-    }
 
     impl Classify for Neon {
         #[inline(always)]
