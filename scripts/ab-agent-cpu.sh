@@ -12,6 +12,7 @@
 # Ports 38126 (StatsD), 39124 (msgpack), 38688 (admin); PORT_BASE moves them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/bench-agent.sh
 RUNS=3
 [[ ${1:-} == --runs ]] && { RUNS=$2; shift 2; }
 A=$1 B=$2
@@ -23,21 +24,7 @@ STATSD=127.0.0.1:$((BASE + 126)) MSGPACK=127.0.0.1:$((BASE + 1124)) ADMIN=127.0.
 case " $* " in *" msgpack "*) TO=udp://$MSGPACK ;; *) TO=udp://$STATSD ;; esac
 work=$(mktemp -d)
 trap 'kill "${agent:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
-cat >"$work/sonde.toml" <<TOML
-[agent]
-interval = "10s"
-admin_listen = "$ADMIN"
-data_dir = "$work"
-[[receivers]]
-protocol = "statsd"
-listen = "udp://$STATSD"
-[[receivers]]
-protocol = "msgpack"
-listen = "udp://$MSGPACK"
-[[sinks]]
-type = "file"
-path = "$work/points.jsonl"
-TOML
+bench_agent_config "$work/sonde.toml" 10s "$ADMIN" "$STATSD" "$MSGPACK" "$work/points.jsonl"
 one() { # binary label bench-args... -> one line: label cpu_us_per_point loss%
     local bin=$1 label=$2
     shift 2

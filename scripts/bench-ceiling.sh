@@ -17,6 +17,7 @@
 # Needs gcc, python3 and a release build (made here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/bench-agent.sh
 
 DURATION=5s
 SHAPES="one packed 8k 32k"
@@ -39,20 +40,7 @@ gcc -O2 -Wall -Wextra -o "$WORK/trivial_receiver" tools/trivial-receiver/trivial
 cargo build --release --quiet -p sonde
 SONDE=./target/release/sonde
 
-cat > "$WORK/sonde.toml" <<TOML
-[agent]
-interval = "10s"
-admin_listen = "$ADMIN"
-[[receivers]]
-protocol = "statsd"
-listen = "udp://127.0.0.1:$PORT_STATSD"
-[[receivers]]
-protocol = "msgpack"
-listen = "udp://127.0.0.1:$PORT_MSGPACK"
-[[sinks]]
-type = "file"
-path = "$WORK/points.jsonl"
-TOML
+bench_agent_config "$WORK/sonde.toml" 10s "$ADMIN" "127.0.0.1:$PORT_STATSD" "127.0.0.1:$PORT_MSGPACK" "$WORK/points.jsonl"
 
 shape_args() {
   case "$1" in

@@ -11,6 +11,7 @@
 # under the threshold, with the agent's CPU per point there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/bench-agent.sh
 
 DURATION=5s
 MAX_LOSS=0.1
@@ -32,20 +33,7 @@ BENCH_ARGS=("$@")
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 ADMIN=127.0.0.1:18688
-cat > "$WORK/sonde.toml" <<TOML
-[agent]
-interval = "10s"
-admin_listen = "$ADMIN"
-[[receivers]]
-protocol = "statsd"
-listen = "udp://127.0.0.1:18126"
-[[receivers]]
-protocol = "msgpack"
-listen = "udp://127.0.0.1:19124"
-[[sinks]]
-type = "file"
-path = "$WORK/points.jsonl"
-TOML
+bench_agent_config "$WORK/sonde.toml" 10s "$ADMIN" 127.0.0.1:18126 127.0.0.1:19124 "$WORK/points.jsonl"
 
 cargo build --release --quiet -p sonde
 SONDE=./target/release/sonde

@@ -24,6 +24,7 @@
 # (28126, 29124, admin 28688) can be moved with PGO_PORT_BASE (default 28000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/bench-agent.sh
 T=${CARGO_TARGET_DIR:-target}
 mkdir -p "$T/pgo"
 T=$(cd "$T" && pwd)
@@ -63,21 +64,7 @@ for run in "statsd 10000 3" "msgpack 10000 3" "statsd 100000 1"; do
 done
 work=$(mktemp -d)
 trap 'kill "${agent:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
-cat >"$work/sonde.toml" <<TOML
-[agent]
-interval = "2s"
-admin_listen = "$ADMIN"
-data_dir = "$work"
-[[receivers]]
-protocol = "statsd"
-listen = "udp://$STATSD"
-[[receivers]]
-protocol = "msgpack"
-listen = "udp://$MSGPACK"
-[[sinks]]
-type = "file"
-path = "$work/points.jsonl"
-TOML
+bench_agent_config "$work/sonde.toml" 2s "$ADMIN" "$STATSD" "$MSGPACK" "$work/points.jsonl"
 "$I/sonde" run --config "$work/sonde.toml" 2>"$work/agent.log" &
 agent=$!
 for _ in $(seq 100); do grep -q "sonde running" "$work/agent.log" && break; sleep 0.1; done

@@ -16,6 +16,7 @@
 #   INTERVAL=10      seconds between samples
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/bench-agent.sh
 duration=${1:-600}
 rate=${2:-200000}
 interval=${INTERVAL:-10}
@@ -35,25 +36,7 @@ trap cleanup EXIT
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 statsd=$(port) msgpack=$(port) admin=$(port)
-cat >"$dir/sonde.toml" <<EOF
-[agent]
-interval = "10s"
-admin_listen = "127.0.0.1:$admin"
-data_dir = "$dir/data"
-max_series = 100000
-
-[[receivers]]
-protocol = "statsd"
-listen = "udp://127.0.0.1:$statsd"
-
-[[receivers]]
-protocol = "msgpack"
-listen = "udp://127.0.0.1:$msgpack"
-
-[[sinks]]
-type = "file"
-path = "/dev/null"
-EOF
+bench_agent_config "$dir/sonde.toml" 10s "127.0.0.1:$admin" "127.0.0.1:$statsd" "127.0.0.1:$msgpack" /dev/null 'max_series = 100000'
 "$SONDE_BIN" run --config "$dir/sonde.toml" 2>"$dir/agent.log" &
 agent_pid=$!
 for _ in $(seq 100); do
