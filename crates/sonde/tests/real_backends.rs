@@ -20,10 +20,6 @@ use common::backends::{
 };
 use common::*;
 
-fn statsd_receiver(port: u16) -> String {
-    format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\n")
-}
-
 /// Fast retries, so that tests do not wait on the default backoff.
 const FAST: &str =
     "max_batch_age = \"0s\"\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"300ms\"\n";

@@ -121,10 +121,6 @@ fn json_lines(body: &[u8]) -> Vec<Json> {
         .collect()
 }
 
-fn statsd_receiver(port: u16) -> String {
-    format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\n")
-}
-
 #[test]
 fn http_sink_posts_compressed_json_lines_with_its_headers() {
     let server = Server::start(0, 200);

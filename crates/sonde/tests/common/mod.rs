@@ -49,6 +49,11 @@ pub fn wait_eq<T: PartialEq + std::fmt::Debug>(
     }
 }
 
+/// A `[[receivers]]` table: StatsD over UDP on loopback `port`.
+pub fn statsd_receiver(port: u16) -> String {
+    format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\n")
+}
+
 /// A free loopback port (UDP and TCP both free at the time of asking).
 pub fn free_port() -> u16 {
     loop {
