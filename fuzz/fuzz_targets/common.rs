@@ -21,7 +21,7 @@ impl Checked<'_> {
     }
 }
 
-impl PointSink for Checked<'_> {
+impl PointSink<'_> for Checked<'_> {
     fn point(&mut self, p: &Point<'_>) {
         self.points += 1;
         assert!(!p.name.is_empty(), "a point with an empty name");

@@ -13,7 +13,7 @@ use sonde_proto::{DropReason, Point, PointSink};
 #[derive(Default, PartialEq, Debug)]
 struct Log(Vec<String>);
 
-impl PointSink for Log {
+impl PointSink<'_> for Log {
     fn point(&mut self, p: &Point<'_>) {
         self.0.push(format!("{p:?}"));
     }

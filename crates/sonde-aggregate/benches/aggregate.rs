@@ -66,7 +66,7 @@ fn record(c: &mut Criterion) {
 
 struct Record<'a>(&'a mut Shard);
 
-impl PointSink for Record<'_> {
+impl PointSink<'_> for Record<'_> {
     fn point(&mut self, p: &Point<'_>) {
         let _ = self.0.record(p);
     }

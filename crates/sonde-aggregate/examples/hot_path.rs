@@ -8,15 +8,47 @@
 
 use std::sync::Arc;
 
+use sonde_aggregate::shard::BATCH;
 use sonde_aggregate::{AggregateConfig, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
-struct Record<'a>(&'a mut Shard, u64);
+/// Records points as the agent's receive path does: in batches of
+/// [`BATCH`] through [`Shard::record_batch`].
+struct Record<'s, 'd> {
+    shard: &'s mut Shard,
+    recorded: &'s mut u64,
+    pending: [Point<'d>; BATCH],
+    len: usize,
+}
 
-impl PointSink for Record<'_> {
-    fn point(&mut self, p: &Point<'_>) {
-        if self.0.record(p).is_ok() {
-            self.1 += 1;
+const NO_POINT: Point<'static> = Point {
+    kind: sonde_proto::Kind::Counter,
+    name: b"",
+    tags: b"",
+    tag_syntax: sonde_proto::TagSyntax::Msgpack,
+    value: sonde_proto::Value::Number(0.0),
+    sample_rate: 1.0,
+    timestamp: None,
+};
+
+impl Record<'_, '_> {
+    fn flush(&mut self) {
+        let recorded = &mut *self.recorded;
+        self.shard.record_batch(&self.pending[..self.len], |_, r| {
+            if r.is_ok() {
+                *recorded += 1;
+            }
+        });
+        self.len = 0;
+    }
+}
+
+impl<'d> PointSink<'d> for Record<'_, 'd> {
+    fn point(&mut self, p: &Point<'d>) {
+        self.pending[self.len] = *p;
+        self.len += 1;
+        if self.len == BATCH {
+            self.flush();
         }
     }
     fn drop(&mut self, _reason: DropReason) {}
@@ -96,7 +128,7 @@ fn msgpack_datagrams(series: usize) -> Vec<Vec<u8>> {
 }
 
 /// A parser driving a recorder.
-type Parse = fn(&[u8], &mut Record<'_>);
+type Parse = for<'s, 'd> fn(&'d [u8], &mut Record<'s, 'd>);
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -108,13 +140,20 @@ fn main() {
         _ => (statsd_datagrams(series), |d, r| statsd::parse(d, r)),
     };
     let mut shard = Shard::new(Arc::new(AggregateConfig::default()));
-    let mut rec = Record(&mut shard, 0);
+    let mut recorded = 0;
     // Pass 0 creates the series; it is part of every run, so it cancels out
     // when two runs with different pass counts are subtracted.
     for _ in 0..=passes {
         for d in &datagrams {
+            let mut rec = Record {
+                shard: &mut shard,
+                recorded: &mut recorded,
+                pending: [NO_POINT; BATCH],
+                len: 0,
+            };
             parse(d, &mut rec);
+            rec.flush();
         }
     }
-    println!("{} points recorded, {} series", rec.1, shard.len());
+    println!("{recorded} points recorded, {} series", shard.len());
 }

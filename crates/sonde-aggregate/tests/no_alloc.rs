@@ -5,8 +5,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
 
+use sonde_aggregate::shard::BATCH;
 use sonde_aggregate::{AggregateConfig, Shard};
-use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
+use sonde_proto::{msgpack, statsd, DropReason, Kind, Point, PointSink, TagSyntax, Value};
 
 struct Counting;
 
@@ -47,16 +48,69 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-struct Record<'a>(&'a mut Shard, usize);
+/// Records as the agent's receive path does: batches of [`BATCH`] points
+/// through `Shard::record_batch`, kept on the stack.
+struct Record<'s, 'd> {
+    shard: &'s mut Shard,
+    recorded: &'s mut usize,
+    pending: [Point<'d>; BATCH],
+    len: usize,
+}
 
-impl PointSink for Record<'_> {
-    fn point(&mut self, p: &Point<'_>) {
-        self.0.record(p).unwrap();
-        self.1 += 1;
+const NO_POINT: Point<'static> = Point {
+    kind: Kind::Counter,
+    name: b"",
+    tags: b"",
+    tag_syntax: TagSyntax::Msgpack,
+    value: Value::Number(0.0),
+    sample_rate: 1.0,
+    timestamp: None,
+};
+
+impl<'s> Record<'s, '_> {
+    fn new(shard: &'s mut Shard, recorded: &'s mut usize) -> Self {
+        Record {
+            shard,
+            recorded,
+            pending: [NO_POINT; BATCH],
+            len: 0,
+        }
+    }
+
+    fn flush(&mut self) {
+        let recorded = &mut *self.recorded;
+        self.shard.record_batch(&self.pending[..self.len], |_, r| {
+            r.unwrap();
+            *recorded += 1;
+        });
+        self.len = 0;
+    }
+}
+
+impl<'d> PointSink<'d> for Record<'_, 'd> {
+    fn point(&mut self, p: &Point<'d>) {
+        self.pending[self.len] = *p;
+        self.len += 1;
+        if self.len == BATCH {
+            self.flush();
+        }
     }
     fn drop(&mut self, reason: DropReason) {
         panic!("unexpected drop {reason:?}");
     }
+}
+
+/// Parses one input into `shard`; returns the points recorded.
+fn feed(shard: &mut Shard, input: &[u8], msgpack: bool) -> usize {
+    let mut recorded = 0;
+    let mut rec = Record::new(shard, &mut recorded);
+    if msgpack {
+        msgpack::parse(input, &mut rec);
+    } else {
+        statsd::parse(input, &mut rec);
+    }
+    rec.flush();
+    recorded
 }
 
 fn msgpack_bunch() -> Vec<u8> {
@@ -96,18 +150,17 @@ fn a_warm_shard_records_known_series_without_allocating() {
     // into its bucket stores (one allocation a window, like the sketch
     // itself); `api.dist` gets one sample a pass, so warm up past that.
     for _ in 0..=sonde_aggregate::sketch::MAX_SAMPLES {
-        msgpack::parse(&bunch, &mut Record(&mut shard, 0));
-        statsd::parse(STATSD, &mut Record(&mut shard, 0));
+        feed(&mut shard, &bunch, true);
+        feed(&mut shard, STATSD, false);
     }
     let before = allocations();
     // The counter is live: creating the series did allocate.
     assert!(before - start >= 9, "warm-up allocated {}", before - start);
-    let mut rec = Record(&mut shard, 0);
+    let mut points = 0;
     for _ in 0..100 {
-        msgpack::parse(&bunch, &mut rec);
-        statsd::parse(STATSD, &mut rec);
+        points += feed(&mut shard, &bunch, true);
+        points += feed(&mut shard, STATSD, false);
     }
-    let points = rec.1;
     let allocations = allocations() - before;
     assert_eq!(points, 100 * (100 + 9));
     assert_eq!(

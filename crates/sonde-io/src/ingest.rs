@@ -22,9 +22,9 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sonde_aggregate::shard::Window;
+use sonde_aggregate::shard::{Window, BATCH};
 use sonde_aggregate::{AggregateConfig, SeriesCount, Shard};
-use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
+use sonde_proto::{msgpack, statsd, DropReason, Kind, Point, PointSink, TagSyntax, Value};
 
 use crate::telemetry::{LocalCounts, ReceiverStats};
 
@@ -117,29 +117,79 @@ struct LimitSample {
     next_check: Instant,
 }
 
-struct Recorder<'a> {
-    shard: &'a mut Shard,
-    counts: &'a mut LocalCounts,
-    limited: &'a mut LimitSample,
+struct Recorder<'s, 'd> {
+    shard: &'s mut Shard,
+    counts: &'s mut LocalCounts,
+    limited: &'s mut LimitSample,
+    /// Points of this input waiting to be looked up together
+    /// ([`Shard::record_batch`]).
+    pending: [Point<'d>; BATCH],
+    len: usize,
 }
 
-impl PointSink for Recorder<'_> {
-    fn point(&mut self, point: &Point<'_>) {
-        match self.shard.record(point) {
-            Ok(()) => self.counts.points += 1,
+/// Fills [`Recorder::pending`]; never recorded.
+const NO_POINT: Point<'static> = Point {
+    kind: Kind::Counter,
+    name: b"",
+    tags: b"",
+    tag_syntax: TagSyntax::Msgpack,
+    value: Value::Number(0.0),
+    sample_rate: 1.0,
+    timestamp: None,
+};
+
+impl<'s, 'd> Recorder<'s, 'd> {
+    fn new(
+        shard: &'s mut Shard,
+        counts: &'s mut LocalCounts,
+        limited: &'s mut LimitSample,
+    ) -> Self {
+        Recorder {
+            shard,
+            counts,
+            limited,
+            pending: [NO_POINT; BATCH],
+            len: 0,
+        }
+    }
+
+    /// Records the pending points; called when the batch is full and once
+    /// the input is parsed.
+    fn flush(&mut self) {
+        let Recorder {
+            shard,
+            counts,
+            limited,
+            pending,
+            len,
+        } = self;
+        let points = &pending[..*len];
+        shard.record_batch(points, |i, result| match result {
+            Ok(()) => counts.points += 1,
             Err(reason) => {
-                self.counts.drops[reason as usize] += 1;
+                counts.drops[reason as usize] += 1;
                 if matches!(
                     reason,
                     DropReason::SeriesLimit | DropReason::MetricSeriesLimit
                 ) {
-                    if self.limited.pending == 0 {
-                        self.limited.name.clear();
-                        self.limited.name.extend_from_slice(point.name);
+                    if limited.pending == 0 {
+                        limited.name.clear();
+                        limited.name.extend_from_slice(points[i].name);
                     }
-                    self.limited.pending += 1;
+                    limited.pending += 1;
                 }
             }
+        });
+        *len = 0;
+    }
+}
+
+impl<'d> PointSink<'d> for Recorder<'_, 'd> {
+    fn point(&mut self, point: &Point<'d>) {
+        self.pending[self.len] = *point;
+        self.len += 1;
+        if self.len == BATCH {
+            self.flush();
         }
     }
 
@@ -213,15 +263,12 @@ impl Ingest {
     /// Parses bytes without counting a datagram (stream chunks).
     pub fn bytes(&mut self, data: &[u8]) {
         self.counts.bytes += data.len() as u64;
-        let mut rec = Recorder {
-            shard: &mut self.shard,
-            counts: &mut self.counts,
-            limited: &mut self.limited,
-        };
+        let mut rec = Recorder::new(&mut self.shard, &mut self.counts, &mut self.limited);
         match self.protocol {
             Protocol::Msgpack => msgpack::parse(data, &mut rec),
             Protocol::Statsd => statsd::parse(data, &mut rec),
         }
+        rec.flush();
     }
 
     /// Counts a drop found by the receiver itself (an oversized datagram).

@@ -15,7 +15,7 @@ use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink, TagSyntax};
 #[derive(Default)]
 struct Count(u64);
 
-impl PointSink for Count {
+impl PointSink<'_> for Count {
     fn point(&mut self, p: &Point<'_>) {
         self.0 += p.name.len() as u64 + p.tags.len() as u64;
     }

@@ -17,7 +17,7 @@
 //!
 //! #[derive(Default)]
 //! struct Collect(Vec<(String, f64)>, usize);
-//! impl PointSink for Collect {
+//! impl PointSink<'_> for Collect {
 //!     fn point(&mut self, p: &Point<'_>) {
 //!         if let Value::Number(v) = p.value {
 //!             self.0.push((String::from_utf8_lossy(p.name).into_owned(), v));
@@ -149,9 +149,13 @@ pub struct Point<'a> {
 
 /// Receives what a parser finds: the parser drives, the sink is called once
 /// per good point and once per dropped message or line.
-pub trait PointSink {
+///
+/// The lifetime is the input's: a sink may keep the points of one call to
+/// a parser (the agent's recorder collects a few before it looks their
+/// series up together, so that their cache misses overlap).
+pub trait PointSink<'a> {
     /// Called for every well-formed point, in input order.
-    fn point(&mut self, point: &Point<'_>);
+    fn point(&mut self, point: &Point<'a>);
     /// Called once for every message, line or tag string that was dropped.
     fn drop(&mut self, reason: DropReason);
 }

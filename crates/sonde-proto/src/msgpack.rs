@@ -45,7 +45,7 @@ use rmp::Marker;
 ///
 /// Never panics and never allocates. See the module doc for what is dropped
 /// and how parsing recovers.
-pub fn parse(datagram: &[u8], sink: &mut impl PointSink) {
+pub fn parse<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     let mut cur = Cursor { rest: datagram };
     while !cur.rest.is_empty() {
         if let Err(lost) = top_level(&mut cur, sink) {
@@ -73,7 +73,7 @@ impl Lost {
     }
 }
 
-fn top_level(cur: &mut Cursor<'_>, sink: &mut impl PointSink) -> Result<(), Lost> {
+fn top_level<'a>(cur: &mut Cursor<'a>, sink: &mut impl PointSink<'a>) -> Result<(), Lost> {
     // Anything but an array here is garbage (a stray byte, a client that
     // speaks another protocol): stop rather than count each byte.
     if !cur.peek().is_some_and(is_array) {
@@ -101,7 +101,7 @@ fn top_level(cur: &mut Cursor<'_>, sink: &mut impl PointSink) -> Result<(), Lost
     }
 }
 
-fn bunch_element(cur: &mut Cursor<'_>, sink: &mut impl PointSink) -> Result<(), Lost> {
+fn bunch_element<'a>(cur: &mut Cursor<'a>, sink: &mut impl PointSink<'a>) -> Result<(), Lost> {
     match cur.peek() {
         None => Err(Lost::Truncated),
         Some(m) if is_array(m) => {
@@ -117,7 +117,11 @@ fn bunch_element(cur: &mut Cursor<'_>, sink: &mut impl PointSink) -> Result<(), 
 }
 
 /// Reads the `len` elements of a message whose array header is consumed.
-fn message_body(cur: &mut Cursor<'_>, len: u32, sink: &mut impl PointSink) -> Result<(), Lost> {
+fn message_body<'a>(
+    cur: &mut Cursor<'a>,
+    len: u32,
+    sink: &mut impl PointSink<'a>,
+) -> Result<(), Lost> {
     if len != 6 {
         // Skip before reporting: if the array is cut short, the one drop
         // for it is Truncated, not both.
@@ -387,7 +391,7 @@ mod tests {
     #[derive(Default)]
     struct Collect(Vec<Seen>);
 
-    impl PointSink for Collect {
+    impl PointSink<'_> for Collect {
         fn point(&mut self, p: &Point<'_>) {
             // Every msgpack point has these; checked here once for all tests.
             assert_eq!(p.tag_syntax, TagSyntax::Msgpack);

@@ -44,7 +44,7 @@ mod index;
 /// input order.
 ///
 /// Uses [`Backend::detected`]. Never panics and never allocates.
-pub fn parse(datagram: &[u8], sink: &mut impl PointSink) {
+pub fn parse<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     // SAFETY: `detected` only returns backends this CPU supports.
     unsafe { run(Backend::detected(), datagram, sink) }
 }
@@ -56,7 +56,7 @@ pub fn parse(datagram: &[u8], sink: &mut impl PointSink) {
 /// # Panics
 ///
 /// If `backend` is not [available](Backend::is_available) on this CPU.
-pub fn parse_with(backend: Backend, datagram: &[u8], sink: &mut impl PointSink) {
+pub fn parse_with<'a>(backend: Backend, datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     assert!(
         backend.is_available(),
         "statsd parsing backend {backend:?} is not supported by this CPU"
@@ -69,7 +69,7 @@ pub fn parse_with(backend: Backend, datagram: &[u8], sink: &mut impl PointSink) 
 ///
 /// `backend` must be [available](Backend::is_available).
 #[inline]
-unsafe fn run(backend: Backend, datagram: &[u8], sink: &mut impl PointSink) {
+unsafe fn run<'a>(backend: Backend, datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     match backend {
         Backend::Memchr => parse_reference(datagram, sink),
         // SAFETY: every x86-64 CPU has SSE2.
@@ -90,7 +90,7 @@ unsafe fn run(backend: Backend, datagram: &[u8], sink: &mut impl PointSink) {
 /// fields per line, ~330 instructions of a ~55-byte line): kept as the
 /// obviously correct reference that every index backend is tested and
 /// fuzzed against, and as the portable fallback ([`Backend::Memchr`]).
-pub fn parse_reference(datagram: &[u8], sink: &mut impl PointSink) {
+pub fn parse_reference<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     for line in Split::new(datagram, b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
@@ -106,7 +106,7 @@ pub fn parse_reference(datagram: &[u8], sink: &mut impl PointSink) {
 ///
 /// Checks run left to right (shape, name, type, fields, values) and the
 /// first failure is the reason reported.
-fn parse_line(line: &[u8], sink: &mut impl PointSink) -> Result<(), DropReason> {
+fn parse_line<'a>(line: &'a [u8], sink: &mut impl PointSink<'a>) -> Result<(), DropReason> {
     not_event(line)?;
     // The name ends at the first `:`, the values at the first `|`. Looking
     // for the `|` first keeps a `:` inside the tags from being taken as the
@@ -209,7 +209,7 @@ pub(crate) fn emit<'a>(
     values: &'a [u8],
     several: impl FnOnce() -> bool,
     extras: &Extras<'a>,
-    sink: &mut impl PointSink,
+    sink: &mut impl PointSink<'a>,
 ) -> Result<(), DropReason> {
     let point = |value| Point {
         kind,
@@ -332,7 +332,7 @@ mod tests {
     #[derive(Default)]
     struct Collect(Vec<Seen>);
 
-    impl PointSink for Collect {
+    impl PointSink<'_> for Collect {
         fn point(&mut self, p: &Point<'_>) {
             assert_eq!(p.tag_syntax, TagSyntax::DogStatsd);
             let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
@@ -655,7 +655,7 @@ mod tests {
     fn non_utf8_bytes_pass_through_for_the_aggregator_to_judge() {
         let mut count = 0;
         struct Count<'a>(&'a mut usize);
-        impl PointSink for Count<'_> {
+        impl PointSink<'_> for Count<'_> {
             fn point(&mut self, p: &Point<'_>) {
                 assert_eq!(p.name, b"\xff\xfe");
                 assert_eq!(p.tags, b"k:\x80");
@@ -674,7 +674,7 @@ mod tests {
     #[derive(Debug, Default, PartialEq)]
     struct Exact(Vec<String>);
 
-    impl PointSink for Exact {
+    impl PointSink<'_> for Exact {
         fn point(&mut self, p: &Point<'_>) {
             let value = match p.value {
                 Value::Number(v) => format!("n{:x}", v.to_bits()),

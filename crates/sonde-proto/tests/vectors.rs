@@ -63,7 +63,7 @@ struct Collect {
     problem: Option<String>,
 }
 
-impl PointSink for Collect {
+impl PointSink<'_> for Collect {
     fn point(&mut self, p: &Point<'_>) {
         let mut text = |what: &str, b: &[u8]| match std::str::from_utf8(b) {
             Ok(s) => s.to_owned(),

@@ -135,7 +135,7 @@ pub(crate) unsafe fn classify<C: Classify>(chunk: &[u8]) -> Masks {
 ///
 /// The CPU must have the target features of `C`.
 #[inline]
-pub(crate) unsafe fn parse<C: Classify>(datagram: &[u8], sink: &mut impl PointSink) {
+pub(crate) unsafe fn parse<'a, C: Classify>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     let mut masks = Masks::new();
     let mut rest = datagram;
     loop {
@@ -198,7 +198,7 @@ fn next(mask: &[u64; WORDS], from: usize, end: usize) -> usize {
 /// Parses the lines of `text`, whose masks are `m`; the last line may end
 /// without `\n`.
 #[inline(always)]
-fn walk(text: &[u8], m: &Masks, sink: &mut impl PointSink) {
+fn walk<'a>(text: &'a [u8], m: &Masks, sink: &mut impl PointSink<'a>) {
     let len = text.len();
     let mut start = 0;
     while start < len {
@@ -220,12 +220,12 @@ fn walk(text: &[u8], m: &Masks, sink: &mut impl PointSink) {
 /// Parses the non-empty line `text[start..end]` (without its terminator),
 /// with the checks of [`super::parse_line`] in the same order.
 #[inline(always)]
-fn line(
-    text: &[u8],
+fn line<'a>(
+    text: &'a [u8],
     m: &Masks,
     start: usize,
     end: usize,
-    sink: &mut impl PointSink,
+    sink: &mut impl PointSink<'a>,
 ) -> Result<(), DropReason> {
     let line = &text[start..end];
     not_event(line)?;
