@@ -5,6 +5,7 @@
 # `sonde bench` to CPU 0, each step DURATION long.
 #
 # Usage: scripts/bench-max-rate.sh [--duration 5s] [--max-loss 0.1] [--start 1M] [--steps 4] -- BENCH_ARGS...
+#   SONDE_BIN=path runs that binary instead of target/release/sonde (for A/B).
 #   e.g. scripts/bench-max-rate.sh -- --protocol statsd --series 1000
 #        scripts/bench-max-rate.sh -- --protocol msgpack --series 10000 --tags 3 --max-bytes 32768
 # Prints one line per step and the result: the highest rate whose loss was
@@ -36,7 +37,7 @@ ADMIN=127.0.0.1:18688
 bench_agent_config "$WORK/sonde.toml" 10s "$ADMIN" 127.0.0.1:18126 127.0.0.1:19124 "$WORK/points.jsonl"
 
 cargo build --release --quiet -p sonde
-SONDE=./target/release/sonde
+SONDE=${SONDE_BIN:-./target/release/sonde}
 taskset -c 1 "$SONDE" run --config "$WORK/sonde.toml" 2> "$WORK/sonde.log" &
 SPID=$!
 for _ in $(seq 100); do grep -q "sonde running" "$WORK/sonde.log" && break; sleep 0.1; done
