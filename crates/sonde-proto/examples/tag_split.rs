@@ -11,8 +11,11 @@
 //! ```
 //!
 //! Arguments: SYNTAX (`msgpack` or `dogstatsd`), SIZE in bytes, REPEATS,
-//! and optionally `scalar` to count `split_scalar` instead of `split`.
-//! The string is built as `tag_string` in `benches/parse.rs` builds it.
+//! then optionally `scalar` to count `split_scalar` instead of `split`,
+//! and `varied` to cycle through 64 strings of SIZE bytes whose tags are 6
+//! to 33 bytes long (pseudo-random, fixed seed) instead of the one string,
+//! so that branch predictors cannot learn the input. The one string is
+//! built as `tag_string` in `benches/parse.rs` builds it.
 
 use std::hint::black_box;
 
@@ -46,6 +49,40 @@ fn tag_string(len: usize, syntax: TagSyntax) -> Vec<u8> {
     s
 }
 
+/// A tag string of `len` bytes with tags of 6 to 33 bytes, the lengths
+/// drawn from `seed`; ends on a whole tag like [`tag_string`].
+fn varied_string(len: usize, syntax: TagSyntax, seed: u64) -> Vec<u8> {
+    let (sep, kv) = match syntax {
+        TagSyntax::Msgpack => (b'|', b'='),
+        TagSyntax::DogStatsd => (b',', b':'),
+    };
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n) as usize
+    };
+    let mut s = Vec::new();
+    while s.len() < len {
+        if !s.is_empty() {
+            s.push(sep);
+        }
+        s.extend(std::iter::repeat_n(b'k', 1 + next(12)));
+        s.push(kv);
+        s.extend(std::iter::repeat_n(b'v', 4 + next(17)));
+    }
+    s.truncate(len);
+    let last = s.iter().rposition(|&b| b == sep).map_or(0, |p| p + 1);
+    if !s[last..].contains(&kv) {
+        s[len - 1] = kv;
+        if len - last == 1 {
+            s[len - 1] = sep;
+        }
+    }
+    s
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: tag_split msgpack|dogstatsd SIZE REPEATS [scalar]";
@@ -56,15 +93,20 @@ fn main() {
     };
     let size: usize = args.get(2).and_then(|s| s.parse().ok()).expect(usage);
     let repeats: usize = args.get(3).and_then(|s| s.parse().ok()).expect(usage);
-    let scalar = args.get(4).map(String::as_str) == Some("scalar");
-    let raw = tag_string(size, syntax);
+    let scalar = args[4..].iter().any(|a| a == "scalar");
+    let strings: Vec<Vec<u8>> = if args[4..].iter().any(|a| a == "varied") {
+        (0..64).map(|i| varied_string(size, syntax, i)).collect()
+    } else {
+        vec![tag_string(size, syntax)]
+    };
     let mut spans = Vec::with_capacity(128);
     let mut total = 0;
-    for _ in 0..repeats {
+    for i in 0..repeats {
+        let raw = &strings[i % strings.len()];
         let result = if scalar {
-            tags::split_scalar(black_box(&raw), syntax, &mut spans)
+            tags::split_scalar(black_box(raw), syntax, &mut spans)
         } else {
-            tags::split(black_box(&raw), syntax, &mut spans)
+            tags::split(black_box(raw), syntax, &mut spans)
         };
         result.expect("the input is valid");
         total += spans.len();
