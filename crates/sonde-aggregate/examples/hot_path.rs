@@ -8,46 +8,33 @@
 
 use std::sync::Arc;
 
-use sonde_aggregate::shard::BATCH;
+use sonde_aggregate::shard::PointBatch;
 use sonde_aggregate::{AggregateConfig, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
 /// Records points as the agent's receive path does: in batches of
-/// [`BATCH`] through [`Shard::record_batch`].
+/// `shard::BATCH` through [`Shard::record_batch`].
 struct Record<'s, 'd> {
     shard: &'s mut Shard,
     recorded: &'s mut u64,
-    pending: [Point<'d>; BATCH],
-    len: usize,
+    pending: PointBatch<'d>,
 }
-
-const NO_POINT: Point<'static> = Point {
-    kind: sonde_proto::Kind::Counter,
-    name: b"",
-    tags: b"",
-    tag_syntax: sonde_proto::TagSyntax::Msgpack,
-    value: sonde_proto::Value::Number(0.0),
-    sample_rate: 1.0,
-    timestamp: None,
-};
 
 impl Record<'_, '_> {
     fn flush(&mut self) {
         let recorded = &mut *self.recorded;
-        self.shard.record_batch(&self.pending[..self.len], |_, r| {
+        self.shard.record_batch(self.pending.points(), |_, r| {
             if r.is_ok() {
                 *recorded += 1;
             }
         });
-        self.len = 0;
+        self.pending.clear();
     }
 }
 
 impl<'d> PointSink<'d> for Record<'_, 'd> {
     fn point(&mut self, p: &Point<'d>) {
-        self.pending[self.len] = *p;
-        self.len += 1;
-        if self.len == BATCH {
+        if self.pending.push(*p) {
             self.flush();
         }
     }
@@ -148,8 +135,7 @@ fn main() {
             let mut rec = Record {
                 shard: &mut shard,
                 recorded: &mut recorded,
-                pending: [NO_POINT; BATCH],
-                len: 0,
+                pending: PointBatch::default(),
             };
             parse(d, &mut rec);
             rec.flush();

@@ -264,6 +264,61 @@ fn syntax_byte(s: TagSyntax) -> u8 {
 /// misses of a packed 1400-byte StatsD datagram's worth of lines.
 pub const BATCH: usize = 16;
 
+/// Points of one input waiting for [`Shard::record_batch`], kept on the
+/// stack: a receive path fills it as the parser finds points and records
+/// it when full and when the input ends.
+#[derive(Clone, Copy, Debug)]
+pub struct PointBatch<'d> {
+    points: [Point<'d>; BATCH],
+    len: usize,
+}
+
+/// Fills the unused part of a [`PointBatch`]; never recorded.
+const NO_POINT: Point<'static> = Point {
+    kind: Kind::Counter,
+    name: b"",
+    tags: b"",
+    tag_syntax: TagSyntax::Msgpack,
+    value: Value::Number(0.0),
+    sample_rate: 1.0,
+    timestamp: None,
+};
+
+impl Default for PointBatch<'_> {
+    fn default() -> Self {
+        PointBatch {
+            points: [NO_POINT; BATCH],
+            len: 0,
+        }
+    }
+}
+
+impl<'d> PointBatch<'d> {
+    /// Adds `p`; returns `true` when the batch is now full.
+    ///
+    /// # Panics
+    ///
+    /// When the batch was already full.
+    #[inline]
+    pub fn push(&mut self, p: Point<'d>) -> bool {
+        self.points[self.len] = p;
+        self.len += 1;
+        self.len == BATCH
+    }
+
+    /// The points added since the last [`PointBatch::clear`].
+    #[inline]
+    pub fn points(&self) -> &[Point<'d>] {
+        &self.points[..self.len]
+    }
+
+    /// Empties the batch.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
 /// The kind byte a point is recorded under: a gauge or count with a
 /// client timestamp keeps one value per timestamp.
 #[inline]

@@ -5,9 +5,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
 
-use sonde_aggregate::shard::BATCH;
+use sonde_aggregate::shard::PointBatch;
 use sonde_aggregate::{AggregateConfig, Shard};
-use sonde_proto::{msgpack, statsd, DropReason, Kind, Point, PointSink, TagSyntax, Value};
+use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
 struct Counting;
 
@@ -48,50 +48,36 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Records as the agent's receive path does: batches of [`BATCH`] points
+/// Records as the agent's receive path does: batches of `shard::BATCH` points
 /// through `Shard::record_batch`, kept on the stack.
 struct Record<'s, 'd> {
     shard: &'s mut Shard,
     recorded: &'s mut usize,
-    pending: [Point<'d>; BATCH],
-    len: usize,
+    pending: PointBatch<'d>,
 }
-
-const NO_POINT: Point<'static> = Point {
-    kind: Kind::Counter,
-    name: b"",
-    tags: b"",
-    tag_syntax: TagSyntax::Msgpack,
-    value: Value::Number(0.0),
-    sample_rate: 1.0,
-    timestamp: None,
-};
 
 impl<'s> Record<'s, '_> {
     fn new(shard: &'s mut Shard, recorded: &'s mut usize) -> Self {
         Record {
             shard,
             recorded,
-            pending: [NO_POINT; BATCH],
-            len: 0,
+            pending: PointBatch::default(),
         }
     }
 
     fn flush(&mut self) {
         let recorded = &mut *self.recorded;
-        self.shard.record_batch(&self.pending[..self.len], |_, r| {
+        self.shard.record_batch(self.pending.points(), |_, r| {
             r.unwrap();
             *recorded += 1;
         });
-        self.len = 0;
+        self.pending.clear();
     }
 }
 
 impl<'d> PointSink<'d> for Record<'_, 'd> {
     fn point(&mut self, p: &Point<'d>) {
-        self.pending[self.len] = *p;
-        self.len += 1;
-        if self.len == BATCH {
+        if self.pending.push(*p) {
             self.flush();
         }
     }

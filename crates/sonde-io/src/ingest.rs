@@ -22,9 +22,9 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sonde_aggregate::shard::{Window, BATCH};
+use sonde_aggregate::shard::{PointBatch, Window};
 use sonde_aggregate::{AggregateConfig, SeriesCount, Shard};
-use sonde_proto::{msgpack, statsd, DropReason, Kind, Point, PointSink, TagSyntax, Value};
+use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
 use crate::telemetry::{LocalCounts, ReceiverStats};
 
@@ -121,22 +121,9 @@ struct Recorder<'s, 'd> {
     shard: &'s mut Shard,
     counts: &'s mut LocalCounts,
     limited: &'s mut LimitSample,
-    /// Points of this input waiting to be looked up together
-    /// ([`Shard::record_batch`]).
-    pending: [Point<'d>; BATCH],
-    len: usize,
+    /// Points of this input waiting to be looked up together.
+    pending: PointBatch<'d>,
 }
-
-/// Fills [`Recorder::pending`]; never recorded.
-const NO_POINT: Point<'static> = Point {
-    kind: Kind::Counter,
-    name: b"",
-    tags: b"",
-    tag_syntax: TagSyntax::Msgpack,
-    value: Value::Number(0.0),
-    sample_rate: 1.0,
-    timestamp: None,
-};
 
 impl<'s, 'd> Recorder<'s, 'd> {
     fn new(
@@ -148,8 +135,7 @@ impl<'s, 'd> Recorder<'s, 'd> {
             shard,
             counts,
             limited,
-            pending: [NO_POINT; BATCH],
-            len: 0,
+            pending: PointBatch::default(),
         }
     }
 
@@ -161,9 +147,8 @@ impl<'s, 'd> Recorder<'s, 'd> {
             counts,
             limited,
             pending,
-            len,
         } = self;
-        let points = &pending[..*len];
+        let points = pending.points();
         shard.record_batch(points, |i, result| match result {
             Ok(()) => counts.points += 1,
             Err(reason) => {
@@ -180,15 +165,13 @@ impl<'s, 'd> Recorder<'s, 'd> {
                 }
             }
         });
-        *len = 0;
+        pending.clear();
     }
 }
 
 impl<'d> PointSink<'d> for Recorder<'_, 'd> {
     fn point(&mut self, point: &Point<'d>) {
-        self.pending[self.len] = *point;
-        self.len += 1;
-        if self.len == BATCH {
+        if self.pending.push(*point) {
             self.flush();
         }
     }
