@@ -6,6 +6,10 @@
 
 use std::hint::black_box;
 
+mod common {
+    pub mod tag_input;
+}
+use common::tag_input::tag_string;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sonde_proto::tags::{self, Backend, TagSpan};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink, TagSyntax};
@@ -132,36 +136,6 @@ fn parsers(c: &mut Criterion) {
         });
     }
     g.finish();
-}
-
-/// A tag string of exactly `len` bytes written like a real client's
-/// (`key00=value_0000|key01=value_0001|...`, 17 bytes a tag), in `syntax`.
-fn tag_string(len: usize, syntax: TagSyntax) -> Vec<u8> {
-    let (sep, kv) = match syntax {
-        TagSyntax::Msgpack => (b'|', b'='),
-        TagSyntax::DogStatsd => (b',', b':'),
-    };
-    let mut s = Vec::new();
-    let mut i = 0;
-    while s.len() < len {
-        if !s.is_empty() {
-            s.push(sep);
-        }
-        s.extend_from_slice(format!("key{:02}{}value_{:04}", i % 100, kv as char, i).as_bytes());
-        i += 1;
-    }
-    s.truncate(len);
-    // A cut can leave a bare key (`|ke`), which msgpack rejects: end every
-    // string on a valid tag so that each size splits all of its bytes.
-    let last = s.iter().rposition(|&b| b == sep).map_or(0, |p| p + 1);
-    if !s[last..].contains(&kv) {
-        s[len - 1] = kv;
-        if len - last == 1 {
-            // A one-byte tail cannot be `k=`: make it an empty segment.
-            s[len - 1] = sep;
-        }
-    }
-    s
 }
 
 /// Tag splitting at 1 B to 1 KiB: the byte-at-a-time loop against the

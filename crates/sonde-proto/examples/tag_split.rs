@@ -19,69 +19,12 @@
 
 use std::hint::black_box;
 
+#[path = "../benches/common/tag_input.rs"]
+mod tag_input;
+
 use sonde_proto::tags;
 use sonde_proto::TagSyntax;
-
-/// `key00=value_0000|key01=value_0001|...` cut to `len` bytes and ending
-/// on a whole tag: the input of the `tags/split` benchmark.
-fn tag_string(len: usize, syntax: TagSyntax) -> Vec<u8> {
-    let (sep, kv) = match syntax {
-        TagSyntax::Msgpack => (b'|', b'='),
-        TagSyntax::DogStatsd => (b',', b':'),
-    };
-    let mut s = Vec::new();
-    let mut i = 0;
-    while s.len() < len {
-        if !s.is_empty() {
-            s.push(sep);
-        }
-        s.extend_from_slice(format!("key{:02}{}value_{:04}", i % 100, kv as char, i).as_bytes());
-        i += 1;
-    }
-    s.truncate(len);
-    let last = s.iter().rposition(|&b| b == sep).map_or(0, |p| p + 1);
-    if !s[last..].contains(&kv) {
-        s[len - 1] = kv;
-        if len - last == 1 {
-            s[len - 1] = sep;
-        }
-    }
-    s
-}
-
-/// A tag string of `len` bytes with tags of 6 to 33 bytes, the lengths
-/// drawn from `seed`; ends on a whole tag like [`tag_string`].
-fn varied_string(len: usize, syntax: TagSyntax, seed: u64) -> Vec<u8> {
-    let (sep, kv) = match syntax {
-        TagSyntax::Msgpack => (b'|', b'='),
-        TagSyntax::DogStatsd => (b',', b':'),
-    };
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n) as usize
-    };
-    let mut s = Vec::new();
-    while s.len() < len {
-        if !s.is_empty() {
-            s.push(sep);
-        }
-        s.extend(std::iter::repeat_n(b'k', 1 + next(12)));
-        s.push(kv);
-        s.extend(std::iter::repeat_n(b'v', 4 + next(17)));
-    }
-    s.truncate(len);
-    let last = s.iter().rposition(|&b| b == sep).map_or(0, |p| p + 1);
-    if !s[last..].contains(&kv) {
-        s[len - 1] = kv;
-        if len - last == 1 {
-            s[len - 1] = sep;
-        }
-    }
-    s
-}
+use tag_input::{tag_string, varied_string};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
