@@ -267,7 +267,7 @@ pub const BATCH: usize = 16;
 /// Points of one input waiting for [`Shard::record_batch`], kept on the
 /// stack: a receive path fills it as the parser finds points and records
 /// it when full and when the input ends.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct PointBatch<'d> {
     points: [Point<'d>; BATCH],
     len: usize,
@@ -343,7 +343,7 @@ fn prefetch_bytes(bytes: &[u8]) {
 }
 
 #[inline(always)]
-pub(crate) fn prefetch<T>(at: *const T) {
+fn prefetch<T>(at: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing architecturally and never faults,
     // whatever the address.
