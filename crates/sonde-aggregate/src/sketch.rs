@@ -212,6 +212,11 @@ impl Store {
 /// The most raw samples a sketch keeps before it moves them into buckets.
 pub const MAX_SAMPLES: usize = 64;
 
+/// Raw samples moved into the buckets with each sample added after the
+/// raw list has overflowed, so that it empties over the next eight
+/// samples (see [`Sketch::add`]).
+const MOVE_PER_ADD: usize = 8;
+
 /// Bucket stores, allocated once a sketch has more samples than
 /// [`MAX_SAMPLES`] or a weighted one.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -285,33 +290,57 @@ impl Sketch {
     /// Adds `value` with `weight` (1 for a plain sample, `1/rate` for a
     /// sampled StatsD timer). Non-finite values and weights are ignored; the
     /// parsers never produce them.
+    ///
+    /// The first [`MAX_SAMPLES`] unweighted samples stay raw. The sample
+    /// after them starts the buckets, and it and each one after it move
+    /// [`MOVE_PER_ADD`] raw samples over: no single point pays for
+    /// bucketing all of them, which matters because every timer series of
+    /// a steady load overflows at about the same moment of a window
+    /// (docs/BENCHMARKS.md, "timer sketches: no burst of bucketing").
     pub fn add(&mut self, value: f64, weight: f64) {
         if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {
             return;
         }
-        match &mut self.bins {
-            Some(bins) => bins.add(value, weight),
-            None if weight == 1.0 && self.samples.len() < MAX_SAMPLES && fits_f32(value) => {
-                self.samples.push(value as f32)
+        if self.bins.is_none() {
+            if weight == 1.0 && self.samples.len() < MAX_SAMPLES && fits_f32(value) {
+                self.samples.push(value as f32);
+                self.note(value, weight);
+                return;
             }
-            None => self.bins_mut().add(value, weight),
+            self.bins = Some(Box::default());
         }
+        if let Some(bins) = &mut self.bins {
+            bins.add(value, weight);
+            if !self.samples.is_empty() {
+                let keep = self.samples.len().saturating_sub(MOVE_PER_ADD);
+                for &v in &self.samples[keep..] {
+                    bins.add(f64::from(v), 1.0);
+                }
+                self.samples.truncate(keep);
+                if keep == 0 {
+                    self.samples = Vec::new();
+                }
+            }
+        }
+        self.note(value, weight);
+    }
+
+    /// Counts `value` into the exact count, sum, min and max.
+    fn note(&mut self, value: f64, weight: f64) {
         self.count += weight;
         self.sum += value * weight;
         self.min = self.min.min(value);
         self.max = self.max.max(value);
     }
 
-    /// Moves the raw samples into bucket stores, returning them.
+    /// Moves all raw samples into bucket stores, returning them.
     fn bins_mut(&mut self) -> &mut Bins {
         let samples = std::mem::take(&mut self.samples);
-        self.bins.get_or_insert_with(|| {
-            let mut bins = Box::<Bins>::default();
-            for &v in &samples {
-                bins.add(f64::from(v), 1.0);
-            }
-            bins
-        })
+        let bins = self.bins.get_or_insert_with(Box::default);
+        for &v in &samples {
+            bins.add(f64::from(v), 1.0);
+        }
+        bins
     }
 
     /// Adds every sample of `other`.
@@ -389,7 +418,16 @@ impl Sketch {
                 Some(f64::from(sorted[rank - 1]).clamp(self.min, self.max))
             });
         };
-        qs.map(|q| Some(self.bucket_quantile(bins, target(q))))
+        if self.samples.is_empty() {
+            return qs.map(|q| Some(self.bucket_quantile(bins, target(q))));
+        }
+        // Part way through moving the raw samples over: rank them with
+        // the buckets, in a copy.
+        let mut all = Bins::clone(bins);
+        for &v in &self.samples {
+            all.add(f64::from(v), 1.0);
+        }
+        qs.map(|q| Some(self.bucket_quantile(&all, target(q))))
     }
 
     fn bucket_quantile(&self, bins: &Bins, target: f64) -> f64 {
@@ -533,13 +571,43 @@ mod tests {
         let mut sorted: Vec<f64> = (0..25).map(|k| f64::from(k * 37 % 1000 + 1)).collect();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(s.quantile(0.5), Some(sorted[12]));
-        // Past the raw limit the samples move into sparse buckets: 8 bytes
-        // per occupied bucket, of the 383 between 1 and 1000.
-        for k in 25..MAX_SAMPLES as i32 + 1 {
+        // Past the raw limit the samples move into sparse buckets over the
+        // next few samples: 8 bytes per occupied bucket, of the 383 between
+        // 1 and 1000.
+        let moved = MAX_SAMPLES + MAX_SAMPLES / MOVE_PER_ADD;
+        for k in 25..moved as i32 {
             s.add(f64::from(k * 37 % 1000 + 1), 1.0);
         }
         assert!(s.samples.is_empty() && !bins(&s).positive.is_dense());
-        assert!(bins(&s).positive.len() <= MAX_SAMPLES + 1);
+        assert_eq!(s.samples.capacity(), 0);
+        assert!(bins(&s).positive.len() <= moved);
+    }
+
+    #[test]
+    fn overflowing_raw_samples_move_a_few_at_a_time_and_rank_throughout() {
+        let value = |k: usize| ((k * 37 + 11) % 1000) as f64;
+        let mut s = Sketch::default();
+        let mut values = Vec::new();
+        for k in 0..MAX_SAMPLES + MAX_SAMPLES / MOVE_PER_ADD + 2 {
+            let raw_before = s.samples.len();
+            s.add(value(k), 1.0);
+            values.push(value(k));
+            if k < MAX_SAMPLES {
+                assert_eq!(s.samples.len(), k + 1);
+                assert!(s.bins.is_none());
+            } else {
+                // No add moves more than MOVE_PER_ADD of them.
+                assert_eq!(s.samples.len(), raw_before.saturating_sub(MOVE_PER_ADD));
+                let in_buckets: f64 = bins(&s).positive.buckets().map(|(_, w)| w).sum();
+                assert_eq!(in_buckets + s.samples.len() as f64, s.count());
+            }
+            let mut sorted = values.clone();
+            sorted.sort_by(f64::total_cmp);
+            for q in [0.01, 0.5, 0.9, 0.99, 1.0] {
+                assert_close(s.quantile(q).unwrap(), nearest_rank(&sorted, q));
+            }
+        }
+        assert!(s.samples.is_empty());
     }
 
     #[test]
