@@ -1,7 +1,7 @@
 //! Timer sketch benchmarks: filling a fresh sketch up to its raw-sample
 //! limit, one sample past it (where every timer series of a steady load,
 //! at about the same moment of a window, starts moving its raw samples
-//! into buckets), and eight past it (where the move is complete); and
+//! into buckets), and past it until the move is complete; and
 //! adding to a sketch that already holds buckets.
 //!
 //! Run: `cargo bench -p sonde-aggregate --bench sketch`
@@ -9,7 +9,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sonde_aggregate::sketch::{Sketch, MAX_SAMPLES};
+use sonde_aggregate::sketch::{Sketch, MAX_SAMPLES, MOVE_PER_ADD};
 
 /// Timer values as the load generator sends them: whole milliseconds,
 /// 0 to 999, spread over the range.
@@ -19,8 +19,12 @@ fn value(n: usize) -> f64 {
 
 fn fill(c: &mut Criterion) {
     let mut g = c.benchmark_group("sketch/fill");
-    // The raw samples move over eight per added sample.
-    for n in [MAX_SAMPLES, MAX_SAMPLES + 1, MAX_SAMPLES + MAX_SAMPLES / 8] {
+    // The raw samples move over MOVE_PER_ADD per added sample.
+    for n in [
+        MAX_SAMPLES,
+        MAX_SAMPLES + 1,
+        MAX_SAMPLES + MAX_SAMPLES / MOVE_PER_ADD,
+    ] {
         g.throughput(Throughput::Elements(n as u64));
         g.bench_function(BenchmarkId::new("samples", n), |b| {
             b.iter(|| {

@@ -213,9 +213,18 @@ impl Store {
 pub const MAX_SAMPLES: usize = 64;
 
 /// Raw samples moved into the buckets with each sample added after the
-/// raw list has overflowed, so that it empties over the next eight
-/// samples (see [`Sketch::add`]).
-const MOVE_PER_ADD: usize = 8;
+/// raw list has overflowed, so that it empties over the next
+/// `MAX_SAMPLES / MOVE_PER_ADD` (32) samples (see [`Sketch::add`]).
+///
+/// Two rather than all 64 at once: the flusher frees a window's sketches,
+/// so every timer series of a steady load overflows again in every window,
+/// all at about the same moment. At 100k series and 5M lines/s that is 40k
+/// series paying ~1.8 µs each within a few tens of milliseconds, more than
+/// the receive thread's spare time, and the socket overflowed every
+/// window. Two per add spreads it over 32 samples of each series, about
+/// 0.6 s of that load (docs/BENCHMARKS.md, "timer sketches: no burst of
+/// bucketing").
+pub const MOVE_PER_ADD: usize = 2;
 
 /// Bucket stores, allocated once a sketch has more samples than
 /// [`MAX_SAMPLES`] or a weighted one.
