@@ -88,6 +88,7 @@ pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
     std::thread::Builder::new()
         .name("http".into())
         .spawn(move || {
+            crate::priority::enter_background();
             rt.block_on(async move {
                 let mut tasks = Vec::new();
                 for (listener, site) in sites {

@@ -10,12 +10,17 @@
 //!   shards, produces points, queues them to every sink without blocking;
 //! * one thread per **sink** ([`sink`]) behind a bounded queue;
 //! * one **HTTP** thread ([`http`]) for `/health`, `/metrics` and exporters.
+//!
+//! The flusher, sink and HTTP threads run at a lower priority than the
+//! receive workers ([`priority`]), so that a flush never takes the CPU from
+//! receiving.
 #![deny(missing_docs)]
 
 pub mod addr;
 pub mod flusher;
 pub mod http;
 pub mod ingest;
+pub mod priority;
 pub mod receiver;
 pub mod sender;
 pub mod sink;

@@ -186,6 +186,12 @@ pub struct AgentSection {
     /// The longest name plus tag string (as sent) of a new series; points
     /// of longer ones are dropped (reason `key_too_long`). Default `"4KiB"`.
     pub max_key_size: Option<Spanned<HumanSize>>,
+    /// How much nicer (lower in priority) than the receive threads the
+    /// flusher, sink and HTTP threads run, 0 to 19, so that flushing a
+    /// window never takes the CPU from receiving when they share a core;
+    /// 0 runs every thread alike. Default 10.
+    #[serde(default = "default_background_nice")]
+    pub background_nice: Spanned<i64>,
 }
 
 /// `admin_listen = ""` turns the admin listener off.
@@ -210,8 +216,13 @@ impl Default for AgentSection {
             max_series_per_metric: None,
             allow_non_loopback: false,
             max_key_size: None,
+            background_nice: default_background_nice(),
         }
     }
+}
+
+fn default_background_nice() -> Spanned<i64> {
+    Spanned::new(0..0, i64::from(sonde_io::priority::DEFAULT_BACKGROUND_NICE))
 }
 
 /// The protocol of a receiver.
@@ -907,6 +918,14 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 "must be between \"16B\" and \"64KiB\"",
             ));
         }
+    }
+    if !(0..=19).contains(agent.background_nice.get_ref()) {
+        return Err(at(
+            text,
+            agent.background_nice.span(),
+            "agent.background_nice",
+            "must be between 0 (same priority as receiving) and 19 (lowest)",
+        ));
     }
     if file.receivers.is_empty() {
         return Err(ConfigError(

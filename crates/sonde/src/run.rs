@@ -198,6 +198,10 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         ..Telemetry::default()
     });
 
+    // Before any background thread starts (the sinks start next).
+    sonde_io::priority::set_background_nice(
+        i32::try_from(*config.agent.background_nice.get_ref()).unwrap_or(0),
+    );
     let mut bound = Vec::new();
     for r in &config.receivers {
         bound.push((r, bind(r)?));
@@ -243,7 +247,10 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     };
     let flusher = std::thread::Builder::new()
         .name("flusher".into())
-        .spawn(move || flusher.run())?;
+        .spawn(move || {
+            sonde_io::priority::enter_background();
+            flusher.run()
+        })?;
     tracing::info!(interval = ?aggregate.interval, "sonde running");
 
     let mut current = config;
@@ -293,6 +300,7 @@ fn reload(
     if new.aggregate != old.aggregate
         || new.agent.admin_listen != old.agent.admin_listen
         || new.agent.data_dir != old.agent.data_dir
+        || new.agent.background_nice.get_ref() != old.agent.background_nice.get_ref()
     {
         tracing::warn!("SIGHUP: changes to [agent] and [histograms] apply at the next start");
     }

@@ -649,3 +649,63 @@ fn the_agent_profiles_itself_on_request() {
         );
     }
 }
+
+/// Each thread of `pid` as (name, nice), from `/proc/PID/task`.
+fn thread_nices(pid: u32) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = t.unwrap().path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("stat")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        // Fields after the `(comm)`: state is field 3, nice field 19.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let nice = rest.split(' ').nth(16).unwrap().parse().unwrap();
+        out.push((comm.trim().to_string(), nice));
+    }
+    out
+}
+
+#[test]
+fn flusher_sink_and_http_threads_run_nicer_than_the_receive_threads() {
+    let sd = free_port();
+    let agent = Agent::start(
+        "1s",
+        &format!(
+            "background_nice = 7\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{sd}\"\n"
+        ),
+    );
+    let own = thread_nices(std::process::id())[0].1;
+    let threads = wait_for("every background thread started", WAIT, || {
+        let t = thread_nices(agent.child.id());
+        let has = |p: &str| t.iter().any(|(n, _)| n.starts_with(p));
+        (has("flusher") && has("sink ") && has("http") && has("recv ")).then_some(t)
+    });
+    for (name, nice) in &threads {
+        let want = if ["flusher", "sink ", "http"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            (own + 7).min(19)
+        } else {
+            own
+        };
+        assert_eq!(*nice, want, "thread {name:?} in {threads:?}");
+    }
+    // The value is checked when the config is read.
+    let bad = agent.path("bad.toml");
+    std::fs::write(
+        &bad,
+        "[agent]\nbackground_nice = 20\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:1\"\n[[sinks]]\ntype = \"console\"\n",
+    )
+    .unwrap();
+    let (ok, _, err) = sonde(&["validate", "--config", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("line 2") && err.contains("agent.background_nice"),
+        "{err}"
+    );
+}

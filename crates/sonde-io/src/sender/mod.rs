@@ -160,7 +160,10 @@ pub fn spawn<E: BatchEncoder, T: Transport>(
     sender.publish_queue();
     let thread = std::thread::Builder::new()
         .name(format!("sink {}", stats.name))
-        .spawn(move || sender.run(&rx))?;
+        .spawn(move || {
+            crate::priority::enter_background();
+            sender.run(&rx)
+        })?;
     Ok((SinkHandle::new(tx, stats), thread))
 }
 

@@ -95,6 +95,7 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name(format!("sink {}", stats.name))
         .spawn(move || {
+            crate::priority::enter_background();
             let stats = thread_stats;
             for batch in rx {
                 match sink.write(&batch) {
