@@ -2,7 +2,7 @@
 # Same-run A/B of two `sonde` binaries on the whole agent: agent CPU per
 # point under one fixed `sonde bench` load, runs alternated A B B A A B ...
 # so drift in the machine's load falls on both alike. Each run starts a
-# fresh agent (pinned to CPU 1, file sink, 10 s window) and drives it from
+# fresh agent (pinned to CPU 1, file sink to /dev/null, 10 s window) and drives it from
 # CPU 0 with the generator GEN (default: binary A, so the load is the same
 # for both), then prints every run and the median of each binary.
 #
@@ -24,11 +24,10 @@ STATSD=127.0.0.1:$((BASE + 126)) MSGPACK=127.0.0.1:$((BASE + 1124)) ADMIN=127.0.
 case " $* " in *" msgpack "*) TO=udp://$MSGPACK ;; *) TO=udp://$STATSD ;; esac
 work=$(mktemp -d)
 trap 'kill "${agent:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
-bench_agent_config "$work/sonde.toml" 10s "$ADMIN" "$STATSD" "$MSGPACK" "$work/points.jsonl"
+bench_agent_config "$work/sonde.toml" 10s "$ADMIN" "$STATSD" "$MSGPACK" /dev/null
 one() { # binary label bench-args... -> one line: label cpu_us_per_point loss%
     local bin=$1 label=$2
     shift 2
-    rm -f "$work/points.jsonl"
     taskset -c 1 "$bin" run --config "$work/sonde.toml" 2>"$work/agent.log" &
     agent=$!
     for _ in $(seq 100); do grep -q "sonde running" "$work/agent.log" && break; sleep 0.1; done
