@@ -57,7 +57,7 @@ protocol = "statsd"
 listen = "udp://127.0.0.1:8125"
 [[sinks]]
 type = "file"
-path = "$WORK/sonde-points.jsonl"
+path = "/dev/null"
 TOML
 cat > "$WORK/collectd.conf" <<CONF
 Interval 10
