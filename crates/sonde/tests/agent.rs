@@ -674,9 +674,7 @@ fn flusher_sink_and_http_threads_run_nicer_than_the_receive_threads() {
     let sd = free_port();
     let agent = Agent::start(
         "1s",
-        &format!(
-            "background_nice = 7\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{sd}\"\n"
-        ),
+        &format!("background_nice = 7\n{}", statsd_receiver(sd)),
     );
     let own = thread_nices(std::process::id())[0].1;
     let threads = wait_for("every background thread started", WAIT, || {
