@@ -44,7 +44,7 @@ impl Lcg {
     /// Values as metrics have them: small integers for counts, a few
     /// decimals for latencies.
     fn value(&mut self) -> f64 {
-        if self.next() % 2 == 0 {
+        if self.next().is_multiple_of(2) {
             (self.next() % 10_000) as f64
         } else {
             (self.next() % 1_000_000) as f64 / 1000.0

@@ -116,7 +116,7 @@ fn canonical(emits: &[Emit]) -> Vec<u8> {
 }
 
 fn unhex(hex: &str) -> Result<Vec<u8>, String> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return Err("bytes_hex has an odd length".into());
     }
     (0..hex.len())

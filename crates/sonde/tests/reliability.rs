@@ -58,7 +58,7 @@ impl<'a> Sender<'a> {
             .unwrap();
         self.buf.clear();
         self.sent += 1;
-        if self.sent % 64 == 0 {
+        if self.sent.is_multiple_of(64) {
             self.wait_read();
         }
     }
