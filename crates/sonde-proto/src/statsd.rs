@@ -77,7 +77,7 @@ unsafe fn run<'a>(backend: Backend, datagram: &'a [u8], sink: &mut impl PointSin
         Backend::Sse2 => unsafe { index::parse::<index::Sse2>(datagram, sink) },
         // SAFETY: the caller promises that the backend is available.
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => unsafe { index::parse::<index::Avx2>(datagram, sink) },
+        Backend::Avx2 | Backend::Avx512 => unsafe { index::parse::<index::Avx2>(datagram, sink) },
         // SAFETY: every aarch64 CPU has NEON.
         #[cfg(target_arch = "aarch64")]
         Backend::Neon => unsafe { index::parse::<index::Neon>(datagram, sink) },

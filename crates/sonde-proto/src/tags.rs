@@ -18,8 +18,8 @@
 //! skipped, so `|a=1||b=2|` is two tags.
 //!
 //! [`split`] finds the delimiters with the fastest [`Backend`] this CPU
-//! has, chosen at run time: a SIMD structural index (AVX2 or SSE2 on
-//! x86-64, NEON on aarch64) or, elsewhere, `memchr`. [`split_scalar`] is the
+//! has, chosen at run time: a SIMD structural index (AVX-512, AVX2 or SSE2
+//! on x86-64, NEON on aarch64) or, elsewhere, `memchr`. [`split_scalar`] is the
 //! byte-at-a-time reference that every backend is tested against.
 
 use crate::TagSyntax;
@@ -152,6 +152,12 @@ pub enum Backend {
     /// POPCNT, which every AVX2 CPU has.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// 64-byte AVX-512BW compares into mask registers, one per block (with
+    /// AVX-512F, BMI1 and POPCNT). Tag splitting only: StatsD parsing runs
+    /// its AVX2 index on these CPUs, since every CPU with AVX-512BW has
+    /// AVX2.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
     /// 16-byte NEON compares (every aarch64 CPU).
     #[cfg(target_arch = "aarch64")]
     Neon,
@@ -165,6 +171,8 @@ impl Backend {
         Backend::Sse2,
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2,
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512,
         #[cfg(target_arch = "aarch64")]
         Backend::Neon,
     ];
@@ -178,7 +186,9 @@ impl Backend {
     pub fn detected() -> Backend {
         #[cfg(target_arch = "x86_64")]
         {
-            if Backend::Avx2.is_available() {
+            if Backend::Avx512.is_available() {
+                Backend::Avx512
+            } else if Backend::Avx2.is_available() {
                 Backend::Avx2
             } else {
                 Backend::Sse2
@@ -203,6 +213,13 @@ impl Backend {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx2 => {
                 std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("bmi1")
+                    && std::is_x86_feature_detected!("popcnt")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512 => {
+                std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
                     && std::is_x86_feature_detected!("bmi1")
                     && std::is_x86_feature_detected!("popcnt")
             }
@@ -240,6 +257,12 @@ unsafe fn run(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         (Backend::Avx2, false) => unsafe { index::split_avx2::<false>(raw, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (Backend::Avx512, true) => unsafe { index::split_avx512::<true>(raw, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (Backend::Avx512, false) => unsafe { index::split_avx512::<false>(raw, out) },
         #[cfg(target_arch = "aarch64")]
         (Backend::Neon, true) => index::split_neon::<true>(raw, out),
         #[cfg(target_arch = "aarch64")]

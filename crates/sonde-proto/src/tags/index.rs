@@ -7,7 +7,7 @@
 //! byte. Tags are then emitted by walking the separator bits with
 //! `trailing_zeros`; the key/value separator of a tag is the lowest bit of
 //! the key/value mask left between the previous separator and this one.
-//! Only the mask building differs between AVX2, SSE2 and NEON; the walk is
+//! Only the mask building differs between AVX-512, AVX2, SSE2 and NEON; the walk is
 //! shared, so every backend has the exact semantics of
 //! [`super::split_scalar`], which the tests check.
 //!
@@ -216,6 +216,31 @@ mod x86 {
         }
     }
 
+    pub(crate) struct Avx512;
+
+    impl Classify for Avx512 {
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi1,popcnt")]
+        unsafe fn masks<const MSGPACK: bool>(block: *const u8) -> (u64, u64) {
+            let (sep_a, sep_b, kv_byte) = if MSGPACK {
+                (b'|', b' ', b'=')
+            } else {
+                (b',', b',', b':')
+            };
+            // One 64-byte compare per byte class, straight into a mask
+            // register: no movemask and no shifting halves together.
+            // SAFETY: the caller promises 64 readable bytes at `block` and
+            // the target features; the load is unaligned.
+            unsafe {
+                let v = _mm512_loadu_si512(block.cast());
+                let sep = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(byte(sep_a)))
+                    | _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(byte(sep_b)));
+                let kv = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(byte(kv_byte)));
+                (sep, kv)
+            }
+        }
+    }
+
     /// SSE2 backend; SSE2 is part of the x86-64 baseline, so this is safe.
     pub(crate) fn split_sse2<const MSGPACK: bool>(
         raw: &[u8],
@@ -241,10 +266,26 @@ mod x86 {
         // precondition.
         unsafe { walk::<Avx2, MSGPACK>(raw, out) }
     }
+
+    /// AVX-512 backend (AVX-512F and BW, with BMI1 and POPCNT for the bit
+    /// walk).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX-512F, AVX-512BW, BMI1 and POPCNT.
+    #[target_feature(enable = "avx512f,avx512bw,bmi1,popcnt")]
+    pub(crate) unsafe fn split_avx512<const MSGPACK: bool>(
+        raw: &[u8],
+        out: &mut Vec<TagSpan>,
+    ) -> Result<(), BadTags> {
+        // SAFETY: the target features are this function's own
+        // precondition.
+        unsafe { walk::<Avx512, MSGPACK>(raw, out) }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{split_avx2, split_sse2};
+pub(crate) use x86::{split_avx2, split_avx512, split_sse2};
 
 #[cfg(target_arch = "aarch64")]
 mod arm {
