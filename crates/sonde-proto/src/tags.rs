@@ -217,8 +217,11 @@ impl Backend {
                     && std::is_x86_feature_detected!("popcnt")
             }
             #[cfg(target_arch = "x86_64")]
+            // AVX2 too: StatsD parsing runs its AVX2 index under this
+            // backend (every AVX-512 CPU has it; a hypervisor could hide it).
             Backend::Avx512 => {
-                std::is_x86_feature_detected!("avx512f")
+                std::is_x86_feature_detected!("avx2")
+                    && std::is_x86_feature_detected!("avx512f")
                     && std::is_x86_feature_detected!("avx512bw")
                     && std::is_x86_feature_detected!("bmi1")
                     && std::is_x86_feature_detected!("popcnt")
