@@ -335,7 +335,12 @@ mod tests {
     impl PointSink<'_> for Collect {
         fn point(&mut self, p: &Point<'_>) {
             assert_eq!(p.tag_syntax, TagSyntax::DogStatsd);
-            let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            // The parser passes names, tags and set members on as bytes,
+            // UTF-8 or not; non-UTF-8 ones are kept apart, as hex.
+            let text = |b: &[u8]| {
+                String::from_utf8(b.to_vec())
+                    .unwrap_or_else(|e| format!("<not utf-8 {:02x?}>", e.into_bytes()))
+            };
             self.0.push(Seen::Point {
                 kind: p.kind,
                 name: text(p.name),
