@@ -153,7 +153,8 @@ pub enum Backend {
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// 64-byte AVX-512BW compares into mask registers, one per block (with
-    /// AVX-512F, BMI1 and POPCNT). Tag splitting only: StatsD parsing runs
+    /// AVX-512F, BMI1 and POPCNT; offered only on CPUs with AVX-512 VBMI2,
+    /// Ice Lake, Zen 4 and later). Tag splitting only: StatsD parsing runs
     /// its AVX2 index on these CPUs, since every CPU with AVX-512BW has
     /// AVX2.
     #[cfg(target_arch = "x86_64")]
@@ -219,10 +220,15 @@ impl Backend {
             #[cfg(target_arch = "x86_64")]
             // AVX2 too: StatsD parsing runs its AVX2 index under this
             // backend (every AVX-512 CPU has it; a hypervisor could hide it).
+            // VBMI2 is not used; it marks Ice Lake, Zen 4 and later, and
+            // keeps out Skylake-SP, whose cores slow their clock for a while
+            // after a 512-bit instruction: a split runs now and then (for a
+            // new series), which is the worst case for that.
             Backend::Avx512 => {
                 std::is_x86_feature_detected!("avx2")
                     && std::is_x86_feature_detected!("avx512f")
                     && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vbmi2")
                     && std::is_x86_feature_detected!("bmi1")
                     && std::is_x86_feature_detected!("popcnt")
             }
