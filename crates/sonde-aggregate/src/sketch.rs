@@ -222,8 +222,8 @@ pub const MAX_SAMPLES: usize = 64;
 /// series paying ~1.8 µs each within a few tens of milliseconds, more than
 /// the receive thread's spare time, and the socket overflowed every
 /// window. Two per add spreads it over 32 samples of each series, about
-/// 0.6 s of that load (docs/BENCHMARKS.md, "timer sketches: no burst of
-/// bucketing").
+/// 0.6 s of that load (docs/BENCHMARKS.md, "dog-100k at 5 M lines/s: no
+/// flush or sketch burst on the receive core").
 pub const MOVE_PER_ADD: usize = 2;
 
 /// Bucket stores, allocated once a sketch has more samples than
@@ -305,7 +305,7 @@ impl Sketch {
     /// [`MOVE_PER_ADD`] raw samples over: no single point pays for
     /// bucketing all of them, which matters because every timer series of
     /// a steady load overflows at about the same moment of a window
-    /// (docs/BENCHMARKS.md, "timer sketches: no burst of bucketing").
+    /// (docs/BENCHMARKS.md, "dog-100k at 5 M lines/s").
     pub fn add(&mut self, value: f64, weight: f64) {
         if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {
             return;

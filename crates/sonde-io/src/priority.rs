@@ -6,8 +6,8 @@
 //! to one CPU, or a cgroup quota of one), the scheduler splits the core
 //! evenly between runnable threads, so a flush of 100k series took half the
 //! core from the receive thread for ~250 ms every window and the socket
-//! overflowed (docs/BENCHMARKS.md, "background threads at a lower
-//! priority"). Background threads therefore run at a higher nice value
+//! overflowed (docs/BENCHMARKS.md, "dog-100k at 5 M lines/s: no flush or
+//! sketch burst on the receive core"). Background threads therefore run at a higher nice value
 //! than the receive workers: under contention the scheduler gives a nice-10
 //! thread about a tenth of the share of a nice-0 one, and when the core is
 //! otherwise idle it runs at full speed.
@@ -55,19 +55,11 @@ pub fn enter_background() {
     if n == 0 {
         return;
     }
-    // SAFETY: gettid takes no arguments and cannot fail.
-    let tid = unsafe { libc::gettid() } as libc::id_t;
-    // getpriority can return -1 as a valid nice; errno tells an error apart.
-    // SAFETY: plain system calls on this thread's own id.
-    let (now, err) = unsafe {
-        *libc::__errno_location() = 0;
-        let p = libc::getpriority(libc::PRIO_PROCESS, tid);
-        (p, *libc::__errno_location())
-    };
-    let base = if err == 0 { now } else { 0 };
-    let target = (base + n).min(MAX_NICE);
-    // SAFETY: as above; raising one's own nice value needs no privilege.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, target) } != 0 {
+    // A thread whose nice cannot be read starts from 0.
+    let target = (current_nice().unwrap_or(0) + n).min(MAX_NICE);
+    // SAFETY: gettid takes no arguments and cannot fail; setpriority on
+    // this thread's own id, and raising one's own nice needs no privilege.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, target) } != 0 {
         tracing::warn!(
             error = %std::io::Error::last_os_error(),
             nice = target,
@@ -82,7 +74,9 @@ pub fn enter_background() {
 ///
 /// When `getpriority` fails.
 pub fn current_nice() -> std::io::Result<i32> {
-    // SAFETY: as in `enter_background`.
+    // getpriority can return -1 as a valid nice; errno tells an error apart.
+    // SAFETY: gettid cannot fail; getpriority reads this thread's own
+    // priority, and errno is this thread's.
     unsafe {
         let tid = libc::gettid() as libc::id_t;
         *libc::__errno_location() = 0;

@@ -38,6 +38,17 @@ trait Classify {
     unsafe fn masks<const MSGPACK: bool>(block: *const u8) -> (u64, u64);
 }
 
+/// The bytes each backend compares against: the two tag separators (the
+/// same byte twice for DogStatsD) and the key/value separator.
+#[inline(always)]
+const fn delimiters<const MSGPACK: bool>() -> (u8, u8, u8) {
+    if MSGPACK {
+        (b'|', b' ', b'=')
+    } else {
+        (b',', b',', b':')
+    }
+}
+
 /// Splits `raw` with the masks of `C`; the caller has cleared `out` and
 /// checked that `raw.len()` fits in `u32`.
 ///
@@ -137,7 +148,7 @@ fn tag<const MSGPACK: bool>(seg_start: usize, kv_at: usize, end: usize) -> Optio
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{walk, BadTags, Classify, TagSpan};
+    use super::{delimiters, walk, BadTags, Classify, TagSpan};
     use std::arch::x86_64::*;
 
     use crate::simd::opaque;
@@ -153,11 +164,7 @@ mod x86 {
     impl Classify for Sse2 {
         #[inline(always)]
         unsafe fn masks<const MSGPACK: bool>(block: *const u8) -> (u64, u64) {
-            let (sep_a, sep_b, kv_byte) = if MSGPACK {
-                (b'|', b' ', b'=')
-            } else {
-                (b',', b',', b':')
-            };
+            let (sep_a, sep_b, kv_byte) = delimiters::<MSGPACK>();
             let mut sep = 0u64;
             let mut kv = 0u64;
             for i in 0..4 {
@@ -187,11 +194,7 @@ mod x86 {
         #[inline]
         #[target_feature(enable = "avx2,bmi1,popcnt")]
         unsafe fn masks<const MSGPACK: bool>(block: *const u8) -> (u64, u64) {
-            let (sep_a, sep_b, kv_byte) = if MSGPACK {
-                (b'|', b' ', b'=')
-            } else {
-                (b',', b',', b':')
-            };
+            let (sep_a, sep_b, kv_byte) = delimiters::<MSGPACK>();
             let mut sep = 0u64;
             let mut kv = 0u64;
             for i in 0..2 {
@@ -222,11 +225,7 @@ mod x86 {
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi1,popcnt")]
         unsafe fn masks<const MSGPACK: bool>(block: *const u8) -> (u64, u64) {
-            let (sep_a, sep_b, kv_byte) = if MSGPACK {
-                (b'|', b' ', b'=')
-            } else {
-                (b',', b',', b':')
-            };
+            let (sep_a, sep_b, kv_byte) = delimiters::<MSGPACK>();
             // One 64-byte compare per byte class, straight into a mask
             // register: no movemask and no shifting halves together.
             // SAFETY: the caller promises 64 readable bytes at `block` and
@@ -289,7 +288,7 @@ pub(crate) use x86::{split_avx2, split_avx512, split_sse2};
 
 #[cfg(target_arch = "aarch64")]
 mod arm {
-    use super::{walk, BadTags, Classify, TagSpan};
+    use super::{delimiters, walk, BadTags, Classify, TagSpan};
     use crate::simd::neon_bitmask as bitmask;
     use std::arch::aarch64::*;
 
@@ -298,11 +297,7 @@ mod arm {
     impl Classify for Neon {
         #[inline(always)]
         unsafe fn masks<const MSGPACK: bool>(block: *const u8) -> (u64, u64) {
-            let (sep_a, sep_b, kv_byte) = if MSGPACK {
-                (b'|', b' ', b'=')
-            } else {
-                (b',', b',', b':')
-            };
+            let (sep_a, sep_b, kv_byte) = delimiters::<MSGPACK>();
             // SAFETY: the caller promises 64 readable bytes at `block`;
             // NEON is part of the aarch64 baseline.
             unsafe {
