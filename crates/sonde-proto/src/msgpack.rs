@@ -104,6 +104,11 @@ fn top_level<'a>(cur: &mut Cursor<'a>, sink: &mut impl PointSink<'a>) -> Result<
 fn bunch_element<'a>(cur: &mut Cursor<'a>, sink: &mut impl PointSink<'a>) -> Result<(), Lost> {
     match cur.peek() {
         None => Err(Lost::Truncated),
+        // A fixarray header, read by hand like `Cursor::short_str`.
+        Some(Marker::FixArray(len)) => {
+            cur.rest = &cur.rest[1..];
+            message_body(cur, u32::from(len), sink)
+        }
         Some(m) if is_array(m) => {
             let len = cur.array_len()?;
             message_body(cur, len, sink)
@@ -129,6 +134,24 @@ fn message_body<'a>(
         sink.drop(DropReason::WrongArity);
         return Ok(());
     }
+    // The usual message, six short strs, without the general `Field`s.
+    let start = cur.rest;
+    if let (Some(command), Some(kind), Some(name), Some(value), Some(tags), Some(ts)) = (
+        cur.short_str(),
+        cur.short_str(),
+        cur.short_str(),
+        cur.short_str(),
+        cur.short_str(),
+        cur.short_str(),
+    ) {
+        let fields = [command, kind, name, value, tags, ts].map(Field::Text);
+        match to_point(fields) {
+            Ok(point) => sink.point(&point),
+            Err(reason) => sink.drop(reason),
+        }
+        return Ok(());
+    }
+    cur.rest = start;
     let fields = [
         cur.field()?,
         cur.field()?,
@@ -160,6 +183,7 @@ enum Field<'a> {
 
 /// Checks a complete, well-framed message. The checks run in element order
 /// and the first failure is the reason reported.
+#[inline(always)]
 fn to_point(fields: [Field<'_>; 6]) -> Result<Point<'_>, DropReason> {
     let [Field::Text(command), Field::Text(kind), Field::Text(name), value, Field::Text(tags), ts] =
         fields
@@ -274,9 +298,41 @@ impl<'a> Cursor<'a> {
         self.decode(decode::read_array_len::<Bytes<'a>>)
     }
 
+    /// A fixstr or str8 element, read by hand; `None`, with nothing
+    /// consumed, for any other marker or a str cut short.
+    ///
+    /// # Design
+    ///
+    /// Nearly every element an SDK sends is a str under 256 bytes. Through
+    /// `rmp`'s marker dispatch and reader, and the general [`Field`], the
+    /// six elements of a message cost ~300 instructions, a third of a
+    /// point (`scripts/callgrind-hot-path.sh msgpack:10000`, "msgpack
+    /// elements read by hand" in `docs/BENCHMARKS.md`). Everything else
+    /// goes through [`Cursor::field_any`]; the tests compare the two.
+    #[inline(always)]
+    fn short_str(&mut self) -> Option<&'a [u8]> {
+        let (len, body) = match *self.rest {
+            [b, ref rest @ ..] if b & 0xe0 == 0xa0 => (usize::from(b & 0x1f), rest),
+            [0xd9, len, ref rest @ ..] => (usize::from(len), rest),
+            _ => return None,
+        };
+        let text = body.get(..len)?;
+        self.rest = &body[len..];
+        Some(text)
+    }
+
     /// Reads one message element; a value of a type no element may have is
     /// skipped whole and returned as [`Field::Other`].
+    #[inline(always)]
     fn field(&mut self) -> Result<Field<'a>, Lost> {
+        match self.short_str() {
+            Some(text) => Ok(Field::Text(text)),
+            None => self.field_any(),
+        }
+    }
+
+    /// [`Cursor::field`] for any marker, through `rmp`.
+    fn field_any(&mut self) -> Result<Field<'a>, Lost> {
         let Some(marker) = self.peek() else {
             return Err(Lost::Truncated);
         };
@@ -1325,6 +1381,32 @@ mod tests {
             let lost = seen.iter().position(|s| matches!(s, Seen::Drop(DropReason::Truncated)));
             if let Some(i) = lost {
                 prop_assert_eq!(i, seen.len() - 1);
+            }
+        }
+
+        #[test]
+        fn the_hand_read_str_fast_path_agrees_with_rmp(
+            bytes in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..80),
+                // A str8 or fixstr header, then whatever.
+                (prop_oneof![Just(0xd9u8), 0xa0u8..=0xbf], proptest::collection::vec(any::<u8>(), 0..300))
+                    .prop_map(|(m, rest)| [vec![m], rest].concat()),
+            ],
+        ) {
+            let (mut fast, mut any) = (Cursor { rest: &bytes }, Cursor { rest: &bytes });
+            for _ in 0..3 {
+                let before = fast.rest;
+                if fast.short_str().is_none() {
+                    prop_assert_eq!(fast.rest, before, "short_str consumed what it refused");
+                }
+                fast.rest = before;
+                let (f, a) = (fast.field(), any.field_any());
+                prop_assert_eq!(f, a);
+                // After an error framing is lost: where each stopped is moot.
+                if f.is_err() {
+                    break;
+                }
+                prop_assert_eq!(fast.rest, any.rest);
             }
         }
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Time per point of parse + record in process, for one or more builds of
+the `hot_path` example, alternated so that machine noise hits each alike.
+
+Each round runs every binary with PASSES passes and with 1 pass, pinned to
+one CPU; the difference of their user + system time (from wait4) over the
+difference of their points is the time per point of the hot path alone,
+without datagram generation or start-up. Prints each round and the median.
+
+Usage: scripts/hot-path-time.py [--rounds N] [--passes P] [--cpu C] SHAPE SERIES BIN [BIN ...]
+Build a binary with: cargo build --release -p sonde-aggregate --example hot_path
+(target/release/examples/hot_path).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+
+
+def run(binary, shape, series, passes, cpu):
+    """(cpu seconds, points recorded) of one run."""
+    proc = subprocess.Popen(
+        ["taskset", "-c", str(cpu), binary, shape, str(series), str(passes)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{binary} exited with status {status}")
+    return usage.ru_utime + usage.ru_stime, int(out.split()[0])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=21)
+    ap.add_argument("--cpu", type=int, default=1)
+    ap.add_argument("shape")
+    ap.add_argument("series", type=int)
+    ap.add_argument("binaries", nargs="+")
+    a = ap.parse_args()
+    results = {b: [] for b in a.binaries}
+    for r in range(a.rounds):
+        for b in a.binaries:
+            t_many, p_many = run(b, a.shape, a.series, a.passes, a.cpu)
+            t_one, p_one = run(b, a.shape, a.series, 1, a.cpu)
+            ns = (t_many - t_one) / (p_many - p_one) * 1e9
+            results[b].append(ns)
+            print(f"round {r + 1}  {ns:7.1f} ns/point  {b}", flush=True)
+    print()
+    for b, v in results.items():
+        print(f"median {statistics.median(v):7.1f} ns/point  ({', '.join(f'{x:.1f}' for x in v)})  {b}")
+
+
+if __name__ == "__main__":
+    main()
