@@ -247,6 +247,14 @@ pub(crate) fn emit<'a>(
     Ok(())
 }
 
+/// The value of a numeric line: a gauge's signed text is an adjustment.
+///
+/// Inlined: returned from a call, the 24-byte `Option<Value>` went through
+/// the stack, and the caller's wider reloads of the narrower stores the
+/// callee wrote stalled on store forwarding. `perf annotate` of
+/// `hot_path statsd 10000` put half the parse's samples on one such load
+/// ("StatsD values kept in registers" in `docs/BENCHMARKS.md`).
+#[inline(always)]
 pub(crate) fn parse_value(kind: Kind, text: &[u8]) -> Option<Value<'static>> {
     let number = parse_f64(text)?;
     // Only a gauge gives the sign a meaning of its own; for the others
