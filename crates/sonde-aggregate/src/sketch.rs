@@ -51,7 +51,18 @@ fn mapping() -> &'static Mapping {
 }
 
 fn index_of(magnitude: f64) -> i32 {
-    (magnitude.ln() * mapping().inv_ln_gamma).ceil() as i32
+    ceil_i32(magnitude.ln() * mapping().inv_ln_gamma)
+}
+
+/// `x.ceil() as i32`, without the call: x86-64's baseline has no rounding
+/// instruction, so `f64::ceil` is a libm call on every sample a sketch
+/// buckets ("sketch buckets without a libm ceil" in `docs/BENCHMARKS.md`).
+/// Exact for every `x` an index can be (|x| < 2^31), and NaN gives 0 as
+/// `as` does.
+#[inline]
+fn ceil_i32(x: f64) -> i32 {
+    let t = x as i32;
+    t.saturating_add(i32::from(f64::from(t) < x))
 }
 
 fn value_of(index: i32) -> f64 {
@@ -485,6 +496,31 @@ impl Sketch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ceil_i32_is_ceil_for_every_index_range_value() {
+        let edges = [
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.0,
+            -1.0,
+            1.5,
+            -1.5,
+            2.0 - 1e-12,
+            -36_000.25,
+            36_000.75,
+        ];
+        for x in edges
+            .into_iter()
+            .chain((-4000..4000).map(|i| f64::from(i) * 0.37))
+        {
+            assert_eq!(ceil_i32(x), x.ceil() as i32, "{x}");
+        }
+        assert_eq!(ceil_i32(f64::NAN), 0);
+        assert_eq!(ceil_i32(1e300), i32::MAX);
+    }
     use proptest::prelude::*;
 
     fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
