@@ -3,8 +3,9 @@
 //! two pass counts and the difference is the hot path alone.
 //!
 //! `cargo run --release -p sonde-aggregate --example hot_path -- SHAPE SERIES PASSES`
-//! where SHAPE is `statsd` (3 DogStatsD tags, ~1400-byte datagrams) or
-//! `msgpack` (3 tags, 32 KiB bunches).
+//! where SHAPE is `statsd` (3 DogStatsD tags, ~1400-byte datagrams),
+//! `plain` (StatsD without tags) or `msgpack` (3 tags, 32 KiB bunches).
+//! `max_series` is raised to SERIES when that is over the default.
 
 use std::sync::Arc;
 
@@ -41,19 +42,25 @@ impl<'d> PointSink<'d> for Record<'_, 'd> {
     fn drop(&mut self, _reason: DropReason) {}
 }
 
-fn statsd_datagrams(series: usize) -> Vec<Vec<u8>> {
+/// StatsD lines in ~1400-byte datagrams: with 3 DogStatsD tags, or with
+/// none (`plain`: the series is in the name).
+fn statsd_datagrams(series: usize, tags: bool) -> Vec<Vec<u8>> {
     let types = ["c", "c", "c", "c", "g", "g", "ms", "ms", "h", "h"];
     let mut out = Vec::new();
     let mut d = Vec::new();
     for i in 0..series.max(50_000) {
         let s = (i * 7_919) % series;
-        let line = format!(
-            "bench.metric_{}:{}|{}|#series:s{s},env:prod,region:eu-west-{}",
-            s % 100,
-            i % 1000,
-            types[s % 10],
-            s % 3
-        );
+        let line = if tags {
+            format!(
+                "bench.metric_{}:{}|{}|#series:s{s},env:prod,region:eu-west-{}",
+                s % 100,
+                i % 1000,
+                types[s % 10],
+                s % 3
+            )
+        } else {
+            format!("bench.metric_{s}:{}|{}", i % 1000, types[s % 10])
+        };
         if d.len() + line.len() + 1 > 1400 {
             out.push(std::mem::take(&mut d));
         }
@@ -124,9 +131,15 @@ fn main() {
     let passes: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
     let (datagrams, parse): (Vec<Vec<u8>>, Parse) = match shape {
         "msgpack" => (msgpack_datagrams(series), |d, r| msgpack::parse(d, r)),
-        _ => (statsd_datagrams(series), |d, r| statsd::parse(d, r)),
+        "plain" => (statsd_datagrams(series, false), |d, r| statsd::parse(d, r)),
+        _ => (statsd_datagrams(series, true), |d, r| statsd::parse(d, r)),
     };
-    let mut shard = Shard::new(Arc::new(AggregateConfig::default()));
+    // Room for every series asked for (the agent's default is 250k).
+    let config = AggregateConfig {
+        max_series: AggregateConfig::default().max_series.max(series),
+        ..AggregateConfig::default()
+    };
+    let mut shard = Shard::new(Arc::new(config));
     let mut recorded = 0;
     // Pass 0 creates the series; it is part of every run, so it cancels out
     // when two runs with different pass counts are subtracted.

@@ -406,7 +406,7 @@ fn spelled_as(stored: &[u8], kind: u8, syntax: u8, p: &Point<'_>) -> bool {
     let n = p.name.len();
     match key {
         [k, lo, hi, name @ ..] => {
-            tags == p.tags
+            same_bytes(tags, p.tags)
                 && syn == syntax
                 && *k == kind
                 && u16::from_le_bytes([*lo, *hi]) == n as u16
@@ -414,6 +414,20 @@ fn spelled_as(stored: &[u8], kind: u8, syntax: u8, p: &Point<'_>) -> bool {
         }
         _ => false,
     }
+}
+
+/// `a == b`, without a `memcmp` call when both are empty.
+///
+/// An empty slice's pointer may be dangling (`&[]` is at address 1), and
+/// glibc's AVX-512 `memcmp` reads its bytes with a masked load even for
+/// length 0. A masked load whose masked-out bytes lie on an unmapped page
+/// has its fault suppressed by a microcode assist that costs hundreds of
+/// cycles on Intel CPUs: for points without tags, that assist was 15% of
+/// the agent's CPU at plain-1k ("empty tags without a memcmp" in
+/// `docs/BENCHMARKS.md`).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
 }
 
 /// Makes room in a per-slot array for `len` elements, growing by an eighth
