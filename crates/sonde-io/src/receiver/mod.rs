@@ -28,10 +28,11 @@ use socket2::{Domain, SockAddr, Socket, Type};
 use crate::addr::ListenAddr;
 use crate::ingest::{Ingest, WAKE_INTERVAL};
 
-/// How long a UDP receive thread waits, after draining its socket, before
-/// it reads again, so that one wake-up takes several datagrams (see
-/// `datagram::run`). Measured in docs/BENCHMARKS.md ("receive linger").
-const UDP_LINGER: Duration = Duration::from_micros(500);
+/// The longest a UDP receive thread waits, after draining its socket,
+/// before it reads again, so that one wake-up takes several datagrams (see
+/// `datagram::run`). Measured in docs/BENCHMARKS.md ("receive linger" and
+/// "receive linger sized to the traffic").
+const UDP_MAX_LINGER: Duration = Duration::from_millis(5);
 
 /// Receive buffer asked for on datagram sockets unless configured: 8 MiB,
 /// about 6,000 MTU-sized datagrams, enough to ride out a flush.
@@ -362,7 +363,7 @@ pub fn spawn(bound: Bound, ingest: Ingest) -> io::Result<JoinHandle<()>> {
         } = bound;
         let result = if addr.is_datagram() {
             let linger = match addr {
-                ListenAddr::Udp(_) => UDP_LINGER,
+                ListenAddr::Udp(_) => UDP_MAX_LINGER,
                 _ => Duration::ZERO,
             };
             datagram::run(&socket, ingest, linger)
