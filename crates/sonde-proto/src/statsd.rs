@@ -77,11 +77,28 @@ unsafe fn run<'a>(backend: Backend, datagram: &'a [u8], sink: &mut impl PointSin
         Backend::Sse2 => unsafe { index::parse::<index::Sse2>(datagram, sink) },
         // SAFETY: the caller promises that the backend is available.
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 | Backend::Avx512 => unsafe { index::parse::<index::Avx2>(datagram, sink) },
+        Backend::Avx2 | Backend::Avx512 => unsafe { parse_avx2(datagram, sink) },
         // SAFETY: every aarch64 CPU has NEON.
         #[cfg(target_arch = "aarch64")]
         Backend::Neon => unsafe { index::parse::<index::Neon>(datagram, sink) },
     }
+}
+
+/// The AVX2 index, with the whole line walk (inlined here) compiled for
+/// the CPUs that have AVX2: every one of them also has BMI1, BMI2 and
+/// LZCNT, which [`Backend::Avx2`] checks too. The walk finds each field
+/// with a variable shift and a trailing-zero count; baseline x86-64 makes
+/// those `shl`/`shr` by `cl` and `bsf`, where BMI gives `shlx` and
+/// `tzcnt` ("StatsD walk compiled for AVX2 CPUs" in `docs/BENCHMARKS.md`).
+///
+/// # Safety
+///
+/// The CPU must have every feature named here.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
+unsafe fn parse_avx2<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
+    // SAFETY: the caller's promise covers AVX2.
+    unsafe { index::parse::<index::Avx2>(datagram, sink) }
 }
 
 /// Same contract as [`parse`], finding every field with its own `memchr`.

@@ -148,12 +148,13 @@ pub enum Backend {
     /// 16-byte SSE2 compares, four per 64-byte block (every x86-64 CPU).
     #[cfg(target_arch = "x86_64")]
     Sse2,
-    /// 32-byte AVX2 compares, two per 64-byte block; also needs BMI1 and
-    /// POPCNT, which every AVX2 CPU has.
+    /// 32-byte AVX2 compares, two per 64-byte block; also needs BMI1,
+    /// BMI2, LZCNT and POPCNT, which every AVX2 CPU has (BMI2 and LZCNT
+    /// for the StatsD line walk compiled with them).
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// 64-byte AVX-512BW compares into mask registers, one per block (with
-    /// AVX-512F, BMI1 and POPCNT; offered only on CPUs with AVX-512 VBMI2,
+    /// AVX-512F and what [`Backend::Avx2`] needs; offered only on CPUs with AVX-512 VBMI2,
     /// Ice Lake, Zen 4 and later). Tag splitting only: StatsD parsing runs
     /// its AVX2 index on these CPUs, since every CPU with AVX-512BW has
     /// AVX2.
@@ -215,6 +216,8 @@ impl Backend {
             Backend::Avx2 => {
                 std::is_x86_feature_detected!("avx2")
                     && std::is_x86_feature_detected!("bmi1")
+                    && std::is_x86_feature_detected!("bmi2")
+                    && std::is_x86_feature_detected!("lzcnt")
                     && std::is_x86_feature_detected!("popcnt")
             }
             #[cfg(target_arch = "x86_64")]
@@ -230,6 +233,8 @@ impl Backend {
                     && std::is_x86_feature_detected!("avx512bw")
                     && std::is_x86_feature_detected!("avx512vbmi2")
                     && std::is_x86_feature_detected!("bmi1")
+                    && std::is_x86_feature_detected!("bmi2")
+                    && std::is_x86_feature_detected!("lzcnt")
                     && std::is_x86_feature_detected!("popcnt")
             }
             #[cfg(target_arch = "aarch64")]

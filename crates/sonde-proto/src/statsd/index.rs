@@ -134,7 +134,7 @@ pub(crate) unsafe fn classify<C: Classify>(chunk: &[u8]) -> Masks {
 /// # Safety
 ///
 /// The CPU must have the target features of `C`.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn parse<'a, C: Classify>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     let mut masks = Masks::new();
     let mut rest = datagram;
