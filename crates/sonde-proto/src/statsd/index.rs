@@ -172,27 +172,55 @@ fn last_newline(masks: &Masks) -> Option<usize> {
     Some(w * 64 + 63 - masks.nl[w].leading_zeros() as usize)
 }
 
-/// The first position in `[from, end)` whose bit is set in `mask`, or
-/// `end` when there is none.
+/// The set bits of one mask from a position on, in order, up to `end`.
 ///
-/// `end` is at most the length of the classified text, so no word past the
-/// ones [`fill`] wrote is read, and `w % WORDS` never wraps: it only lets
-/// the compiler drop the bounds check.
-#[inline(always)]
-fn next(mask: &[u64; WORDS], from: usize, end: usize) -> usize {
-    if from >= end {
-        return end;
+/// # Design
+///
+/// A line's fields are found by taking the next set bit of the `|` (and
+/// `:`) mask again and again. Searching afresh from the end of the last
+/// field puts a load and two shifts on the path from one field
+/// to the next; taking bits off a word already loaded (`bits &= bits - 1`)
+/// leaves one instruction there ("StatsD fields taken off the mask word"
+/// in `docs/BENCHMARKS.md`).
+struct Bits<'m> {
+    mask: &'m [u64; WORDS],
+    /// The word `bits` came from.
+    w: usize,
+    /// The bits of word `w` not taken yet.
+    bits: u64,
+    end: usize,
+}
+
+impl<'m> Bits<'m> {
+    /// The bits of `mask` in `[from, end)`. `end` is at most the length of
+    /// the classified text, so no word past the ones [`fill`] wrote is
+    /// read, and `w % WORDS` never wraps: it only lets the compiler drop
+    /// the bounds check.
+    #[inline(always)]
+    fn new(mask: &'m [u64; WORDS], from: usize, end: usize) -> Self {
+        let w = from / 64;
+        let bits = if from < end {
+            mask[w % WORDS] & (u64::MAX << (from % 64))
+        } else {
+            0
+        };
+        Bits { mask, w, bits, end }
     }
-    let mut w = from / 64;
-    let mut bits = mask[w % WORDS] & (u64::MAX << (from % 64));
-    while bits == 0 {
-        w += 1;
-        if w * 64 >= end {
-            return end;
+
+    /// The next set position, or `end` when there is none before it.
+    #[inline(always)]
+    fn next(&mut self) -> usize {
+        while self.bits == 0 {
+            self.w += 1;
+            if self.w * 64 >= self.end {
+                return self.end;
+            }
+            self.bits = self.mask[self.w % WORDS];
         }
-        bits = mask[w % WORDS];
+        let at = self.w * 64 + self.bits.trailing_zeros() as usize;
+        self.bits &= self.bits - 1;
+        at.min(self.end)
     }
-    (w * 64 + bits.trailing_zeros() as usize).min(end)
 }
 
 /// Parses the lines of `text`, whose masks are `m`; the last line may end
@@ -200,9 +228,10 @@ fn next(mask: &[u64; WORDS], from: usize, end: usize) -> usize {
 #[inline(always)]
 fn walk<'a>(text: &'a [u8], m: &Masks, sink: &mut impl PointSink<'a>) {
     let len = text.len();
+    let mut newlines = Bits::new(&m.nl, 0, len);
     let mut start = 0;
     while start < len {
-        let nl = next(&m.nl, start, len);
+        let nl = newlines.next();
         let end = if nl > start && text[nl - 1] == b'\r' {
             nl - 1
         } else {
@@ -230,11 +259,13 @@ fn line<'a>(
     let line = &text[start..end];
     not_event(line)?;
     // The name ends at the first `:` before the first `|`.
-    let pipe = next(&m.pipe, start, end);
+    let mut pipes = Bits::new(&m.pipe, start, end);
+    let pipe = pipes.next();
     if pipe == end {
         return Err(DropReason::MalformedLine);
     }
-    let colon = next(&m.colon, start, pipe);
+    let mut colons = Bits::new(&m.colon, start, pipe);
+    let colon = colons.next();
     if colon == pipe {
         return Err(DropReason::MalformedLine);
     }
@@ -244,15 +275,15 @@ fn line<'a>(
     let name = &text[start..colon];
     let values = &text[colon + 1..pipe];
 
-    let mut field_end = next(&m.pipe, pipe + 1, end);
+    let mut field_end = pipes.next();
     let kind = kind_of(&text[pipe + 1..field_end])?;
     let mut extras = Extras::default();
     while field_end < end {
         let from = field_end + 1;
-        field_end = next(&m.pipe, from, end);
+        field_end = pipes.next();
         extras.take(&text[from..field_end])?;
     }
-    let several = || next(&m.colon, colon + 1, pipe) != pipe;
+    let several = || colons.next() != pipe;
     emit(kind, name, values, several, &extras, sink)
 }
 
@@ -423,18 +454,32 @@ mod tests {
     }
 
     #[test]
-    fn next_finds_bits_across_words_and_stops_at_end() {
+    fn bits_are_taken_in_order_across_words_and_stop_at_end() {
         let mut chunk = vec![b'a'; 300];
-        chunk[5] = b'|';
-        chunk[200] = b'|';
+        for at in [5, 6, 63, 64, 200] {
+            chunk[at] = b'|';
+        }
         let m = classify_scalar(&chunk);
-        assert_eq!(next(&m.pipe, 0, 300), 5);
-        assert_eq!(next(&m.pipe, 5, 300), 5);
-        assert_eq!(next(&m.pipe, 6, 300), 200);
-        assert_eq!(next(&m.pipe, 6, 200), 200);
-        assert_eq!(next(&m.pipe, 6, 150), 150);
-        assert_eq!(next(&m.pipe, 201, 300), 300);
-        assert_eq!(next(&m.pipe, 300, 300), 300);
+        let all = |from, end| {
+            let mut b = Bits::new(&m.pipe, from, end);
+            let mut got = Vec::new();
+            loop {
+                let at = b.next();
+                got.push(at);
+                if at == end {
+                    return got;
+                }
+            }
+        };
+        assert_eq!(all(0, 300), [5, 6, 63, 64, 200, 300]);
+        assert_eq!(all(6, 300), [6, 63, 64, 200, 300]);
+        assert_eq!(all(7, 200), [63, 64, 200]);
+        assert_eq!(all(65, 150), [150]);
+        assert_eq!(all(201, 300), [300]);
+        assert_eq!(all(300, 300), [300]);
+        // Once at the end it stays there.
+        let mut b = Bits::new(&m.pipe, 100, 120);
+        assert_eq!((b.next(), b.next()), (120, 120));
     }
 
     #[test]
