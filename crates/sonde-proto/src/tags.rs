@@ -221,21 +221,18 @@ impl Backend {
                     && std::is_x86_feature_detected!("popcnt")
             }
             #[cfg(target_arch = "x86_64")]
-            // AVX2 too: StatsD parsing runs its AVX2 index under this
-            // backend (every AVX-512 CPU has it; a hypervisor could hide it).
+            // All that AVX2 needs too: StatsD parsing runs its AVX2 index
+            // under this backend (every AVX-512 CPU has it; a hypervisor
+            // could hide it).
             // VBMI2 is not used; it marks Ice Lake, Zen 4 and later, and
             // keeps out Skylake-SP, whose cores slow their clock for a while
             // after a 512-bit instruction: a split runs now and then (for a
             // new series), which is the worst case for that.
             Backend::Avx512 => {
-                std::is_x86_feature_detected!("avx2")
+                Backend::Avx2.is_available()
                     && std::is_x86_feature_detected!("avx512f")
                     && std::is_x86_feature_detected!("avx512bw")
                     && std::is_x86_feature_detected!("avx512vbmi2")
-                    && std::is_x86_feature_detected!("bmi1")
-                    && std::is_x86_feature_detected!("bmi2")
-                    && std::is_x86_feature_detected!("lzcnt")
-                    && std::is_x86_feature_detected!("popcnt")
             }
             #[cfg(target_arch = "aarch64")]
             Backend::Neon => true,
