@@ -369,18 +369,84 @@ fn prefetch<T>(at: *const T) {
     let _ = at;
 }
 
+#[inline(always)]
 fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
     spelling_hash(kind, syntax_byte(p.tag_syntax), p.name, p.tags)
 }
 
+/// The hash of a spelling: kind, syntax, name and raw tags, under a
+/// random seed per process.
+///
+/// # Design
+///
+/// Hand written, rather than `foldhash` fed three writes, because it is on
+/// every point's path: each write of a `Hasher` is a mixing step with its
+/// own length dispatch, and the three cost ~95 instructions a point for a
+/// 15-byte name and a 35-byte tag string ("spelling hash in one pass" in
+/// `docs/BENCHMARKS.md`). This takes 16 bytes per folded multiply (the
+/// 64x64->128-bit product folded to 64 bits, as foldhash and wyhash do),
+/// chained through the name and then the tags. The table only needs a
+/// well-spread hash; equal hashes are always confirmed by comparing the
+/// bytes. Both lengths are mixed in, so moving bytes between name and tags
+/// changes the input.
+#[inline(always)]
 fn spelling_hash(kind: u8, syntax: u8, name: &[u8], tags: &[u8]) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = key::hash_state().build_hasher();
-    // One word for the three small fields: each write is a mixing step.
-    h.write_u64(u64::from(kind) | u64::from(syntax) << 8 | (name.len() as u64) << 16);
-    h.write(name);
-    h.write(tags);
-    h.finish()
+    let [k0, k1] = *spelling_seeds();
+    let head = u64::from(kind) | u64::from(syntax) << 8 | (name.len() as u64) << 16;
+    let acc = fold(k0 ^ head, k1 ^ tags.len() as u64);
+    let acc = fold_bytes(acc, name, k1);
+    let acc = fold_bytes(acc, tags, k1);
+    fold(acc, k0)
+}
+
+/// The two seeds of [`spelling_hash`], drawn once per process.
+fn spelling_seeds() -> &'static [u64; 2] {
+    static SEEDS: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
+    SEEDS.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let state = foldhash::quality::RandomState::default();
+        // Odd, so that no seed zeroes a product.
+        [state.hash_one(1u8) | 1, state.hash_one(2u8) | 1]
+    })
+}
+
+/// The 64x64->128-bit product of `x` and `y`, folded to 64 bits.
+#[inline(always)]
+fn fold(x: u64, y: u64) -> u64 {
+    let full = u128::from(x) * u128::from(y);
+    full as u64 ^ (full >> 64) as u64
+}
+
+/// Folds `bytes` into `acc`, 16 bytes a step; the last step reads the last
+/// 16 bytes (overlapping the one before), and inputs under 16 bytes are
+/// read as two overlapping halves.
+#[inline(always)]
+fn fold_bytes(acc: u64, bytes: &[u8], k: u64) -> u64 {
+    let n = bytes.len();
+    let word = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+    let half = |b: &[u8]| u64::from(u32::from_le_bytes(b[..4].try_into().unwrap_or([0; 4])));
+    let (lo, hi) = if n > 16 {
+        let mut acc = acc;
+        // Every whole 16 bytes but the last, then the last 16.
+        let (steps, _) = bytes[..n - 1].as_chunks::<16>();
+        for step in steps {
+            acc = fold(acc ^ word(&step[..8]), k ^ word(&step[8..]));
+        }
+        let last = &bytes[n - 16..];
+        return fold(acc ^ word(last), k ^ word(&last[8..]));
+    } else if n >= 8 {
+        (word(bytes), word(&bytes[n - 8..]))
+    } else if n >= 4 {
+        (half(bytes), half(&bytes[n - 4..]))
+    } else if n > 0 {
+        (
+            u64::from(bytes[0]) | u64::from(bytes[n / 2]) << 8,
+            u64::from(bytes[n - 1]),
+        )
+    } else {
+        (0, 0)
+    };
+    fold(acc ^ lo, k ^ hi)
 }
 
 /// The canonical key of a stored series.
@@ -999,6 +1065,42 @@ mod tests {
     /// Spellings with a fast-path alias.
     fn known(s: &Shard) -> usize {
         s.aliases.len() + s.extra.len()
+    }
+
+    #[test]
+    fn the_spelling_hash_reads_every_byte_of_name_and_tags_and_where_they_split() {
+        // Every length from 0 to 40 (each path of `fold_bytes`), every byte
+        // changed in turn, and every split of the same bytes between name
+        // and tags: all distinct hashes (a 64-bit collision among these few
+        // thousand would be a bug, not bad luck).
+        let mut seen = std::collections::HashSet::new();
+        let mut count = 0;
+        let mut add = |h: u64| {
+            count += 1;
+            seen.insert(h);
+        };
+        let text: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
+        for len in 0..=text.len() {
+            let bytes = &text[..len];
+            for split in 0..=len {
+                let (name, tags) = bytes.split_at(split);
+                add(spelling_hash(7, 1, name, tags));
+            }
+            for at in 0..len {
+                let mut changed = bytes.to_vec();
+                changed[at] ^= 0x20;
+                add(spelling_hash(7, 1, &changed, b"env:prod"));
+                add(spelling_hash(7, 1, b"m", &changed));
+            }
+        }
+        add(spelling_hash(3, 1, b"m", b"env:prod"));
+        add(spelling_hash(7, 0, b"m", b"env:prod"));
+        assert_eq!(seen.len(), count);
+        // The same input, the same hash.
+        assert_eq!(
+            spelling_hash(7, 1, b"name", b"a:b,c:d"),
+            spelling_hash(7, 1, b"name", b"a:b,c:d")
+        );
     }
 
     #[test]
