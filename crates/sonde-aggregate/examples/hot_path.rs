@@ -5,13 +5,16 @@
 //! `cargo run --release -p sonde-aggregate --example hot_path -- SHAPE SERIES PASSES`
 //! where SHAPE is `statsd` (3 DogStatsD tags, ~1400-byte datagrams),
 //! `plain` (StatsD without tags) or `msgpack` (3 tags, 32 KiB bunches).
+//! A `-parse` suffix (`statsd-parse`, ...) parses only: the points go to
+//! a sink that counts them and folds their fields into a checksum, which
+//! splits the hot path's time between the parser and the aggregate.
 //! `max_series` is raised to SERIES when that is over the default.
 
 use std::sync::Arc;
 
 use sonde_aggregate::shard::PointBatch;
 use sonde_aggregate::{AggregateConfig, Shard};
-use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
+use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink, Value};
 
 /// Records points as the agent's receive path does: in batches of
 /// `shard::BATCH` through [`Shard::record_batch`].
@@ -38,6 +41,28 @@ impl<'d> PointSink<'d> for Record<'_, 'd> {
         if self.pending.push(*p) {
             self.flush();
         }
+    }
+    fn drop(&mut self, _reason: DropReason) {}
+}
+
+/// Counts points and folds their fields into a checksum, so that the
+/// parser's work cannot be optimised away.
+#[derive(Default)]
+struct Checksum {
+    points: u64,
+    sum: u64,
+}
+
+impl<'d> PointSink<'d> for Checksum {
+    fn point(&mut self, p: &Point<'d>) {
+        self.points += 1;
+        let value = match p.value {
+            Value::Number(v) | Value::Delta(v) => v.to_bits(),
+            Value::Member(m) => m.len() as u64,
+        };
+        self.sum = self
+            .sum
+            .wrapping_add(value ^ (p.name.len() as u64) << 32 ^ (p.tags.len() as u64) << 48);
     }
     fn drop(&mut self, _reason: DropReason) {}
 }
@@ -129,6 +154,10 @@ fn main() {
     let shape = args.get(1).map_or("statsd", String::as_str);
     let series: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let passes: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let (shape, parse_only) = match shape.strip_suffix("-parse") {
+        Some(shape) => (shape, true),
+        None => (shape, false),
+    };
     let (datagrams, parse): (Vec<Vec<u8>>, Parse) = match shape {
         "msgpack" => (msgpack_datagrams(series), |d, r| msgpack::parse(d, r)),
         "plain" => (statsd_datagrams(series, false), |d, r| statsd::parse(d, r)),
@@ -139,6 +168,19 @@ fn main() {
         max_series: AggregateConfig::default().max_series.max(series),
         ..AggregateConfig::default()
     };
+    if parse_only {
+        let mut sink = Checksum::default();
+        for _ in 0..=passes {
+            for d in &datagrams {
+                match shape {
+                    "msgpack" => msgpack::parse(d, &mut sink),
+                    _ => statsd::parse(d, &mut sink),
+                }
+            }
+        }
+        println!("{} points parsed, checksum {:x}", sink.points, sink.sum);
+        return;
+    }
     let mut shard = Shard::new(Arc::new(config));
     let mut recorded = 0;
     // Pass 0 creates the series; it is part of every run, so it cancels out
