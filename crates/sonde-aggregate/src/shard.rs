@@ -162,6 +162,7 @@ impl Agg {
         }
     }
 
+    #[inline(always)]
     fn record(
         &mut self,
         kind: u8,
@@ -632,6 +633,7 @@ impl Window {
 
     /// Records a point of the series in `slot`. The first point of a window
     /// resets the slot's value from the previous use of this buffer.
+    #[inline(always)]
     fn record(
         &mut self,
         slot: u32,
