@@ -2,12 +2,22 @@
 """Time per point of parse + record in process, for one or more builds of
 the `hot_path` example, alternated so that machine noise hits each alike.
 
-Each round runs every binary with PASSES passes and with 1 pass, pinned to
-one CPU; the difference of their user + system time (from wait4) over the
-difference of their points is the time per point of the hot path alone,
-without datagram generation or start-up. Prints each round and the median.
+Each round runs every binary with PASSES passes and with BASE passes (1
+unless --base-passes), pinned to one CPU; the difference of their user +
+system time (from wait4) over the difference of their points is the time
+per point of passes BASE+1 to PASSES alone, without datagram generation
+or start-up. Prints each round and the median.
 
-Usage: scripts/hot-path-time.py [--rounds N] [--passes P] [--cpu C] SHAPE SERIES BIN [BIN ...]
+A pass is 50,000 points (or one per series, when there are more): at 10k
+series, 5 points of each series. With the default BASE of 1, a timer
+series is measured over its samples 10 to 5 * PASSES: at 21 passes most
+of them while its sketch still keeps raw samples or moves them into
+buckets. A BASE of 21 or more measures the
+bucketed steady state that a series with thousands of samples a window
+is in (docs/BENCHMARKS.md, "the sketch's start-up in the in-process
+figure").
+
+Usage: scripts/hot-path-time.py [--rounds N] [--passes P] [--base-passes B] [--cpu C] SHAPE SERIES BIN [BIN ...]
 Build a binary with: cargo build --release -p sonde-aggregate --example hot_path
 (target/release/examples/hot_path).
 """
@@ -35,6 +45,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--passes", type=int, default=21)
+    ap.add_argument("--base-passes", type=int, default=1)
     ap.add_argument("--cpu", type=int, default=1)
     ap.add_argument("shape")
     ap.add_argument("series", type=int)
@@ -44,7 +55,7 @@ def main():
     for r in range(a.rounds):
         for b in a.binaries:
             t_many, p_many = run(b, a.shape, a.series, a.passes, a.cpu)
-            t_one, p_one = run(b, a.shape, a.series, 1, a.cpu)
+            t_one, p_one = run(b, a.shape, a.series, a.base_passes, a.cpu)
             ns = (t_many - t_one) / (p_many - p_one) * 1e9
             results[b].append(ns)
             print(f"round {r + 1}  {ns:7.1f} ns/point  {b}", flush=True)
