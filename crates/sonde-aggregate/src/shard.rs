@@ -394,7 +394,7 @@ fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
 /// 15-byte name and a 35-byte tag string ("spelling hash in one pass" in
 /// `docs/BENCHMARKS.md`). This takes 16 bytes per folded multiply (the
 /// 64x64->128-bit product folded to 64 bits, as foldhash and wyhash do),
-/// chained through the name and then the tags. The table only needs a
+/// chained through the name, and apart through the tags. The table only needs a
 /// well-spread hash; equal hashes are always confirmed by comparing the
 /// bytes. Both lengths are mixed in, so moving bytes between name and tags
 /// changes the input.
@@ -402,10 +402,11 @@ fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
 fn spelling_hash(kind: u8, syntax: u8, name: &[u8], tags: &[u8]) -> u64 {
     let [k0, k1] = *spelling_seeds();
     let head = u64::from(kind) | u64::from(syntax) << 8 | (name.len() as u64) << 16;
-    let acc = fold(k0 ^ head, k1 ^ tags.len() as u64);
-    let acc = fold_bytes(acc, name, k1);
-    let acc = fold_bytes(acc, tags, k1);
-    fold(acc, k0)
+    // Name and tags in two independent chains, joined at the end: the
+    // multiplies of one do not wait for the other's.
+    let name_part = fold_bytes(k0 ^ head, name, k1);
+    let tags_part = fold_bytes(k1 ^ tags.len() as u64, tags, k0);
+    fold(name_part, tags_part)
 }
 
 /// The two seeds of [`spelling_hash`], drawn once per process.
