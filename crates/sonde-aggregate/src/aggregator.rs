@@ -298,10 +298,15 @@ impl Aggregator {
                     // kept for the buffer's next window: a buffer waits a whole
                     // window idle, and a kept 25-sample sketch is ~650 bytes a
                     // timer series against one allocation a window to redo it.
-                    let taken;
+                    let mut taken;
                     let agg = match &w.values[slot] {
                         Agg::Timer(_) | Agg::Set(_) | Agg::Ts(_) => {
                             taken = std::mem::replace(&mut w.values[slot], Agg::Vacant);
+                            // Raw samples kept past the buckets' start move
+                            // into them here, off the receive thread.
+                            if let Agg::Timer(s) = &mut taken {
+                                s.settle();
+                            }
                             &taken
                         }
                         other => other,

@@ -248,22 +248,8 @@ impl Store {
     }
 }
 
-/// The most raw samples a sketch keeps before it moves them into buckets.
+/// The most raw samples a sketch keeps; later samples go into buckets.
 pub const MAX_SAMPLES: usize = 64;
-
-/// Raw samples moved into the buckets with each sample added after the
-/// raw list has overflowed, so that it empties over the next
-/// `MAX_SAMPLES / MOVE_PER_ADD` (32) samples (see [`Sketch::add`]).
-///
-/// Two rather than all 64 at once: the flusher frees a window's sketches,
-/// so every timer series of a steady load overflows again in every window,
-/// all at about the same moment. At 100k series and 5M lines/s that is 40k
-/// series paying ~1.8 µs each within a few tens of milliseconds, more than
-/// the receive thread's spare time, and the socket overflowed every
-/// window. Two per add spreads it over 32 samples of each series, about
-/// 0.6 s of that load (docs/BENCHMARKS.md, "dog-100k at 5 M lines/s: no
-/// flush or sketch burst on the receive core").
-pub const MOVE_PER_ADD: usize = 2;
 
 /// Bucket stores, allocated once a sketch has more samples than
 /// [`MAX_SAMPLES`] or a weighted one.
@@ -297,20 +283,28 @@ impl Bins {
 /// Most timer series see a few samples per window (the load generator's
 /// 250k series: ~10), so a sketch starts as a list of raw samples in `f32`
 /// (4 bytes a sample, exact nearest-rank percentiles within `f32`'s 6e-8)
-/// behind a 64-byte header, and moves them into logarithmic buckets once it
-/// holds more than [`MAX_SAMPLES`], or a weighted sample, or a value `f32`
-/// cannot hold to 1e-7. The bucket stores (120 bytes, two signs) are boxed,
-/// so a small timer does not pay for them: 25 samples take 192 bytes
-/// where the bucket stores alone took 408 (docs/BENCHMARKS.md, "series
-/// memory budget"). Min, max, sum and count stay exact in `f64` either way.
+/// behind a 64-byte header. Samples after the first [`MAX_SAMPLES`], and any
+/// weighted sample or value `f32` cannot hold to 1e-7, go into
+/// logarithmic buckets. The bucket stores (120 bytes, two signs) are
+/// boxed, so a small timer does not pay for them: 25 samples take 192
+/// bytes where the bucket stores alone took 408 (docs/BENCHMARKS.md,
+/// "series memory budget"). Min, max, sum and count stay exact in `f64`
+/// either way.
+///
+/// The raw samples stay raw when the buckets start; the flusher moves them
+/// over ([`Sketch::settle`]) once it owns the window. Moving them on the
+/// receive thread cost every timer series 64 bucket adds in the window it
+/// overflowed, all series at about the same moment of a steady load; two
+/// per add spread that out, but the receive thread still paid for them
+/// ("raw samples settled by the flusher" in docs/BENCHMARKS.md).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sketch {
     count: f64,
     sum: f64,
     min: f64,
     max: f64,
-    /// Raw samples, unweighted, in arrival order; empty once `bins` holds
-    /// them.
+    /// Raw samples, unweighted, in arrival order: at most [`MAX_SAMPLES`],
+    /// the first of the window unless [`Sketch::settle`] moved them.
     samples: Vec<f32>,
     bins: Option<Box<Bins>>,
 }
@@ -339,38 +333,35 @@ impl Sketch {
     /// sampled StatsD timer). Non-finite values and weights are ignored; the
     /// parsers never produce them.
     ///
-    /// The first [`MAX_SAMPLES`] unweighted samples stay raw. The sample
-    /// after them starts the buckets, and it and each one after it move
-    /// [`MOVE_PER_ADD`] raw samples over: no single point pays for
-    /// bucketing all of them, which matters because every timer series of
-    /// a steady load overflows at about the same moment of a window
-    /// (docs/BENCHMARKS.md, "dog-100k at 5 M lines/s").
+    /// The first [`MAX_SAMPLES`] unweighted samples stay raw; the sample
+    /// after them starts the buckets, which take it and every later one.
+    /// No add moves raw samples: see [`Sketch::settle`].
     pub fn add(&mut self, value: f64, weight: f64) {
         if !value.is_finite() || !weight.is_finite() || weight <= 0.0 {
             return;
         }
-        if self.bins.is_none() {
-            if weight == 1.0 && self.samples.len() < MAX_SAMPLES && fits_f32(value) {
-                self.samples.push(value as f32);
-                self.note(value, weight);
-                return;
+        match &mut self.bins {
+            Some(bins) => bins.add(value, weight),
+            None if weight == 1.0 && self.samples.len() < MAX_SAMPLES && fits_f32(value) => {
+                self.samples.push(value as f32)
             }
-            self.bins = Some(Box::default());
-        }
-        if let Some(bins) = &mut self.bins {
-            bins.add(value, weight);
-            if !self.samples.is_empty() {
-                let keep = self.samples.len().saturating_sub(MOVE_PER_ADD);
-                for &v in &self.samples[keep..] {
-                    bins.add(f64::from(v), 1.0);
-                }
-                self.samples.truncate(keep);
-                if keep == 0 {
-                    self.samples = Vec::new();
-                }
+            None => {
+                let mut bins = Box::<Bins>::default();
+                bins.add(value, weight);
+                self.bins = Some(bins);
             }
         }
         self.note(value, weight);
+    }
+
+    /// Moves the raw samples into the buckets when there are buckets, and
+    /// frees their list. The flusher calls it on the sketches it takes from
+    /// a window, before ranking them: ranking a sketch that holds both
+    /// copies its buckets first. Changes no figure the sketch reports.
+    pub fn settle(&mut self) {
+        if self.bins.is_some() && !self.samples.is_empty() {
+            self.bins_mut();
+        }
     }
 
     /// Counts `value` into the exact count, sum, min and max.
@@ -469,8 +460,8 @@ impl Sketch {
         if self.samples.is_empty() {
             return qs.map(|q| Some(self.bucket_quantile(bins, target(q))));
         }
-        // Part way through moving the raw samples over: rank them with
-        // the buckets, in a copy.
+        // Raw samples and buckets, not settled: rank them together, in a
+        // copy.
         let mut all = Bins::clone(bins);
         for &v in &self.samples {
             all.add(f64::from(v), 1.0);
@@ -655,43 +646,56 @@ mod tests {
         let mut sorted: Vec<f64> = (0..25).map(|k| f64::from(k * 37 % 1000 + 1)).collect();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(s.quantile(0.5), Some(sorted[12]));
-        // Past the raw limit the samples move into sparse buckets over the
-        // next few samples: 8 bytes per occupied bucket, of the 383 between
-        // 1 and 1000.
-        let moved = MAX_SAMPLES + MAX_SAMPLES / MOVE_PER_ADD;
-        for k in 25..moved as i32 {
+        // Past the raw limit the samples go into sparse buckets, and
+        // settling moves the raw ones over: 8 bytes per occupied bucket, of
+        // the 383 between 1 and 1000.
+        let added = MAX_SAMPLES + MAX_SAMPLES / 2;
+        for k in 25..added as i32 {
             s.add(f64::from(k * 37 % 1000 + 1), 1.0);
         }
+        s.settle();
         assert!(s.samples.is_empty() && !bins(&s).positive.is_dense());
         assert_eq!(s.samples.capacity(), 0);
-        assert!(bins(&s).positive.len() <= moved);
+        assert!(bins(&s).positive.len() <= added);
     }
 
     #[test]
-    fn overflowing_raw_samples_move_a_few_at_a_time_and_rank_throughout() {
+    fn samples_past_the_raw_limit_go_to_buckets_and_rank_before_and_after_settling() {
         let value = |k: usize| ((k * 37 + 11) % 1000) as f64;
         let mut s = Sketch::default();
         let mut values = Vec::new();
-        for k in 0..MAX_SAMPLES + MAX_SAMPLES / MOVE_PER_ADD + 2 {
-            let raw_before = s.samples.len();
-            s.add(value(k), 1.0);
-            values.push(value(k));
-            if k < MAX_SAMPLES {
-                assert_eq!(s.samples.len(), k + 1);
-                assert!(s.bins.is_none());
-            } else {
-                // No add moves more than MOVE_PER_ADD of them.
-                assert_eq!(s.samples.len(), raw_before.saturating_sub(MOVE_PER_ADD));
-                let in_buckets: f64 = bins(&s).positive.buckets().map(|(_, w)| w).sum();
-                assert_eq!(in_buckets + s.samples.len() as f64, s.count());
-            }
-            let mut sorted = values.clone();
+        let rank_all = |s: &Sketch, values: &[f64]| {
+            let mut sorted = values.to_vec();
             sorted.sort_by(f64::total_cmp);
             for q in [0.01, 0.5, 0.9, 0.99, 1.0] {
                 assert_close(s.quantile(q).unwrap(), nearest_rank(&sorted, q));
             }
+        };
+        for k in 0..MAX_SAMPLES + 40 {
+            s.add(value(k), 1.0);
+            values.push(value(k));
+            // No add moves a raw sample: the first MAX_SAMPLES stay raw,
+            // the buckets hold the rest.
+            assert_eq!(s.samples.len(), (k + 1).min(MAX_SAMPLES));
+            let in_buckets: f64 = s
+                .bins
+                .as_ref()
+                .map_or(0.0, |b| b.positive.buckets().map(|(_, w)| w).sum());
+            assert_eq!(in_buckets, (k + 1).saturating_sub(MAX_SAMPLES) as f64);
+            rank_all(&s, &values);
         }
-        assert!(s.samples.is_empty());
+        let before = s.quantiles([0.01, 0.5, 0.9, 0.99, 1.0]);
+        s.settle();
+        assert!(s.samples.is_empty() && s.samples.capacity() == 0);
+        let in_buckets: f64 = bins(&s).positive.buckets().map(|(_, w)| w).sum();
+        assert_eq!(in_buckets, s.count());
+        assert_eq!(s.quantiles([0.01, 0.5, 0.9, 0.99, 1.0]), before);
+        rank_all(&s, &values);
+        // Settling a sketch without buckets keeps its exact raw samples.
+        let mut small = Sketch::default();
+        small.add(3.0, 1.0);
+        small.settle();
+        assert_eq!(small.samples, [3.0]);
     }
 
     #[test]
@@ -715,15 +719,16 @@ mod tests {
     }
 
     #[test]
-    fn weighted_or_out_of_range_samples_move_to_buckets() {
+    fn weighted_or_out_of_range_samples_start_the_buckets() {
         for (value, weight) in [(5.0, 2.0), (1e300, 1.0), (1e-300, 1.0)] {
             let mut s = Sketch::default();
             s.add(3.0, 1.0);
             s.add(value, weight);
-            assert!(
-                s.samples.is_empty() && s.bins.is_some(),
-                "{value} x {weight}"
-            );
+            assert!(s.samples == [3.0] && s.bins.is_some(), "{value} x {weight}");
+            assert_eq!(s.count(), 1.0 + weight);
+            assert_close(s.quantile(1.0).unwrap(), value.max(3.0));
+            s.settle();
+            assert!(s.samples.is_empty());
             assert_eq!(s.count(), 1.0 + weight);
             assert_close(s.quantile(1.0).unwrap(), value.max(3.0));
         }
@@ -802,6 +807,7 @@ mod tests {
         // 2^24 + 1 is not an f32: a sparse weight would lose the 1.
         s.add(5.0, (1u64 << 24) as f64);
         assert!(bins(&s).positive.is_dense());
+        s.settle();
         let total: f64 = bins(&s).positive.buckets().map(|(_, w)| w).sum();
         assert_eq!(total, (1u64 << 24) as f64 + 2.5);
         assert_close(s.quantile(1.0).unwrap(), 500.0);

@@ -132,9 +132,9 @@ fn a_warm_shard_records_known_series_without_allocating() {
     let mut shard = Shard::new(Arc::new(AggregateConfig::default()));
     let start = allocations();
     // Warm up: create the series and let every buffer reach its size. A
-    // timer keeps up to `MAX_SAMPLES` raw samples a window, then moves them
-    // into its bucket stores (one allocation a window, like the sketch
-    // itself); `api.dist` gets one sample a pass, so warm up past that.
+    // timer keeps up to `MAX_SAMPLES` raw samples a window, then starts its
+    // bucket stores (one allocation a window, like the sketch itself);
+    // `api.dist` gets one sample a pass, so warm up past that.
     for _ in 0..=sonde_aggregate::sketch::MAX_SAMPLES {
         feed(&mut shard, &bunch, true);
         feed(&mut shard, STATSD, false);
