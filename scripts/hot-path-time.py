@@ -10,12 +10,11 @@ or start-up. Prints each round and the median.
 
 A pass is 50,000 points (or one per series, when there are more): at 10k
 series, 5 points of each series. With the default BASE of 1, a timer
-series is measured over its samples 10 to 5 * PASSES: at 21 passes most
-of them while its sketch still keeps raw samples or moves them into
-buckets. A BASE of 21 or more measures the
-bucketed steady state that a series with thousands of samples a window
-is in (docs/BENCHMARKS.md, "the sketch's start-up in the in-process
-figure").
+series is measured over its samples 10 to 5 * PASSES: at 21 passes
+most of them while its sketch still fills its raw samples or has just
+started its buckets. A BASE of 21 or more measures the bucketed steady
+state that a series with thousands of samples a window is in
+(docs/BENCHMARKS.md, "the sketch's start-up in the in-process figure").
 
 Usage: scripts/hot-path-time.py [--rounds N] [--passes P] [--base-passes B] [--cpu C] SHAPE SERIES BIN [BIN ...]
 Build a binary with: cargo build --release -p sonde-aggregate --example hot_path

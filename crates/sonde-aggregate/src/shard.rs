@@ -394,10 +394,10 @@ fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
 /// 15-byte name and a 35-byte tag string ("spelling hash in one pass" in
 /// `docs/BENCHMARKS.md`). This takes 16 bytes per folded multiply (the
 /// 64x64->128-bit product folded to 64 bits, as foldhash and wyhash do),
-/// chained through the name, and apart through the tags. The table only needs a
-/// well-spread hash; equal hashes are always confirmed by comparing the
-/// bytes. Both lengths are mixed in, so moving bytes between name and tags
-/// changes the input.
+/// chained through the name, and apart through the tags. The table only
+/// needs a well-spread hash; equal hashes are always confirmed by
+/// comparing the bytes. Both lengths are mixed in, so moving bytes between
+/// name and tags changes the input.
 #[inline(always)]
 fn spelling_hash(kind: u8, syntax: u8, name: &[u8], tags: &[u8]) -> u64 {
     let [k0, k1] = *spelling_seeds();
@@ -409,12 +409,13 @@ fn spelling_hash(kind: u8, syntax: u8, name: &[u8], tags: &[u8]) -> u64 {
     fold(name_part, tags_part)
 }
 
-/// The two seeds of [`spelling_hash`], drawn once per process.
+/// The two seeds of [`spelling_hash`], drawn once per process from the
+/// key hasher's random state.
 fn spelling_seeds() -> &'static [u64; 2] {
     static SEEDS: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
     SEEDS.get_or_init(|| {
         use std::hash::BuildHasher;
-        let state = foldhash::quality::RandomState::default();
+        let state = key::hash_state();
         // Odd, so that no seed zeroes a product.
         [state.hash_one(1u8) | 1, state.hash_one(2u8) | 1]
     })

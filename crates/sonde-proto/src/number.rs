@@ -76,8 +76,8 @@ fn short_decimal(text: &[u8]) -> Option<f64> {
     }
     // At most 15 digits, so the mantissa fits `i64`: x86-64's baseline
     // converts that in one instruction, a `u64` in several. Whole numbers,
-    // the usual value, skip the division ("StatsD values without a
-    // division" in `docs/BENCHMARKS.md`).
+    // the usual value, skip the division ("the parser timed alone; values
+    // without a division" in `docs/BENCHMARKS.md`).
     let whole = mantissa as i64 as f64;
     let magnitude = if fraction_digits == 0 {
         whole

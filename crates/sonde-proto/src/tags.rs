@@ -154,10 +154,10 @@ pub enum Backend {
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// 64-byte AVX-512BW compares into mask registers, one per block (with
-    /// AVX-512F and what [`Backend::Avx2`] needs; offered only on CPUs with AVX-512 VBMI2,
-    /// Ice Lake, Zen 4 and later). Tag splitting only: StatsD parsing runs
-    /// its AVX2 index on these CPUs, since every CPU with AVX-512BW has
-    /// AVX2.
+    /// AVX-512F and what [`Backend::Avx2`] needs; offered only on CPUs with
+    /// AVX-512 VBMI2, Ice Lake, Zen 4 and later). Tag splitting only:
+    /// StatsD parsing runs its AVX2 index on these CPUs, since every CPU
+    /// with AVX-512BW has AVX2.
     #[cfg(target_arch = "x86_64")]
     Avx512,
     /// 16-byte NEON compares (every aarch64 CPU).
