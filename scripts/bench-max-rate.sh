@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The highest rate sonde sustains under a loss threshold, found the way
-# PEERS.md measured the peers: double the rate until loss reaches the
-# threshold, then bisect. Agent pinned to CPU 1 (one receive thread),
-# `sonde bench` to CPU 0, each step DURATION long.
+# the peers were measured (docs/BENCHMARKS.md, "How the peers were
+# measured"): double the rate until loss reaches the threshold, then
+# bisect. Agent pinned to CPU 1 (one receive thread), `sonde bench` to
+# CPU 0, each step DURATION long.
 #
 # Usage: scripts/bench-max-rate.sh [--duration 5s] [--max-loss 0.1] [--start 1M] [--steps 4] [--warmup 0s] -- BENCH_ARGS...
 #   SONDE_BIN=path runs that binary instead of target/release/sonde (for A/B).

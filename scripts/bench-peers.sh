@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Side-by-side: sonde and the StatsD peers under the same load in one run.
 #
-# Method (shared/design/PEERS.md): each agent alone on udp://127.0.0.1:8125,
-# pinned to CPU 1; `sonde bench` pinned to CPU 0 sends StatsD packed into
-# 1400-byte datagrams at fixed rates, for two shapes:
+# Method (docs/BENCHMARKS.md, "How the peers were measured"): each agent
+# alone on udp://127.0.0.1:8125, pinned to CPU 1; `sonde bench` pinned to
+# CPU 0 sends StatsD packed into 1400-byte datagrams at fixed rates, for
+# two shapes:
 # plain-1k (1,000 series, no tags, mix 4:2:2 because collectd rejects `h`)
 # and dog-100k (100,000 series, 3 DogStatsD tags, mix 4:2:2:2).
 # CPU = the agent's utime+stime from the start of the load until its
 # socket drained; memory = VmHWM; loss = sonde's own counters for sonde,
 # kernel RcvbufErrors for every agent (peers that drop inside their own
-# queues are not seen there; PEERS.md says which).
+# queues are not seen there; "How the peers were measured" says which).
 #
 # Usage: scripts/bench-peers.sh [--install] [--duration 5s] [--rates "100k 1M"]
 #   --install   install the peers first: collectd from Debian, statsd_exporter

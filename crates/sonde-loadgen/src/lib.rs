@@ -11,8 +11,8 @@
 //! * kernel drops (`RcvbufErrors` in `/proc/net/snmp`), which count drops
 //!   that an agent without its own counters cannot report.
 //!
-//! The method follows docs/BENCHMARKS.md (and PEERS.md), so figures for
-//! sonde and its peers compare.
+//! The method follows docs/BENCHMARKS.md, "How the peers were measured",
+//! so figures for sonde and its peers compare.
 #![deny(missing_docs)]
 
 pub mod procfs;
