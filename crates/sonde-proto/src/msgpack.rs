@@ -305,10 +305,10 @@ impl<'a> Cursor<'a> {
     ///
     /// Nearly every element an SDK sends is a str under 256 bytes. Through
     /// `rmp`'s marker dispatch and reader, and the general [`Field`], the
-    /// six elements of a message cost ~300 instructions, a third of a
-    /// point (`scripts/callgrind-hot-path.sh msgpack:10000`, "msgpack
-    /// elements read by hand" in `docs/BENCHMARKS.md`). Everything else
-    /// goes through [`Cursor::field_any`]; the tests compare the two.
+    /// six elements of a message were a large share of a point's cost
+    /// (`scripts/callgrind-hot-path.sh msgpack:10000`, "msgpack elements
+    /// read by hand" in `docs/BENCHMARKS.md`). Everything else goes
+    /// through [`Cursor::field_any`]; the tests compare the two.
     #[inline(always)]
     fn short_str(&mut self) -> Option<&'a [u8]> {
         let (len, body) = match *self.rest {

@@ -6,8 +6,9 @@
 ///
 /// Without it LLVM fused the 32-bit masks of one block into a vector of 64
 /// booleans, which AVX2 cannot hold, and rebuilt the `u64` bit by bit
-/// through the stack: msgpack tag splitting of 1 KiB took 0.85 µs instead
-/// of 0.17 µs (rustc 1.95). An empty `asm!` costs no instruction.
+/// through the stack, which made the AVX2 index several times slower than
+/// with this barrier and slower than SSE2 ("SIMD tag splitting" in
+/// `docs/BENCHMARKS.md`). An empty `asm!` costs no instruction.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn opaque(mut mask: i32) -> i32 {

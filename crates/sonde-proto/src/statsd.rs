@@ -104,9 +104,10 @@ unsafe fn parse_avx2<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
 /// Same contract as [`parse`], finding every field with its own `memchr`.
 ///
 /// The parser [`parse`] replaced (about eight `memchr` calls on short
-/// fields per line, ~330 instructions of a ~55-byte line): kept as the
-/// obviously correct reference that every index backend is tested and
-/// fuzzed against, and as the portable fallback ([`Backend::Memchr`]).
+/// fields per line; "StatsD parsing on the structural index" in
+/// `docs/BENCHMARKS.md`): kept as the obviously correct reference that
+/// every index backend is tested and fuzzed against, and as the portable
+/// fallback ([`Backend::Memchr`]).
 pub fn parse_reference<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     for line in Split::new(datagram, b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);

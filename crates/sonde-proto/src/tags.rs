@@ -97,9 +97,9 @@ pub fn split(raw: &[u8], syntax: TagSyntax, out: &mut Vec<TagSpan>) -> Result<()
     if u32::try_from(raw.len()).is_err() {
         return Err(BadTags);
     }
-    // The index has a fixed cost of about 15 ns (it copies the partial last
-    // block); below 8 bytes the byte loop is faster: 6 ns against 17 ns for
-    // one byte, 12 ns against 15 ns for four.
+    // The index has a fixed cost (it copies the partial last block into a
+    // whole one), so below 8 bytes the byte loop is faster ("SIMD tag
+    // splitting" in `docs/BENCHMARKS.md` has the times by size).
     if raw.len() < 8 {
         return scalar_loop(raw, syntax, out);
     }

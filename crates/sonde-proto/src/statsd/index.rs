@@ -12,10 +12,11 @@
 //! byte loop, and the whole parser against [`super::parse_reference`].
 //!
 //! Hand-written SIMD, rather than `memchr`, because the line parser was
-//! two thirds of the hot path: about eight `memchr` calls on short fields
-//! per line cost ~330 of the ~1,058 instructions a point of
-//! `scripts/callgrind-hot-path.sh statsd:10000` ("StatsD parsing on the
-//! structural index" in `docs/BENCHMARKS.md` has the figures after).
+//! most of the hot path, and a large part of it was about eight `memchr`
+//! calls per line, each a call and a set-up for a field of a few bytes
+//! ("StatsD parsing on the structural index" in `docs/BENCHMARKS.md` has
+//! the instruction counts before and after, from
+//! `scripts/callgrind-hot-path.sh`).
 //!
 //! `#` and `@` need no mask: they only mean something as the first byte of
 //! a field, which the walk reads directly.

@@ -7,17 +7,18 @@
 //! byte. Tags are then emitted by walking the separator bits with
 //! `trailing_zeros`; the key/value separator of a tag is the lowest bit of
 //! the key/value mask left between the previous separator and this one.
-//! Only the mask building differs between AVX-512, AVX2, SSE2 and NEON; the walk is
-//! shared, so every backend has the exact semantics of
+//! Only the mask building differs between AVX-512, AVX2, SSE2 and NEON;
+//! the walk is shared, so every backend has the exact semantics of
 //! [`super::split_scalar`], which the tests check.
 //!
 //! Hand-written SIMD, rather than `memchr`, because splitting was measured
-//! as a hot spot (22% of recording a point, before series were looked up by
-//! their raw spelling) and `memchr` did little for it: it restarts a
-//! search for every short field, two per tag, and split a 1 KiB tag string
-//! at 1.56 GiB/s, 1.5x the byte loop. The index splits it at 5 to 6 GiB/s,
-//! about 7x the byte loop (`tags/split` in `docs/BENCHMARKS.md`, "SIMD tag
-//! splitting"). It now runs once per new series or spelling, not per point.
+//! as a hot spot (before series were looked up by their raw spelling) and
+//! `memchr` did little for it: it restarts a search for every short field,
+//! two per tag, while the index classifies 64 bytes at once and finds
+//! every delimiter of a block from its masks (`tags/split` in
+//! `docs/BENCHMARKS.md`, "SIMD tag splitting" and "tag splitting with
+//! AVX-512", has the rates of each). It now runs once per new series or
+//! spelling, not per point.
 
 use super::{span, BadTags, TagSpan};
 
