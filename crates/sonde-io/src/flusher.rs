@@ -11,6 +11,17 @@
 //! its worker for reuse. A window that arrives later is merged into the
 //! next one rather than lost, and counted.
 //!
+//! # The first window after a start
+//!
+//! A restart inside a window splits it: the run that stopped flushed the
+//! first part at shutdown, stamped with the window's start. Were the part
+//! after the restart stamped the same way, a backend would get two
+//! different values at one timestamp, and Prometheus refuses the second.
+//! So the first window of a run is stamped with the time the agent started
+//! receiving ([`Flusher::receiving_since`]), rounded up to the second while
+//! that stays inside the window, and its rates divide by the time since
+//! then. Both parts are delivered; every later window is aligned.
+//!
 //! # Clean shutdown
 //!
 //! [`FlusherCommand::Shutdown`] closes the open window early: its points get
@@ -80,6 +91,10 @@ pub struct Flusher {
     pub sinks: Vec<SinkHandle>,
     /// Counters for `/metrics`.
     pub stats: Arc<FlushStats>,
+    /// When the receivers were bound: the first window covers only the
+    /// time since, and is stamped with it (see "The first window after a
+    /// start" above).
+    pub receiving_since: SystemTime,
 }
 
 impl Flusher {
@@ -92,6 +107,7 @@ impl Flusher {
             commands,
             mut sinks,
             stats,
+            receiving_since,
         } = self;
         // Windows kept for sinks a reload is starting.
         let mut held: HashMap<String, Vec<Arc<Batch>>> = HashMap::new();
@@ -104,6 +120,7 @@ impl Flusher {
         let mut give_back: HashMap<u32, Sender<Window>> = HashMap::new();
         let mut epoch = control.epoch.load(Ordering::Acquire);
         let mut start = window_start(now_ns(), interval);
+        let mut first = Some(since_epoch_ns(receiving_since));
         let mut last_sizes = (0, 0);
         loop {
             let end = start + interval.as_nanos();
@@ -188,11 +205,12 @@ impl Flusher {
                 absorb(&mut agg, &mut give_back, h);
             }
             let merged = Instant::now();
-            let secs = ((closed_at - start) as f64 / 1e9).max(1e-3);
+            let (from, stamp) = first_stamp(first.take(), start, end);
+            let secs = ((closed_at.saturating_sub(from)) as f64 / 1e9).max(1e-3);
             // Sized from the last window with a sixteenth to spare: a
             // steady load never reallocates the batch while it is built.
             let mut batch = Batch::with_capacity(
-                (start / 1_000_000_000) as i64,
+                stamp,
                 last_sizes.0 + last_sizes.0 / 16,
                 last_sizes.1 + last_sizes.1 / 16,
             );
@@ -242,6 +260,28 @@ impl Flusher {
     }
 }
 
+fn since_epoch_ns(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
+}
+
+/// Where the window `[start, end)` (nanoseconds) begins for rates, and its
+/// timestamp in seconds. `since` is when the run started receiving, given
+/// for the run's first window only: when it falls inside the window, the
+/// window covers only the time since, and is stamped with that time rounded
+/// up to the second, or down when rounding up would reach the next window.
+/// Otherwise the window's start gives both.
+fn first_stamp(since: Option<u128>, start: u128, end: u128) -> (u128, i64) {
+    const SEC: u128 = 1_000_000_000;
+    match since {
+        Some(t) if t > start && t < end => {
+            let up = t.div_ceil(SEC);
+            let secs = if up * SEC < end { up } else { t / SEC };
+            (t, secs as i64)
+        }
+        _ => (start, (start / SEC) as i64),
+    }
+}
+
 fn absorb(agg: &mut Aggregator, give_back: &mut HashMap<u32, Sender<Window>>, h: Handoff) {
     let Handoff {
         window,
@@ -273,5 +313,29 @@ mod tests {
             1_763_800_230 * s
         );
         assert_eq!(window_start(59 * s, Duration::from_secs(60)), 0);
+    }
+
+    #[test]
+    fn the_first_window_is_stamped_with_the_start_of_receiving() {
+        let s = 1_000_000_000u128;
+        let (start, end) = (1_800 * s, 1_830 * s);
+        // Later windows, and a start before the window, keep the window's start.
+        assert_eq!(first_stamp(None, start, end), (start, 1_800));
+        assert_eq!(first_stamp(Some(start - 5), start, end), (start, 1_800));
+        assert_eq!(first_stamp(Some(start), start, end), (start, 1_800));
+        // A start inside the window: rounded up to the second, so a run
+        // that began 0.3 s after the boundary does not share the stamp of
+        // the window's first part.
+        assert_eq!(first_stamp(Some(start + 3), start, end), (start + 3, 1_801));
+        assert_eq!(
+            first_stamp(Some(1_812 * s + 400), start, end),
+            (1_812 * s + 400, 1_813)
+        );
+        assert_eq!(first_stamp(Some(1_812 * s), start, end), (1_812 * s, 1_812));
+        // Rounding up would reach the next window's stamp: rounded down.
+        assert_eq!(
+            first_stamp(Some(1_829 * s + 1), start, end),
+            (1_829 * s + 1, 1_829)
+        );
     }
 }

@@ -203,6 +203,8 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         i32::try_from(*config.agent.background_nice.get_ref()).unwrap_or(0),
     );
     let mut bound = Vec::new();
+    // The first window covers the time from here (see sonde_io::flusher).
+    let receiving_since = std::time::SystemTime::now();
     for r in &config.receivers {
         bound.push((r, bind(r)?));
     }
@@ -244,6 +246,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         commands: cmd_rx,
         sinks: handles,
         stats: Arc::clone(&telemetry.flush),
+        receiving_since,
     };
     let flusher = std::thread::Builder::new()
         .name("flusher".into())

@@ -89,6 +89,88 @@ fn remote_write_points_are_queryable_in_prometheus() {
     );
 }
 
+/// A restart inside a window splits it in two: the stopping run flushes the
+/// first part stamped with the window's start, the next run stamps its part
+/// with the time it started receiving. Prometheus refuses a second,
+/// different value at one timestamp, so both parts must carry their own.
+#[test]
+fn a_window_split_by_a_restart_keeps_both_parts_in_prometheus() {
+    let Some(prom) = or_skip(Prometheus::start()) else {
+        return;
+    };
+    const WINDOW: u64 = 20;
+    let udp = free_port();
+    let mut agent = Agent::start(
+        &format!("{WINDOW}s"),
+        &format!(
+            "{}[[sinks]]\ntype = \"prometheus_remote_write\"\nurl = \"{}\"\n{FAST}",
+            statsd_receiver(udp),
+            prom.write_url()
+        ),
+    );
+    let received = |a: &Agent| {
+        a.metric(&format!(
+            "sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{udp}\",protocol=\"statsd\"}}"
+        ))
+        .unwrap_or(0.0)
+    };
+    // Begin early in a window, so that the stop and the start both fall
+    // inside it (a debug build starts in well under a second).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let phase =
+        Duration::from_nanos((now.as_nanos() % (u128::from(WINDOW) * 1_000_000_000)) as u64);
+    if phase > Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_secs(WINDOW) - phase + Duration::from_millis(300));
+    }
+    udp_send(udp, b"split.n:3|c\n");
+    wait_for("the first part received", Duration::from_secs(5), || {
+        (received(&agent) >= 1.0).then_some(())
+    });
+    agent.stop();
+    agent.start_again();
+    udp_send(udp, b"split.n:4|c\n");
+    wait_for("the second part received", Duration::from_secs(5), || {
+        (received(&agent) >= 1.0).then_some(())
+    });
+    // The second part arrives when its window closes.
+    let parts = wait_for(
+        "both parts in the file sink",
+        Duration::from_secs(WINDOW + 10),
+        || {
+            let p = named(&agent.points(), "split.n");
+            (p.len() == 2).then_some(p)
+        },
+    );
+    let (first, second) = ((parts[0].2, parts[0].1), (parts[1].2, parts[1].1));
+    let window = i64::try_from(WINDOW).unwrap();
+    assert_eq!(
+        first.0 % window,
+        0,
+        "the first part keeps the window's start"
+    );
+    assert!(
+        second.0 > first.0 && second.0 < first.0 + window,
+        "the part after the restart is stamped inside the same window, after its start: {parts:?}"
+    );
+    let want = vec![(first.0 * 1000, 3.0), (second.0 * 1000, 4.0)];
+    let got = wait_for("both parts in Prometheus", Duration::from_secs(10), || {
+        let s = prom.samples("split_n", 600, unix_now() as f64 + 1.0);
+        (s.len() == 1 && s[0].1.len() == 2).then_some(s)
+    });
+    assert_eq!(got[0].1, want);
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    assert_eq!(
+        m("sonde_sink_failures_total{sink=\"prometheus_remote_write\",reason=\"http_4xx\"}"),
+        0.0
+    );
+    assert_eq!(
+        m("sonde_sink_dropped_points_total{sink=\"prometheus_remote_write\",reason=\"rejected\"}"),
+        0.0
+    );
+}
+
 #[test]
 fn influxdb_points_are_queryable_in_influxdb() {
     let Some(influx) = or_skip(Influx::start()) else {
