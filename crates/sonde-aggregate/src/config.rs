@@ -121,9 +121,9 @@ pub struct AggregateConfig {
 pub const DEFAULT_MAX_KEY_BYTES: usize = 4096;
 
 /// The default of [`AggregateConfig::max_series`]: 250,000 series, about
-/// 150 MiB of resident memory with three tags a series (docs/BENCHMARKS.md,
-/// "series memory budget": 152 MiB at 250k), 25 times what a busy host
-/// usually holds and well below what would hurt the host.
+/// 90 MiB peak RSS with three tags a series (docs/BENCHMARKS.md, "Current
+/// figures against the peers", from `scripts/peak-rss.sh`), 25 times what
+/// a busy host usually holds and well below what would hurt the host.
 pub const DEFAULT_MAX_SERIES: usize = 250_000;
 
 impl Default for AggregateConfig {

@@ -243,8 +243,8 @@ impl Agg {
 ///
 /// The spelling is stored so that a hit costs one probe and a comparison
 /// of the name and the raw tags. Reading it back from the canonical key in
-/// the client's tag order instead saved those bytes but cost ~470
-/// instructions a point (`scripts/callgrind-hot-path.sh`: 1,036 to 1,509
+/// the client's tag order instead saved those bytes but added about half
+/// again to the instructions of a point (`scripts/callgrind-hot-path.sh`
 /// on statsd:10000), so it was dropped. Kept in the key's allocation, the
 /// first spelling costs its raw tags and 5 bytes, and its alias a 4-byte
 /// slot number (docs/BENCHMARKS.md, "series memory budget").
@@ -284,9 +284,8 @@ pub const BATCH: usize = 16;
 ///
 /// The slots start uninitialised: a receive path makes a batch per
 /// datagram, and filling 16 points (1,408 bytes) with a placeholder was a
-/// `memcpy` per datagram, ~3% of `perf` samples of `hot_path statsd
-/// 10000` and more for one point per datagram ("point batch without a
-/// placeholder fill" in `docs/BENCHMARKS.md`).
+/// `memcpy` per datagram, paid once per point when each datagram carries
+/// one ("point batch without a placeholder fill" in `docs/BENCHMARKS.md`).
 pub struct PointBatch<'d> {
     points: [MaybeUninit<Point<'d>>; BATCH],
     /// The first `len` slots are initialised.
@@ -390,8 +389,8 @@ fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
 ///
 /// Hand written, rather than `foldhash` fed three writes, because it is on
 /// every point's path: each write of a `Hasher` is a mixing step with its
-/// own length dispatch, and the three cost ~95 instructions a point for a
-/// 15-byte name and a 35-byte tag string ("spelling hash in one pass" in
+/// own length dispatch, and the three cost several times the work of one
+/// pass over the bytes ("spelling hash in one pass" in
 /// `docs/BENCHMARKS.md`). This takes 16 bytes per folded multiply (the
 /// 64x64->128-bit product folded to 64 bits, as foldhash and wyhash do),
 /// chained through the name, and apart through the tags. The table only
@@ -484,7 +483,7 @@ fn first_spelling_hash(stored: &[u8]) -> u64 {
 /// The key's head is compared field by field: compared as a slice against
 /// a `[kind, len_lo, len_hi]` built on the stack, the 2-byte reload of the
 /// byte and 2-byte stores that built it stalled on store forwarding, and
-/// took ~40% of `record_batch`'s samples in `perf annotate` of
+/// was the hottest load of `record_batch` in `perf annotate` of
 /// `hot_path statsd 10000` ("StatsD values kept in registers" in
 /// `docs/BENCHMARKS.md`).
 #[inline]
@@ -509,8 +508,8 @@ fn spelled_as(stored: &[u8], kind: u8, syntax: u8, p: &Point<'_>) -> bool {
 /// glibc's AVX-512 `memcmp` reads its bytes with a masked load even for
 /// length 0. A masked load whose masked-out bytes lie on an unmapped page
 /// has its fault suppressed by a microcode assist that costs hundreds of
-/// cycles on Intel CPUs: for points without tags, that assist was 15% of
-/// the agent's CPU at plain-1k ("empty tags without a memcmp" in
+/// cycles on Intel CPUs: for points without tags, that assist was a large
+/// share of the agent's CPU at plain-1k ("empty tags without a memcmp" in
 /// `docs/BENCHMARKS.md`).
 #[inline(always)]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
@@ -873,7 +872,7 @@ impl Shard {
     /// With 100k live series the lookups of one point are a chain of cache
     /// misses: the alias table's control bytes, its slot, the entry, the
     /// stored spelling, the window value. `perf annotate` of the agent at
-    /// 100k DogStatsD series put ~85% of `record`'s samples on those loads
+    /// 100k DogStatsD series put most of `record`'s samples on those loads
     /// (docs/BENCHMARKS.md, "looking a batch of points up together"). Here
     /// each step is taken for every point of the batch before the next
     /// step, so the misses of up to [`BATCH`] points are in flight at once:
