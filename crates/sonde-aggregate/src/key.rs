@@ -12,10 +12,6 @@
 use sonde_proto::tags::{self, TagSpan};
 use sonde_proto::{DropReason, TagSyntax};
 
-/// The kind byte of a StatsD counter with a client timestamp (`|T`): summed
-/// per timestamp instead of per window. Follows the `Kind` discriminants.
-pub const KIND_TS_SUM: u8 = 10;
-
 /// Reusable buffers for building keys without allocating per point.
 #[derive(Debug, Default)]
 pub struct KeyBuilder {

@@ -45,11 +45,13 @@
 pub mod aggregator;
 pub mod config;
 pub mod key;
+pub mod kind;
 pub mod point;
 pub mod shard;
 pub mod sketch;
 
 pub use aggregator::{Aggregator, FlushStats};
 pub use config::{AggregateConfig, Bounds, HistogramBuckets};
+pub use kind::SeriesKind;
 pub use point::{Batch, OutPoint, SeriesRef, Shape, Suffix};
 pub use shard::{SeriesCount, Shard};

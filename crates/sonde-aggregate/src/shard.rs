@@ -25,10 +25,11 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::{HashSet, HashTable};
-use sonde_proto::{DropReason, Kind, Point, TagSyntax, Value};
+use sonde_proto::{DropReason, Point, TagSyntax, Value};
 
 use crate::config::{AggregateConfig, Bounds};
-use crate::key::{self, KeyBuilder, KIND_TS_SUM};
+use crate::key::{self, KeyBuilder};
+use crate::kind::SeriesKind;
 use crate::sketch::Sketch;
 
 /// Counts per histogram bucket for one window (not cumulative).
@@ -96,46 +97,50 @@ pub(crate) enum Agg {
     Histogram(Box<HistogramWindow>),
     Set(Box<HashSet<u64>>),
     /// `(timestamp, value)`: last value per timestamp, or the sum for
-    /// [`KIND_TS_SUM`]. Boxed (clippy's `box_collection` allowed) to keep
+    /// [`SeriesKind::TsSum`]. Boxed (clippy's `box_collection` allowed) to keep
     /// every other kind's value at 16 bytes: a `Vec` inline would make it 32.
     #[allow(clippy::box_collection)]
     Ts(Box<Vec<(i64, f64)>>),
 }
 
 impl Agg {
-    fn new(kind: u8, name: &[u8], config: &AggregateConfig) -> Agg {
-        match Kind::from_u8(kind) {
-            Some(Kind::Store) => Agg::Last(0.0),
-            Some(Kind::Gauge) => Agg::GaugeDelta(0.0),
-            Some(Kind::Timer) => Agg::Timer(Box::default()),
-            Some(Kind::Histogram) => Agg::Histogram(Box::new(HistogramWindow::new(
+    fn new(kind: SeriesKind, name: &[u8], config: &AggregateConfig) -> Agg {
+        match kind {
+            SeriesKind::Counter
+            | SeriesKind::RateCounter
+            | SeriesKind::Meter
+            | SeriesKind::Count => Agg::Sum(0.0),
+            SeriesKind::Store => Agg::Last(0.0),
+            SeriesKind::Gauge => Agg::GaugeDelta(0.0),
+            SeriesKind::Timer => Agg::Timer(Box::default()),
+            SeriesKind::Histogram => Agg::Histogram(Box::new(HistogramWindow::new(
                 config.histograms.for_name(name),
             ))),
-            Some(Kind::Set) => Agg::Set(Box::default()),
-            Some(Kind::TsStore) => Agg::Ts(Box::default()),
-            _ if kind == KIND_TS_SUM => Agg::Ts(Box::default()),
-            _ => Agg::Sum(0.0),
+            SeriesKind::Set => Agg::Set(Box::default()),
+            SeriesKind::TsStore | SeriesKind::TsSum => Agg::Ts(Box::default()),
         }
     }
 
     /// Empties the value for a new window, keeping its allocation when it
     /// already has the shape `kind` needs (a slot reused by a series of
     /// another kind, or a vacant one, gets a new value).
-    fn reset(&mut self, kind: u8, name: &[u8], config: &AggregateConfig) {
-        let fits = match (&mut *self, Kind::from_u8(kind)) {
-            (Agg::Sum(v), Some(Kind::Counter | Kind::RateCounter | Kind::Meter | Kind::Count)) => {
+    fn reset(&mut self, kind: SeriesKind, name: &[u8], config: &AggregateConfig) {
+        use SeriesKind as K;
+        // Any other pair is a value of another shape: made anew below.
+        let fits = match (&mut *self, kind) {
+            (Agg::Sum(v), K::Counter | K::RateCounter | K::Meter | K::Count) => {
                 *v = 0.0;
                 true
             }
-            (Agg::Last(v), Some(Kind::Store)) => {
+            (Agg::Last(v), K::Store) => {
                 *v = 0.0;
                 true
             }
-            (Agg::Timer(s), Some(Kind::Timer)) => {
+            (Agg::Timer(s), K::Timer) => {
                 s.clear();
                 true
             }
-            (Agg::Histogram(h), Some(Kind::Histogram))
+            (Agg::Histogram(h), K::Histogram)
                 if Arc::ptr_eq(&h.bounds.values, &config.histograms.for_name(name).values) =>
             {
                 h.counts.fill(0);
@@ -143,15 +148,11 @@ impl Agg {
                 h.count = 0;
                 true
             }
-            (Agg::Set(m), Some(Kind::Set)) => {
+            (Agg::Set(m), K::Set) => {
                 m.clear();
                 true
             }
-            (Agg::Ts(t), Some(Kind::TsStore)) => {
-                t.clear();
-                true
-            }
-            (Agg::Ts(t), None) if kind == KIND_TS_SUM => {
+            (Agg::Ts(t), K::TsStore | K::TsSum) => {
                 t.clear();
                 true
             }
@@ -165,7 +166,7 @@ impl Agg {
     #[inline(always)]
     fn record(
         &mut self,
-        kind: u8,
+        kind: SeriesKind,
         p: &Point<'_>,
         config: &AggregateConfig,
     ) -> Result<(), DropReason> {
@@ -188,14 +189,14 @@ impl Agg {
             }
             (Agg::Ts(points), Value::Number(v)) => {
                 let ts = p.timestamp.ok_or(DropReason::BadTimestamp)?;
-                let v = if kind == KIND_TS_SUM {
+                let v = if kind == SeriesKind::TsSum {
                     v / p.sample_rate
                 } else {
                     v
                 };
                 let full = points.len() >= max_ts;
                 match points.iter_mut().find(|(t, _)| *t == ts) {
-                    Some((_, old)) if kind == KIND_TS_SUM => *old += v,
+                    Some((_, old)) if kind == SeriesKind::TsSum => *old += v,
                     Some((_, old)) => *old = v,
                     None if full => return Err(DropReason::Oversized),
                     None => points.push((ts, v)),
@@ -207,7 +208,7 @@ impl Agg {
     }
 
     /// Folds `other` (the same series, same window, another worker) into self.
-    pub(crate) fn merge(&mut self, kind: u8, other: &Agg) {
+    pub(crate) fn merge(&mut self, kind: SeriesKind, other: &Agg) {
         match (self, other) {
             (Agg::Sum(a), Agg::Sum(b)) => *a += b,
             (Agg::Last(a), Agg::Last(b)) => *a = *b,
@@ -221,7 +222,7 @@ impl Agg {
             (Agg::Ts(a), Agg::Ts(b)) => {
                 for &(ts, v) in b.iter() {
                     match a.iter_mut().find(|(t, _)| *t == ts) {
-                        Some((_, old)) if kind == KIND_TS_SUM => *old += v,
+                        Some((_, old)) if kind == SeriesKind::TsSum => *old += v,
                         Some((_, old)) => *old = v,
                         None => a.push((ts, v)),
                     }
@@ -337,17 +338,6 @@ impl<'d> PointBatch<'d> {
     }
 }
 
-/// The kind byte a point is recorded under: a gauge or count with a
-/// client timestamp keeps one value per timestamp.
-#[inline]
-fn recorded_kind(p: &Point<'_>) -> u8 {
-    match (p.kind, p.timestamp) {
-        (Kind::Gauge, Some(_)) => Kind::TsStore as u8,
-        (Kind::Count, Some(_)) => KIND_TS_SUM,
-        (k, _) => k as u8,
-    }
-}
-
 /// Asks the CPU to bring the cache lines of `bytes` in (up to three: a
 /// stored spelling is ~100 to 200 bytes). A hint only: it never faults.
 #[inline(always)]
@@ -378,8 +368,8 @@ fn prefetch<T>(at: *const T) {
 }
 
 #[inline(always)]
-fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
-    spelling_hash(kind, syntax_byte(p.tag_syntax), p.name, p.tags)
+fn raw_hash(kind: SeriesKind, p: &Point<'_>) -> u64 {
+    spelling_hash(kind.byte(), syntax_byte(p.tag_syntax), p.name, p.tags)
 }
 
 /// The hash of a spelling: kind, syntax, name and raw tags, under a
@@ -574,8 +564,8 @@ pub struct Window {
     pub(crate) values: Vec<Agg>,
     /// One bit per slot that received data in this window.
     pub(crate) touched: Vec<u64>,
-    /// Series created in this window: slot and key.
-    pub(crate) added: Vec<(u32, Arc<[u8]>)>,
+    /// Series created in this window: slot, kind and key.
+    pub(crate) added: Vec<(u32, SeriesKind, Arc<[u8]>)>,
     /// Slots freed at the start of this window (their series expired).
     pub(crate) removed: Vec<u32>,
     /// On the way back: slots whose series the flusher expired.
@@ -638,13 +628,13 @@ impl Window {
     fn record(
         &mut self,
         slot: u32,
+        kind: SeriesKind,
         key: &[u8],
         p: &Point<'_>,
         config: &AggregateConfig,
     ) -> Result<(), DropReason> {
         let i = slot as usize;
         let (word, bit) = (i / 64, 1u64 << (slot % 64));
-        let kind = key[0];
         if self.touched.get(word).is_none_or(|w| w & bit == 0) {
             if self.values.len() <= i {
                 reserve_slots(&mut self.values, i + 1);
@@ -860,7 +850,7 @@ impl Shard {
     /// series over [`AggregateConfig::max_series`] or
     /// [`AggregateConfig::max_series_per_metric`].
     pub fn record(&mut self, p: &Point<'_>) -> Result<(), DropReason> {
-        let kind = recorded_kind(p);
+        let kind = SeriesKind::of(p);
         self.record_hashed(p, kind, raw_hash(kind, p))
     }
 
@@ -888,11 +878,11 @@ impl Shard {
     ) {
         for chunk_start in (0..points.len()).step_by(BATCH) {
             let chunk = &points[chunk_start..points.len().min(chunk_start + BATCH)];
-            let mut kinds = [0u8; BATCH];
+            let mut kinds = [SeriesKind::Counter; BATCH];
             let mut hashes = [0u64; BATCH];
             let mut slots = [NO_SLOT; BATCH];
             for (i, p) in chunk.iter().enumerate() {
-                kinds[i] = recorded_kind(p);
+                kinds[i] = SeriesKind::of(p);
                 hashes[i] = raw_hash(kinds[i], p);
             }
             // Candidates by the table's tag alone: no load depends on another
@@ -913,9 +903,9 @@ impl Shard {
                 let (kind, slot) = (kinds[i], slots[i]);
                 let syntax = syntax_byte(p.tag_syntax);
                 let result = match self.entries.get(slot as usize) {
-                    Some(Some(stored)) if spelled_as(stored, kind, syntax, p) => {
+                    Some(Some(stored)) if spelled_as(stored, kind.byte(), syntax, p) => {
                         let key = key_of(stored);
-                        self.window.record(slot, key, p, &self.config)
+                        self.window.record(slot, kind, key, p, &self.config)
                     }
                     _ => self.record_hashed(p, kind, hashes[i]),
                 };
@@ -925,22 +915,27 @@ impl Shard {
     }
 
     /// [`Shard::record`] with the kind and spelling hash computed.
-    fn record_hashed(&mut self, p: &Point<'_>, kind: u8, raw: u64) -> Result<(), DropReason> {
+    fn record_hashed(
+        &mut self,
+        p: &Point<'_>,
+        kind: SeriesKind,
+        raw: u64,
+    ) -> Result<(), DropReason> {
         // Fast path: this exact spelling was seen before.
         let syntax = syntax_byte(p.tag_syntax);
         let entries = &self.entries;
         let first = self.aliases.find(raw, |&i| {
             entries[i as usize]
                 .as_deref()
-                .is_some_and(|s| spelled_as(s, kind, syntax, p))
+                .is_some_and(|s| spelled_as(s, kind.byte(), syntax, p))
         });
         if let Some(&slot) = first {
             let key = entries[slot as usize].as_deref().map_or(&[][..], key_of);
-            return self.window.record(slot, key, p, &self.config);
+            return self.window.record(slot, kind, key, p, &self.config);
         }
-        if let Some(a) = self.extra.find(raw, |a| a.matches(kind, p)) {
+        if let Some(a) = self.extra.find(raw, |a| a.matches(kind.byte(), p)) {
             let key = entries[a.entry as usize].as_deref().map_or(&[][..], key_of);
-            return self.window.record(a.entry, key, p, &self.config);
+            return self.window.record(a.entry, kind, key, p, &self.config);
         }
         // Checked only for series not found by spelling: a known series
         // was created under the same limit.
@@ -950,7 +945,7 @@ impl Shard {
         if p.name.len() > usize::from(u16::MAX) {
             return Err(DropReason::Oversized);
         }
-        self.keys.build(kind, p.name, p.tags, p.tag_syntax)?;
+        self.keys.build(kind.byte(), p.name, p.tags, p.tag_syntax)?;
         let key = self.keys.key();
         let hash = key::hash(key);
         let entries = &mut self.entries;
@@ -962,9 +957,9 @@ impl Shard {
             if *known < MAX_ALIASES {
                 *known += 1;
                 self.extra
-                    .insert_unique(raw, Alias::new(kind, p, i), Alias::hash);
+                    .insert_unique(raw, Alias::new(kind.byte(), p, i), Alias::hash);
             }
-            return self.window.record(i, key, p, &self.config);
+            return self.window.record(i, kind, key, p, &self.config);
         }
         if std::str::from_utf8(p.name).is_err() || std::str::from_utf8(p.tags).is_err() {
             return Err(DropReason::InvalidUtf8);
@@ -978,7 +973,7 @@ impl Shard {
         };
         admit(&self.live, &mut self.per_metric, &self.config, p.name)?;
         // A point the new series cannot take leaves no series behind.
-        if let Err(e) = self.window.record(slot, key, p, &self.config) {
+        if let Err(e) = self.window.record(slot, kind, key, p, &self.config) {
             release(&self.live, &mut self.per_metric, &self.config, p.name);
             return Err(e);
         }
@@ -992,7 +987,7 @@ impl Shard {
             reserve_slots(&mut self.spellings, entries.len());
             self.spellings.push(1);
         }
-        self.window.added.push((slot, stored));
+        self.window.added.push((slot, kind, stored));
         self.index
             .insert_unique(hash, slot, |&j| key_hash(entries, j));
         self.aliases.insert_unique(raw, slot, |&j| {
@@ -1059,7 +1054,7 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_proto::TagSyntax;
+    use sonde_proto::{Kind, TagSyntax};
 
     fn point<'a>(kind: Kind, name: &'a str, tags: &'a str, value: Value<'a>) -> Point<'a> {
         Point {
