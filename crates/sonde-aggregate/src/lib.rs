@@ -44,6 +44,7 @@
 
 pub mod aggregator;
 pub mod config;
+pub mod error;
 pub mod key;
 pub mod kind;
 pub mod point;
@@ -52,6 +53,7 @@ pub mod sketch;
 
 pub use aggregator::{Aggregator, FlushStats};
 pub use config::{AggregateConfig, Bounds, HistogramBuckets};
+pub use error::RecordError;
 pub use kind::SeriesKind;
 pub use point::{Batch, OutPoint, SeriesRef, Shape, Suffix};
 pub use shard::{SeriesCount, Shard};

@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::{HashSet, HashTable};
-use sonde_proto::{DropReason, Point, TagSyntax, Value};
+use sonde_proto::{Point, TagSyntax, Value};
 
 use crate::config::{AggregateConfig, Bounds};
+use crate::error::RecordError;
 use crate::key::{self, KeyBuilder};
 use crate::kind::SeriesKind;
 use crate::sketch::Sketch;
@@ -169,7 +170,7 @@ impl Agg {
         kind: SeriesKind,
         p: &Point<'_>,
         config: &AggregateConfig,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), RecordError> {
         let max_ts = config.max_timestamps_per_series;
         match (self, p.value) {
             (Agg::Sum(s), Value::Number(v)) => *s += v / p.sample_rate,
@@ -183,12 +184,12 @@ impl Agg {
             (Agg::Set(s), Value::Member(m)) => {
                 let h = key::hash(m);
                 if s.len() >= config.max_set_members && !s.contains(&h) {
-                    return Err(DropReason::Oversized);
+                    return Err(RecordError::SetFull);
                 }
                 s.insert(h);
             }
             (Agg::Ts(points), Value::Number(v)) => {
-                let ts = p.timestamp.ok_or(DropReason::BadTimestamp)?;
+                let ts = p.timestamp.ok_or(RecordError::MissingTimestamp)?;
                 let v = if kind == SeriesKind::TsSum {
                     v / p.sample_rate
                 } else {
@@ -198,11 +199,11 @@ impl Agg {
                 match points.iter_mut().find(|(t, _)| *t == ts) {
                     Some((_, old)) if kind == SeriesKind::TsSum => *old += v,
                     Some((_, old)) => *old = v,
-                    None if full => return Err(DropReason::Oversized),
+                    None if full => return Err(RecordError::TimestampsFull),
                     None => points.push((ts, v)),
                 }
             }
-            _ => return Err(DropReason::BadValue),
+            _ => return Err(RecordError::BadValue),
         }
         Ok(())
     }
@@ -632,7 +633,7 @@ impl Window {
         key: &[u8],
         p: &Point<'_>,
         config: &AggregateConfig,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), RecordError> {
         let i = slot as usize;
         let (word, bit) = (i / 64, 1u64 << (slot % 64));
         if self.touched.get(word).is_none_or(|w| w & bit == 0) {
@@ -736,19 +737,19 @@ fn admit(
     per_metric: &mut PerMetric,
     config: &AggregateConfig,
     name: &[u8],
-) -> Result<(), DropReason> {
+) -> Result<(), RecordError> {
     let Some(max) = config.max_series_per_metric else {
         return match live.try_add(config.max_series) {
             true => Ok(()),
-            false => Err(DropReason::SeriesLimit),
+            false => Err(RecordError::SeriesLimit),
         };
     };
     let hash = key::hash(name);
     if per_metric.count(hash) >= max {
-        return Err(DropReason::MetricSeriesLimit);
+        return Err(RecordError::MetricSeriesLimit);
     }
     if !live.try_add(config.max_series) {
-        return Err(DropReason::SeriesLimit);
+        return Err(RecordError::SeriesLimit);
     }
     per_metric.add(hash);
     Ok(())
@@ -849,7 +850,7 @@ impl Shard {
     /// timestamp limit, or a new
     /// series over [`AggregateConfig::max_series`] or
     /// [`AggregateConfig::max_series_per_metric`].
-    pub fn record(&mut self, p: &Point<'_>) -> Result<(), DropReason> {
+    pub fn record(&mut self, p: &Point<'_>) -> Result<(), RecordError> {
         let kind = SeriesKind::of(p);
         self.record_hashed(p, kind, raw_hash(kind, p))
     }
@@ -874,7 +875,7 @@ impl Shard {
     pub fn record_batch(
         &mut self,
         points: &[Point<'_>],
-        mut done: impl FnMut(usize, Result<(), DropReason>),
+        mut done: impl FnMut(usize, Result<(), RecordError>),
     ) {
         for chunk_start in (0..points.len()).step_by(BATCH) {
             let chunk = &points[chunk_start..points.len().min(chunk_start + BATCH)];
@@ -920,7 +921,7 @@ impl Shard {
         p: &Point<'_>,
         kind: SeriesKind,
         raw: u64,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), RecordError> {
         // Fast path: this exact spelling was seen before.
         let syntax = syntax_byte(p.tag_syntax);
         let entries = &self.entries;
@@ -940,10 +941,10 @@ impl Shard {
         // Checked only for series not found by spelling: a known series
         // was created under the same limit.
         if p.name.len() + p.tags.len() > self.config.max_key_bytes {
-            return Err(DropReason::KeyTooLong);
+            return Err(RecordError::KeyTooLong);
         }
         if p.name.len() > usize::from(u16::MAX) {
-            return Err(DropReason::Oversized);
+            return Err(RecordError::FieldTooLong);
         }
         self.keys.build(kind.byte(), p.name, p.tags, p.tag_syntax)?;
         let key = self.keys.key();
@@ -962,14 +963,16 @@ impl Shard {
             return self.window.record(i, kind, key, p, &self.config);
         }
         if std::str::from_utf8(p.name).is_err() || std::str::from_utf8(p.tags).is_err() {
-            return Err(DropReason::InvalidUtf8);
+            return Err(RecordError::InvalidUtf8);
         }
+        // A shard that has numbered every slot it can holds no more series:
+        // the series limit of its slot numbers.
         let slot = match self.free.last() {
             Some(&slot) => slot,
             None => u32::try_from(entries.len())
                 .ok()
                 .filter(|&s| s != NO_SLOT)
-                .ok_or(DropReason::Oversized)?,
+                .ok_or(RecordError::SeriesLimit)?,
         };
         admit(&self.live, &mut self.per_metric, &self.config, p.name)?;
         // A point the new series cannot take leaves no series behind.
@@ -1234,7 +1237,7 @@ mod tests {
         let mut s = Shard::new(Arc::default());
         let mut p = point(Kind::Counter, "m", "", Value::Number(1.0));
         p.name = b"\xff\xfe";
-        assert_eq!(s.record(&p), Err(DropReason::InvalidUtf8));
+        assert_eq!(s.record(&p), Err(RecordError::InvalidUtf8));
         assert!(s.is_empty());
         assert!(s.window.added.is_empty());
     }
@@ -1252,7 +1255,7 @@ mod tests {
             rec(m).unwrap();
         }
         // A fourth distinct member is dropped; members already in still count.
-        assert_eq!(rec("d"), Err(DropReason::Oversized));
+        assert_eq!(rec("d"), Err(RecordError::SetFull));
         assert_eq!(rec("b"), Ok(()));
         assert!(matches!(&s.window.values[0], Agg::Set(m) if m.len() == 3));
     }
@@ -1341,7 +1344,7 @@ mod tests {
         })
     }
 
-    fn counter(s: &mut Shard, name: &str, tags: &str) -> Result<(), DropReason> {
+    fn counter(s: &mut Shard, name: &str, tags: &str) -> Result<(), RecordError> {
         s.record(&point(Kind::Counter, name, tags, Value::Number(1.0)))
     }
 
@@ -1354,8 +1357,8 @@ mod tests {
         counter(&mut a, "m", "i=1").unwrap();
         counter(&mut b, "m", "i=2").unwrap();
         counter(&mut a, "m", "i=3").unwrap();
-        assert_eq!(counter(&mut b, "m", "i=4"), Err(DropReason::SeriesLimit));
-        assert_eq!(counter(&mut a, "n", ""), Err(DropReason::SeriesLimit));
+        assert_eq!(counter(&mut b, "m", "i=4"), Err(RecordError::SeriesLimit));
+        assert_eq!(counter(&mut a, "n", ""), Err(RecordError::SeriesLimit));
         assert_eq!((a.len(), b.len(), live.get()), (2, 1, 3));
         // Series already live keep taking points, on either path.
         counter(&mut a, "m", "i=1").unwrap();
@@ -1371,7 +1374,7 @@ mod tests {
     fn an_expired_series_gives_its_place_back() {
         let mut s = Shard::new(limited(1, Some(1)));
         counter(&mut s, "a", "").unwrap();
-        assert_eq!(counter(&mut s, "b", ""), Err(DropReason::SeriesLimit));
+        assert_eq!(counter(&mut s, "b", ""), Err(RecordError::SeriesLimit));
         let mut back = s.take_window(None);
         back.touched.fill(0);
         back.expire = vec![0];
@@ -1388,12 +1391,12 @@ mod tests {
         counter(&mut s, "hot", "i=2").unwrap();
         assert_eq!(
             counter(&mut s, "hot", "i=3"),
-            Err(DropReason::MetricSeriesLimit)
+            Err(RecordError::MetricSeriesLimit)
         );
         // Another kind of the same name counts against the same name.
         assert_eq!(
             s.record(&point(Kind::Timer, "hot", "", Value::Number(1.0))),
-            Err(DropReason::MetricSeriesLimit)
+            Err(RecordError::MetricSeriesLimit)
         );
         counter(&mut s, "cold", "i=1").unwrap();
         counter(&mut s, "hot", "i=2").unwrap();
@@ -1405,7 +1408,7 @@ mod tests {
         let mut s = Shard::new(limited(1, Some(1)));
         // A ts_store point without a timestamp creates no series.
         let p = point(Kind::TsStore, "t", "", Value::Number(1.0));
-        assert_eq!(s.record(&p), Err(DropReason::BadTimestamp));
+        assert_eq!(s.record(&p), Err(RecordError::MissingTimestamp));
         assert_eq!(s.live.get(), 0);
         counter(&mut s, "t", "").unwrap();
     }
@@ -1419,11 +1422,11 @@ mod tests {
         counter(&mut s, "name", "a=1|b=2").unwrap();
         assert_eq!(
             counter(&mut s, "name", "a=1|b=22"),
-            Err(DropReason::KeyTooLong)
+            Err(RecordError::KeyTooLong)
         );
         assert_eq!(
             counter(&mut s, "a_long_name1", ""),
-            Err(DropReason::KeyTooLong)
+            Err(RecordError::KeyTooLong)
         );
         // The known series, in another tag order, still takes points.
         counter(&mut s, "name", "b=2 a=1").unwrap();

@@ -16,8 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use sonde_aggregate::{AggregateConfig, Aggregator, Batch, Bounds, HistogramBuckets, Shard};
-use sonde_proto::{DropReason, Kind, Point, TagSyntax, Value};
+use sonde_aggregate::{
+    AggregateConfig, Aggregator, Batch, Bounds, HistogramBuckets, RecordError, Shard,
+};
+use sonde_proto::{Kind, Point, TagSyntax, Value};
 
 const WINDOW_SECS: f64 = 10.0;
 const START: i64 = 1_700_000_000;
@@ -210,7 +212,7 @@ struct Kept {
 }
 
 /// The model: every window's expected drops and rows.
-fn model(windows: &[Vec<P>]) -> (Vec<Vec<Result<(), DropReason>>>, Vec<Rows>) {
+fn model(windows: &[Vec<P>]) -> (Vec<Vec<Result<(), RecordError>>>, Vec<Rows>) {
     let mut live: BTreeMap<Series, Kept> = BTreeMap::new();
     let (mut results, mut out) = (Vec::new(), Vec::new());
     for (w, points) in windows.iter().enumerate() {
@@ -223,7 +225,7 @@ fn model(windows: &[Vec<P>]) -> (Vec<Vec<Result<(), DropReason>>>, Vec<Rows>) {
                 .iter()
                 .map(|p| match accepted(p) {
                     true => Ok(()),
-                    false => Err(DropReason::BadValue),
+                    false => Err(RecordError::BadValue),
                 })
                 .collect(),
         );
@@ -374,7 +376,7 @@ fn config() -> Arc<AggregateConfig> {
 }
 
 /// The real thing: two workers' shards and the aggregator.
-fn aggregate(windows: &[Vec<P>]) -> (Vec<Vec<Result<(), DropReason>>>, Vec<Rows>) {
+fn aggregate(windows: &[Vec<P>]) -> (Vec<Vec<Result<(), RecordError>>>, Vec<Rows>) {
     let config = config();
     let mut shards = [
         Shard::new(Arc::clone(&config)),
