@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use sonde_proto::Kind;
 
 use crate::config::AggregateConfig;
-use crate::key::{self, KIND_TS_SUM};
+use crate::key;
+use crate::kind::SeriesKind;
 use crate::point::{Batch, Shape};
 use crate::shard::{Agg, HistogramWindow, Shard, Window, NO_SLOT};
 
@@ -40,6 +40,8 @@ struct Series {
     refs: u16,
     /// Expired: reported no more; freed when no worker slot maps to it.
     expired: bool,
+    /// What the series aggregates, as its key's first byte says.
+    kind: SeriesKind,
 }
 
 /// What one flush did, for the agent's own metrics.
@@ -51,6 +53,10 @@ pub struct FlushStats {
     pub expired: usize,
     /// Points dropped because their value was not finite.
     pub non_finite: usize,
+    /// Series whose window value did not have the shape of their kind,
+    /// and whose window was therefore lost. Always 0 unless the shard and
+    /// the flusher disagree about a kind: a bug.
+    pub mismatched: usize,
 }
 
 /// The aggregator's view of one worker shard.
@@ -166,7 +172,7 @@ impl Aggregator {
         let worker = self.workers.entry(w.shard()).or_default();
         // Taken, not drained: new series are rare once the shard is warm,
         // and a kept capacity would cost 24 bytes a series in every window.
-        for (slot, k) in std::mem::take(&mut w.added) {
+        for (slot, kind, k) in std::mem::take(&mut w.added) {
             let canonical = key::canonical(&k);
             let hash = key::hash(canonical);
             let series = &mut self.series;
@@ -183,6 +189,7 @@ impl Aggregator {
                         refs: 0,
                         // Not reported until a window gives it data.
                         expired: true,
+                        kind,
                     };
                     let g = match self.free.pop() {
                         Some(g) => {
@@ -227,8 +234,7 @@ impl Aggregator {
                 continue;
             }
             let (pi, ps) = s.owner;
-            let kind = s.key.as_deref().map_or(0, |k| k[0]);
-            self.pending[pi as usize].values[ps as usize].merge(kind, &w.values[slot as usize]);
+            self.pending[pi as usize].values[ps as usize].merge(s.kind, &w.values[slot as usize]);
             w.untouch(slot);
         }
         self.pending.push(w);
@@ -257,6 +263,11 @@ impl Aggregator {
             let hash = s.key.as_deref().map_or(0, canonical_hash);
             s.key = None;
             self.histograms.remove(&g);
+            // Its claim on the open window, if any, must not pass to the
+            // series that reuses the index.
+            if let Some(w) = self.claimed.get_mut(g as usize / 64) {
+                *w &= !(1 << (g % 64));
+            }
             if let Ok(e) = self.index.find_entry(hash, |&i| i == g) {
                 e.remove();
             }
@@ -281,120 +292,44 @@ impl Aggregator {
         self.flushes += 1;
         let now = self.flushes;
         let non_finite_before = out.non_finite();
-        let ts = window_start;
-        self.claimed.fill(0);
-        for w in &mut self.pending {
-            let map = &self.workers[&w.shard()].map;
-            for word in 0..w.touched.len() {
-                let mut bits = std::mem::take(&mut w.touched[word]);
-                while bits != 0 {
-                    let slot = word * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    let g = map[slot];
-                    let series = &mut self.series[g as usize];
-                    let Some(id) = &series.key else { continue };
-                    let kind = id[0];
-                    // Sketches, sets and timestamp lists are freed rather than
-                    // kept for the buffer's next window: a buffer waits a whole
-                    // window idle, and a kept 25-sample sketch is ~650 bytes a
-                    // timer series against one allocation a window to redo it.
-                    let mut taken;
-                    let agg = match &w.values[slot] {
-                        Agg::Timer(_) | Agg::Set(_) | Agg::Ts(_) => {
-                            taken = std::mem::replace(&mut w.values[slot], Agg::Vacant);
-                            // Raw samples kept past the buckets' start move
-                            // into them here, off the receive thread.
-                            if let Agg::Timer(s) = &mut taken {
-                                s.settle();
-                            }
-                            &taken
-                        }
-                        other => other,
-                    };
-                    if series.expired {
-                        series.expired = false;
-                        series.total = 0.0;
-                        if let Agg::Histogram(h) = agg {
-                            self.histograms.insert(g, empty_histogram(h));
-                        }
-                        self.live += 1;
-                    }
-                    series.last_seen = now;
-                    let t = &mut series.total;
-                    match (Kind::from_u8(kind), agg) {
-                        (Some(Kind::Counter), Agg::Sum(v)) => *t += v,
-                        (Some(Kind::Meter), Agg::Sum(v)) => {
-                            *t += v;
-                            out.push(id, Shape::Rate, None, ts, [v / window_secs]);
-                        }
-                        (Some(Kind::RateCounter), Agg::Sum(v)) => {
-                            out.push(id, Shape::Plain, None, ts, [v / window_secs])
-                        }
-                        (Some(Kind::Count), Agg::Sum(v)) => {
-                            out.push(id, Shape::Plain, None, ts, [*v])
-                        }
-                        (Some(Kind::Store), Agg::Last(v)) => {
-                            out.push(id, Shape::Plain, None, ts, [*v])
-                        }
-                        (Some(Kind::Gauge), Agg::GaugeSet(v)) => *t = *v,
-                        (Some(Kind::Gauge), Agg::GaugeDelta(d)) => *t += d,
-                        (Some(Kind::Timer), Agg::Timer(s)) => {
-                            let n = s.count();
-                            let q = s
-                                .quantiles([0.5, 0.9, 0.95, 0.99, 0.999])
-                                .map(|q| q.unwrap_or(0.0));
-                            // The order of `point::TIMER_SUFFIXES`.
-                            let values = [
-                                s.min().unwrap_or(0.0),
-                                s.max().unwrap_or(0.0),
-                                s.sum() / n,
-                                s.sum(),
-                                n,
-                                q[0],
-                                q[1],
-                                q[2],
-                                q[3],
-                                q[4],
-                            ];
-                            out.push(id, Shape::Timer, None, ts, values);
-                        }
-                        (Some(Kind::Histogram), Agg::Histogram(w)) => {
-                            match self.histograms.get_mut(&g) {
-                                Some(total) if total.counts.len() == w.counts.len() => {
-                                    total.merge(w)
-                                }
-                                _ => {}
-                            }
-                        }
-                        (Some(Kind::Set), Agg::Set(members)) => {
-                            out.push(id, Shape::Plain, None, ts, [members.len() as f64])
-                        }
-                        (Some(Kind::TsStore), Agg::Ts(points)) => {
-                            for &(t, v) in points.iter() {
-                                out.push(id, Shape::Plain, None, t, [v]);
-                            }
-                        }
-                        (None, Agg::Ts(points)) if kind == KIND_TS_SUM => {
-                            for &(t, v) in points.iter() {
-                                out.push(id, Shape::Plain, None, t, [v]);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        // Persistent outputs are reported every window, idle or not, until
-        // the series expires.
         let expire = self.config.expire_windows;
-        let mut expired = 0;
+        let (mut expired, mut mismatched) = (0, 0);
         for (g, s) in self.series.iter_mut().enumerate() {
             let Some(id) = &s.key else { continue };
-            if s.expired {
+            // The series' data in this window: `absorb_window` merged every
+            // worker's value into the one `owner` names.
+            let (word, bit) = (g / 64, 1u64 << (g % 64));
+            let claimed = self.claimed.get(word).is_some_and(|w| w & bit != 0);
+            // Sketches, sets and timestamp lists are freed rather than kept
+            // for the buffer's next window: a buffer waits a whole window
+            // idle, and a kept 25-sample sketch is ~650 bytes a timer series
+            // against one allocation a window to redo it.
+            let mut taken;
+            let window = match claimed {
+                false => None,
+                true => {
+                    let (pi, slot) = s.owner;
+                    let value = &mut self.pending[pi as usize].values[slot as usize];
+                    match value {
+                        Agg::Timer(_) | Agg::Set(_) | Agg::Ts(_) => {
+                            taken = std::mem::replace(value, Agg::Vacant);
+                            Some(&mut taken)
+                        }
+                        other => Some(other),
+                    }
+                }
+            };
+            if window.is_some() {
+                if s.expired {
+                    // Back after expiring, or new: state starts from zero.
+                    s.expired = false;
+                    s.total = 0.0;
+                    self.live += 1;
+                }
+                s.last_seen = now;
+            } else if s.expired {
                 continue;
-            }
-            let idle = now - s.last_seen;
-            if idle >= expire {
+            } else if now - s.last_seen >= expire {
                 s.expired = true;
                 self.histograms.remove(&(g as u32));
                 expired += 1;
@@ -409,22 +344,31 @@ impl Aggregator {
                 }
                 continue;
             }
-            match Kind::from_u8(id[0]) {
-                Some(Kind::Counter | Kind::Meter) => {
-                    out.push(id, Shape::Total, None, ts, [s.total]);
-                    if idle > 0 && id[0] == Kind::Meter as u8 {
-                        out.push(id, Shape::Rate, None, ts, [0.0]);
-                    }
-                }
-                Some(Kind::Gauge) => out.push(id, Shape::Plain, None, ts, [s.total]),
-                Some(Kind::Histogram) => {
-                    if let Some(h) = self.histograms.get(&(g as u32)) {
-                        push_histogram(out, id, h, ts);
-                    }
-                }
-                _ => {}
+            let mut e = Emit {
+                out: &mut *out,
+                key: id,
+                ts: window_start,
+                window_secs,
+            };
+            let total = &mut s.total;
+            let done = match s.kind {
+                SeriesKind::Counter => counter(&mut e, window, total),
+                SeriesKind::RateCounter => rate_counter(&mut e, window),
+                SeriesKind::Meter => meter(&mut e, window, total),
+                SeriesKind::Timer => timer(&mut e, window),
+                SeriesKind::Store => store(&mut e, window),
+                SeriesKind::TsStore => ts_store(&mut e, window),
+                SeriesKind::Histogram => histogram(&mut e, window, &mut self.histograms, g as u32),
+                SeriesKind::Count => count(&mut e, window),
+                SeriesKind::Gauge => gauge(&mut e, window, total),
+                SeriesKind::Set => set(&mut e, window),
+                SeriesKind::TsSum => ts_sum(&mut e, window),
+            };
+            if done.is_err() {
+                mismatched += 1;
             }
         }
+        self.claimed.fill(0);
         self.live -= expired;
         if expired > 0 {
             // Ask the workers to free their slots of the series expired now
@@ -441,6 +385,9 @@ impl Aggregator {
             }
         }
         for mut w in self.pending.drain(..) {
+            // Every value of the window was read: the worker starts the
+            // next use of this buffer with no slot touched.
+            w.touched.fill(0);
             if let Some(worker) = self.workers.get_mut(&w.shard()) {
                 w.expire.append(&mut worker.expire);
             }
@@ -450,14 +397,209 @@ impl Aggregator {
             series: self.live,
             expired,
             non_finite: out.non_finite() - non_finite_before,
+            mismatched,
         }
     }
+}
+
+/// One series' outputs for the window being flushed.
+struct Emit<'a> {
+    out: &'a mut Batch,
+    key: &'a Arc<[u8]>,
+    /// The window's start.
+    ts: i64,
+    window_secs: f64,
+}
+
+impl Emit<'_> {
+    fn push<const N: usize>(&mut self, shape: Shape, values: [f64; N]) {
+        self.out.push(self.key, shape, None, self.ts, values);
+    }
+}
+
+/// A window value of another shape than its series' kind makes. The shard
+/// makes each value for the kind of its series (`Agg::reset`), so this is a
+/// bug, reported in [`FlushStats::mismatched`] rather than passed over.
+#[derive(Debug)]
+struct Mismatch;
+
+// One function per series kind: each turns the series' value for the
+// window (`None` when it saw no data) and the state it keeps across
+// windows into that kind's row of the table in ARCHITECTURE.md ("Metric
+// semantics"). Each is called every window until the series expires.
+
+/// The window's sum, 0 for a window without data.
+fn window_sum(window: Option<&mut Agg>) -> Result<f64, Mismatch> {
+    match window {
+        None => Ok(0.0),
+        Some(Agg::Sum(v)) => Ok(*v),
+        Some(_) => Err(Mismatch),
+    }
+}
+
+/// msgpack `counter`: `NAME` = the running total since the series appeared.
+fn counter(e: &mut Emit<'_>, window: Option<&mut Agg>, total: &mut f64) -> Result<(), Mismatch> {
+    *total += window_sum(window)?;
+    e.push(Shape::Total, [*total]);
+    Ok(())
+}
+
+/// msgpack `rate_counter`: `NAME` = the window's sum per second, for a
+/// window with data.
+fn rate_counter(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    match window {
+        None => {}
+        Some(Agg::Sum(v)) => e.push(Shape::Plain, [*v / e.window_secs]),
+        Some(_) => return Err(Mismatch),
+    }
+    Ok(())
+}
+
+/// msgpack `meter`: `NAME` = the running total as for [`counter`], and
+/// `NAME.rate` = the window's sum per second (0 for a window without data).
+fn meter(e: &mut Emit<'_>, window: Option<&mut Agg>, total: &mut f64) -> Result<(), Mismatch> {
+    let sum = window_sum(window)?;
+    *total += sum;
+    e.push(Shape::Total, [*total]);
+    e.push(Shape::Rate, [sum / e.window_secs]);
+    Ok(())
+}
+
+/// msgpack `timer`, StatsD `ms`, `h`, `d`: `NAME.min`, `.max`, `.avg`,
+/// `.sum`, `.counter` and the percentiles, for a window with data.
+fn timer(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    let s = match window {
+        None => return Ok(()),
+        Some(Agg::Timer(s)) => s,
+        Some(_) => return Err(Mismatch),
+    };
+    // Raw samples kept past the buckets' start move into them here, off
+    // the receive thread.
+    s.settle();
+    let n = s.count();
+    let q = s
+        .quantiles([0.5, 0.9, 0.95, 0.99, 0.999])
+        .map(|q| q.unwrap_or(0.0));
+    // The order of `point::TIMER_SUFFIXES`.
+    let values = [
+        s.min().unwrap_or(0.0),
+        s.max().unwrap_or(0.0),
+        s.sum() / n,
+        s.sum(),
+        n,
+        q[0],
+        q[1],
+        q[2],
+        q[3],
+        q[4],
+    ];
+    e.push(Shape::Timer, values);
+    Ok(())
+}
+
+/// msgpack `store`: `NAME` = the window's last value, for a window with data.
+fn store(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    match window {
+        None => {}
+        Some(Agg::Last(v)) => e.push(Shape::Plain, [*v]),
+        Some(_) => return Err(Mismatch),
+    }
+    Ok(())
+}
+
+/// The `(timestamp, value)` list of a window with data, as kept by
+/// `ts_store` and `ts_sum`; empty for a window without data.
+fn per_timestamp(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    match window {
+        None => {}
+        Some(Agg::Ts(points)) => {
+            for &(t, v) in points.iter() {
+                e.out.push(e.key, Shape::Plain, None, t, [v]);
+            }
+        }
+        Some(_) => return Err(Mismatch),
+    }
+    Ok(())
+}
+
+/// msgpack `ts_store` (and a StatsD gauge with a client timestamp): `NAME`
+/// at each client timestamp, the last value received for it.
+fn ts_store(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    per_timestamp(e, window)
+}
+
+/// StatsD `c` with a client timestamp: `NAME` at each client timestamp, the
+/// sum received for it (after sample-rate scaling).
+fn ts_sum(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    per_timestamp(e, window)
+}
+
+/// msgpack `histogram`: `NAME.bucket` per bound and `+Inf`, `NAME.sum`,
+/// `NAME.count`, all running totals since the series appeared.
+fn histogram(
+    e: &mut Emit<'_>,
+    window: Option<&mut Agg>,
+    totals: &mut HashMap<u32, Box<HistogramWindow>>,
+    g: u32,
+) -> Result<(), Mismatch> {
+    match window {
+        None => {}
+        Some(Agg::Histogram(w)) => {
+            let total = totals.entry(g).or_insert_with(|| empty_histogram(w));
+            // A config reload that changed the series' bounds: the window's
+            // counts do not line up with the running ones, and the running
+            // ones are kept until the series expires.
+            if total.counts.len() == w.counts.len() {
+                total.merge(w);
+            }
+        }
+        Some(_) => return Err(Mismatch),
+    }
+    if let Some(total) = totals.get(&g) {
+        push_histogram(e.out, e.key, total, e.ts);
+    }
+    Ok(())
+}
+
+/// StatsD `c`: `NAME` = the window's sum after sample-rate scaling, for a
+/// window with data.
+fn count(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    match window {
+        None => {}
+        Some(Agg::Sum(v)) => e.push(Shape::Plain, [*v]),
+        Some(_) => return Err(Mismatch),
+    }
+    Ok(())
+}
+
+/// StatsD `g`: `NAME` = the last value, adjusted by `+n`/`-n`, reported
+/// every window until the series expires.
+fn gauge(e: &mut Emit<'_>, window: Option<&mut Agg>, value: &mut f64) -> Result<(), Mismatch> {
+    match window {
+        None => {}
+        Some(Agg::GaugeSet(v)) => *value = *v,
+        Some(Agg::GaugeDelta(d)) => *value += *d,
+        Some(_) => return Err(Mismatch),
+    }
+    e.push(Shape::Plain, [*value]);
+    Ok(())
+}
+
+/// StatsD `s`: `NAME` = the number of distinct members, for a window with
+/// data.
+fn set(e: &mut Emit<'_>, window: Option<&mut Agg>) -> Result<(), Mismatch> {
+    match window {
+        None => {}
+        Some(Agg::Set(members)) => e.push(Shape::Plain, [members.len() as f64]),
+        Some(_) => return Err(Mismatch),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_proto::{Point, TagSyntax, Value};
+    use sonde_proto::{Kind, Point, TagSyntax, Value};
     use std::collections::BTreeMap;
 
     fn cfg() -> Arc<AggregateConfig> {

@@ -90,26 +90,32 @@ pub struct AggregateConfig {
     pub expire_windows: u32,
     /// Histogram bucket bounds.
     pub histograms: HistogramBuckets,
-    /// The most distinct timestamps one `ts_store` series keeps per window.
+    /// The most distinct timestamps one `ts_store` series keeps per window;
+    /// points at further timestamps are dropped
+    /// ([`RecordError::TimestampsFull`](crate::RecordError::TimestampsFull)).
     /// Default 1024.
     pub max_timestamps_per_series: usize,
     /// Distinct members one StatsD set series keeps per window; members
-    /// beyond it are dropped and counted (`oversized`), so that one set
-    /// cannot grow without bound (8 bytes and a little hash table each).
+    /// beyond it are dropped
+    /// ([`RecordError::SetFull`](crate::RecordError::SetFull)), so that one
+    /// set cannot grow without bound (8 bytes and a little hash table each).
     pub max_set_members: usize,
     /// The most live series all worker shards together hold (a series
     /// received by two workers counts twice: it is stored twice). Points
     /// that would create a series beyond it are dropped
-    /// ([`DropReason::SeriesLimit`](sonde_proto::DropReason::SeriesLimit));
+    /// ([`RecordError::SeriesLimit`](crate::RecordError::SeriesLimit));
     /// see [`SeriesCount`](crate::shard::SeriesCount). Default
     /// [`DEFAULT_MAX_SERIES`].
     pub max_series: usize,
     /// The most live series one worker shard holds for one metric name,
-    /// or `None` for no such limit. Default `None`.
+    /// or `None` for no such limit; points that would create one more are
+    /// dropped
+    /// ([`RecordError::MetricSeriesLimit`](crate::RecordError::MetricSeriesLimit)).
+    /// Default `None`.
     pub max_series_per_metric: Option<u32>,
     /// The longest name plus tag string (as sent) a new series may have;
     /// points of longer ones are dropped
-    /// ([`DropReason::KeyTooLong`](sonde_proto::DropReason::KeyTooLong)).
+    /// ([`RecordError::KeyTooLong`](crate::RecordError::KeyTooLong)).
     /// Together with `max_series` it bounds the memory keys can take.
     /// Default [`DEFAULT_MAX_KEY_BYTES`].
     pub max_key_bytes: usize,
@@ -121,9 +127,9 @@ pub struct AggregateConfig {
 pub const DEFAULT_MAX_KEY_BYTES: usize = 4096;
 
 /// The default of [`AggregateConfig::max_series`]: 250,000 series, about
-/// 150 MiB of resident memory with three tags a series (docs/BENCHMARKS.md,
-/// "series memory budget": 152 MiB at 250k), 25 times what a busy host
-/// usually holds and well below what would hurt the host.
+/// 90 MiB peak RSS with three tags a series (docs/BENCHMARKS.md, "Current
+/// figures against the peers", from `scripts/peak-rss.sh`), 25 times what
+/// a busy host usually holds and well below what would hurt the host.
 pub const DEFAULT_MAX_SERIES: usize = 250_000;
 
 impl Default for AggregateConfig {

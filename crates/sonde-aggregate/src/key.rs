@@ -10,11 +10,9 @@
 //! to the heap only when a new series is stored.
 
 use sonde_proto::tags::{self, TagSpan};
-use sonde_proto::{DropReason, TagSyntax};
+use sonde_proto::TagSyntax;
 
-/// The kind byte of a StatsD counter with a client timestamp (`|T`): summed
-/// per timestamp instead of per window. Follows the `Kind` discriminants.
-pub const KIND_TS_SUM: u8 = 10;
+use crate::error::RecordError;
 
 /// Reusable buffers for building keys without allocating per point.
 #[derive(Debug, Default)]
@@ -24,8 +22,8 @@ pub struct KeyBuilder {
     buf: Vec<u8>,
 }
 
-fn push_len(buf: &mut Vec<u8>, len: usize) -> Result<(), DropReason> {
-    let len = u16::try_from(len).map_err(|_| DropReason::Oversized)?;
+fn push_len(buf: &mut Vec<u8>, len: usize) -> Result<(), RecordError> {
+    let len = u16::try_from(len).map_err(|_| RecordError::FieldTooLong)?;
     buf.extend_from_slice(&len.to_le_bytes());
     Ok(())
 }
@@ -36,24 +34,24 @@ impl KeyBuilder {
     ///
     /// # Errors
     ///
-    /// [`DropReason::BadTags`] when the tag string cannot be split, and
-    /// [`DropReason::Oversized`] when a name, tag or the tag count exceeds
-    /// 65535.
+    /// [`RecordError::BadTags`] when the tag string cannot be split, and
+    /// [`RecordError::FieldTooLong`] when a name, tag or the tag count
+    /// exceeds 65535.
     pub fn build(
         &mut self,
         kind: u8,
         name: &[u8],
         raw_tags: &[u8],
         syntax: TagSyntax,
-    ) -> Result<&[u8], DropReason> {
-        tags::split(raw_tags, syntax, &mut self.spans).map_err(|_| DropReason::BadTags)?;
+    ) -> Result<&[u8], RecordError> {
+        tags::split(raw_tags, syntax, &mut self.spans)?;
         let spans = &self.spans;
         let pair = |i: u16| {
             let s = spans[usize::from(i)];
             (s.key(raw_tags), s.value(raw_tags))
         };
         self.order.clear();
-        let count = u16::try_from(spans.len()).map_err(|_| DropReason::Oversized)?;
+        let count = u16::try_from(spans.len()).map_err(|_| RecordError::FieldTooLong)?;
         self.order.extend(0..count);
         // Clients almost always send tags in the same order, and usually
         // sorted: check first so the common case costs one pass.
@@ -315,7 +313,7 @@ mod tests {
         let mut b = KeyBuilder::default();
         assert_eq!(
             b.build(0, b"m", b"novalue", TagSyntax::Msgpack),
-            Err(DropReason::BadTags)
+            Err(RecordError::BadTags)
         );
     }
 

@@ -4,14 +4,18 @@
 //! The flow, and who drives it:
 //!
 //! * a receive thread owns a [`Shard`] and calls [`Shard::record`] for every
-//!   parsed point (no lock, no allocation unless the series is new);
+//!   parsed point (no lock, no allocation unless the series is new), which
+//!   files it under its [`SeriesKind`] or says why it dropped it
+//!   ([`RecordError`]);
 //! * at a window boundary the worker closes its window
 //!   ([`Shard::take_window`]) and sends it to the flusher, which calls
 //!   [`Aggregator::absorb_window`] for each, then [`Aggregator::flush`], and
 //!   sends the windows back for reuse ([`Aggregator::take_done`]); the
 //!   series themselves stay in the shard (docs/adr/0002);
 //! * `flush` fills a [`Batch`], whose [`OutPoint`]s mean what the table in
-//!   ARCHITECTURE.md ("Metric semantics") says per metric type.
+//!   ARCHITECTURE.md ("Metric semantics") says per metric type, one function
+//!   per [`SeriesKind`] (`tests/reference_model.rs` checks them against a
+//!   naive model of that table).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -44,12 +48,16 @@
 
 pub mod aggregator;
 pub mod config;
+pub mod error;
 pub mod key;
+pub mod kind;
 pub mod point;
 pub mod shard;
 pub mod sketch;
 
 pub use aggregator::{Aggregator, FlushStats};
 pub use config::{AggregateConfig, Bounds, HistogramBuckets};
+pub use error::RecordError;
+pub use kind::SeriesKind;
 pub use point::{Batch, OutPoint, SeriesRef, Shape, Suffix};
 pub use shard::{SeriesCount, Shard};

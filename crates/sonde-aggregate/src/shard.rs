@@ -25,10 +25,12 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::{HashSet, HashTable};
-use sonde_proto::{DropReason, Kind, Point, TagSyntax, Value};
+use sonde_proto::{Point, TagSyntax, Value};
 
 use crate::config::{AggregateConfig, Bounds};
-use crate::key::{self, KeyBuilder, KIND_TS_SUM};
+use crate::error::RecordError;
+use crate::key::{self, KeyBuilder};
+use crate::kind::SeriesKind;
 use crate::sketch::Sketch;
 
 /// Counts per histogram bucket for one window (not cumulative).
@@ -96,46 +98,50 @@ pub(crate) enum Agg {
     Histogram(Box<HistogramWindow>),
     Set(Box<HashSet<u64>>),
     /// `(timestamp, value)`: last value per timestamp, or the sum for
-    /// [`KIND_TS_SUM`]. Boxed (clippy's `box_collection` allowed) to keep
+    /// [`SeriesKind::TsSum`]. Boxed (clippy's `box_collection` allowed) to keep
     /// every other kind's value at 16 bytes: a `Vec` inline would make it 32.
     #[allow(clippy::box_collection)]
     Ts(Box<Vec<(i64, f64)>>),
 }
 
 impl Agg {
-    fn new(kind: u8, name: &[u8], config: &AggregateConfig) -> Agg {
-        match Kind::from_u8(kind) {
-            Some(Kind::Store) => Agg::Last(0.0),
-            Some(Kind::Gauge) => Agg::GaugeDelta(0.0),
-            Some(Kind::Timer) => Agg::Timer(Box::default()),
-            Some(Kind::Histogram) => Agg::Histogram(Box::new(HistogramWindow::new(
+    fn new(kind: SeriesKind, name: &[u8], config: &AggregateConfig) -> Agg {
+        match kind {
+            SeriesKind::Counter
+            | SeriesKind::RateCounter
+            | SeriesKind::Meter
+            | SeriesKind::Count => Agg::Sum(0.0),
+            SeriesKind::Store => Agg::Last(0.0),
+            SeriesKind::Gauge => Agg::GaugeDelta(0.0),
+            SeriesKind::Timer => Agg::Timer(Box::default()),
+            SeriesKind::Histogram => Agg::Histogram(Box::new(HistogramWindow::new(
                 config.histograms.for_name(name),
             ))),
-            Some(Kind::Set) => Agg::Set(Box::default()),
-            Some(Kind::TsStore) => Agg::Ts(Box::default()),
-            _ if kind == KIND_TS_SUM => Agg::Ts(Box::default()),
-            _ => Agg::Sum(0.0),
+            SeriesKind::Set => Agg::Set(Box::default()),
+            SeriesKind::TsStore | SeriesKind::TsSum => Agg::Ts(Box::default()),
         }
     }
 
     /// Empties the value for a new window, keeping its allocation when it
     /// already has the shape `kind` needs (a slot reused by a series of
     /// another kind, or a vacant one, gets a new value).
-    fn reset(&mut self, kind: u8, name: &[u8], config: &AggregateConfig) {
-        let fits = match (&mut *self, Kind::from_u8(kind)) {
-            (Agg::Sum(v), Some(Kind::Counter | Kind::RateCounter | Kind::Meter | Kind::Count)) => {
+    fn reset(&mut self, kind: SeriesKind, name: &[u8], config: &AggregateConfig) {
+        use SeriesKind as K;
+        // Any other pair is a value of another shape: made anew below.
+        let fits = match (&mut *self, kind) {
+            (Agg::Sum(v), K::Counter | K::RateCounter | K::Meter | K::Count) => {
                 *v = 0.0;
                 true
             }
-            (Agg::Last(v), Some(Kind::Store)) => {
+            (Agg::Last(v), K::Store) => {
                 *v = 0.0;
                 true
             }
-            (Agg::Timer(s), Some(Kind::Timer)) => {
+            (Agg::Timer(s), K::Timer) => {
                 s.clear();
                 true
             }
-            (Agg::Histogram(h), Some(Kind::Histogram))
+            (Agg::Histogram(h), K::Histogram)
                 if Arc::ptr_eq(&h.bounds.values, &config.histograms.for_name(name).values) =>
             {
                 h.counts.fill(0);
@@ -143,15 +149,11 @@ impl Agg {
                 h.count = 0;
                 true
             }
-            (Agg::Set(m), Some(Kind::Set)) => {
+            (Agg::Set(m), K::Set) => {
                 m.clear();
                 true
             }
-            (Agg::Ts(t), Some(Kind::TsStore)) => {
-                t.clear();
-                true
-            }
-            (Agg::Ts(t), None) if kind == KIND_TS_SUM => {
+            (Agg::Ts(t), K::TsStore | K::TsSum) => {
                 t.clear();
                 true
             }
@@ -165,10 +167,10 @@ impl Agg {
     #[inline(always)]
     fn record(
         &mut self,
-        kind: u8,
+        kind: SeriesKind,
         p: &Point<'_>,
         config: &AggregateConfig,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), RecordError> {
         let max_ts = config.max_timestamps_per_series;
         match (self, p.value) {
             (Agg::Sum(s), Value::Number(v)) => *s += v / p.sample_rate,
@@ -182,32 +184,32 @@ impl Agg {
             (Agg::Set(s), Value::Member(m)) => {
                 let h = key::hash(m);
                 if s.len() >= config.max_set_members && !s.contains(&h) {
-                    return Err(DropReason::Oversized);
+                    return Err(RecordError::SetFull);
                 }
                 s.insert(h);
             }
             (Agg::Ts(points), Value::Number(v)) => {
-                let ts = p.timestamp.ok_or(DropReason::BadTimestamp)?;
-                let v = if kind == KIND_TS_SUM {
+                let ts = p.timestamp.ok_or(RecordError::MissingTimestamp)?;
+                let v = if kind == SeriesKind::TsSum {
                     v / p.sample_rate
                 } else {
                     v
                 };
                 let full = points.len() >= max_ts;
                 match points.iter_mut().find(|(t, _)| *t == ts) {
-                    Some((_, old)) if kind == KIND_TS_SUM => *old += v,
+                    Some((_, old)) if kind == SeriesKind::TsSum => *old += v,
                     Some((_, old)) => *old = v,
-                    None if full => return Err(DropReason::Oversized),
+                    None if full => return Err(RecordError::TimestampsFull),
                     None => points.push((ts, v)),
                 }
             }
-            _ => return Err(DropReason::BadValue),
+            _ => return Err(RecordError::BadValue),
         }
         Ok(())
     }
 
     /// Folds `other` (the same series, same window, another worker) into self.
-    pub(crate) fn merge(&mut self, kind: u8, other: &Agg) {
+    pub(crate) fn merge(&mut self, kind: SeriesKind, other: &Agg) {
         match (self, other) {
             (Agg::Sum(a), Agg::Sum(b)) => *a += b,
             (Agg::Last(a), Agg::Last(b)) => *a = *b,
@@ -221,7 +223,7 @@ impl Agg {
             (Agg::Ts(a), Agg::Ts(b)) => {
                 for &(ts, v) in b.iter() {
                     match a.iter_mut().find(|(t, _)| *t == ts) {
-                        Some((_, old)) if kind == KIND_TS_SUM => *old += v,
+                        Some((_, old)) if kind == SeriesKind::TsSum => *old += v,
                         Some((_, old)) => *old = v,
                         None => a.push((ts, v)),
                     }
@@ -243,8 +245,8 @@ impl Agg {
 ///
 /// The spelling is stored so that a hit costs one probe and a comparison
 /// of the name and the raw tags. Reading it back from the canonical key in
-/// the client's tag order instead saved those bytes but cost ~470
-/// instructions a point (`scripts/callgrind-hot-path.sh`: 1,036 to 1,509
+/// the client's tag order instead saved those bytes but added about half
+/// again to the instructions of a point (`scripts/callgrind-hot-path.sh`
 /// on statsd:10000), so it was dropped. Kept in the key's allocation, the
 /// first spelling costs its raw tags and 5 bytes, and its alias a 4-byte
 /// slot number (docs/BENCHMARKS.md, "series memory budget").
@@ -284,9 +286,8 @@ pub const BATCH: usize = 16;
 ///
 /// The slots start uninitialised: a receive path makes a batch per
 /// datagram, and filling 16 points (1,408 bytes) with a placeholder was a
-/// `memcpy` per datagram, ~3% of `perf` samples of `hot_path statsd
-/// 10000` and more for one point per datagram ("point batch without a
-/// placeholder fill" in `docs/BENCHMARKS.md`).
+/// `memcpy` per datagram, paid once per point when each datagram carries
+/// one ("point batch without a placeholder fill" in `docs/BENCHMARKS.md`).
 pub struct PointBatch<'d> {
     points: [MaybeUninit<Point<'d>>; BATCH],
     /// The first `len` slots are initialised.
@@ -338,17 +339,6 @@ impl<'d> PointBatch<'d> {
     }
 }
 
-/// The kind byte a point is recorded under: a gauge or count with a
-/// client timestamp keeps one value per timestamp.
-#[inline]
-fn recorded_kind(p: &Point<'_>) -> u8 {
-    match (p.kind, p.timestamp) {
-        (Kind::Gauge, Some(_)) => Kind::TsStore as u8,
-        (Kind::Count, Some(_)) => KIND_TS_SUM,
-        (k, _) => k as u8,
-    }
-}
-
 /// Asks the CPU to bring the cache lines of `bytes` in (up to three: a
 /// stored spelling is ~100 to 200 bytes). A hint only: it never faults.
 #[inline(always)]
@@ -379,8 +369,8 @@ fn prefetch<T>(at: *const T) {
 }
 
 #[inline(always)]
-fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
-    spelling_hash(kind, syntax_byte(p.tag_syntax), p.name, p.tags)
+fn raw_hash(kind: SeriesKind, p: &Point<'_>) -> u64 {
+    spelling_hash(kind.byte(), syntax_byte(p.tag_syntax), p.name, p.tags)
 }
 
 /// The hash of a spelling: kind, syntax, name and raw tags, under a
@@ -390,8 +380,8 @@ fn raw_hash(kind: u8, p: &Point<'_>) -> u64 {
 ///
 /// Hand written, rather than `foldhash` fed three writes, because it is on
 /// every point's path: each write of a `Hasher` is a mixing step with its
-/// own length dispatch, and the three cost ~95 instructions a point for a
-/// 15-byte name and a 35-byte tag string ("spelling hash in one pass" in
+/// own length dispatch, and the three cost several times the work of one
+/// pass over the bytes ("spelling hash in one pass" in
 /// `docs/BENCHMARKS.md`). This takes 16 bytes per folded multiply (the
 /// 64x64->128-bit product folded to 64 bits, as foldhash and wyhash do),
 /// chained through the name, and apart through the tags. The table only
@@ -484,7 +474,7 @@ fn first_spelling_hash(stored: &[u8]) -> u64 {
 /// The key's head is compared field by field: compared as a slice against
 /// a `[kind, len_lo, len_hi]` built on the stack, the 2-byte reload of the
 /// byte and 2-byte stores that built it stalled on store forwarding, and
-/// took ~40% of `record_batch`'s samples in `perf annotate` of
+/// was the hottest load of `record_batch` in `perf annotate` of
 /// `hot_path statsd 10000` ("StatsD values kept in registers" in
 /// `docs/BENCHMARKS.md`).
 #[inline]
@@ -509,8 +499,8 @@ fn spelled_as(stored: &[u8], kind: u8, syntax: u8, p: &Point<'_>) -> bool {
 /// glibc's AVX-512 `memcmp` reads its bytes with a masked load even for
 /// length 0. A masked load whose masked-out bytes lie on an unmapped page
 /// has its fault suppressed by a microcode assist that costs hundreds of
-/// cycles on Intel CPUs: for points without tags, that assist was 15% of
-/// the agent's CPU at plain-1k ("empty tags without a memcmp" in
+/// cycles on Intel CPUs: for points without tags, that assist was a large
+/// share of the agent's CPU at plain-1k ("empty tags without a memcmp" in
 /// `docs/BENCHMARKS.md`).
 #[inline(always)]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
@@ -575,8 +565,8 @@ pub struct Window {
     pub(crate) values: Vec<Agg>,
     /// One bit per slot that received data in this window.
     pub(crate) touched: Vec<u64>,
-    /// Series created in this window: slot and key.
-    pub(crate) added: Vec<(u32, Arc<[u8]>)>,
+    /// Series created in this window: slot, kind and key.
+    pub(crate) added: Vec<(u32, SeriesKind, Arc<[u8]>)>,
     /// Slots freed at the start of this window (their series expired).
     pub(crate) removed: Vec<u32>,
     /// On the way back: slots whose series the flusher expired.
@@ -639,13 +629,13 @@ impl Window {
     fn record(
         &mut self,
         slot: u32,
+        kind: SeriesKind,
         key: &[u8],
         p: &Point<'_>,
         config: &AggregateConfig,
-    ) -> Result<(), DropReason> {
+    ) -> Result<(), RecordError> {
         let i = slot as usize;
         let (word, bit) = (i / 64, 1u64 << (slot % 64));
-        let kind = key[0];
         if self.touched.get(word).is_none_or(|w| w & bit == 0) {
             if self.values.len() <= i {
                 reserve_slots(&mut self.values, i + 1);
@@ -747,19 +737,19 @@ fn admit(
     per_metric: &mut PerMetric,
     config: &AggregateConfig,
     name: &[u8],
-) -> Result<(), DropReason> {
+) -> Result<(), RecordError> {
     let Some(max) = config.max_series_per_metric else {
         return match live.try_add(config.max_series) {
             true => Ok(()),
-            false => Err(DropReason::SeriesLimit),
+            false => Err(RecordError::SeriesLimit),
         };
     };
     let hash = key::hash(name);
     if per_metric.count(hash) >= max {
-        return Err(DropReason::MetricSeriesLimit);
+        return Err(RecordError::MetricSeriesLimit);
     }
     if !live.try_add(config.max_series) {
-        return Err(DropReason::SeriesLimit);
+        return Err(RecordError::SeriesLimit);
     }
     per_metric.add(hash);
     Ok(())
@@ -860,8 +850,8 @@ impl Shard {
     /// timestamp limit, or a new
     /// series over [`AggregateConfig::max_series`] or
     /// [`AggregateConfig::max_series_per_metric`].
-    pub fn record(&mut self, p: &Point<'_>) -> Result<(), DropReason> {
-        let kind = recorded_kind(p);
+    pub fn record(&mut self, p: &Point<'_>) -> Result<(), RecordError> {
+        let kind = SeriesKind::of(p);
         self.record_hashed(p, kind, raw_hash(kind, p))
     }
 
@@ -873,7 +863,7 @@ impl Shard {
     /// With 100k live series the lookups of one point are a chain of cache
     /// misses: the alias table's control bytes, its slot, the entry, the
     /// stored spelling, the window value. `perf annotate` of the agent at
-    /// 100k DogStatsD series put ~85% of `record`'s samples on those loads
+    /// 100k DogStatsD series put most of `record`'s samples on those loads
     /// (docs/BENCHMARKS.md, "looking a batch of points up together"). Here
     /// each step is taken for every point of the batch before the next
     /// step, so the misses of up to [`BATCH`] points are in flight at once:
@@ -885,15 +875,15 @@ impl Shard {
     pub fn record_batch(
         &mut self,
         points: &[Point<'_>],
-        mut done: impl FnMut(usize, Result<(), DropReason>),
+        mut done: impl FnMut(usize, Result<(), RecordError>),
     ) {
         for chunk_start in (0..points.len()).step_by(BATCH) {
             let chunk = &points[chunk_start..points.len().min(chunk_start + BATCH)];
-            let mut kinds = [0u8; BATCH];
+            let mut kinds = [SeriesKind::Counter; BATCH];
             let mut hashes = [0u64; BATCH];
             let mut slots = [NO_SLOT; BATCH];
             for (i, p) in chunk.iter().enumerate() {
-                kinds[i] = recorded_kind(p);
+                kinds[i] = SeriesKind::of(p);
                 hashes[i] = raw_hash(kinds[i], p);
             }
             // Candidates by the table's tag alone: no load depends on another
@@ -914,9 +904,9 @@ impl Shard {
                 let (kind, slot) = (kinds[i], slots[i]);
                 let syntax = syntax_byte(p.tag_syntax);
                 let result = match self.entries.get(slot as usize) {
-                    Some(Some(stored)) if spelled_as(stored, kind, syntax, p) => {
+                    Some(Some(stored)) if spelled_as(stored, kind.byte(), syntax, p) => {
                         let key = key_of(stored);
-                        self.window.record(slot, key, p, &self.config)
+                        self.window.record(slot, kind, key, p, &self.config)
                     }
                     _ => self.record_hashed(p, kind, hashes[i]),
                 };
@@ -926,32 +916,37 @@ impl Shard {
     }
 
     /// [`Shard::record`] with the kind and spelling hash computed.
-    fn record_hashed(&mut self, p: &Point<'_>, kind: u8, raw: u64) -> Result<(), DropReason> {
+    fn record_hashed(
+        &mut self,
+        p: &Point<'_>,
+        kind: SeriesKind,
+        raw: u64,
+    ) -> Result<(), RecordError> {
         // Fast path: this exact spelling was seen before.
         let syntax = syntax_byte(p.tag_syntax);
         let entries = &self.entries;
         let first = self.aliases.find(raw, |&i| {
             entries[i as usize]
                 .as_deref()
-                .is_some_and(|s| spelled_as(s, kind, syntax, p))
+                .is_some_and(|s| spelled_as(s, kind.byte(), syntax, p))
         });
         if let Some(&slot) = first {
             let key = entries[slot as usize].as_deref().map_or(&[][..], key_of);
-            return self.window.record(slot, key, p, &self.config);
+            return self.window.record(slot, kind, key, p, &self.config);
         }
-        if let Some(a) = self.extra.find(raw, |a| a.matches(kind, p)) {
+        if let Some(a) = self.extra.find(raw, |a| a.matches(kind.byte(), p)) {
             let key = entries[a.entry as usize].as_deref().map_or(&[][..], key_of);
-            return self.window.record(a.entry, key, p, &self.config);
+            return self.window.record(a.entry, kind, key, p, &self.config);
         }
         // Checked only for series not found by spelling: a known series
         // was created under the same limit.
         if p.name.len() + p.tags.len() > self.config.max_key_bytes {
-            return Err(DropReason::KeyTooLong);
+            return Err(RecordError::KeyTooLong);
         }
         if p.name.len() > usize::from(u16::MAX) {
-            return Err(DropReason::Oversized);
+            return Err(RecordError::FieldTooLong);
         }
-        self.keys.build(kind, p.name, p.tags, p.tag_syntax)?;
+        self.keys.build(kind.byte(), p.name, p.tags, p.tag_syntax)?;
         let key = self.keys.key();
         let hash = key::hash(key);
         let entries = &mut self.entries;
@@ -963,23 +958,25 @@ impl Shard {
             if *known < MAX_ALIASES {
                 *known += 1;
                 self.extra
-                    .insert_unique(raw, Alias::new(kind, p, i), Alias::hash);
+                    .insert_unique(raw, Alias::new(kind.byte(), p, i), Alias::hash);
             }
-            return self.window.record(i, key, p, &self.config);
+            return self.window.record(i, kind, key, p, &self.config);
         }
         if std::str::from_utf8(p.name).is_err() || std::str::from_utf8(p.tags).is_err() {
-            return Err(DropReason::InvalidUtf8);
+            return Err(RecordError::InvalidUtf8);
         }
+        // A shard that has numbered every slot it can holds no more series:
+        // the series limit of its slot numbers.
         let slot = match self.free.last() {
             Some(&slot) => slot,
             None => u32::try_from(entries.len())
                 .ok()
                 .filter(|&s| s != NO_SLOT)
-                .ok_or(DropReason::Oversized)?,
+                .ok_or(RecordError::SeriesLimit)?,
         };
         admit(&self.live, &mut self.per_metric, &self.config, p.name)?;
         // A point the new series cannot take leaves no series behind.
-        if let Err(e) = self.window.record(slot, key, p, &self.config) {
+        if let Err(e) = self.window.record(slot, kind, key, p, &self.config) {
             release(&self.live, &mut self.per_metric, &self.config, p.name);
             return Err(e);
         }
@@ -993,7 +990,7 @@ impl Shard {
             reserve_slots(&mut self.spellings, entries.len());
             self.spellings.push(1);
         }
-        self.window.added.push((slot, stored));
+        self.window.added.push((slot, kind, stored));
         self.index
             .insert_unique(hash, slot, |&j| key_hash(entries, j));
         self.aliases.insert_unique(raw, slot, |&j| {
@@ -1060,7 +1057,7 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonde_proto::TagSyntax;
+    use sonde_proto::{Kind, TagSyntax};
 
     fn point<'a>(kind: Kind, name: &'a str, tags: &'a str, value: Value<'a>) -> Point<'a> {
         Point {
@@ -1240,7 +1237,7 @@ mod tests {
         let mut s = Shard::new(Arc::default());
         let mut p = point(Kind::Counter, "m", "", Value::Number(1.0));
         p.name = b"\xff\xfe";
-        assert_eq!(s.record(&p), Err(DropReason::InvalidUtf8));
+        assert_eq!(s.record(&p), Err(RecordError::InvalidUtf8));
         assert!(s.is_empty());
         assert!(s.window.added.is_empty());
     }
@@ -1258,7 +1255,7 @@ mod tests {
             rec(m).unwrap();
         }
         // A fourth distinct member is dropped; members already in still count.
-        assert_eq!(rec("d"), Err(DropReason::Oversized));
+        assert_eq!(rec("d"), Err(RecordError::SetFull));
         assert_eq!(rec("b"), Ok(()));
         assert!(matches!(&s.window.values[0], Agg::Set(m) if m.len() == 3));
     }
@@ -1347,7 +1344,7 @@ mod tests {
         })
     }
 
-    fn counter(s: &mut Shard, name: &str, tags: &str) -> Result<(), DropReason> {
+    fn counter(s: &mut Shard, name: &str, tags: &str) -> Result<(), RecordError> {
         s.record(&point(Kind::Counter, name, tags, Value::Number(1.0)))
     }
 
@@ -1360,8 +1357,8 @@ mod tests {
         counter(&mut a, "m", "i=1").unwrap();
         counter(&mut b, "m", "i=2").unwrap();
         counter(&mut a, "m", "i=3").unwrap();
-        assert_eq!(counter(&mut b, "m", "i=4"), Err(DropReason::SeriesLimit));
-        assert_eq!(counter(&mut a, "n", ""), Err(DropReason::SeriesLimit));
+        assert_eq!(counter(&mut b, "m", "i=4"), Err(RecordError::SeriesLimit));
+        assert_eq!(counter(&mut a, "n", ""), Err(RecordError::SeriesLimit));
         assert_eq!((a.len(), b.len(), live.get()), (2, 1, 3));
         // Series already live keep taking points, on either path.
         counter(&mut a, "m", "i=1").unwrap();
@@ -1377,7 +1374,7 @@ mod tests {
     fn an_expired_series_gives_its_place_back() {
         let mut s = Shard::new(limited(1, Some(1)));
         counter(&mut s, "a", "").unwrap();
-        assert_eq!(counter(&mut s, "b", ""), Err(DropReason::SeriesLimit));
+        assert_eq!(counter(&mut s, "b", ""), Err(RecordError::SeriesLimit));
         let mut back = s.take_window(None);
         back.touched.fill(0);
         back.expire = vec![0];
@@ -1394,12 +1391,12 @@ mod tests {
         counter(&mut s, "hot", "i=2").unwrap();
         assert_eq!(
             counter(&mut s, "hot", "i=3"),
-            Err(DropReason::MetricSeriesLimit)
+            Err(RecordError::MetricSeriesLimit)
         );
         // Another kind of the same name counts against the same name.
         assert_eq!(
             s.record(&point(Kind::Timer, "hot", "", Value::Number(1.0))),
-            Err(DropReason::MetricSeriesLimit)
+            Err(RecordError::MetricSeriesLimit)
         );
         counter(&mut s, "cold", "i=1").unwrap();
         counter(&mut s, "hot", "i=2").unwrap();
@@ -1411,7 +1408,7 @@ mod tests {
         let mut s = Shard::new(limited(1, Some(1)));
         // A ts_store point without a timestamp creates no series.
         let p = point(Kind::TsStore, "t", "", Value::Number(1.0));
-        assert_eq!(s.record(&p), Err(DropReason::BadTimestamp));
+        assert_eq!(s.record(&p), Err(RecordError::MissingTimestamp));
         assert_eq!(s.live.get(), 0);
         counter(&mut s, "t", "").unwrap();
     }
@@ -1425,11 +1422,11 @@ mod tests {
         counter(&mut s, "name", "a=1|b=2").unwrap();
         assert_eq!(
             counter(&mut s, "name", "a=1|b=22"),
-            Err(DropReason::KeyTooLong)
+            Err(RecordError::KeyTooLong)
         );
         assert_eq!(
             counter(&mut s, "a_long_name1", ""),
-            Err(DropReason::KeyTooLong)
+            Err(RecordError::KeyTooLong)
         );
         // The known series, in another tag order, still takes points.
         counter(&mut s, "name", "b=2 a=1").unwrap();

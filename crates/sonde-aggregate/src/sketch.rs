@@ -67,7 +67,7 @@ const SMALL_WHOLE: usize = 2048;
 
 /// [`index_by_log`] of 0, 1, 2, ... [`SMALL_WHOLE`] - 1, computed once:
 /// timer samples are mostly whole milliseconds, and the table (8 KiB)
-/// spares them the `ln` (a libm call of ~40 instructions) of every
+/// spares them the `ln` (a libm call) of every
 /// bucketed sample, the same index by construction ("whole-number samples
 /// bucketed by table" in `docs/BENCHMARKS.md`). Index 0 is never read:
 /// magnitudes at or below [`MIN_MAGNITUDE`] are counted as zero.
@@ -84,7 +84,7 @@ fn small_whole_indexes() -> &'static [i32; SMALL_WHOLE] {
 
 /// `x.ceil() as i32`, without the call: x86-64's baseline has no rounding
 /// instruction, so `f64::ceil` is a libm call on every sample a sketch
-/// buckets ("sketch buckets without a libm ceil" in `docs/BENCHMARKS.md`).
+/// buckets ("sketch buckets without a libm `ceil`" in `docs/BENCHMARKS.md`).
 /// Exact for every `x` an index can be (|x| < 2^31), and NaN gives 0 as
 /// `as` does.
 #[inline]

@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use sonde_aggregate::RecordError;
 use sonde_aggregate::{AggregateConfig, Aggregator, Batch, Shard};
-use sonde_proto::{DropReason, Kind, Point, TagSyntax, Value};
+use sonde_proto::{Kind, Point, TagSyntax, Value};
 
 /// One generated point, owned.
 #[derive(Clone, Debug)]
@@ -92,7 +93,7 @@ fn point() -> impl Strategy<Value = P> {
 type Row = (String, String, String, i64, f64);
 
 /// Each window's per-point results, and each window's rows.
-type Outcome = (Vec<Vec<Result<(), DropReason>>>, Vec<Vec<Row>>);
+type Outcome = (Vec<Vec<Result<(), RecordError>>>, Vec<Vec<Row>>);
 
 fn rows(batch: &Batch) -> Vec<Row> {
     batch
@@ -115,7 +116,7 @@ fn rows(batch: &Batch) -> Vec<Row> {
 fn run(
     windows: &[Vec<P>],
     config: &Arc<AggregateConfig>,
-    mut record_window: impl FnMut(&mut Shard, &[Point<'_>]) -> Vec<Result<(), DropReason>>,
+    mut record_window: impl FnMut(&mut Shard, &[Point<'_>]) -> Vec<Result<(), RecordError>>,
 ) -> Outcome {
     let mut shard = Shard::new(Arc::clone(config));
     let mut agg = Aggregator::new(Arc::clone(config));
@@ -132,11 +133,11 @@ fn run(
     (results, out)
 }
 
-fn one_by_one(shard: &mut Shard, points: &[Point<'_>]) -> Vec<Result<(), DropReason>> {
+fn one_by_one(shard: &mut Shard, points: &[Point<'_>]) -> Vec<Result<(), RecordError>> {
     points.iter().map(|p| shard.record(p)).collect()
 }
 
-fn batched(chunk: usize) -> impl FnMut(&mut Shard, &[Point<'_>]) -> Vec<Result<(), DropReason>> {
+fn batched(chunk: usize) -> impl FnMut(&mut Shard, &[Point<'_>]) -> Vec<Result<(), RecordError>> {
     move |shard, points| {
         let mut results = vec![None; points.len()];
         for (c, part) in points.chunks(chunk).enumerate() {

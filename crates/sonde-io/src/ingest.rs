@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sonde_aggregate::shard::{PointBatch, Window};
-use sonde_aggregate::{AggregateConfig, SeriesCount, Shard};
+use sonde_aggregate::{AggregateConfig, RecordError, SeriesCount, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
+use crate::drops::DropLabel;
 use crate::telemetry::{LocalCounts, ReceiverStats};
 
 /// How often an idle worker wakes up to check for a window boundary.
@@ -152,10 +153,10 @@ impl<'s, 'd> Recorder<'s, 'd> {
         shard.record_batch(points, |i, result| match result {
             Ok(()) => counts.points += 1,
             Err(reason) => {
-                counts.drops[reason as usize] += 1;
+                counts.drops[DropLabel::from(reason) as usize] += 1;
                 if matches!(
                     reason,
-                    DropReason::SeriesLimit | DropReason::MetricSeriesLimit
+                    RecordError::SeriesLimit | RecordError::MetricSeriesLimit
                 ) {
                     if limited.pending == 0 {
                         limited.name.clear();
@@ -177,7 +178,7 @@ impl<'d> PointSink<'d> for Recorder<'_, 'd> {
     }
 
     fn drop(&mut self, reason: DropReason) {
-        self.counts.drops[reason as usize] += 1;
+        self.counts.drops[DropLabel::from(reason) as usize] += 1;
     }
 }
 
@@ -256,7 +257,7 @@ impl Ingest {
 
     /// Counts a drop found by the receiver itself (an oversized datagram).
     pub fn drop(&mut self, reason: DropReason) {
-        self.counts.drops[reason as usize] += 1;
+        self.counts.drops[DropLabel::from(reason) as usize] += 1;
     }
 
     /// Counts a stream read without parsing it yet.

@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod addr;
+pub mod drops;
 pub mod flusher;
 pub mod http;
 pub mod ingest;

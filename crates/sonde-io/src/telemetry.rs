@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 
 use sonde_aggregate::SeriesCount;
 
-use sonde_proto::DropReason;
-
+use crate::drops::DropLabel;
 use crate::sender::FailReason;
 
-const REASONS: usize = DropReason::ALL.len();
+const REASONS: usize = DropLabel::ALL.len();
 
 /// Counters of one receiver.
 #[derive(Debug)]
@@ -29,7 +28,7 @@ pub struct ReceiverStats {
     pub bytes: AtomicU64,
     /// Points parsed and aggregated.
     pub points: AtomicU64,
-    /// Messages, lines or points dropped, by [`DropReason`].
+    /// Messages, lines or points dropped, by [`DropLabel`].
     pub drops: [AtomicU64; REASONS],
     /// Connections accepted (stream and seqpacket receivers).
     pub connections: AtomicU64,
@@ -83,12 +82,12 @@ impl ReceiverStats {
             .compare_exchange(last, ms, Relaxed, Relaxed)
             .ok()?;
         let total =
-            self.dropped(DropReason::SeriesLimit) + self.dropped(DropReason::MetricSeriesLimit);
+            self.dropped(DropLabel::SeriesLimit) + self.dropped(DropLabel::MetricSeriesLimit);
         Some(total - self.limit_logged.swap(total, Relaxed).min(total))
     }
 
     /// Total drops for one reason.
-    pub fn dropped(&self, reason: DropReason) -> u64 {
+    pub fn dropped(&self, reason: DropLabel) -> u64 {
         self.drops[reason as usize].load(Relaxed)
     }
 }
@@ -381,7 +380,7 @@ impl Telemetry {
             "Messages, lines or points dropped, by reason.",
         );
         for r in &receivers {
-            for reason in DropReason::ALL {
+            for reason in DropLabel::ALL {
                 let _ = writeln!(
                     o,
                     "sonde_receiver_dropped_total{{receiver=\"{}\",protocol=\"{}\",reason=\"{}\"}} {}",
@@ -617,7 +616,7 @@ mod tests {
             points: 5,
             ..LocalCounts::default()
         };
-        local.drops[DropReason::BadValue as usize] = 2;
+        local.drops[DropLabel::BadValue as usize] = 2;
         local.publish(&stats);
         assert_eq!(local.points, 0);
         let t = Telemetry {

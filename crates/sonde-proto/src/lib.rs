@@ -160,8 +160,11 @@ pub trait PointSink<'a> {
     fn drop(&mut self, reason: DropReason);
 }
 
-/// Why input was dropped. Each reason is exported as a label value, so the
-/// set is closed and every variant is reachable from some input.
+/// Why a parser (or the receiver framing its input) dropped a message or
+/// line. Each reason is exported as a label value, so the set is closed and
+/// every variant is reachable from some input. Points that parse but that
+/// the aggregator refuses (series limits, tags that do not split) have
+/// reasons of their own in `sonde-aggregate`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum DropReason {
@@ -185,30 +188,18 @@ pub enum DropReason {
     BadSampleRate = 8,
     /// A StatsD line without `name:value|type` shape.
     MalformedLine = 9,
-    /// A tag string that cannot be split (msgpack pair without `=`, empty key).
-    BadTags = 10,
-    /// A name or tag that is not valid UTF-8 (checked when a series is created).
-    InvalidUtf8 = 11,
     /// A DogStatsD event (`_e{...}`): counted and ignored.
-    Event = 12,
+    Event = 10,
     /// A DogStatsD service check (`_sc|...`): counted and ignored.
-    ServiceCheck = 13,
-    /// A datagram larger than the receive buffer, or a stream line too long.
-    Oversized = 14,
-    /// A point that would create a series beyond `agent.max_series` (the
-    /// series already live keep their data).
-    SeriesLimit = 15,
-    /// A point that would create a series beyond
-    /// `agent.max_series_per_metric` for its metric name.
-    MetricSeriesLimit = 16,
-    /// A point of a new series whose name and tags together are longer
-    /// than `agent.max_key_bytes`.
-    KeyTooLong = 17,
+    ServiceCheck = 11,
+    /// A datagram larger than the receive buffer, or a stream line too
+    /// long: input the receiver cannot frame into whole messages or lines.
+    Oversized = 12,
 }
 
 impl DropReason {
     /// Every reason, in discriminant order.
-    pub const ALL: [DropReason; 18] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::WrongArity,
@@ -219,14 +210,9 @@ impl DropReason {
         DropReason::EmptyName,
         DropReason::BadSampleRate,
         DropReason::MalformedLine,
-        DropReason::BadTags,
-        DropReason::InvalidUtf8,
         DropReason::Event,
         DropReason::ServiceCheck,
         DropReason::Oversized,
-        DropReason::SeriesLimit,
-        DropReason::MetricSeriesLimit,
-        DropReason::KeyTooLong,
     ];
 
     /// The snake_case label value used on `/metrics` and in test vectors.
@@ -242,14 +228,9 @@ impl DropReason {
             DropReason::EmptyName => "empty_name",
             DropReason::BadSampleRate => "bad_sample_rate",
             DropReason::MalformedLine => "malformed_line",
-            DropReason::BadTags => "bad_tags",
-            DropReason::InvalidUtf8 => "invalid_utf8",
             DropReason::Event => "event",
             DropReason::ServiceCheck => "service_check",
             DropReason::Oversized => "oversized",
-            DropReason::SeriesLimit => "series_limit",
-            DropReason::MetricSeriesLimit => "metric_series_limit",
-            DropReason::KeyTooLong => "key_too_long",
         }
     }
 }
