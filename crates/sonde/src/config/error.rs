@@ -57,7 +57,8 @@ impl fmt::Display for ConfigError {
             write!(f, "\n    | {src}")?;
         }
         if !self.fix.is_empty() {
-            write!(f, "\n    fix: {}", self.fix)?;
+            // A fix of several lines (an example table) stays indented.
+            write!(f, "\n    fix: {}", self.fix.replace('\n', "\n         "))?;
         }
         Ok(())
     }
@@ -175,10 +176,20 @@ impl<'a> Source<'a> {
             Some(key) => self.key_line(&span, &key).unwrap_or(1),
             None => self.line_of(span.start),
         });
-        let key = line.map(|l| self.key_path(l)).unwrap_or_default();
-        let fix = fix
-            .map(str::to_string)
-            .unwrap_or_else(|| generic_fix(problem));
+        let mut key = line.map(|l| self.key_path(l)).unwrap_or_default();
+        let missing = quoted_after(problem, "missing field `");
+        if let Some(m) = &missing {
+            key = if key.is_empty() {
+                m.clone()
+            } else {
+                format!("{key}.{m}")
+            };
+        }
+        let fix = match (fix, missing) {
+            (Some(f), _) => f.to_string(),
+            (None, Some(m)) => format!("add `{m}` to this table"),
+            (None, None) => generic_fix(problem),
+        };
         self.at(line, ConfigError::new(key, problem, fix))
     }
 }
@@ -195,7 +206,12 @@ pub(crate) fn split_fix(msg: &str) -> (&str, Option<&str>) {
 /// Errors inside a table deserialized as a whole carry the whole table's
 /// span; the key is found inside it so that the line is the key's.
 fn mentioned_key(msg: &str) -> Option<String> {
-    let rest = &msg[msg.find("unknown field `")? + "unknown field `".len()..];
+    quoted_after(msg, "unknown field `")
+}
+
+/// The name in backticks after `prefix` in a serde message.
+fn quoted_after(msg: &str, prefix: &str) -> Option<String> {
+    let rest = &msg[msg.find(prefix)? + prefix.len()..];
     Some(rest[..rest.find('`')?].to_string())
 }
 
@@ -203,8 +219,6 @@ fn mentioned_key(msg: &str) -> Option<String> {
 fn generic_fix(problem: &str) -> String {
     if problem.starts_with("unknown field") {
         "remove the key or correct its spelling (the keys this table takes are listed above)".into()
-    } else if problem.starts_with("missing field") {
-        "add the key to this table".into()
     } else if problem.starts_with("unknown variant") {
         "write one of the values listed above".into()
     } else if problem.starts_with("invalid type") {

@@ -341,10 +341,16 @@ mod tests {
                 e.problem, e.fix
             )
         );
+        // No line; a fix of several lines stays indented under the message.
         let e = err("[[sinks]]\ntype = \"console\"\n");
-        assert_eq!(
-            e.to_string(),
-            format!("receivers: {}\n    fix: {}", e.problem, e.fix)
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with(&format!("receivers: {}\n    fix: add one", e.problem)),
+            "{shown}"
+        );
+        assert!(
+            shown.lines().skip(1).all(|l| l.starts_with("    ")),
+            "{shown}"
         );
     }
 
@@ -553,6 +559,9 @@ mod tests {
         assert_eq!(e.line, Some(6), "{e}");
         let e = err(&format!("[agent]\ninterval = 30s\n{MIN}"));
         assert_eq!((e.key.as_str(), e.line), ("agent.interval", Some(2)));
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\n[[sinks]]\ntype = \"console\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].listen", Some(1)));
+        assert!(e.fix.contains("`listen`"), "{e}");
     }
 
     #[test]
