@@ -4,10 +4,18 @@
 //! `[[sinks]]`: its name, what it accepts, its transport, the compressions
 //! its backend takes (the default first), the protocol headers it sends,
 //! the keys of its own, how those keys are checked and how the sink is
-//! started. Config validation ([`check`]), the wiring in `sonde run`
-//! ([`SinkType::start`]) and the test that reads docs/SINKS.md all read
-//! the descriptor, so a new sink type is one file here plus its line in
-//! [`REGISTRY`].
+//! started. Config validation (run by [`crate::config::parse`]), the
+//! wiring in `sonde run` ([`SinkType::start`]) and the test that reads
+//! docs/SINKS.md all read the descriptor.
+//!
+//! # Adding a sink type
+//!
+//! Write one file here with its `TYPE` (see `influxdb.rs` for a network
+//! sink with a key of its own), declare the module and add its line to
+//! [`REGISTRY`]. A backend reached neither over HTTP nor over TCP takes
+//! [`Transport::Own`] and hands its transport to [`net::spawn`]. Then give
+//! it its row in the tables of docs/SINKS.md and the README; tests check
+//! both against the registry.
 //!
 //! The encoders stay in `sonde-encode` and the senders in `sonde-io`; a
 //! sink type's file only names which it uses.
@@ -17,7 +25,7 @@ pub mod file;
 pub mod graphite;
 pub mod http;
 pub mod influxdb;
-mod net;
+pub mod net;
 pub mod otlp_http;
 pub mod prometheus_exporter;
 pub mod prometheus_remote_write;
@@ -71,6 +79,11 @@ pub enum Transport {
     Http,
     /// A persistent TCP connection to `address`.
     Tcp,
+    /// A connection of the type's own (a message queue's client, say):
+    /// the type takes the common network keys but no `url` or `address`,
+    /// names its target with keys of its own, and its `start` hands its
+    /// transport to [`net::spawn`].
+    Own,
     /// Nothing leaves the host (console, file) or the backend comes to the
     /// agent (the Prometheus exporter): no batching, buffer or retries.
     Local,
@@ -98,6 +111,7 @@ impl Transport {
         match self {
             Transport::Http => ["url", "headers"].iter().chain(NET_KEYS).copied().collect(),
             Transport::Tcp => ["address"].iter().chain(NET_KEYS).copied().collect(),
+            Transport::Own => NET_KEYS.to_vec(),
             Transport::Local => Vec::new(),
         }
     }
@@ -262,6 +276,16 @@ fn one(table: &toml::Table, agent: &AgentSection) -> Result<Sink, ConfigError> {
             format!("write one of {}", names()),
         )
     })?;
+    build(kind, table, agent)
+}
+
+/// Validates a `[[sinks]]` table of type `kind`, with errors relative to
+/// it: the keys it takes, the common ones of its transport, then its own.
+fn build(
+    kind: &'static SinkType,
+    table: &toml::Table,
+    agent: &AgentSection,
+) -> Result<Sink, ConfigError> {
     let common = kind.transport.keys();
     let mut own = toml::Table::new();
     let mut rest = toml::Table::new();
@@ -509,5 +533,81 @@ mod tests {
             .iter()
             .filter(|t| t.name != "prometheus_remote_write")
             .all(|t| t.headers.is_empty()));
+    }
+}
+
+/// A sink type with a transport of its own, as a message queue's would be:
+/// it needs no change outside its own file and its registry line.
+#[cfg(test)]
+mod own_transport {
+    use super::*;
+
+    static QUEUE: SinkType = SinkType {
+        name: "queue",
+        accepts: &[Input::Metrics],
+        transport: Transport::Own,
+        compressions: &["none", "zstd"],
+        headers: &[],
+        keys: &["brokers", "topic"],
+        check,
+        start,
+        reloads: true,
+    };
+
+    fn check(s: &mut Sink) -> Result<(), ConfigError> {
+        let target = format!(
+            "{}/{}",
+            s.required("brokers", "\"127.0.0.1:9092\"")?,
+            s.required("topic", "\"metrics\"")?
+        );
+        if let Some(n) = s.net.as_mut() {
+            n.target = target;
+        }
+        Ok(())
+    }
+
+    fn start(_: &Sink, _: &mut Start<'_>) -> anyhow::Result<Running> {
+        anyhow::bail!("not started in tests")
+    }
+
+    fn table(text: &str) -> toml::Table {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn takes_the_common_network_keys_and_its_own() {
+        let s = build(
+            &QUEUE,
+            &table("type = \"queue\"\nbrokers = \"b:9092\"\ntopic = \"m\"\ncompression = \"zstd\"\nbuffer = { type = \"disk\" }\n"),
+            &AgentSection::default(),
+        )
+        .unwrap();
+        let n = s.net.unwrap();
+        assert_eq!(n.target, "b:9092/m");
+        assert_eq!(
+            n.compression,
+            sonde_encode::compress::Compression::Zstd { level: 1 }
+        );
+        assert!(matches!(n.buffer, Buffer::Disk { .. }));
+        assert_eq!(s.name, "queue");
+    }
+
+    #[test]
+    fn refuses_url_and_address_and_needs_its_own_keys() {
+        let agent = AgentSection::default();
+        for (text, key) in [
+            (
+                "brokers = \"b\"\ntopic = \"m\"\nurl = \"http://a\"\n",
+                "url",
+            ),
+            (
+                "brokers = \"b\"\ntopic = \"m\"\naddress = \"a:1\"\n",
+                "address",
+            ),
+            ("brokers = \"b\"\n", "topic"),
+        ] {
+            let e = build(&QUEUE, &table(text), &agent).unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+        }
     }
 }

@@ -174,7 +174,9 @@ pub(super) fn check(
             }
             url.to_string()
         }
-        Transport::Tcp | Transport::Local => {
+        // The type's own keys name its target; its `check` fills it in.
+        Transport::Own | Transport::Local => String::new(),
+        Transport::Tcp => {
             let a = s.address.as_deref().ok_or_else(|| {
                 ConfigError::new(
                     "address",
@@ -324,22 +326,20 @@ fn open_queue(name: &str, buffer: &Buffer, stats: &SinkStats) -> anyhow::Result<
     })
 }
 
-/// Starts a network sink's sender with `encoder`: its buffer, and its
-/// transport with the type's headers.
+/// Starts a network sink's sender with `encoder`, over HTTP or TCP as its
+/// type says, sending the type's headers.
+///
+/// # Errors
+///
+/// A type whose transport is its own starts with [`spawn`] instead.
 pub(super) fn start<E: BatchEncoder>(
     s: &Sink,
     encoder: E,
-    start: &mut Start<'_>,
+    st: &mut Start<'_>,
 ) -> anyhow::Result<Running> {
-    let n = s
-        .net
-        .as_ref()
-        .context("a network sink type without network settings")?;
-    let stats = Arc::clone(&start.stats);
-    let queue = open_queue(&s.name, &n.buffer, &stats)?;
-    tracing::info!(sink = %s.name, target = %n.target, compression = n.compression.name(), "sink sending");
-    let (c, d) = (n.compression, n.delivery);
-    Ok(match s.kind.transport {
+    let n = settings(s)?;
+    let timeout = n.delivery.request_timeout;
+    match s.kind.transport {
         Transport::Http => {
             let mut headers = vec![(
                 "Content-Type".to_string(),
@@ -355,12 +355,46 @@ pub(super) fn start<E: BatchEncoder>(
                     .map(|(k, v)| (k.to_string(), v.to_string())),
             );
             headers.extend(n.headers.iter().cloned());
-            let t = Http::new(n.target.clone(), headers, d.request_timeout);
-            sender::spawn(encoder, c, t, queue, d, stats)?
+            spawn(
+                s,
+                encoder,
+                Http::new(n.target.clone(), headers, timeout),
+                st,
+            )
         }
-        Transport::Tcp | Transport::Local => {
-            let t = Tcp::new(n.target.clone(), d.request_timeout);
-            sender::spawn(encoder, c, t, queue, d, stats)?
-        }
-    })
+        Transport::Tcp => spawn(s, encoder, Tcp::new(n.target.clone(), timeout), st),
+        Transport::Own | Transport::Local => anyhow::bail!(
+            "sink type {} brings its own transport: start it with sinks::net::spawn",
+            s.kind.name
+        ),
+    }
+}
+
+/// Starts a network sink's sender with `encoder` over `transport`: its
+/// buffer (loading what a disk buffer kept from the last run), batching,
+/// compression and retries.
+pub fn spawn<E: BatchEncoder, T: sender::Transport>(
+    s: &Sink,
+    encoder: E,
+    transport: T,
+    st: &mut Start<'_>,
+) -> anyhow::Result<Running> {
+    let n = settings(s)?;
+    let stats = Arc::clone(&st.stats);
+    let queue = open_queue(&s.name, &n.buffer, &stats)?;
+    tracing::info!(sink = %s.name, target = %n.target, compression = n.compression.name(), "sink sending");
+    Ok(sender::spawn(
+        encoder,
+        n.compression,
+        transport,
+        queue,
+        n.delivery,
+        stats,
+    )?)
+}
+
+fn settings(s: &Sink) -> anyhow::Result<&NetSink> {
+    s.net
+        .as_ref()
+        .with_context(|| format!("sink type {} has no network settings", s.kind.name))
 }
