@@ -18,7 +18,7 @@ pub struct ConfigError {
     /// about something the file leaves out.
     pub line: Option<usize>,
     /// That line's text, trimmed, shown under the message.
-    pub source: Option<String>,
+    pub line_text: Option<String>,
     /// What is wrong, for a person.
     pub problem: String,
     /// What to write instead.
@@ -35,7 +35,7 @@ impl ConfigError {
         ConfigError {
             key: key.into(),
             line: None,
-            source: None,
+            line_text: None,
             problem: problem.into(),
             fix: fix.into(),
         }
@@ -53,7 +53,7 @@ impl fmt::Display for ConfigError {
             write!(f, "{}: ", self.key)?;
         }
         f.write_str(&self.problem)?;
-        if let Some(src) = &self.source {
+        if let Some(src) = &self.line_text {
             write!(f, "\n    | {src}")?;
         }
         if !self.fix.is_empty() {
@@ -108,7 +108,7 @@ impl<'a> Source<'a> {
     /// `e` placed at `line`, with the line's text.
     pub(crate) fn at(&self, line: Option<usize>, mut e: ConfigError) -> ConfigError {
         e.line = line;
-        e.source = line
+        e.line_text = line
             .and_then(|l| self.text.lines().nth(l - 1))
             .map(|s| s.trim().to_string());
         e

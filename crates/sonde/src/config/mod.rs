@@ -308,7 +308,7 @@ mod tests {
             "{MIN}[agent]\ninterval = \"10s\"\nintervall = \"5s\"\n"
         ));
         assert_eq!((e.key.as_str(), e.line), ("agent.intervall", Some(8)));
-        assert_eq!(e.source.as_deref(), Some("intervall = \"5s\""));
+        assert_eq!(e.line_text.as_deref(), Some("intervall = \"5s\""));
         assert_eq!(at(&format!("{MIN}path = \"x\"\n")), key("sinks[0].path", 6));
     }
 
