@@ -463,7 +463,7 @@ mod tests {
     }
 
     #[test]
-    fn sinks_md_gives_every_type_the_compressions_of_the_registry() {
+    fn sinks_md_gives_every_type_the_compressions_keys_and_headers_of_the_registry() {
         let doc = rows(include_str!("../../../../docs/SINKS.md"));
         for t in REGISTRY {
             let (_, cells) = doc
@@ -477,6 +477,21 @@ mod tests {
                 "docs/SINKS.md's compressions of {} (the default first)",
                 t.name
             );
+            let row = cells.join(" | ");
+            for k in t.keys {
+                assert!(
+                    row.contains(&format!("`{k}`")),
+                    "docs/SINKS.md's {} row does not name its key `{k}`",
+                    t.name
+                );
+            }
+            for (h, v) in t.headers {
+                assert!(
+                    row.contains(&format!("{h}: {v}")),
+                    "docs/SINKS.md's {} row does not show its header {h}",
+                    t.name
+                );
+            }
         }
         for (name, _) in &doc {
             assert!(
