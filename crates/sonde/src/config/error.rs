@@ -216,7 +216,7 @@ fn quoted_after(msg: &str, prefix: &str) -> Option<String> {
 }
 
 /// The fix for serde's own messages, which name the problem only.
-fn generic_fix(problem: &str) -> String {
+pub(crate) fn generic_fix(problem: &str) -> String {
     if problem.starts_with("unknown field") {
         "remove the key or correct its spelling (the keys this table takes are listed above)".into()
     } else if problem.starts_with("unknown variant") {

@@ -19,7 +19,7 @@ use toml::Spanned;
 
 pub use self::agent::AgentSection;
 pub use self::error::ConfigError;
-pub(crate) use self::error::{split_fix as error_split, Source};
+pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
 pub use self::units::{HostPort, HumanDuration, HumanSize, Listen, UnitError};

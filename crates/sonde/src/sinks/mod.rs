@@ -204,12 +204,12 @@ impl Sink {
             Some(toml::Value::String(s)) if !s.is_empty() => Ok(s),
             Some(toml::Value::String(_)) => Err(ConfigError::new(
                 key,
-                "is empty",
+                format!("`{key}` is empty"),
                 format!("write {key} = {example}"),
             )),
             Some(_) => Err(ConfigError::new(
                 key,
-                "is not a string",
+                format!("`{key}` is not a string"),
                 format!("write {key} = {example}"),
             )),
             None => Err(ConfigError::new(
@@ -260,7 +260,13 @@ fn place(src: Source<'_>, i: usize, span: &std::ops::Range<usize>, e: ConfigErro
 fn one(table: &toml::Table, agent: &AgentSection) -> Result<Sink, ConfigError> {
     let ty = match table.get("type") {
         Some(toml::Value::String(t)) => t.as_str(),
-        Some(_) => "",
+        Some(_) => {
+            return Err(ConfigError::new(
+                "type",
+                "`type` is not a string",
+                format!("write one of {}", names()),
+            ))
+        }
         None => {
             return Err(ConfigError::new(
                 "",
@@ -327,7 +333,7 @@ fn build(
             ConfigError::new(
                 bad.map(|(k, _)| k.clone()).unwrap_or_default(),
                 problem,
-                fix.unwrap_or("correct the value"),
+                fix.map_or_else(|| crate::config::generic_fix(problem), str::to_string),
             )
         })?;
         let (name, net) = net::check(kind, &section, &agent.data_dir)?;
