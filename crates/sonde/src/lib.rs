@@ -1,7 +1,9 @@
 //! The parts of the `sonde` binary that other code needs to reach: the
 //! configuration loader, so that the fuzz targets under `fuzz/` and the
-//! tests can feed it arbitrary text. Everything else of the binary (the
+//! tests can feed it arbitrary text, and the sink types it validates
+//! against and the agent starts. Everything else of the binary (the
 //! command line, wiring the agent together) lives in `main.rs` and its
 //! modules.
 
 pub mod config;
+pub mod sinks;

@@ -23,7 +23,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// `dirty_decay_ms:0` returns freed pages to the kernel at once rather
 /// than over 10 s. The agent frees a window's sketches and output batch at
 /// every flush, and pages kept dirty by one thread's arena cannot serve
-/// another's allocations: peak RSS at 250k series fell from 145 to 100 MiB
+/// another's allocations: peak RSS at 250k series fell by about a third
 /// with no measurable change in CPU per point (docs/BENCHMARKS.md,
 /// "returning freed pages at once").
 ///

@@ -29,15 +29,14 @@ use std::thread::JoinHandle;
 
 use anyhow::Context;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use sonde::config::{Buffer, Config, NetKind, NetSink, Receiver, Sink};
+use sonde::config::{Config, Receiver, Sink};
+use sonde::sinks::Start;
 use sonde_aggregate::AggregateConfig;
-use sonde_encode::BatchEncoder;
 use sonde_io::flusher::{self, Flusher, FlusherCommand};
 use sonde_io::http::{self, Site};
 use sonde_io::ingest::{Control, Handoff, Ingest};
 use sonde_io::receiver::{self, Bound};
-use sonde_io::sender::{self, disk::Disk, queue::Memory, Http, Queue, Tcp};
-use sonde_io::sink::{self, Console, Exposition, PrometheusExporter, SinkHandle};
+use sonde_io::sink::SinkHandle;
 use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
 
 /// Shards that may wait for the flusher before a worker blocks: two
@@ -141,41 +140,19 @@ fn retire(r: RunningReceiver, telemetry: &Telemetry) {
     tracing::info!(receiver = %r.config.listen, "receiver stopped");
 }
 
-/// The name a sink has on `/metrics`.
-fn sink_name(s: &Sink) -> String {
-    match s {
-        Sink::Console => "console".into(),
-        Sink::File(path) => format!("file:{}", path.display()),
-        Sink::PrometheusExporter(listen) => format!("prometheus_exporter:{listen}"),
-        Sink::Net(n) => n.name.clone(),
-    }
-}
-
-/// Starts a sink (an exporter's listener goes to `sites`). `stats` carries
-/// the counters of the sink it replaces, if any.
+/// Starts a sink as its type says (an exporter's listener goes to
+/// `sites`). `stats` carries the counters of the sink it replaces, if any.
 fn start_sink(
     s: &Sink,
     sites: &mut Vec<(std::net::TcpListener, Site)>,
     stats: Option<Arc<SinkStats>>,
 ) -> anyhow::Result<(SinkHandle, RunningSink)> {
-    let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(sink_name(s))));
-    let (handle, thread) = match s {
-        Sink::Console => sink::spawn(Console::default(), Arc::clone(&stats))?,
-        Sink::File(path) => {
-            let f = sink::File::open(path)
-                .with_context(|| format!("opening file sink {}", path.display()))?;
-            sink::spawn(f, Arc::clone(&stats))?
-        }
-        Sink::PrometheusExporter(listen) => {
-            let l = http::bind(*listen)
-                .with_context(|| format!("cannot listen on prometheus_exporter {listen}"))?;
-            tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
-            let expo = Exposition::default();
-            sites.push((l, Site::Exporter(expo.clone())));
-            sink::spawn(PrometheusExporter::new(expo), Arc::clone(&stats))?
-        }
-        Sink::Net(n) => start_net(n, Arc::clone(&stats))?,
+    let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(s.name.clone())));
+    let mut start = Start {
+        stats: Arc::clone(&stats),
+        sites,
     };
+    let (handle, thread) = (s.kind.start)(s, &mut start)?;
     Ok((
         handle,
         RunningSink {
@@ -210,10 +187,10 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     }
 
     let mut sites = Vec::new();
-    if let Some(admin) = config.agent.admin_listen {
-        let l = http::bind(admin.0)
-            .with_context(|| format!("cannot listen on agent.admin_listen {}", admin.0))?;
-        tracing::info!(address = %admin.0, "admin listening on /health and /metrics");
+    if let Some(admin) = config.agent.admin() {
+        let l = http::bind(admin)
+            .with_context(|| format!("cannot listen on agent.admin_listen {admin}"))?;
+        tracing::info!(address = %admin, "admin listening on /health and /metrics");
         sites.push((l, Site::Admin(Arc::clone(&telemetry))));
     }
     let mut handles = Vec::new();
@@ -301,21 +278,24 @@ fn reload(
     sinks: &mut Vec<RunningSink>,
 ) {
     if new.aggregate != old.aggregate
-        || new.agent.admin_listen != old.agent.admin_listen
+        || new.agent.admin() != old.agent.admin()
         || new.agent.data_dir != old.agent.data_dir
         || new.agent.background_nice.get_ref() != old.agent.background_nice.get_ref()
     {
         tracing::warn!("SIGHUP: changes to [agent] and [histograms] apply at the next start");
     }
-    let exporters = |c: &Config| -> Vec<Sink> {
-        c.sinks
-            .iter()
-            .filter(|s| matches!(s, Sink::PrometheusExporter(_)))
-            .cloned()
-            .collect()
-    };
-    if exporters(old) != exporters(new) {
-        tracing::warn!("SIGHUP: changes to prometheus_exporter sinks apply at the next start");
+    // Sinks whose type does not reload stay as they are.
+    let changes = |s: &Sink| s.kind.reloads;
+    let fixed =
+        |c: &Config| -> Vec<Sink> { c.sinks.iter().filter(|s| !changes(s)).cloned().collect() };
+    if fixed(old) != fixed(new) {
+        let types: std::collections::BTreeSet<&str> = (fixed(old).iter().chain(&fixed(new)))
+            .map(|s| s.kind.name)
+            .collect();
+        tracing::warn!(
+            types = ?types,
+            "SIGHUP: changes to sinks of these types apply at the next start"
+        );
     }
 
     // Receivers.
@@ -364,8 +344,7 @@ fn reload(
         }
     }
 
-    // Sinks (exporters stay as they are).
-    let changes = |s: &Sink| !matches!(s, Sink::PrometheusExporter(_));
+    // Sinks.
     let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(sinks)
         .into_iter()
         .partition(|s| !changes(&s.config) || new.sinks.contains(&s.config));
@@ -376,7 +355,7 @@ fn reload(
         .filter(|s| changes(s) && !sinks.iter().any(|k| &k.config == *s))
         .collect();
     let _ = cmd.send(FlusherCommand::HoldFor(
-        added.iter().map(|s| sink_name(s)).collect(),
+        added.iter().map(|s| s.name.clone()).collect(),
     ));
     let _ = cmd.send(FlusherCommand::RemoveSinks(
         gone.iter().map(|s| s.stats.name.clone()).collect(),
@@ -393,7 +372,7 @@ fn reload(
     let mut handles = Vec::new();
     let mut failed = Vec::new();
     for s in added {
-        let name = sink_name(s);
+        let name = s.name.clone();
         // The same name keeps its counters.
         let stats = old_stats.iter().find(|o| o.name == name).cloned();
         match start_sink(s, &mut Vec::new(), stats) {
@@ -415,110 +394,4 @@ fn reload(
         sinks = sinks.len(),
         "SIGHUP: config reloaded"
     );
-}
-
-/// Starts a network sink's sender: its buffer (loading what a disk buffer
-/// kept from the last run), its encoder and its transport.
-fn start_net(n: &NetSink, stats: Arc<SinkStats>) -> anyhow::Result<(SinkHandle, JoinHandle<()>)> {
-    let queue: Box<dyn Queue> = match &n.buffer {
-        Buffer::Memory(max) => Box::new(Memory::new(*max)),
-        Buffer::Disk {
-            dir,
-            max_size,
-            sync,
-        } => {
-            let (disk, loaded) = Disk::open(dir, *max_size, *sync).with_context(|| {
-                format!(
-                    "opening the disk buffer of sink {:?} in {} (set agent.data_dir to a writable directory)",
-                    n.name,
-                    dir.display()
-                )
-            })?;
-            if loaded.records > 0 {
-                tracing::info!(sink = %n.name, requests = loaded.records, points = loaded.points, "disk buffer kept requests from the last run; sending them first");
-            }
-            if loaded.corrupt > 0 {
-                stats
-                    .corrupt_segments
-                    .fetch_add(loaded.corrupt, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(sink = %n.name, segments = loaded.corrupt, "disk buffer had torn or corrupt records (a crash while writing?); skipped them");
-            }
-            Box::new(disk)
-        }
-    };
-    let http = |content_type: &str, extra: &[(&str, &str)]| {
-        let mut headers = vec![("Content-Type".to_string(), content_type.to_string())];
-        if let Some(enc) = n.compression.content_encoding() {
-            headers.push(("Content-Encoding".into(), enc.into()));
-        }
-        headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        headers.extend(n.headers.iter().cloned());
-        Http::new(n.target.clone(), headers, n.delivery.request_timeout)
-    };
-    let tcp = || Tcp::new(n.target.clone(), n.delivery.request_timeout);
-    let (c, d) = (n.compression, n.delivery);
-    fn go<E: BatchEncoder, T: sender::Transport>(
-        e: E,
-        c: sonde_encode::compress::Compression,
-        t: T,
-        q: Box<dyn Queue>,
-        d: sender::Delivery,
-        stats: Arc<SinkStats>,
-    ) -> anyhow::Result<(SinkHandle, JoinHandle<()>)> {
-        Ok(sender::spawn(e, c, t, q, d, stats)?)
-    }
-    tracing::info!(sink = %n.name, target = %n.target, compression = n.compression.name(), "sink sending");
-    match n.kind {
-        NetKind::Http { msgpack: false } => {
-            let e = sonde_encode::json::Lines::default();
-            let t = http(e.content_type(), &[]);
-            go(e, c, t, queue, d, stats)
-        }
-        NetKind::Http { msgpack: true } => {
-            let e = sonde_encode::msgpack::Msgpack::new();
-            let t = http(e.content_type(), &[]);
-            go(e, c, t, queue, d, stats)
-        }
-        NetKind::PrometheusRemoteWrite => {
-            let e = sonde_encode::remote_write::RemoteWrite::new();
-            let t = http(
-                e.content_type(),
-                &[("X-Prometheus-Remote-Write-Version", "0.1.0")],
-            );
-            go(e, c, t, queue, d, stats)
-        }
-        NetKind::OtlpHttp => {
-            let mut e = sonde_encode::otlp::Otlp::new();
-            if let Some(host) = hostname() {
-                e = e.with_resource([("host.name", host)]);
-            }
-            let t = http(e.content_type(), &[]);
-            go(e, c, t, queue, d, stats)
-        }
-        NetKind::Influxdb => {
-            let e = sonde_encode::influx::LineProtocol::new();
-            let t = http(e.content_type(), &[]);
-            go(e, c, t, queue, d, stats)
-        }
-        NetKind::Graphite => {
-            let e = sonde_encode::graphite::Plaintext::new();
-            go(e, c, tcp(), queue, d, stats)
-        }
-        NetKind::Tcp => go(
-            sonde_encode::json::Lines::default(),
-            c,
-            tcp(),
-            queue,
-            d,
-            stats,
-        ),
-    }
-}
-
-/// This host's name (the kernel's node name), for the OTLP resource's
-/// `host.name`.
-fn hostname() -> Option<String> {
-    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
-    let h = h.trim();
-    (!h.is_empty()).then(|| h.to_string())
 }

@@ -487,11 +487,22 @@ fn admin_metrics_report_series_flushes_and_sinks() {
 #[test]
 fn validate_names_the_problem_and_its_line() {
     let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.toml");
+    let bad = dir.path().join("sonde.toml");
     std::fs::write(&bad, "[agent]\ninterval = \"30\"\n").unwrap();
     let (ok, _, err) = sonde(&["validate", "--config", bad.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("line 2") && err.contains("duration"), "{err}");
+    // Exactly what the README shows.
+    let readme = include_str!("../../../README.md");
+    let shown = readme
+        .split("$ sonde validate --config sonde.toml\n")
+        .nth(1)
+        .and_then(|r| r.split("```").next())
+        .expect("the README shows `sonde validate` output");
+    let shown = shown.replace(
+        "config file sonde.toml",
+        &format!("config file {}", bad.display()),
+    );
+    assert_eq!(err, shown);
     let good = dir.path().join("good.toml");
     std::fs::write(&good, sonde(&["default-config"]).1).unwrap();
     let (ok, out, err) = sonde(&["validate", "--config", good.to_str().unwrap()]);

@@ -1,0 +1,623 @@
+//! The configuration file: typed, validated, with errors that name the key,
+//! its line and the fix ([`ConfigError`]).
+//!
+//! Parsing and validation are one pure step ([`parse`]) that returns a
+//! [`Config`]; building the agent from it does the I/O and checks nothing
+//! again. Each section has its module: [`agent`], [`receivers`],
+//! [`histograms`], and the sinks theirs in [`crate::sinks`], where each
+//! sink type's keys are described once.
+
+pub mod agent;
+mod error;
+pub mod histograms;
+pub mod receivers;
+pub mod units;
+
+use serde::Deserialize;
+use sonde_aggregate::AggregateConfig;
+use toml::Spanned;
+
+pub use self::agent::AgentSection;
+pub use self::error::ConfigError;
+pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
+pub use self::histograms::{HistogramOverride, HistogramSection};
+pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
+pub use self::units::{HostPort, HumanDuration, HumanSize, Listen, UnitError};
+pub use crate::sinks::{Buffer, NetSink, Sink};
+
+/// The configuration `sonde run` uses when no file is given.
+pub const DEFAULT_CONFIG: &str = r#"# sonde's embedded defaults: what `sonde run` does without --config.
+[agent]
+interval = "30s"
+admin_listen = "127.0.0.1:8686"
+
+[[receivers]]
+protocol = "msgpack"
+listen = "udp://127.0.0.1:9123"
+
+[[receivers]]
+protocol = "msgpack"
+listen = "unixgram:///tmp/metric.sock"
+
+[[receivers]]
+protocol = "statsd"
+listen = "udp://127.0.0.1:8125"
+
+[[sinks]]
+type = "console"
+"#;
+
+/// The file as written. `[[sinks]]` tables stay tables here: which keys
+/// one takes depends on its `type`, which [`crate::sinks`] looks up.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    agent: AgentSection,
+    #[serde(default)]
+    receivers: Vec<Spanned<ReceiverSection>>,
+    #[serde(default)]
+    sinks: Vec<Spanned<toml::Table>>,
+    #[serde(default)]
+    histograms: HistogramSection,
+}
+
+/// A validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// `[agent]`.
+    pub agent: AgentSection,
+    /// Receivers, in file order.
+    pub receivers: Vec<Receiver>,
+    /// Sinks, in file order.
+    pub sinks: Vec<Sink>,
+    /// What the aggregator needs.
+    pub aggregate: AggregateConfig,
+}
+
+/// True for addresses only this host can reach: `127.0.0.0/8`, `::1`,
+/// and IPv4 loopback mapped into IPv6.
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Refuses a network listen address other hosts can reach, unless
+/// `agent.allow_non_loopback` says so. The caller names the key and line.
+pub(crate) fn check_loopback(allowed: bool, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
+    if allowed || is_loopback(addr.ip()) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "",
+        format!("{addr} is reachable from other hosts"),
+        "listen on 127.0.0.1 or ::1, or set `allow_non_loopback = true` in [agent] to allow it",
+    ))
+}
+
+/// Parses and validates a configuration file's text.
+///
+/// # Errors
+///
+/// The first problem found, as a [`ConfigError`] naming the key, its line
+/// and the fix: TOML syntax, unknown keys, bad durations or addresses,
+/// duplicate listen addresses, a protocol on a transport it cannot use, a
+/// sink type or key the registry does not know, no receivers or no sinks,
+/// bad histogram bounds.
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let src = Source { text };
+    let file: File = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    let agent = file.agent;
+    let max_key_bytes = agent::check(src, &agent)?;
+    if file.sinks.is_empty() && !file.receivers.is_empty() {
+        return Err(crate::sinks::none());
+    }
+    let receivers = receivers::check(src, &file.receivers, agent.allow_non_loopback)?;
+    if let Some(a) = agent.admin() {
+        check_loopback(agent.allow_non_loopback, a).map_err(|e| {
+            src.at(
+                src.line(&agent.admin_listen.span()),
+                ConfigError {
+                    key: "agent.admin_listen".into(),
+                    ..e
+                },
+            )
+        })?;
+    }
+    let sinks = crate::sinks::check(src, &file.sinks, &agent)?;
+    let histograms = histograms::check(src, &file.histograms)?;
+    let aggregate = AggregateConfig {
+        interval: agent.interval.get_ref().0,
+        expire_windows: *agent.expire_windows.get_ref(),
+        histograms,
+        max_series: *agent.max_series.get_ref(),
+        max_series_per_metric: agent.max_series_per_metric.as_ref().map(|m| *m.get_ref()),
+        max_key_bytes,
+        ..AggregateConfig::default()
+    };
+    Ok(Config {
+        agent,
+        receivers,
+        sinks,
+        aggregate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use sonde_encode::compress::Compression;
+    use sonde_io::receiver::SocketOptions;
+    use sonde_io::sender::Delivery;
+
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        match parse(text) {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e,
+        }
+    }
+
+    /// The key and the line of the error `text` gives.
+    fn at(text: &str) -> (String, Option<usize>) {
+        let e = err(text);
+        (e.key, e.line)
+    }
+
+    fn key(k: &str, line: usize) -> (String, Option<usize>) {
+        (k.to_string(), Some(line))
+    }
+
+    /// Five lines: a receiver and a console sink.
+    const MIN: &str = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"console\"\n";
+
+    fn net(extra: &str) -> (Sink, NetSink) {
+        let c = parse(&format!("{MIN}[[sinks]]\n{extra}")).unwrap();
+        let s = c.sinks.into_iter().nth(1).unwrap();
+        let n = s.net.clone().unwrap();
+        (s, n)
+    }
+
+    #[test]
+    fn network_sinks_default_to_what_their_backend_accepts() {
+        let (s, rw) = net(
+            "type = \"prometheus_remote_write\"\nurl = \"http://127.0.0.1:9090/api/v1/write\"\n",
+        );
+        assert_eq!(
+            (s.name.as_str(), rw.compression),
+            ("prometheus_remote_write", Compression::Snappy)
+        );
+        assert_eq!(rw.buffer, Buffer::Memory(64 << 20));
+        assert_eq!(rw.delivery, Delivery::default());
+        let (_, influx) =
+            net("type = \"influxdb\"\nurl = \"http://127.0.0.1:8086/\"\ndatabase = \"my db\"\n");
+        assert_eq!(
+            influx.target,
+            "http://127.0.0.1:8086/write?db=my%20db&precision=s"
+        );
+        assert_eq!(influx.compression, Compression::Gzip { level: 1 });
+        let (s, http) = net("type = \"http\"\nurl = \"https://example.com/in\"\nformat = \"msgpack\"\ncompression_level = 3\n");
+        assert_eq!(s.option("format"), Some("msgpack"));
+        assert_eq!(http.compression, Compression::Zstd { level: 3 });
+        let (_, tcp) = net("type = \"tcp\"\naddress = \"localhost:9000\"\nmax_batch_points = 5\nmax_batch_age = \"0s\"\nbuffer = { type = \"disk\", max_size = \"2GiB\" }\n");
+        assert_eq!(
+            (tcp.compression, tcp.delivery.max_batch_points),
+            (Compression::None, 5)
+        );
+        assert_eq!(tcp.delivery.max_batch_age, Duration::ZERO);
+        assert_eq!(
+            tcp.buffer,
+            Buffer::Disk {
+                dir: PathBuf::from("/var/lib/sonde/buffers/tcp"),
+                max_size: 2 << 30,
+                sync: true
+            }
+        );
+        let (g, _) =
+            net("type = \"graphite\"\naddress = \"127.0.0.1:2003\"\nname = \"carbon-a\"\n");
+        assert_eq!((g.name.as_str(), g.kind.name), ("carbon-a", "graphite"));
+    }
+
+    #[test]
+    fn network_sink_mistakes_name_the_key_and_the_line() {
+        // The sink's table starts on line 6, its `type` is on line 7.
+        let e = |extra: &str| at(&format!("{MIN}[[sinks]]\n{extra}"));
+        let rw = err(&format!(
+            "{MIN}[[sinks]]\ntype = \"prometheus_remote_write\"\nurl = \"http://a:1/\"\ncompression = \"zstd\"\n"
+        ));
+        assert_eq!(
+            (rw.key.as_str(), rw.line),
+            ("sinks[1].compression", Some(9))
+        );
+        assert!(rw.fix.contains("\"snappy\""), "{rw}");
+        assert_eq!(
+            e("type = \"influxdb\"\nurl = \"http://a:1\"\n"),
+            key("sinks[1].database", 6)
+        );
+        let g = err(&format!(
+            "{MIN}[[sinks]]\ntype = \"graphite\"\nurl = \"http://a:1\"\n"
+        ));
+        assert_eq!((g.key.as_str(), g.line), ("sinks[1].url", Some(8)));
+        assert!(g.fix.contains("address = "), "{g}");
+        let h = err(&format!(
+            "{MIN}[[sinks]]\ntype = \"http\"\naddress = \"a:1\"\n"
+        ));
+        assert_eq!((h.key.as_str(), h.line), ("sinks[1].address", Some(8)));
+        assert!(h.fix.contains("url = "), "{h}");
+        assert_eq!(
+            e("type = \"http\"\nurl = \"ftp://a\"\n"),
+            key("sinks[1].url", 8)
+        );
+        assert_eq!(
+            e("type = \"tcp\"\naddress = \"nowhere\"\n"),
+            key("sinks[1].address", 8)
+        );
+        assert_eq!(
+            e("type = \"http\"\nurl = \"http://a:1\"\ncompression_level = 40\n"),
+            key("sinks[1].compression_level", 9)
+        );
+        assert_eq!(
+            e("type = \"http\"\nurl = \"http://a:1\"\nbuffer = { type = \"tape\" }\n"),
+            key("sinks[1].buffer.type", 9)
+        );
+        assert_eq!(
+            e("type = \"http\"\nurl = \"http://a:1\"\nheaders = { \"Content-Type\" = \"x\" }\n"),
+            key("sinks[1].headers", 9)
+        );
+        assert_eq!(
+            e("type = \"http\"\nurl = \"http://a:1\"\nbatch_size = 1\n"),
+            key("sinks[1].batch_size", 9)
+        );
+        assert_eq!(
+            e("type = \"graphite\"\naddress = \"a:1\"\nheaders = { A = \"b\" }\n"),
+            key("sinks[1].headers", 9)
+        );
+        assert_eq!(
+            e("type = \"http\"\nurl = \"http://a:1\"\nformat = \"xml\"\n"),
+            key("sinks[1].format", 9)
+        );
+        assert_eq!(
+            e("type = \"tcp\"\naddress = \"a:1\"\nmax_batch_age = \"1 sec\"\n"),
+            key("sinks[1].max_batch_age", 9)
+        );
+        let two = "type = \"http\"\nurl = \"http://a:1\"\n[[sinks]]\ntype = \"http\"\nurl = \"http://b:1\"\n";
+        let e2 = err(&format!("{MIN}[[sinks]]\n{two}"));
+        assert_eq!((e2.key.as_str(), e2.line), ("sinks[2].name", Some(9)));
+        assert!(e2.problem.contains("sinks[1]"), "{e2}");
+    }
+
+    #[test]
+    fn the_embedded_defaults_parse() {
+        let c = parse(DEFAULT_CONFIG).unwrap();
+        assert_eq!(c.receivers.len(), 3);
+        assert_eq!(c.aggregate.interval, Duration::from_secs(30));
+        assert_eq!(c.sinks.len(), 1);
+        assert_eq!(c.sinks[0].kind.name, "console");
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_and_line() {
+        let e = err(&format!(
+            "{MIN}[agent]\ninterval = \"10s\"\nintervall = \"5s\"\n"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("agent.intervall", Some(8)));
+        assert_eq!(e.line_text.as_deref(), Some("intervall = \"5s\""));
+        assert_eq!(at(&format!("{MIN}path = \"x\"\n")), key("sinks[0].path", 6));
+    }
+
+    #[test]
+    fn bad_durations_name_the_line_and_the_fix() {
+        let e = err(&format!("[agent]\ninterval = \"10 sec\"\n{MIN}"));
+        assert_eq!((e.key.as_str(), e.line), ("agent.interval", Some(2)));
+        assert!(e.problem.contains("\"10 sec\""), "{e}");
+        assert!(e.fix.contains("\"10s\""), "{e}");
+    }
+
+    #[test]
+    fn an_interval_out_of_range_names_its_line() {
+        let e = err(&format!("[agent]\n\ninterval = \"10ms\"\n{MIN}"));
+        assert_eq!((e.key.as_str(), e.line), ("agent.interval", Some(3)));
+        assert!(e.fix.contains("\"100ms\""), "{e}");
+        assert_eq!(
+            at(&format!("[agent]\nexpire_windows = 0\n{MIN}")),
+            key("agent.expire_windows", 2)
+        );
+    }
+
+    #[test]
+    fn errors_print_the_line_the_key_the_problem_and_the_fix() {
+        let e = err(&format!("[agent]\ninterval = \"10ms\"\n{MIN}"));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "line 2: agent.interval: {}\n    | interval = \"10ms\"\n    fix: {}",
+                e.problem, e.fix
+            )
+        );
+        // No line; a fix of several lines stays indented under the message.
+        let e = err("[[sinks]]\ntype = \"console\"\n");
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with(&format!("receivers: {}\n    fix: add one", e.problem)),
+            "{shown}"
+        );
+        assert!(
+            shown.lines().skip(1).all(|l| l.starts_with("    ")),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn bad_addresses_name_the_line() {
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp:/127.0.0.1\"\n[[sinks]]\ntype = \"console\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].listen", Some(3)));
+        assert!(e.problem.contains("unknown scheme"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_listen_addresses_name_both_lines() {
+        let e = err(&format!(
+            "{MIN}[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"udp://127.0.0.1:8125\"\n"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("receivers[1].listen", Some(8)));
+        assert!(e.problem.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn msgpack_over_a_stream_is_refused() {
+        let e = err("[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"tcp://127.0.0.1:9000\"\n[[sinks]]\ntype = \"console\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].listen", Some(3)));
+        assert!(e.problem.contains("msgpack"), "{e}");
+    }
+
+    #[test]
+    fn unknown_sink_types_list_the_registry_and_unknown_keys_are_errors() {
+        let e = err(&format!("{MIN}[[sinks]]\ntype = \"kafka\"\n"));
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].type", Some(7)));
+        assert!(e.problem.contains("kafka"), "{e}");
+        for t in crate::sinks::REGISTRY {
+            assert!(e.fix.contains(&format!("\"{}\"", t.name)), "{e}");
+        }
+        assert_eq!(
+            at(&format!("{MIN}[[sinks]]\nname = \"x\"\n")),
+            key("sinks[1]", 6)
+        );
+        let e = err(&format!(
+            "{MIN}[[sinks]]\ntype = \"file\"\npath = \"a\"\nmode = 1\n"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].mode", Some(9)));
+        assert!(e.fix.contains("`path`"), "{e}");
+        assert_eq!(
+            at(&format!("{MIN}[[sinks]]\ntype = \"file\"\n")),
+            key("sinks[1].path", 6)
+        );
+    }
+
+    #[test]
+    fn histogram_bounds_must_increase() {
+        let e = err(&format!("{MIN}[histograms]\nbuckets = [1, 5, 2]\n"));
+        assert_eq!((e.key.as_str(), e.line), ("histograms.buckets", Some(7)));
+        assert!(e.problem.contains("increasing"), "{e}");
+        assert_eq!(
+            at(&format!(
+                "{MIN}[[histograms.overrides]]\nprefix = \"a\"\nbuckets = []\n"
+            )),
+            key("histograms.overrides[0].buckets", 8)
+        );
+        let c = parse(&format!(
+            "{MIN}[histograms]\nbuckets = [1, 2]\n[[histograms.overrides]]\nprefix = \"web.\"\nbuckets = [10]\n"
+        ))
+        .unwrap();
+        assert_eq!(&*c.aggregate.histograms.for_name(b"web.x").values, &[10.0]);
+        assert_eq!(
+            &*c.aggregate.histograms.for_name(b"db.x").values,
+            &[1.0, 2.0]
+        );
+    }
+
+    #[test]
+    fn series_limits_default_to_250k_and_no_per_metric_limit() {
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.aggregate.max_series, 250_000);
+        assert_eq!(c.aggregate.max_series_per_metric, None);
+        let c = parse(&format!(
+            "[agent]\nmax_series = 10\nmax_series_per_metric = 3\n{MIN}"
+        ))
+        .unwrap();
+        assert_eq!(c.aggregate.max_series, 10);
+        assert_eq!(c.aggregate.max_series_per_metric, Some(3));
+        assert_eq!(
+            at(&format!("[agent]\nmax_series = 0\n{MIN}")),
+            key("agent.max_series", 2)
+        );
+        assert_eq!(
+            at(&format!("[agent]\n\nmax_series_per_metric = 0\n{MIN}")),
+            key("agent.max_series_per_metric", 3)
+        );
+        assert_eq!(
+            at(&format!("[agent]\nmax_series = -1\n{MIN}")),
+            key("agent.max_series", 2)
+        );
+        assert_eq!(parse(MIN).unwrap().aggregate.max_key_bytes, 4096);
+        let c = parse(&format!("[agent]\nmax_key_size = \"1KiB\"\n{MIN}")).unwrap();
+        assert_eq!(c.aggregate.max_key_bytes, 1024);
+        assert_eq!(
+            at(&format!("[agent]\nmax_key_size = \"1MiB\"\n{MIN}")),
+            key("agent.max_key_size", 2)
+        );
+        assert_eq!(
+            at(&format!("[agent]\nbackground_nice = 20\n{MIN}")),
+            key("agent.background_nice", 2)
+        );
+    }
+
+    #[test]
+    fn listening_beyond_loopback_needs_allow_non_loopback() {
+        let recv = |addr: &str| {
+            format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"{addr}\"\n[[sinks]]\ntype = \"console\"\n")
+        };
+        for addr in [
+            "udp://0.0.0.0:8125",
+            "tcp://[::]:8125",
+            "udp://10.1.2.3:8125",
+        ] {
+            let e = err(&recv(addr));
+            assert_eq!((e.key.as_str(), e.line), ("receivers[0].listen", Some(3)));
+            assert!(e.fix.contains("allow_non_loopback = true"), "{e}");
+            parse(&format!(
+                "[agent]\nallow_non_loopback = true\n{}",
+                recv(addr)
+            ))
+            .unwrap();
+        }
+        for addr in [
+            "udp://127.0.0.1:8125",
+            "udp://127.1.2.3:8125",
+            "udp://[::1]:8125",
+            "udp://[::ffff:127.0.0.1]:8125",
+            "udp://localhost:8125",
+            "unixgram:///tmp/x.sock",
+        ] {
+            parse(&recv(addr)).unwrap_or_else(|e| panic!("{addr}: {e}"));
+        }
+        let e = err(&format!("[agent]\nadmin_listen = \"0.0.0.0:8686\"\n{MIN}"));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(2)));
+        assert!(e.fix.contains("allow_non_loopback"), "{e}");
+        assert_eq!(
+            at(&format!(
+                "{MIN}[[sinks]]\ntype = \"prometheus_exporter\"\nlisten = \"0.0.0.0:9102\"\n"
+            )),
+            key("sinks[1].listen", 8)
+        );
+        // A sink's listener may not take the admin listener's address.
+        assert_eq!(
+            at(&format!(
+                "{MIN}[[sinks]]\ntype = \"prometheus_exporter\"\nlisten = \"127.0.0.1:8686\"\n"
+            )),
+            key("sinks[1].listen", 8)
+        );
+        // The embedded defaults listen on loopback only.
+        assert_eq!(
+            parse(DEFAULT_CONFIG).unwrap().agent.admin(),
+            Some(([127, 0, 0, 1], 8686).into())
+        );
+    }
+
+    #[test]
+    fn unix_socket_files_take_a_mode_owner_and_group() {
+        let unix = "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixgram:///tmp/m.sock\"\n";
+        let c = parse(&format!("{unix}[[sinks]]\ntype = \"console\"\n")).unwrap();
+        assert_eq!(c.receivers[0].options.mode, 0o666);
+        let c = parse(&format!(
+            "{unix}mode = \"0660\"\nowner = \"nobody\"\ngroup = \"0\"\n[[sinks]]\ntype = \"console\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.receivers[0].options.mode, 0o660);
+        assert_eq!(c.receivers[0].owner.as_deref(), Some("nobody"));
+        assert_eq!(c.receivers[0].group.as_deref(), Some("0"));
+        for bad in ["\"660x\"", "\"1777\"", "\"\"", "\"rw-rw----\""] {
+            assert_eq!(
+                at(&format!(
+                    "{unix}mode = {bad}\n[[sinks]]\ntype = \"console\"\n"
+                )),
+                key("receivers[0].mode", 4),
+                "{bad}"
+            );
+        }
+        let e = err(&MIN.replace(
+            "listen = \"udp://127.0.0.1:8125\"\n",
+            "listen = \"udp://127.0.0.1:8125\"\nmode = \"0600\"\n",
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].mode", Some(4)));
+        assert!(e.problem.contains("unix socket files only"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_admin_listen_turns_it_off() {
+        let c = parse(&format!("[agent]\nadmin_listen = \"\"\n{MIN}")).unwrap();
+        assert!(c.agent.admin().is_none());
+    }
+
+    #[test]
+    fn no_receivers_or_no_sinks_is_an_error() {
+        let e = err("[[sinks]]\ntype = \"console\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("receivers", None));
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:1\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("sinks", None));
+    }
+
+    #[test]
+    fn toml_syntax_errors_name_the_line() {
+        let e = err(&format!("{MIN}[agent\n"));
+        assert_eq!(e.line, Some(6), "{e}");
+        let e = err(&format!("[agent]\ninterval = 30s\n{MIN}"));
+        assert_eq!((e.key.as_str(), e.line), ("agent.interval", Some(2)));
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\n[[sinks]]\ntype = \"console\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].listen", Some(1)));
+        assert!(e.fix.contains("`listen`"), "{e}");
+    }
+
+    #[test]
+    fn every_example_config_parses() {
+        parse(include_str!("../../../../examples/sonde.toml")).unwrap();
+        // Every TOML block of the README that has receivers is a full
+        // config; docs/SINKS.md's blocks are sinks, checked with a receiver.
+        let readme = include_str!("../../../../README.md");
+        let sinks = include_str!("../../../../docs/SINKS.md");
+        let mut checked = 0;
+        for block in readme.split("```toml\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            if block.contains("[[receivers]]") {
+                parse(block).unwrap_or_else(|e| panic!("README block fails: {e}\n{block}"));
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 1,
+            "the README's configuration example was not found"
+        );
+        let mut checked = 0;
+        for block in sinks.split("```toml\n").skip(1) {
+            let block = block.split("```").next().unwrap();
+            let text = format!(
+                "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n{block}"
+            );
+            parse(&text).unwrap_or_else(|e| panic!("docs/SINKS.md block fails: {e}\n{block}"));
+            checked += 1;
+        }
+        assert!(checked >= 1, "docs/SINKS.md's example was not found");
+    }
+
+    #[test]
+    fn workers_and_receive_buffers_are_checked() {
+        let c = parse("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nworkers = 2\nreceive_buffer = \"16MiB\"\n[[sinks]]\ntype = \"console\"\n").unwrap();
+        assert_eq!(
+            c.receivers[0].options,
+            SocketOptions {
+                workers: 2,
+                receive_buffer: 16 << 20,
+                ..SocketOptions::default()
+            }
+        );
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"tcp://127.0.0.1:8125\"\nworkers = 2\n[[sinks]]\ntype = \"console\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].workers", Some(4)));
+        assert!(e.problem.contains("udp://"), "{e}");
+        assert_eq!(
+            at("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nworkers = 0\n[[sinks]]\ntype = \"console\"\n"),
+            key("receivers[0].workers", 4)
+        );
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nreceive_buffer = \"8 MB\"\n[[sinks]]\ntype = \"console\"\n");
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("receivers[0].receive_buffer", Some(4))
+        );
+        assert!(e.fix.contains("MiB"), "{e}");
+    }
+}

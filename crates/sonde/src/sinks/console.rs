@@ -1,0 +1,29 @@
+//! `console`: human-readable lines on standard output.
+
+use std::sync::Arc;
+
+use sonde_io::sink::{self, Console};
+
+use super::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::config::ConfigError;
+
+/// `type = "console"`.
+pub static TYPE: SinkType = SinkType {
+    name: "console",
+    accepts: &[Input::Metrics],
+    transport: Transport::Local,
+    compressions: &[],
+    headers: &[],
+    keys: &[],
+    check,
+    start,
+    reloads: true,
+};
+
+fn check(_: &mut Sink) -> Result<(), ConfigError> {
+    Ok(())
+}
+
+fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
+    Ok(sink::spawn(Console::default(), Arc::clone(&st.stats))?)
+}

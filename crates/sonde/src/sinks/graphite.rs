@@ -1,0 +1,28 @@
+//! `graphite`: Graphite plaintext over TCP to `address`.
+
+use sonde_encode::graphite::Plaintext;
+
+use super::{net, Input, Running, Sink, SinkType, Start, Transport};
+use crate::config::ConfigError;
+
+/// `type = "graphite"`.
+pub static TYPE: SinkType = SinkType {
+    name: "graphite",
+    accepts: &[Input::Metrics],
+    transport: Transport::Tcp,
+    // carbon reads plain text.
+    compressions: &["none"],
+    headers: &[],
+    keys: &[],
+    check,
+    start,
+    reloads: true,
+};
+
+fn check(_: &mut Sink) -> Result<(), ConfigError> {
+    Ok(())
+}
+
+fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
+    net::start(s, Plaintext::new(), st)
+}

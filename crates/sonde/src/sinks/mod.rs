@@ -1,0 +1,634 @@
+//! Sink types, each described once.
+//!
+//! A [`SinkType`] says everything the agent knows about one `type` of
+//! `[[sinks]]`: its name, what it accepts, its transport, the compressions
+//! its backend takes (the default first), the protocol headers it sends,
+//! the keys of its own, how those keys are checked and how the sink is
+//! started. Config validation (run by [`crate::config::parse`]), the
+//! wiring in `sonde run` ([`SinkType::start`]) and the test that reads
+//! docs/SINKS.md all read the descriptor.
+//!
+//! # Adding a sink type
+//!
+//! Write one file here with its `TYPE` (see `influxdb.rs` for a network
+//! sink with a key of its own), declare the module and add its line to
+//! [`REGISTRY`]. A backend reached neither over HTTP nor over TCP takes
+//! [`Transport::Own`] and hands its transport to [`net::spawn`]. Then give
+//! it its row in the tables of docs/SINKS.md and the README; tests check
+//! both against the registry.
+//!
+//! The encoders stay in `sonde-encode` and the senders in `sonde-io`; a
+//! sink type's file only names which it uses.
+
+pub mod console;
+pub mod file;
+pub mod graphite;
+pub mod http;
+pub mod influxdb;
+pub mod net;
+pub mod otlp_http;
+pub mod prometheus_exporter;
+pub mod prometheus_remote_write;
+pub mod tcp;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use sonde_io::http::Site;
+use sonde_io::sink::SinkHandle;
+use sonde_io::telemetry::SinkStats;
+use toml::Spanned;
+
+use crate::config::{AgentSection, ConfigError, Source};
+pub use net::{Buffer, BufferSection, NetSink, NetSinkSection};
+
+/// Every sink type, by the name `type` gives it.
+pub static REGISTRY: &[&SinkType] = &[
+    &console::TYPE,
+    &file::TYPE,
+    &prometheus_exporter::TYPE,
+    &prometheus_remote_write::TYPE,
+    &otlp_http::TYPE,
+    &influxdb::TYPE,
+    &graphite::TYPE,
+    &http::TYPE,
+    &tcp::TYPE,
+];
+
+/// The sink type called `name`.
+pub fn lookup(name: &str) -> Option<&'static SinkType> {
+    REGISTRY.iter().copied().find(|t| t.name == name)
+}
+
+/// What a sink takes from the flusher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Flushed metric windows.
+    Metrics,
+    // Log records come next, with log shipping.
+}
+
+/// How a sink reaches its backend; this decides which common keys it takes
+/// ([`Transport::keys`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Requests POSTed to `url`.
+    Http,
+    /// A persistent TCP connection to `address`.
+    Tcp,
+    /// A connection of the type's own (a message queue's client, say):
+    /// the type takes the common network keys but no `url` or `address`,
+    /// names its target with keys of its own, and its `start` hands its
+    /// transport to [`net::spawn`].
+    Own,
+    /// Nothing leaves the host (console, file) or the backend comes to the
+    /// agent (the Prometheus exporter): no batching, buffer or retries.
+    Local,
+}
+
+/// Keys of every network sink: its name, compression, batching, retries
+/// and buffer (see [`NetSinkSection`]).
+const NET_KEYS: &[&str] = &[
+    "name",
+    "compression",
+    "compression_level",
+    "max_batch_points",
+    "max_batch_bytes",
+    "max_batch_age",
+    "request_timeout",
+    "retry_min_backoff",
+    "retry_max_backoff",
+    "shutdown_grace",
+    "buffer",
+];
+
+impl Transport {
+    /// The keys every sink of this transport takes, besides `type`.
+    pub fn keys(self) -> Vec<&'static str> {
+        match self {
+            Transport::Http => ["url", "headers"].iter().chain(NET_KEYS).copied().collect(),
+            Transport::Tcp => ["address"].iter().chain(NET_KEYS).copied().collect(),
+            Transport::Own => NET_KEYS.to_vec(),
+            Transport::Local => Vec::new(),
+        }
+    }
+}
+
+/// What starting a sink gets: its counters and where a listening sink
+/// puts its HTTP site.
+pub struct Start<'a> {
+    /// The sink's counters on `/metrics`.
+    pub stats: Arc<SinkStats>,
+    /// Listeners the agent's HTTP thread serves.
+    pub sites: &'a mut Vec<(TcpListener, Site)>,
+}
+
+/// A started sink: the handle the flusher sends windows to, and its thread.
+pub type Running = (SinkHandle, JoinHandle<()>);
+
+/// One sink type; see the module docs.
+pub struct SinkType {
+    /// The value of `type`.
+    pub name: &'static str,
+    /// What it takes from the flusher.
+    pub accepts: &'static [Input],
+    /// How it reaches its backend.
+    pub transport: Transport,
+    /// The `compression` values its backend accepts, the default first;
+    /// empty for local sinks.
+    pub compressions: &'static [&'static str],
+    /// Headers of the protocol sent with every request, besides
+    /// `Content-Type` (the encoder's) and `Content-Encoding` (the
+    /// compression's).
+    pub headers: &'static [(&'static str, &'static str)],
+    /// Keys of its own, besides `type` and its transport's.
+    pub keys: &'static [&'static str],
+    /// Checks its own keys, kept in [`Sink::options`], and fills in what
+    /// they decide (a name, a target, a listen address). Errors name the
+    /// key relative to the sink (`database`); the caller places them.
+    pub check: fn(&mut Sink) -> Result<(), ConfigError>,
+    /// Starts a validated sink of this type.
+    pub start: fn(&Sink, &mut Start<'_>) -> anyhow::Result<Running>,
+    /// False when a reload leaves running sinks of this type as they are
+    /// (a listener bound at start); changes apply at the next start.
+    pub reloads: bool,
+}
+
+impl SinkType {
+    /// The compression used when `compression` is not set.
+    pub fn default_compression(&self) -> Option<&'static str> {
+        self.compressions.first().copied()
+    }
+}
+
+impl PartialEq for SinkType {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl fmt::Debug for SinkType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// A sink, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sink {
+    /// Its type.
+    pub kind: &'static SinkType,
+    /// Its name in logs, on `/metrics` and for its disk buffer.
+    pub name: String,
+    /// The keys of its own ([`SinkType::keys`]) as written.
+    pub options: toml::Table,
+    /// Where it listens, if it does: checked against loopback and the
+    /// agent's other listeners.
+    pub listen: Option<SocketAddr>,
+    /// A network sink's target, compression, batching and buffer.
+    pub net: Option<NetSink>,
+}
+
+impl Sink {
+    /// The string value of one of its own keys.
+    pub fn option(&self, key: &str) -> Option<&str> {
+        self.options.get(key).and_then(toml::Value::as_str)
+    }
+
+    /// A string key the type requires; errors say what to write.
+    pub(crate) fn required(&self, key: &str, example: &str) -> Result<&str, ConfigError> {
+        match self.options.get(key) {
+            Some(toml::Value::String(s)) if !s.is_empty() => Ok(s),
+            Some(toml::Value::String(_)) => Err(ConfigError::new(
+                key,
+                format!("`{key}` is empty"),
+                format!("write {key} = {example}"),
+            )),
+            Some(_) => Err(ConfigError::new(
+                key,
+                format!("`{key}` is not a string"),
+                format!("write {key} = {example}"),
+            )),
+            None => Err(ConfigError::new(
+                key,
+                format!("{} needs `{key}`", self.kind.name),
+                format!("add {key} = {example}"),
+            )),
+        }
+    }
+}
+
+/// The names in [`REGISTRY`], for messages.
+fn names() -> String {
+    REGISTRY
+        .iter()
+        .map(|t| format!("\"{}\"", t.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The error for a file with receivers and no sinks.
+pub(crate) fn none() -> ConfigError {
+    ConfigError::new(
+        "sinks",
+        "no [[sinks]]: windows would go nowhere",
+        "add one, e.g.\n[[sinks]]\ntype = \"console\"",
+    )
+}
+
+/// Places an error about a key of `sinks[i]`, given relative to the sink,
+/// at that key's line.
+fn place(src: Source<'_>, i: usize, span: &std::ops::Range<usize>, e: ConfigError) -> ConfigError {
+    let first = e.key.split(['.', '[']).next().unwrap_or("");
+    let line = if first.is_empty() {
+        src.line(span)
+    } else {
+        src.key_line(span, first)
+    };
+    let key = if e.key.is_empty() {
+        format!("sinks[{i}]")
+    } else {
+        format!("sinks[{i}].{}", e.key)
+    };
+    src.at(line, ConfigError { key, ..e })
+}
+
+/// Validates one `[[sinks]]` table, with errors relative to it.
+fn one(table: &toml::Table, agent: &AgentSection) -> Result<Sink, ConfigError> {
+    let ty = match table.get("type") {
+        Some(toml::Value::String(t)) => t.as_str(),
+        Some(_) => {
+            return Err(ConfigError::new(
+                "type",
+                "`type` is not a string",
+                format!("write one of {}", names()),
+            ))
+        }
+        None => {
+            return Err(ConfigError::new(
+                "",
+                "a sink needs a `type`",
+                format!("add type = one of {}", names()),
+            ))
+        }
+    };
+    let kind = lookup(ty).ok_or_else(|| {
+        ConfigError::new(
+            "type",
+            format!("{ty:?} is not a sink type"),
+            format!("write one of {}", names()),
+        )
+    })?;
+    build(kind, table, agent)
+}
+
+/// Validates a `[[sinks]]` table of type `kind`, with errors relative to
+/// it: the keys it takes, the common ones of its transport, then its own.
+fn build(
+    kind: &'static SinkType,
+    table: &toml::Table,
+    agent: &AgentSection,
+) -> Result<Sink, ConfigError> {
+    let common = kind.transport.keys();
+    let mut own = toml::Table::new();
+    let mut rest = toml::Table::new();
+    for (k, v) in table {
+        if k == "type" {
+            continue;
+        }
+        if kind.keys.contains(&k.as_str()) {
+            own.insert(k.clone(), v.clone());
+        } else if common.contains(&k.as_str()) {
+            rest.insert(k.clone(), v.clone());
+        } else {
+            return Err(ConfigError::new(
+                k.as_str(),
+                format!("{} sinks take no `{k}`", kind.name),
+                not_taken_fix(kind, k, &common),
+            ));
+        }
+    }
+    let mut sink = Sink {
+        kind,
+        name: kind.name.to_string(),
+        options: own,
+        listen: None,
+        net: None,
+    };
+    if kind.transport != Transport::Local {
+        let section: NetSinkSection = toml::Value::Table(rest.clone()).try_into().map_err(|e| {
+            let msg = e.message().trim_end();
+            let (problem, fix) = crate::config::error_split(msg);
+            // serde names the key of an unknown or missing field but not
+            // the one whose value failed: that is the key that fails alone.
+            let bad = rest.iter().find(|(k, v)| {
+                let alone = toml::Table::from_iter([((*k).clone(), (*v).clone())]);
+                toml::Value::Table(alone)
+                    .try_into::<NetSinkSection>()
+                    .is_err()
+            });
+            ConfigError::new(
+                bad.map(|(k, _)| k.clone()).unwrap_or_default(),
+                problem,
+                fix.map_or_else(|| crate::config::generic_fix(problem), str::to_string),
+            )
+        })?;
+        let (name, net) = net::check(kind, &section, &agent.data_dir)?;
+        sink.name = name;
+        sink.net = Some(net);
+    }
+    (kind.check)(&mut sink)?;
+    Ok(sink)
+}
+
+/// The fix for a key the type does not take.
+fn not_taken_fix(kind: &SinkType, key: &str, common: &[&str]) -> String {
+    match (kind.transport, key) {
+        (Transport::Tcp, "url") => {
+            format!(
+                "{} connects over TCP: write address = \"HOST:PORT\" instead",
+                kind.name
+            )
+        }
+        (Transport::Http, "address") => {
+            format!(
+                "{} POSTs over HTTP: write url = \"http://HOST:PORT/...\" instead",
+                kind.name
+            )
+        }
+        (Transport::Tcp, "headers") => format!("{} is not HTTP: remove `headers`", kind.name),
+        _ => {
+            let takes: Vec<String> = kind
+                .keys
+                .iter()
+                .chain(common)
+                .map(|k| format!("`{k}`"))
+                .collect();
+            if takes.is_empty() {
+                format!("remove it: {} takes only `type`", kind.name)
+            } else {
+                format!("remove it: {} takes {}", kind.name, takes.join(", "))
+            }
+        }
+    }
+}
+
+/// Validates the `[[sinks]]` tables: a known type each, the keys that type
+/// takes, distinct names and listen addresses.
+pub(crate) fn check(
+    src: Source<'_>,
+    tables: &[Spanned<toml::Table>],
+    agent: &AgentSection,
+) -> Result<Vec<Sink>, ConfigError> {
+    if tables.is_empty() {
+        return Err(none());
+    }
+    let mut listeners: HashMap<SocketAddr, String> = HashMap::new();
+    if let Some(a) = agent.admin() {
+        listeners.insert(a, "agent.admin_listen".into());
+    }
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut sinks = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let span = t.span();
+        let sink = one(t.get_ref(), agent).map_err(|e| place(src, i, &span, e))?;
+        if let Some(addr) = sink.listen {
+            crate::config::check_loopback(agent.allow_non_loopback, addr).map_err(|e| {
+                place(
+                    src,
+                    i,
+                    &span,
+                    ConfigError {
+                        key: "listen".into(),
+                        ..e
+                    },
+                )
+            })?;
+            if let Some(other) = listeners.insert(addr, format!("sinks[{i}].listen")) {
+                return Err(place(
+                    src,
+                    i,
+                    &span,
+                    ConfigError::new(
+                        "listen",
+                        format!("{addr} is already used by {other}"),
+                        "give each listener its own port",
+                    ),
+                ));
+            }
+        }
+        if sink.net.is_some() {
+            if let Some(j) = names.insert(sink.name.clone(), i) {
+                return Err(place(
+                    src,
+                    i,
+                    &span,
+                    ConfigError::new(
+                        "name",
+                        format!("{:?} is also the name of sinks[{j}]", sink.name),
+                        "give each sink of a type a distinct `name`",
+                    ),
+                ));
+            }
+        }
+        sinks.push(sink);
+    }
+    Ok(sinks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows of the Markdown table in `doc` whose header starts with
+    /// `` `type` ``: (type, the cells after it).
+    fn rows(doc: &str) -> Vec<(String, Vec<String>)> {
+        doc.lines()
+            .skip_while(|l| !l.starts_with("| `type` |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                let cells: Vec<String> = l
+                    .trim_matches('|')
+                    .split(" | ")
+                    .map(|c| c.trim().to_string())
+                    .collect();
+                (cells[0].trim_matches('`').to_string(), cells[1..].to_vec())
+            })
+            .collect()
+    }
+
+    /// The values in backticks before any parenthesis: `"`a`, `b` (why)"`
+    /// gives a, b.
+    fn listed(cell: &str) -> Vec<&str> {
+        let cell = cell.split('(').next().unwrap_or("");
+        cell.split('`').skip(1).step_by(2).collect()
+    }
+
+    #[test]
+    fn sinks_md_gives_every_type_the_compressions_keys_and_headers_of_the_registry() {
+        let doc = rows(include_str!("../../../../docs/SINKS.md"));
+        for t in REGISTRY {
+            let (_, cells) = doc
+                .iter()
+                .find(|(name, _)| name == t.name)
+                .unwrap_or_else(|| panic!("docs/SINKS.md has no row for {}", t.name));
+            let comp = cells.last().unwrap();
+            assert_eq!(
+                listed(comp),
+                t.compressions,
+                "docs/SINKS.md's compressions of {} (the default first)",
+                t.name
+            );
+            let row = cells.join(" | ");
+            for k in t.keys {
+                assert!(
+                    row.contains(&format!("`{k}`")),
+                    "docs/SINKS.md's {} row does not name its key `{k}`",
+                    t.name
+                );
+            }
+            for (h, v) in t.headers {
+                assert!(
+                    row.contains(&format!("{h}: {v}")),
+                    "docs/SINKS.md's {} row does not show its header {h}",
+                    t.name
+                );
+            }
+        }
+        for (name, _) in &doc {
+            assert!(
+                lookup(name).is_some(),
+                "docs/SINKS.md documents {name}, which is not a sink type"
+            );
+        }
+    }
+
+    #[test]
+    fn the_readme_lists_every_type() {
+        let readme = rows(include_str!("../../../../README.md"));
+        for t in REGISTRY {
+            assert!(
+                readme.iter().any(|(name, _)| name == t.name),
+                "the README's sinks table has no row for {}",
+                t.name
+            );
+        }
+    }
+
+    #[test]
+    fn registered_names_are_distinct_and_network_types_have_a_default_compression() {
+        for (i, t) in REGISTRY.iter().enumerate() {
+            assert!(
+                REGISTRY[..i].iter().all(|o| o.name != t.name),
+                "{} is registered twice",
+                t.name
+            );
+            assert_eq!(
+                t.transport == Transport::Local,
+                t.default_compression().is_none(),
+                "{}",
+                t.name
+            );
+            assert_eq!(t.accepts, &[Input::Metrics], "{}", t.name);
+            for k in t.keys {
+                assert!(
+                    !t.transport.keys().contains(k) && *k != "type",
+                    "{}: `{k}` is a common key too",
+                    t.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_fixed_headers_are_those_of_the_protocol() {
+        assert_eq!(
+            prometheus_remote_write::TYPE.headers,
+            &[("X-Prometheus-Remote-Write-Version", "0.1.0")]
+        );
+        assert!(REGISTRY
+            .iter()
+            .filter(|t| t.name != "prometheus_remote_write")
+            .all(|t| t.headers.is_empty()));
+    }
+}
+
+/// A sink type with a transport of its own, as a message queue's would be:
+/// it needs no change outside its own file and its registry line.
+#[cfg(test)]
+mod own_transport {
+    use super::*;
+
+    static QUEUE: SinkType = SinkType {
+        name: "queue",
+        accepts: &[Input::Metrics],
+        transport: Transport::Own,
+        compressions: &["none", "zstd"],
+        headers: &[],
+        keys: &["brokers", "topic"],
+        check,
+        start,
+        reloads: true,
+    };
+
+    fn check(s: &mut Sink) -> Result<(), ConfigError> {
+        let target = format!(
+            "{}/{}",
+            s.required("brokers", "\"127.0.0.1:9092\"")?,
+            s.required("topic", "\"metrics\"")?
+        );
+        if let Some(n) = s.net.as_mut() {
+            n.target = target;
+        }
+        Ok(())
+    }
+
+    fn start(_: &Sink, _: &mut Start<'_>) -> anyhow::Result<Running> {
+        anyhow::bail!("not started in tests")
+    }
+
+    fn table(text: &str) -> toml::Table {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn takes_the_common_network_keys_and_its_own() {
+        let s = build(
+            &QUEUE,
+            &table("type = \"queue\"\nbrokers = \"b:9092\"\ntopic = \"m\"\ncompression = \"zstd\"\nbuffer = { type = \"disk\" }\n"),
+            &AgentSection::default(),
+        )
+        .unwrap();
+        let n = s.net.unwrap();
+        assert_eq!(n.target, "b:9092/m");
+        assert_eq!(
+            n.compression,
+            sonde_encode::compress::Compression::Zstd { level: 1 }
+        );
+        assert!(matches!(n.buffer, Buffer::Disk { .. }));
+        assert_eq!(s.name, "queue");
+    }
+
+    #[test]
+    fn refuses_url_and_address_and_needs_its_own_keys() {
+        let agent = AgentSection::default();
+        for (text, key) in [
+            (
+                "brokers = \"b\"\ntopic = \"m\"\nurl = \"http://a\"\n",
+                "url",
+            ),
+            (
+                "brokers = \"b\"\ntopic = \"m\"\naddress = \"a:1\"\n",
+                "address",
+            ),
+            ("brokers = \"b\"\n", "topic"),
+        ] {
+            let e = build(&QUEUE, &table(text), &agent).unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+        }
+    }
+}

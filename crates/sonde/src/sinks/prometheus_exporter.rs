@@ -1,0 +1,48 @@
+//! `prometheus_exporter`: the latest window in Prometheus text format at
+//! `http://{listen}/metrics`.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use sonde_io::http::{self, Site};
+use sonde_io::sink::{self, Exposition, PrometheusExporter};
+
+use super::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::config::{ConfigError, HostPort};
+
+/// `type = "prometheus_exporter"`: `listen` (required) is `HOST:PORT`. Its
+/// listener is bound at start, so a reload leaves it as it is.
+pub static TYPE: SinkType = SinkType {
+    name: "prometheus_exporter",
+    accepts: &[Input::Metrics],
+    transport: Transport::Local,
+    compressions: &[],
+    headers: &[],
+    keys: &["listen"],
+    check,
+    start,
+    reloads: false,
+};
+
+fn check(s: &mut Sink) -> Result<(), ConfigError> {
+    let listen: HostPort = s
+        .required("listen", "\"127.0.0.1:9102\"")?
+        .parse()
+        .map_err(|e: crate::config::UnitError| ConfigError::new("listen", e.problem, e.fix))?;
+    s.listen = Some(listen.0);
+    s.name = format!("prometheus_exporter:{}", listen.0);
+    Ok(())
+}
+
+fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
+    let listen = s.listen.context("a prometheus_exporter without `listen`")?;
+    let l = http::bind(listen)
+        .with_context(|| format!("cannot listen on prometheus_exporter {listen}"))?;
+    tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
+    let expo = Exposition::default();
+    st.sites.push((l, Site::Exporter(expo.clone())));
+    Ok(sink::spawn(
+        PrometheusExporter::new(expo),
+        Arc::clone(&st.stats),
+    )?)
+}

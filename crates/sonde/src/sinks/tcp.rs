@@ -1,0 +1,28 @@
+//! `tcp`: JSON lines over a persistent TCP connection to `address`.
+
+use sonde_encode::json::Lines;
+
+use super::{net, Input, Running, Sink, SinkType, Start, Transport};
+use crate::config::ConfigError;
+
+/// `type = "tcp"`.
+pub static TYPE: SinkType = SinkType {
+    name: "tcp",
+    accepts: &[Input::Metrics],
+    transport: Transport::Tcp,
+    // A stream of frames: snappy's block format cannot be streamed.
+    compressions: &["none", "zstd", "gzip", "lz4"],
+    headers: &[],
+    keys: &[],
+    check,
+    start,
+    reloads: true,
+};
+
+fn check(_: &mut Sink) -> Result<(), ConfigError> {
+    Ok(())
+}
+
+fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
+    net::start(s, Lines::default(), st)
+}
