@@ -75,50 +75,51 @@ impl Default for SocketOptions {
 
 /// The uid of a user name, or of a number written as text.
 ///
+/// Names are looked up with `getpwnam_r` (through `nix`), which writes into
+/// a buffer of the caller's, so the lookup is safe from any thread.
+///
 /// # Errors
 ///
-/// When no such user exists.
+/// When no such user exists, or the user database cannot be read.
 pub fn user_id(name: &str) -> io::Result<u32> {
     if let Ok(id) = name.parse() {
         return Ok(id);
     }
-    let c =
-        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: getpwnam reads a NUL-terminated string that outlives the call
-    // and returns a pointer into static storage (or null), read at once, on
-    // the thread that starts the agent before any other thread runs.
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        return Err(io::Error::new(
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => Ok(user.uid.as_raw()),
+        Ok(None) => Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("no user {name:?}"),
-        ));
+        )),
+        Err(e) => Err(io::Error::new(
+            io::Error::from(e).kind(),
+            format!("cannot look up user {name:?}: {}", e.desc()),
+        )),
     }
-    // SAFETY: non-null, so it points at a valid passwd record.
-    Ok(unsafe { (*pw).pw_uid })
 }
 
 /// The gid of a group name, or of a number written as text.
 ///
+/// Looked up with `getgrnam_r`, as [`user_id`] does.
+///
 /// # Errors
 ///
-/// When no such group exists.
+/// When no such group exists, or the group database cannot be read.
 pub fn group_id(name: &str) -> io::Result<u32> {
     if let Ok(id) = name.parse() {
         return Ok(id);
     }
-    let c =
-        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: as in `user_id`, for getgrnam.
-    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
-    if gr.is_null() {
-        return Err(io::Error::new(
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(group)) => Ok(group.gid.as_raw()),
+        Ok(None) => Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("no group {name:?}"),
-        ));
+        )),
+        Err(e) => Err(io::Error::new(
+            io::Error::from(e).kind(),
+            format!("cannot look up group {name:?}: {}", e.desc()),
+        )),
     }
-    // SAFETY: non-null, so it points at a valid group record.
-    Ok(unsafe { (*gr).gr_gid })
 }
 
 /// Sets the receive buffer: `SO_RCVBUFFORCE` where permitted (root or
@@ -378,4 +379,38 @@ pub fn spawn(bound: Bound, ingest: Ingest) -> io::Result<JoinHandle<()>> {
             tracing::error!(receiver = %addr, error = %e, "receiver stopped");
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_and_groups_are_found_by_name_or_number() {
+        // Every Linux system has root, uid and gid 0.
+        assert_eq!(user_id("root").unwrap(), 0);
+        assert_eq!(group_id("root").unwrap(), 0);
+        assert_eq!(user_id("4242").unwrap(), 4242);
+        assert_eq!(group_id("4242").unwrap(), 4242);
+    }
+
+    #[test]
+    fn an_unknown_user_or_group_is_named_in_the_error() {
+        let e = user_id("no-such-sonde-user").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("\"no-such-sonde-user\""), "{e}");
+        let e = group_id("no-such-sonde-group").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("\"no-such-sonde-group\""), "{e}");
+    }
+
+    #[test]
+    fn lookups_run_safely_from_many_threads_at_once() {
+        let threads: Vec<_> = (0..8)
+            .map(|_| std::thread::spawn(|| (0..200).all(|_| user_id("root").ok() == Some(0))))
+            .collect();
+        for t in threads {
+            assert!(t.join().unwrap());
+        }
+    }
 }
