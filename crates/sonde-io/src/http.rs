@@ -1,5 +1,5 @@
-//! The HTTP listeners: the admin endpoint (`/health`, `/metrics`) and the
-//! Prometheus exporter sinks' scrape endpoints.
+//! The HTTP listeners: the admin endpoint (`/` an index page, `/health`,
+//! `/metrics`) and the Prometheus exporter sinks' scrape endpoints.
 //!
 //! They share one single-threaded tokio runtime on its own thread: scrapes
 //! are rare and tiny next to the data path, which never touches it.
@@ -40,8 +40,28 @@ pub enum Site {
 
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The admin site's `/`: a page linking to every endpoint it serves, so a
+/// person who opens the admin address in a browser finds their way.
+const ADMIN_INDEX: &str = "<!DOCTYPE html>
+<html><head><meta charset=\"utf-8\"><title>sonde</title></head>
+<body>
+<h1>sonde</h1>
+<ul>
+<li><a href=\"/health\">/health</a>: answers <code>ok</code> while the agent runs</li>
+<li><a href=\"/metrics\">/metrics</a>: the agent's own counters, in the Prometheus text format</li>
+<li><a href=\"/debug/pprof/profile?seconds=30\">/debug/pprof/profile?seconds=30</a>: a CPU profile of the agent (pprof protobuf, for <code>go tool pprof</code>)</li>
+<li><a href=\"/debug/pprof/flamegraph?seconds=30\">/debug/pprof/flamegraph?seconds=30</a>: the same profile as an SVG flame graph</li>
+</ul>
+</body></html>
+";
+
 fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
     let (status, ctype, body): (StatusCode, &str, Bytes) = match (site, path) {
+        (Site::Admin(_), "/") => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            Bytes::from_static(ADMIN_INDEX.as_bytes()),
+        ),
         (Site::Admin(_), "/health") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
         (Site::Admin(t), "/metrics") => (StatusCode::OK, PROMETHEUS_TEXT, Bytes::from(t.render())),
         (Site::Exporter(e), "/metrics" | "/") => (
@@ -265,6 +285,46 @@ mod tests {
         assert!(seconds_param(Some("seconds=0")).is_err());
         assert!(seconds_param(Some("seconds=301")).is_err());
         assert!(seconds_param(Some("seconds=x")).is_err());
+    }
+
+    fn body(r: Response<Full<Bytes>>) -> String {
+        use http_body_util::BodyExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt.block_on(r.into_body().collect()).unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn admin_index_links_every_endpoint() {
+        let site = Site::Admin(Arc::new(Telemetry::default()));
+        let r = respond(&site, "/");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
+        let page = body(r);
+        for path in [
+            "/health",
+            "/metrics",
+            "/debug/pprof/profile?seconds=30",
+            "/debug/pprof/flamegraph?seconds=30",
+        ] {
+            assert!(page.contains(&format!("href=\"{path}\"")), "{path}");
+        }
+        // Every link leads somewhere: the plain pages answer, and the
+        // profile links carry a valid duration.
+        assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
+        assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
+        assert_eq!(seconds_param(Some("seconds=30")), Ok(30));
+    }
+
+    #[test]
+    fn an_exporter_serves_its_window_at_the_root_not_the_index() {
+        let e = Exposition::default();
+        let r = respond(&Site::Exporter(e), "/");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[CONTENT_TYPE], PROMETHEUS_TEXT);
+        assert_eq!(body(r), "");
     }
 
     #[test]
