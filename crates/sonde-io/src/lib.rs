@@ -14,7 +14,18 @@
 //! The flusher, sink and HTTP threads run at a lower priority than the
 //! receive workers ([`priority`]), so that a flush never takes the CPU from
 //! receiving.
+//!
+//! # Linux only
+//!
+//! The agent runs on Linux: it receives with `recvmmsg`, sizes buffers with
+//! `SO_RCVBUFFORCE`, counts kernel drops with `SO_RXQ_OVFL` and lowers the
+//! priority of single threads. Every such call sits in the private `sys`
+//! module, which lists what a port to another kernel would provide; the
+//! crate refuses to build elsewhere rather than build with parts missing.
 #![deny(missing_docs)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("sonde-io runs on Linux only: see the `sys` module for the system calls it needs");
 
 pub mod addr;
 pub mod flusher;
@@ -24,4 +35,5 @@ pub mod priority;
 pub mod receiver;
 pub mod sender;
 pub mod sink;
+mod sys;
 pub mod telemetry;

@@ -27,6 +27,7 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::addr::ListenAddr;
 use crate::ingest::{Ingest, WAKE_INTERVAL};
+use crate::sys;
 
 /// The longest a UDP receive thread waits, after draining its socket,
 /// before it reads again, so that one wake-up takes several datagrams (see
@@ -126,19 +127,7 @@ pub fn group_id(name: &str) -> io::Result<u32> {
 /// CAP_NET_ADMIN, which ignores `net.core.rmem_max`), else `SO_RCVBUF`,
 /// which the kernel caps at `rmem_max` (212992 bytes by default).
 fn set_receive_buffer(socket: &Socket, bytes: usize) {
-    let v = libc::c_int::try_from(bytes / 2).unwrap_or(libc::c_int::MAX);
-    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, a live
-    // c_int, on a descriptor this function borrows.
-    let forced = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(socket),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    } == 0;
-    if !forced {
+    if sys::force_receive_buffer(socket, bytes).is_err() {
         // Best effort: a smaller buffer only means earlier kernel drops.
         let _ = socket.set_recv_buffer_size(bytes);
     }
@@ -325,18 +314,7 @@ fn bind_one(
         set_receive_buffer(&socket, options.receive_buffer);
         // Kernel drop counts with every datagram (see `datagram`); best
         // effort, as an old kernel only loses the count.
-        let on: libc::c_int = 1;
-        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&on`, a
-        // live c_int, on a descriptor this function owns.
-        let _ = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&socket),
-                libc::SOL_SOCKET,
-                libc::SO_RXQ_OVFL,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        let _ = sys::report_queue_overflows(&socket);
         socket.set_read_timeout(Some(WAKE_INTERVAL)).map_err(err)?;
     } else {
         socket.listen(1024).map_err(err)?;
