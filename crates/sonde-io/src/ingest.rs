@@ -26,7 +26,7 @@ use sonde_aggregate::shard::{PointBatch, Window};
 use sonde_aggregate::{AggregateConfig, SeriesCount, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
-use crate::telemetry::{LocalCounts, ReceiverStats};
+use crate::receiver::{LocalCounts, ReceiverStats};
 
 /// How often an idle worker wakes up to check for a window boundary.
 pub const WAKE_INTERVAL: Duration = Duration::from_millis(100);

@@ -35,10 +35,10 @@ use sonde_encode::BatchEncoder;
 use sonde_io::flusher::{self, Flusher, FlusherCommand};
 use sonde_io::http::{self, Site};
 use sonde_io::ingest::{Control, Handoff, Ingest};
-use sonde_io::receiver::{self, Bound};
+use sonde_io::receiver::{self, Bound, ReceiverStats};
 use sonde_io::sender::{self, disk::Disk, queue::Memory, Http, Queue, Tcp};
-use sonde_io::sink::{self, Console, Exposition, PrometheusExporter, SinkHandle};
-use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
+use sonde_io::sink::{self, Console, Exposition, PrometheusExporter, SinkHandle, SinkStats};
+use sonde_io::telemetry::Telemetry;
 
 /// Shards that may wait for the flusher before a worker blocks: two
 /// windows of a generous number of workers.

@@ -16,6 +16,9 @@
 
 mod conn;
 mod datagram;
+mod stats;
+
+pub use stats::{LocalCounts, ReceiverStats};
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};

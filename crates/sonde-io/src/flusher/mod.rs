@@ -18,6 +18,10 @@
 //! elapsed. Then the flusher drops its sink queues, which lets each sink
 //! write what it has and exit.
 
+mod stats;
+
+pub use stats::FlushStats;
+
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -29,7 +33,6 @@ use sonde_aggregate::{AggregateConfig, Aggregator, Batch};
 
 use crate::ingest::{Control, Handoff};
 use crate::sink::SinkHandle;
-use crate::telemetry::FlushStats;
 
 /// How long the flusher waits for the workers' shards after a boundary.
 pub const COLLECT_DEADLINE: Duration = Duration::from_secs(2);
