@@ -213,4 +213,41 @@ mod tests {
         assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
         assert_eq!(respond(&site, "/nope").status(), StatusCode::NOT_FOUND);
     }
+
+    #[test]
+    fn the_admin_listener_serves_its_index_over_http() {
+        use std::io::{Read, Write};
+        use std::time::{Duration, Instant};
+
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve(vec![(
+            listener,
+            Site::Admin(Arc::new(Telemetry::default())),
+        )])
+        .unwrap();
+        // The listener is bound before `serve` returns, so the connection
+        // queues until the HTTP thread accepts it.
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn.write_all(b"GET / HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut answer = String::new();
+        while !answer.contains("</html>") && Instant::now() < deadline {
+            let mut buf = [0u8; 4096];
+            match conn.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => answer.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e) => panic!("reading the answer: {e}"),
+            }
+        }
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(
+            answer.contains("content-type: text/html; charset=utf-8\r\n"),
+            "{answer}"
+        );
+        assert!(answer.contains("<a href=\"/metrics\">"), "{answer}");
+    }
 }
