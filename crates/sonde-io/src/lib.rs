@@ -8,7 +8,7 @@
 //!
 //! * **receivers** ([`receiver`], addresses in [`addr`]): one worker thread
 //!   per listen socket reads a batch, parses and aggregates it into its own
-//!   shard ([`ingest`]) and, at a window boundary, hands the shard to the
+//!   shard ([`receiver::ingest`]) and, at a window boundary, hands the shard to the
 //!   flusher;
 //! * the **flusher** ([`flusher`]): wakes on wall-clock boundaries, merges
 //!   the shards, produces points and queues them to every sink without
@@ -43,7 +43,6 @@ compile_error!("sonde-io runs on Linux only: see the `sys` module for the system
 pub mod addr;
 pub mod flusher;
 pub mod http;
-pub mod ingest;
 pub mod priority;
 pub mod receiver;
 pub mod sender;

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use sonde_aggregate::{AggregateConfig, Bounds, HistogramBuckets};
 use sonde_encode::compress::Compression;
 use sonde_io::addr::ListenAddr;
-use sonde_io::ingest::Protocol;
+use sonde_io::receiver::Protocol;
 use sonde_io::receiver::SocketOptions;
 use sonde_io::sender::Delivery;
 use toml::Spanned;

@@ -6,7 +6,7 @@
 //! Boundaries are multiples of the interval since the unix epoch (a 10 s
 //! window closes at :00, :10, ...). A point's timestamp is its window's
 //! start. At a boundary the flusher bumps the epoch, waits for each worker's
-//! window (workers answer within [`crate::ingest::WAKE_INTERVAL`]) up to
+//! window (workers answer within [`crate::receiver::ingest::WAKE_INTERVAL`]) up to
 //! [`COLLECT_DEADLINE`], merges and flushes, then sends every window back to
 //! its worker for reuse. A window that arrives later is merged into the
 //! next one rather than lost, and counted.
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sonde_aggregate::shard::Window;
 use sonde_aggregate::{AggregateConfig, Aggregator, Batch};
 
-use crate::ingest::{Control, Handoff};
+use crate::receiver::{Control, Handoff};
 use crate::sink::SinkHandle;
 
 /// How long the flusher waits for the workers' shards after a boundary.

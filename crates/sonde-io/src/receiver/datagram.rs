@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use socket2::Socket;
 use sonde_proto::DropReason;
 
-use crate::ingest::Ingest;
+use super::ingest::Ingest;
 use crate::sys::RecvBatch;
 
 /// Datagrams per `recvmmsg` call.

@@ -1,6 +1,6 @@
 //! Receivers: one bound socket per configured address, each driven by its
 //! own worker thread that parses and aggregates what it reads
-//! (run-to-completion, see [`crate::ingest`]).
+//! (run-to-completion, see [`ingest`]).
 //!
 //! Sockets are bound in [`bind`] on the caller's thread, so a port in use
 //! or a bad path fails the start with a clear error before any thread runs.
@@ -16,8 +16,10 @@
 
 mod conn;
 mod datagram;
+pub mod ingest;
 mod stats;
 
+pub use ingest::{Control, Handoff, Ingest, Protocol};
 pub use stats::{LocalCounts, ReceiverStats};
 
 use std::io;
@@ -29,8 +31,8 @@ use std::time::Duration;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::addr::ListenAddr;
-use crate::ingest::{Ingest, WAKE_INTERVAL};
 use crate::sys;
+use ingest::WAKE_INTERVAL;
 
 /// The longest a UDP receive thread waits, after draining its socket,
 /// before it reads again, so that one wake-up takes several datagrams (see
