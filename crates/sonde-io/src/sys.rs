@@ -243,6 +243,26 @@ mod tests {
     }
 
     #[test]
+    fn a_forced_receive_buffer_passes_rmem_max_where_permitted() {
+        let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let want = 4 * rmem_max;
+        match force_receive_buffer(&socket, want) {
+            // Linux reports the doubled size, which is what was asked for.
+            Ok(()) => assert_eq!(
+                socket2::SockRef::from(&socket).recv_buffer_size().unwrap(),
+                want
+            ),
+            // Without CAP_NET_ADMIN the caller falls back to SO_RCVBUF.
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+        }
+    }
+
+    #[test]
     fn a_thread_sets_its_own_nice_and_no_other() {
         let before = thread_nice().unwrap();
         let child = std::thread::spawn(move || {
