@@ -243,6 +243,37 @@ mod tests {
     }
 
     #[test]
+    fn datagrams_after_an_overflow_carry_the_sockets_drop_count() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        report_queue_overflows(&rx).unwrap();
+        // The smallest buffer the kernel allows holds a few datagrams.
+        socket2::SockRef::from(&rx).set_recv_buffer_size(0).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let sent = 500;
+        for _ in 0..sent {
+            tx.send_to(&[b'x'; 1000], to).unwrap();
+        }
+        let mut batch = RecvBatch::new(8, 2048);
+        let mut read = 0;
+        loop {
+            let n = batch.recv(rx.as_fd()).unwrap();
+            if n == 0 {
+                break;
+            }
+            read += n;
+        }
+        assert!(read < sent, "the buffer held all {sent}");
+        // The next datagram is queued after the drops and carries their count.
+        tx.send_to(b"last", to).unwrap();
+        assert_eq!(batch.recv(rx.as_fd()).unwrap(), 1);
+        assert_eq!(batch.datagram(0), Some(&b"last"[..]));
+        assert_eq!(batch.queue_overflows(0), Some((sent - read) as u32));
+    }
+
+    #[test]
     fn a_forced_receive_buffer_passes_rmem_max_where_permitted() {
         let rmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
             .unwrap()
