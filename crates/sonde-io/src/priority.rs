@@ -7,10 +7,10 @@
 //! evenly between runnable threads, so a flush of 100k series took half the
 //! core from the receive thread for ~250 ms every window and the socket
 //! overflowed (docs/BENCHMARKS.md, "dog-100k at 5 M lines/s: no flush or
-//! sketch burst on the receive core"). Background threads therefore run at a higher nice value
-//! than the receive workers: under contention the scheduler gives a nice-10
-//! thread about a tenth of the share of a nice-0 one, and when the core is
-//! otherwise idle it runs at full speed.
+//! sketch burst on the receive core"). Background threads therefore run
+//! at a higher nice value than the receive workers: under contention the
+//! scheduler gives a nice-10 thread about a tenth of the share of a nice-0
+//! one, and when the core is otherwise idle it runs at full speed.
 //!
 //! # Design
 //!
@@ -57,11 +57,9 @@ pub fn enter_background() {
     }
     // A thread whose nice cannot be read starts from 0.
     let target = (current_nice().unwrap_or(0) + n).min(MAX_NICE);
-    // SAFETY: gettid takes no arguments and cannot fail; setpriority on
-    // this thread's own id, and raising one's own nice needs no privilege.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, target) } != 0 {
+    if let Err(error) = crate::sys::set_thread_nice(target) {
         tracing::warn!(
-            error = %std::io::Error::last_os_error(),
+            %error,
             nice = target,
             "cannot lower a background thread's priority"
         );
@@ -74,18 +72,7 @@ pub fn enter_background() {
 ///
 /// When `getpriority` fails.
 pub fn current_nice() -> std::io::Result<i32> {
-    // getpriority can return -1 as a valid nice; errno tells an error apart.
-    // SAFETY: gettid cannot fail; getpriority reads this thread's own
-    // priority, and errno is this thread's.
-    unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        *libc::__errno_location() = 0;
-        let p = libc::getpriority(libc::PRIO_PROCESS, tid);
-        match *libc::__errno_location() {
-            0 => Ok(p),
-            e => Err(std::io::Error::from_raw_os_error(e)),
-        }
-    }
+    crate::sys::thread_nice()
 }
 
 #[cfg(test)]

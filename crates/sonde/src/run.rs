@@ -34,10 +34,9 @@ use sonde::sinks::Start;
 use sonde_aggregate::AggregateConfig;
 use sonde_io::flusher::{self, Flusher, FlusherCommand};
 use sonde_io::http::{self, Site};
-use sonde_io::ingest::{Control, Handoff, Ingest};
-use sonde_io::receiver::{self, Bound};
-use sonde_io::sink::SinkHandle;
-use sonde_io::telemetry::{ReceiverStats, SinkStats, Telemetry};
+use sonde_io::receiver::{self, Bound, Control, Handoff, Ingest, ReceiverStats};
+use sonde_io::sink::{SinkHandle, SinkStats};
+use sonde_io::telemetry::Telemetry;
 
 /// Shards that may wait for the flusher before a worker blocks: two
 /// windows of a generous number of workers.

@@ -14,7 +14,7 @@ use mio::{Events, Interest, Poll, Token};
 use socket2::Socket;
 use sonde_proto::DropReason;
 
-use crate::ingest::{Ingest, WAKE_INTERVAL};
+use super::ingest::{Ingest, WAKE_INTERVAL};
 
 /// How bytes on a connection split into messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

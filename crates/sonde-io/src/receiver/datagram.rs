@@ -14,119 +14,20 @@
 //! one control-message walk per batch.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use socket2::Socket;
 use sonde_proto::DropReason;
 
-use crate::ingest::Ingest;
+use super::ingest::Ingest;
+use crate::sys::RecvBatch;
 
 /// Datagrams per `recvmmsg` call.
 const BATCH: usize = 32;
 /// Bytes per datagram slot: the largest UDP payload, rounded up. A longer
 /// unixgram datagram arrives truncated and is dropped as oversized.
 const SLOT: usize = 64 * 1024;
-
-/// Control-message room per datagram: one `SO_RXQ_OVFL` message (a u32
-/// behind a 16-byte header, padded to 24), aligned for `cmsghdr`.
-const CONTROL: usize = 32;
-
-/// The reusable receive arena: slots, their iovecs, control buffers and
-/// message headers.
-struct Arena {
-    buf: Vec<u8>,
-    iov: Vec<libc::iovec>,
-    control: Vec<[u64; CONTROL / 8]>,
-    hdr: Vec<libc::mmsghdr>,
-}
-
-impl Arena {
-    fn new() -> Arena {
-        let mut buf = vec![0u8; BATCH * SLOT];
-        let iov: Vec<libc::iovec> = buf
-            .chunks_exact_mut(SLOT)
-            .map(|c| libc::iovec {
-                iov_base: c.as_mut_ptr().cast(),
-                iov_len: SLOT,
-            })
-            .collect();
-        let mut arena = Arena {
-            buf,
-            iov,
-            control: vec![[0; CONTROL / 8]; BATCH],
-            hdr: Vec::with_capacity(BATCH),
-        };
-        for i in 0..BATCH {
-            // SAFETY: mmsghdr is plain data; all-zero is a valid value.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = &mut arena.iov[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = arena.control[i].as_mut_ptr().cast();
-            arena.hdr.push(h);
-        }
-        arena
-    }
-
-    /// The socket's kernel drop count carried by datagram `i`, if any
-    /// (`SO_RXQ_OVFL`; the kernel adds it once the count is non-zero).
-    fn kernel_drops(&self, i: usize) -> Option<u32> {
-        let h = &self.hdr[i].msg_hdr;
-        // SAFETY: the header's control pointer and length describe this
-        // arena's own control buffer, which the kernel filled with whole
-        // control messages; the CMSG_* helpers stay within that length.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(h);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
-                    return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
-                }
-                c = libc::CMSG_NXTHDR(h, c);
-            }
-        }
-        None
-    }
-
-    /// Receives up to `BATCH` datagrams; `Ok(0)` on timeout.
-    fn recv(&mut self, fd: i32) -> io::Result<usize> {
-        // The kernel shrinks the length to what it wrote.
-        for h in &mut self.hdr {
-            h.msg_hdr.msg_controllen = CONTROL as _;
-        }
-        // SAFETY: every header points at its own iovec and control buffer;
-        // the iovec points at its
-        // own SLOT-sized part of `buf`; all three live as long as `self` and
-        // are never reallocated after `new`.
-        let n = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdr.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {
-                Ok(0)
-            }
-            _ => Err(e),
-        }
-    }
-
-    fn datagram(&self, i: usize) -> Result<&[u8], DropReason> {
-        let h = &self.hdr[i];
-        if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-            return Err(DropReason::Oversized);
-        }
-        let len = (h.msg_len as usize).min(SLOT);
-        Ok(&self.buf[i * SLOT..i * SLOT + len])
-    }
-}
 
 /// Drains `socket` into `ingest` until the agent stops.
 ///
@@ -135,8 +36,8 @@ impl Arena {
 /// datagram sockets pass `Duration::ZERO`: they queue only
 /// `net.unix.max_dgram_qlen` (10) datagrams.
 pub(super) fn run(socket: &Socket, mut ingest: Ingest, max_linger: Duration) -> io::Result<()> {
-    let fd = socket.as_raw_fd();
-    let mut arena = Arena::new();
+    let fd = socket.as_fd();
+    let mut arena = RecvBatch::new(BATCH, SLOT);
     // Payload the queue may take while the thread lingers: an eighth of
     // the buffer asked for (Linux reports twice that, room for each
     // datagram's kernel overhead), so that the rest still rides out a
@@ -150,14 +51,17 @@ pub(super) fn run(socket: &Socket, mut ingest: Ingest, max_linger: Duration) -> 
         let mut bytes = 0;
         for i in 0..n {
             match arena.datagram(i) {
-                Ok(d) => {
+                Some(d) => {
                     bytes += d.len();
                     ingest.datagram(d);
                 }
-                Err(reason) => ingest.drop(reason),
+                None => ingest.drop(DropReason::Oversized),
             }
         }
-        if let Some(drops) = n.checked_sub(1).and_then(|last| arena.kernel_drops(last)) {
+        if let Some(drops) = n
+            .checked_sub(1)
+            .and_then(|last| arena.queue_overflows(last))
+        {
             ingest.kernel_drops(drops);
         }
         // A removed receiver empties its socket before its last hand-over,
@@ -189,14 +93,15 @@ pub(super) fn run(socket: &Socket, mut ingest: Ingest, max_linger: Duration) -> 
 /// At moderate rates a socket holds a few datagrams per wake-up, and the
 /// wake-up (a sleep, a scheduler switch, one more `recvmmsg`) costs more
 /// than parsing their lines: at plain-1k and 1M lines/s, a fixed 500 µs
-/// linger still woke the thread ~1,500 times a second, and the switches
-/// were a fifth of the agent's CPU. So the thread waits for about two
-/// batches at the rate the last batch showed, no longer than the byte
-/// `budget` the queue may hold and no longer than `max`. Two rather than
-/// one: a system call that reads a full batch costs less than a sleep,
-/// and waiting for three quarters of a batch cost 10% more CPU than a
-/// fixed 500 µs at 4M lines/s (docs/BENCHMARKS.md, "receive linger sized
-/// to the traffic"). A full batch never waits: the socket is not drained.
+/// linger still woke the thread over a thousand times a second, and the
+/// switches were a large share of the agent's CPU. So the thread waits for
+/// about two batches at the rate the last batch showed, no longer than the
+/// byte `budget` the queue may hold and no longer than `max`. Two rather
+/// than one: a system call that reads a full batch costs less than a
+/// sleep, and waiting for three quarters of a batch cost more CPU than the
+/// fixed linger at high rates, every read coming back short and sleeping
+/// (docs/BENCHMARKS.md, "receive linger sized to the traffic"). A full
+/// batch never waits: the socket is not drained.
 /// Waiting adds at most `max` of latency to points that wait seconds for
 /// their window anyway.
 ///

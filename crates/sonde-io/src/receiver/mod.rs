@@ -1,6 +1,6 @@
 //! Receivers: one bound socket per configured address, each driven by its
 //! own worker thread that parses and aggregates what it reads
-//! (run-to-completion, see [`crate::ingest`]).
+//! (run-to-completion, see [`ingest`]).
 //!
 //! Sockets are bound in [`bind`] on the caller's thread, so a port in use
 //! or a bad path fails the start with a clear error before any thread runs.
@@ -16,6 +16,12 @@
 
 mod conn;
 mod datagram;
+pub mod drops;
+pub mod ingest;
+mod stats;
+
+pub use ingest::{Control, Handoff, Ingest, Protocol};
+pub use stats::{LocalCounts, ReceiverStats};
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -26,7 +32,8 @@ use std::time::Duration;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::addr::ListenAddr;
-use crate::ingest::{Ingest, WAKE_INTERVAL};
+use crate::sys;
+use ingest::WAKE_INTERVAL;
 
 /// The longest a UDP receive thread waits, after draining its socket,
 /// before it reads again, so that one wake-up takes several datagrams (see
@@ -75,69 +82,58 @@ impl Default for SocketOptions {
 
 /// The uid of a user name, or of a number written as text.
 ///
+/// Names are looked up with `getpwnam_r` (through `nix`), which writes into
+/// a buffer of the caller's, so the lookup is safe from any thread.
+///
 /// # Errors
 ///
-/// When no such user exists.
+/// When no such user exists, or the user database cannot be read.
 pub fn user_id(name: &str) -> io::Result<u32> {
     if let Ok(id) = name.parse() {
         return Ok(id);
     }
-    let c =
-        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: getpwnam reads a NUL-terminated string that outlives the call
-    // and returns a pointer into static storage (or null), read at once, on
-    // the thread that starts the agent before any other thread runs.
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        return Err(io::Error::new(
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => Ok(user.uid.as_raw()),
+        Ok(None) => Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("no user {name:?}"),
-        ));
+        )),
+        Err(e) => Err(io::Error::new(
+            io::Error::from(e).kind(),
+            format!("cannot look up user {name:?}: {}", e.desc()),
+        )),
     }
-    // SAFETY: non-null, so it points at a valid passwd record.
-    Ok(unsafe { (*pw).pw_uid })
 }
 
 /// The gid of a group name, or of a number written as text.
 ///
+/// Looked up with `getgrnam_r`, as [`user_id`] does.
+///
 /// # Errors
 ///
-/// When no such group exists.
+/// When no such group exists, or the group database cannot be read.
 pub fn group_id(name: &str) -> io::Result<u32> {
     if let Ok(id) = name.parse() {
         return Ok(id);
     }
-    let c =
-        std::ffi::CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: as in `user_id`, for getgrnam.
-    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
-    if gr.is_null() {
-        return Err(io::Error::new(
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(group)) => Ok(group.gid.as_raw()),
+        Ok(None) => Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("no group {name:?}"),
-        ));
+        )),
+        Err(e) => Err(io::Error::new(
+            io::Error::from(e).kind(),
+            format!("cannot look up group {name:?}: {}", e.desc()),
+        )),
     }
-    // SAFETY: non-null, so it points at a valid group record.
-    Ok(unsafe { (*gr).gr_gid })
 }
 
 /// Sets the receive buffer: `SO_RCVBUFFORCE` where permitted (root or
 /// CAP_NET_ADMIN, which ignores `net.core.rmem_max`), else `SO_RCVBUF`,
 /// which the kernel caps at `rmem_max` (212992 bytes by default).
 fn set_receive_buffer(socket: &Socket, bytes: usize) {
-    let v = libc::c_int::try_from(bytes / 2).unwrap_or(libc::c_int::MAX);
-    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, a live
-    // c_int, on a descriptor this function borrows.
-    let forced = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(socket),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    } == 0;
-    if !forced {
+    if sys::force_receive_buffer(socket, bytes).is_err() {
         // Best effort: a smaller buffer only means earlier kernel drops.
         let _ = socket.set_recv_buffer_size(bytes);
     }
@@ -324,18 +320,7 @@ fn bind_one(
         set_receive_buffer(&socket, options.receive_buffer);
         // Kernel drop counts with every datagram (see `datagram`); best
         // effort, as an old kernel only loses the count.
-        let on: libc::c_int = 1;
-        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&on`, a
-        // live c_int, on a descriptor this function owns.
-        let _ = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&socket),
-                libc::SOL_SOCKET,
-                libc::SO_RXQ_OVFL,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        let _ = sys::report_queue_overflows(&socket);
         socket.set_read_timeout(Some(WAKE_INTERVAL)).map_err(err)?;
     } else {
         socket.listen(1024).map_err(err)?;
@@ -378,4 +363,38 @@ pub fn spawn(bound: Bound, ingest: Ingest) -> io::Result<JoinHandle<()>> {
             tracing::error!(receiver = %addr, error = %e, "receiver stopped");
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_and_groups_are_found_by_name_or_number() {
+        // Every Linux system has root, uid and gid 0.
+        assert_eq!(user_id("root").unwrap(), 0);
+        assert_eq!(group_id("root").unwrap(), 0);
+        assert_eq!(user_id("4242").unwrap(), 4242);
+        assert_eq!(group_id("4242").unwrap(), 4242);
+    }
+
+    #[test]
+    fn an_unknown_user_or_group_is_named_in_the_error() {
+        let e = user_id("no-such-sonde-user").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("\"no-such-sonde-user\""), "{e}");
+        let e = group_id("no-such-sonde-group").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("\"no-such-sonde-group\""), "{e}");
+    }
+
+    #[test]
+    fn lookups_run_safely_from_many_threads_at_once() {
+        let threads: Vec<_> = (0..8)
+            .map(|_| std::thread::spawn(|| (0..200).all(|_| user_id("root").ok() == Some(0))))
+            .collect();
+        for t in threads {
+            assert!(t.join().unwrap());
+        }
+    }
 }

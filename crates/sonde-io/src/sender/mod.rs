@@ -46,10 +46,9 @@ use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
 
 pub use queue::{Dropped, Queue, Request};
-pub use transport::{FailReason, Http, SendError, Tcp, Transport};
+pub use transport::{Http, SendError, Tcp, Transport};
 
-use crate::sink::{SinkHandle, QUEUE_BATCHES};
-use crate::telemetry::{SinkDrop, SinkStats};
+use crate::sink::{FailReason, SinkDrop, SinkHandle, SinkStats, QUEUE_BATCHES};
 
 /// How a sender batches, retries and stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,54 +5,9 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-/// Why a request failed, as counted on `/metrics`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailReason {
-    /// The backend could not be reached (refused, reset, no route, DNS).
-    Connect,
-    /// No answer within the request timeout.
-    Timeout,
-    /// HTTP 429 Too Many Requests.
-    Throttled,
-    /// HTTP 5xx.
-    ServerError,
-    /// HTTP 4xx other than 408 and 429: the backend refused the data.
-    Rejected,
-    /// Any other I/O or protocol error.
-    Io,
-    /// The batch could not be compressed.
-    Encode,
-    /// The disk buffer could not write or read a request.
-    Buffer,
-}
+use crate::sink::FailReason;
 
 impl FailReason {
-    /// Every reason, in the order of [`FailReason::as_str`]'s table.
-    pub const ALL: [FailReason; 8] = [
-        FailReason::Connect,
-        FailReason::Timeout,
-        FailReason::Throttled,
-        FailReason::ServerError,
-        FailReason::Rejected,
-        FailReason::Io,
-        FailReason::Encode,
-        FailReason::Buffer,
-    ];
-
-    /// The `reason` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailReason::Connect => "connect",
-            FailReason::Timeout => "timeout",
-            FailReason::Throttled => "http_429",
-            FailReason::ServerError => "http_5xx",
-            FailReason::Rejected => "http_4xx",
-            FailReason::Io => "io",
-            FailReason::Encode => "encode",
-            FailReason::Buffer => "buffer",
-        }
-    }
-
     /// True when sending the same request again may succeed.
     pub fn retryable(self) -> bool {
         !matches!(

@@ -8,10 +8,12 @@
 mod console;
 mod file;
 mod prometheus_exporter;
+mod stats;
 
 pub use console::Console;
 pub use file::File;
 pub use prometheus_exporter::{Exposition, PrometheusExporter};
+pub use stats::{FailReason, SinkDrop, SinkStats};
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -20,8 +22,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use sonde_aggregate::Batch;
-
-use crate::telemetry::{SinkDrop, SinkStats};
 
 /// Points encoded per write by the text sinks: about 100 KiB of JSON, so a
 /// window of a million points never needs a buffer of its size.

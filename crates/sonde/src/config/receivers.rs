@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 use sonde_io::addr::ListenAddr;
-use sonde_io::ingest::Protocol;
+use sonde_io::receiver::Protocol;
 use sonde_io::receiver::SocketOptions;
 use toml::Spanned;
 

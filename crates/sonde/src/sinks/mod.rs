@@ -39,7 +39,7 @@ use std::thread::JoinHandle;
 
 use sonde_io::http::Site;
 use sonde_io::sink::SinkHandle;
-use sonde_io::telemetry::SinkStats;
+use sonde_io::sink::SinkStats;
 use toml::Spanned;
 
 use crate::config::{AgentSection, ConfigError, Source};

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
 use sonde_io::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
-use sonde_io::telemetry::SinkStats;
+use sonde_io::sink::SinkStats;
 
 use super::{Running, Sink, SinkType, Start, Transport};
 use crate::config::{ConfigError, HumanDuration, HumanSize};

@@ -6,7 +6,7 @@
 //! Boundaries are multiples of the interval since the unix epoch (a 10 s
 //! window closes at :00, :10, ...). A point's timestamp is its window's
 //! start. At a boundary the flusher bumps the epoch, waits for each worker's
-//! window (workers answer within [`crate::ingest::WAKE_INTERVAL`]) up to
+//! window (workers answer within [`crate::receiver::ingest::WAKE_INTERVAL`]) up to
 //! [`COLLECT_DEADLINE`], merges and flushes, then sends every window back to
 //! its worker for reuse. A window that arrives later is merged into the
 //! next one rather than lost, and counted.
@@ -29,6 +29,10 @@
 //! elapsed. Then the flusher drops its sink queues, which lets each sink
 //! write what it has and exit.
 
+mod stats;
+
+pub use stats::FlushStats;
+
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -38,9 +42,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sonde_aggregate::shard::Window;
 use sonde_aggregate::{AggregateConfig, Aggregator, Batch};
 
-use crate::ingest::{Control, Handoff};
+use crate::receiver::{Control, Handoff};
 use crate::sink::SinkHandle;
-use crate::telemetry::FlushStats;
 
 /// How long the flusher waits for the workers' shards after a boundary.
 pub const COLLECT_DEADLINE: Duration = Duration::from_secs(2);
@@ -233,6 +236,14 @@ impl Flusher {
             stats
                 .non_finite
                 .fetch_add(fs.non_finite as u64, Ordering::Relaxed);
+            if fs.mismatched > 0 {
+                // The shard and the aggregator disagree about a series'
+                // kind: a bug, whose windows are lost. Said, not hidden.
+                tracing::error!(
+                    series = fs.mismatched,
+                    "series whose window value did not match their kind were not flushed (a bug: please report it)"
+                );
+            }
             stats
                 .points
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);

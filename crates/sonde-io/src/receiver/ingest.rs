@@ -26,8 +26,8 @@ use sonde_aggregate::shard::{PointBatch, Window};
 use sonde_aggregate::{AggregateConfig, RecordError, SeriesCount, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
-use crate::drops::DropLabel;
-use crate::telemetry::{LocalCounts, ReceiverStats};
+use crate::receiver::drops::DropLabel;
+use crate::receiver::{LocalCounts, ReceiverStats};
 
 /// How often an idle worker wakes up to check for a window boundary.
 pub const WAKE_INTERVAL: Duration = Duration::from_millis(100);

@@ -1,0 +1,23 @@
+//! The flusher's counters, shown on `/metrics` by [`crate::telemetry`].
+
+use std::sync::atomic::AtomicU64;
+
+/// Counters of the flusher.
+#[derive(Debug, Default)]
+pub struct FlushStats {
+    /// Windows flushed.
+    pub flushes: AtomicU64,
+    /// Live series after the last flush.
+    pub series: AtomicU64,
+    /// Series expired for idleness.
+    pub expired: AtomicU64,
+    /// Points dropped because their value was not finite.
+    pub non_finite: AtomicU64,
+    /// Points produced.
+    pub points: AtomicU64,
+    /// Duration of the last flush, in nanoseconds.
+    pub last_duration_ns: AtomicU64,
+    /// Worker shards that arrived after their window was flushed (their data
+    /// went into the next window).
+    pub late_shards: AtomicU64,
+}

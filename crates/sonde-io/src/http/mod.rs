@@ -1,0 +1,253 @@
+//! The HTTP listeners: the admin endpoint (`/` an index page, `/health`,
+//! `/metrics`) and the Prometheus exporter sinks' scrape endpoints.
+//!
+//! They share one single-threaded tokio runtime on its own thread: scrapes
+//! are rare and tiny next to the data path, which never touches it. The
+//! admin site also serves CPU profiles of the agent
+//! (`/debug/pprof/profile` and `/debug/pprof/flamegraph`).
+//!
+//! Listeners are bound by the caller with [`bind`] first, so an address in
+//! use fails the agent's start instead of a background thread.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::CONTENT_TYPE;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+mod profiling;
+
+use profiling::Format;
+
+use crate::sink::Exposition;
+use crate::telemetry::Telemetry;
+
+/// What an HTTP listener serves.
+#[derive(Clone, Debug)]
+pub enum Site {
+    /// `/health` and `/metrics` of the agent itself.
+    Admin(Arc<Telemetry>),
+    /// A Prometheus exporter sink's latest window at `/metrics` (and `/`).
+    Exporter(Exposition),
+}
+
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The admin site's `/`: a page linking to every endpoint it serves, so a
+/// person who opens the admin address in a browser finds their way.
+const ADMIN_INDEX: &str = "<!DOCTYPE html>
+<html><head><meta charset=\"utf-8\"><title>sonde</title></head>
+<body>
+<h1>sonde</h1>
+<ul>
+<li><a href=\"/health\">/health</a>: answers <code>ok</code> while the agent runs</li>
+<li><a href=\"/metrics\">/metrics</a>: the agent's own counters, in the Prometheus text format</li>
+<li><a href=\"/debug/pprof/profile?seconds=30\">/debug/pprof/profile?seconds=30</a>: a CPU profile of the agent (pprof protobuf, for <code>go tool pprof</code>)</li>
+<li><a href=\"/debug/pprof/flamegraph?seconds=30\">/debug/pprof/flamegraph?seconds=30</a>: the same profile as an SVG flame graph</li>
+</ul>
+</body></html>
+";
+
+fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
+    let (status, ctype, body): (StatusCode, &str, Bytes) = match (site, path) {
+        (Site::Admin(_), "/") => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            Bytes::from_static(ADMIN_INDEX.as_bytes()),
+        ),
+        (Site::Admin(_), "/health") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
+        (Site::Admin(t), "/metrics") => (StatusCode::OK, PROMETHEUS_TEXT, Bytes::from(t.render())),
+        (Site::Exporter(e), "/metrics" | "/") => (
+            StatusCode::OK,
+            PROMETHEUS_TEXT,
+            Bytes::from((*e.get()).clone()),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            Bytes::from_static(b"not found\n"),
+        ),
+    };
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    if let Ok(v) = ctype.parse() {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// Binds a listener for [`serve`].
+///
+/// # Errors
+///
+/// When the address cannot be bound.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let l = TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Serves every `(listener, site)` pair on a new background thread, until
+/// the process exits.
+///
+/// # Errors
+///
+/// When the runtime or thread cannot be created.
+pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            crate::priority::enter_background();
+            rt.block_on(async move {
+                let mut tasks = Vec::new();
+                for (listener, site) in sites {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!(error = %e, "http listener failed");
+                            continue;
+                        }
+                    };
+                    tasks.push(tokio::spawn(accept_loop(listener, site)));
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+            });
+        })?;
+    Ok(())
+}
+
+async fn route(site: Site, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let query = req.uri().query().map(str::to_string);
+    match (&site, req.uri().path()) {
+        (Site::Admin(_), "/debug/pprof/profile") => profiling::respond(query, Format::Pprof).await,
+        (Site::Admin(_), "/debug/pprof/flamegraph") => {
+            profiling::respond(query, Format::FlameGraph).await
+        }
+        (_, path) => respond(&site, path),
+    }
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "http accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let site = site.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let site = site.clone();
+                async move { Ok::<_, Infallible>(route(site, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(r: Response<Full<Bytes>>) -> String {
+        use http_body_util::BodyExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt.block_on(r.into_body().collect()).unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn admin_index_links_every_endpoint() {
+        let site = Site::Admin(Arc::new(Telemetry::default()));
+        let r = respond(&site, "/");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
+        let page = body(r);
+        for path in [
+            "/health",
+            "/metrics",
+            "/debug/pprof/profile?seconds=30",
+            "/debug/pprof/flamegraph?seconds=30",
+        ] {
+            assert!(page.contains(&format!("href=\"{path}\"")), "{path}");
+        }
+        // Every link leads somewhere: the plain pages answer, and the
+        // profile links carry a valid duration.
+        assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
+        assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
+        assert_eq!(profiling::seconds_param(Some("seconds=30")), Ok(30));
+    }
+
+    #[test]
+    fn an_exporter_serves_its_window_at_the_root_not_the_index() {
+        let e = Exposition::default();
+        let r = respond(&Site::Exporter(e), "/");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[CONTENT_TYPE], PROMETHEUS_TEXT);
+        assert_eq!(body(r), "");
+    }
+
+    #[test]
+    fn admin_answers_health_and_metrics_and_404s_the_rest() {
+        let site = Site::Admin(Arc::new(Telemetry::default()));
+        assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
+        assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
+        assert_eq!(respond(&site, "/nope").status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn the_admin_listener_serves_its_index_over_http() {
+        use std::io::{Read, Write};
+        use std::time::{Duration, Instant};
+
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve(vec![(
+            listener,
+            Site::Admin(Arc::new(Telemetry::default())),
+        )])
+        .unwrap();
+        // The listener is bound before `serve` returns, so the connection
+        // queues until the HTTP thread accepts it.
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn.write_all(b"GET / HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut answer = String::new();
+        while !answer.contains("</html>") && Instant::now() < deadline {
+            let mut buf = [0u8; 4096];
+            match conn.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => answer.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e) => panic!("reading the answer: {e}"),
+            }
+        }
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(
+            answer.contains("content-type: text/html; charset=utf-8\r\n"),
+            "{answer}"
+        );
+        assert!(answer.contains("<a href=\"/metrics\">"), "{answer}");
+    }
+}

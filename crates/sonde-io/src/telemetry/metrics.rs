@@ -1,0 +1,264 @@
+//! The table of every metric the admin listener's `/metrics` shows: name,
+//! type, help and where its samples come from. The renderer
+//! ([`super::Telemetry::render`]) walks it in order; adding a metric is
+//! adding a row here and, if it counts something new, a counter to the
+//! component's stats.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::flusher::FlushStats;
+use crate::receiver::ReceiverStats;
+use crate::sink::{SinkDrop, SinkStats};
+
+use super::Telemetry;
+
+/// A Prometheus metric type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only grows (until the agent restarts); named `..._total`.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+}
+
+impl Kind {
+    /// The word on the `# TYPE` line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// One value of an unlabelled agent-wide metric.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    /// A count or a size.
+    Int(u64),
+    /// A quantity with a fraction, such as seconds.
+    Float(f64),
+}
+
+/// Where a metric's samples come from, which also fixes its labels.
+#[derive(Clone, Copy, Debug)]
+pub enum Source {
+    /// One sample per receiver, labelled `receiver` and `protocol`.
+    Receiver(fn(&ReceiverStats) -> u64),
+    /// One sample per receiver and [`crate::receiver::drops::DropLabel`], labelled
+    /// `receiver`, `protocol` and `reason`.
+    ReceiverDrops,
+    /// One unlabelled sample for the whole agent.
+    Agent(fn(&Telemetry) -> Value),
+    /// One unlabelled host-wide sample: the named field of the `Udp:` lines
+    /// of `/proc/net/snmp`. Where that cannot be read the metric is left
+    /// out, `# HELP` and `# TYPE` included.
+    HostUdp(&'static str),
+    /// One sample per sink, labelled `sink`.
+    Sink(fn(&SinkStats) -> u64),
+    /// One sample per sink and [`crate::sink::FailReason`], labelled `sink`
+    /// and `reason`.
+    SinkFailures,
+    /// One sample per sink and [`SinkDrop`], labelled `sink` and `reason`:
+    /// the counters indexed by the drop.
+    SinkDrops(fn(&SinkStats) -> &[AtomicU64; SinkDrop::ALL.len()]),
+}
+
+/// A metric's descriptor: one row of [`METRICS`].
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    /// The metric name.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: Kind,
+    /// The `# HELP` text.
+    pub help: &'static str,
+    /// Its samples.
+    pub source: Source,
+}
+
+const fn counter(name: &'static str, help: &'static str, source: Source) -> Metric {
+    Metric {
+        name,
+        kind: Kind::Counter,
+        help,
+        source,
+    }
+}
+
+const fn gauge(name: &'static str, help: &'static str, source: Source) -> Metric {
+    Metric {
+        name,
+        kind: Kind::Gauge,
+        help,
+        source,
+    }
+}
+
+fn flush(t: &Telemetry, get: fn(&FlushStats) -> &AtomicU64) -> Value {
+    Value::Int(get(&t.flush).load(Relaxed))
+}
+
+/// Every metric of `/metrics`, in the order they are shown.
+pub const METRICS: &[Metric] = &[
+    // Receivers.
+    counter(
+        "sonde_receiver_datagrams_total",
+        "Datagrams, packets or stream reads received.",
+        Source::Receiver(|r| r.datagrams.load(Relaxed)),
+    ),
+    counter(
+        "sonde_receiver_bytes_total",
+        "Bytes received.",
+        Source::Receiver(|r| r.bytes.load(Relaxed)),
+    ),
+    counter(
+        "sonde_receiver_points_total",
+        "Points parsed and aggregated.",
+        Source::Receiver(|r| r.points.load(Relaxed)),
+    ),
+    counter(
+        "sonde_receiver_connections_total",
+        "Stream and seqpacket connections accepted.",
+        Source::Receiver(|r| r.connections.load(Relaxed)),
+    ),
+    counter(
+        "sonde_receiver_connections_refused_total",
+        "Stream connections closed at once: the receiver had as many open as it takes.",
+        Source::Receiver(|r| r.connections_refused.load(Relaxed)),
+    ),
+    counter(
+        "sonde_receiver_kernel_dropped_total",
+        "Datagrams the kernel dropped because the receiver's socket queue was full (SO_RXQ_OVFL; seen when the next datagram arrives).",
+        Source::Receiver(|r| r.kernel_drops.load(Relaxed)),
+    ),
+    gauge(
+        "sonde_receiver_receive_buffer_bytes",
+        "Receive buffer the kernel granted per socket (datagram receivers).",
+        Source::Receiver(|r| r.receive_buffer.load(Relaxed)),
+    ),
+    counter(
+        "sonde_receiver_dropped_total",
+        "Messages, lines or points dropped, by reason.",
+        Source::ReceiverDrops,
+    ),
+    // The series and the flusher.
+    gauge(
+        "sonde_series",
+        "Live series.",
+        Source::Agent(|t| flush(t, |f| &f.series)),
+    ),
+    gauge(
+        "sonde_worker_series",
+        "Live series held by the receive workers (a series two workers receive counts twice); agent.max_series limits it.",
+        Source::Agent(|t| Value::Int(t.worker_series.get() as u64)),
+    ),
+    gauge(
+        "sonde_max_series",
+        "agent.max_series: beyond it, points for new series are dropped with reason series_limit.",
+        Source::Agent(|t| Value::Int(t.max_series as u64)),
+    ),
+    counter(
+        "sonde_flushes_total",
+        "Windows flushed.",
+        Source::Agent(|t| flush(t, |f| &f.flushes)),
+    ),
+    counter(
+        "sonde_flush_points_total",
+        "Points produced by flushes.",
+        Source::Agent(|t| flush(t, |f| &f.points)),
+    ),
+    counter(
+        "sonde_series_expired_total",
+        "Series expired after idle windows.",
+        Source::Agent(|t| flush(t, |f| &f.expired)),
+    ),
+    counter(
+        "sonde_non_finite_dropped_total",
+        "Output points dropped for a non-finite value.",
+        Source::Agent(|t| flush(t, |f| &f.non_finite)),
+    ),
+    counter(
+        "sonde_late_shards_total",
+        "Worker shards merged into the window after the one they belonged to.",
+        Source::Agent(|t| flush(t, |f| &f.late_shards)),
+    ),
+    // The host's UDP stack.
+    counter(
+        "sonde_host_udp_rcvbuf_errors_total",
+        "UDP datagrams the kernel dropped host-wide for a full receive buffer (/proc/net/snmp Udp RcvbufErrors).",
+        Source::HostUdp("RcvbufErrors"),
+    ),
+    counter(
+        "sonde_host_udp_in_errors_total",
+        "UDP datagrams the kernel could not deliver host-wide (/proc/net/snmp Udp InErrors).",
+        Source::HostUdp("InErrors"),
+    ),
+    // The last flush.
+    gauge(
+        "sonde_flush_duration_seconds",
+        "Duration of the last flush.",
+        Source::Agent(|t| Value::Float(t.flush.last_duration_ns.load(Relaxed) as f64 / 1e9)),
+    ),
+    // Sinks.
+    counter(
+        "sonde_sink_batches_total",
+        "Batches written by a sink.",
+        Source::Sink(|s| s.batches.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_points_total",
+        "Points written by a sink.",
+        Source::Sink(|s| s.points.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_errors_total",
+        "Write errors of a sink.",
+        Source::Sink(|s| s.errors.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_bytes_total",
+        "Bytes of accepted requests before compression.",
+        Source::Sink(|s| s.bytes_raw.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_sent_bytes_total",
+        "Bytes of accepted requests as sent (after compression).",
+        Source::Sink(|s| s.bytes_sent.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_retries_total",
+        "Failed attempts that were tried again.",
+        Source::Sink(|s| s.retries.load(Relaxed)),
+    ),
+    gauge(
+        "sonde_sink_queue_batches",
+        "Requests waiting in the sink's buffer.",
+        Source::Sink(|s| s.queue_batches.load(Relaxed)),
+    ),
+    gauge(
+        "sonde_sink_queue_bytes",
+        "Bytes waiting in the sink's buffer.",
+        Source::Sink(|s| s.queue_bytes.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_corrupt_segments_total",
+        "Disk buffer segments found torn or corrupt at start; their tails were skipped.",
+        Source::Sink(|s| s.corrupt_segments.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_failures_total",
+        "Failed delivery attempts, by reason.",
+        Source::SinkFailures,
+    ),
+    counter(
+        "sonde_sink_dropped_batches_total",
+        "Batches a sink let go undelivered, by reason.",
+        Source::SinkDrops(|s| &s.dropped_batches),
+    ),
+    counter(
+        "sonde_sink_dropped_points_total",
+        "Points a sink let go undelivered, by reason.",
+        Source::SinkDrops(|s| &s.dropped_points),
+    ),
+];

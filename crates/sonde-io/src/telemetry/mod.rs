@@ -1,0 +1,288 @@
+//! The agent's own telemetry: the metrics of the admin listener's
+//! `/metrics`.
+//!
+//! Each component owns the counters it updates: a receiver its
+//! [`ReceiverStats`], a sink or sender its [`SinkStats`], the flusher its
+//! [`FlushStats`]. [`Telemetry`] holds a
+//! reference to each, and [`Telemetry::render`] writes them in the
+//! Prometheus text format by walking [`METRICS`], the table of every
+//! metric's name, type, help and source. Rendering only reads atomics, so a
+//! scrape never waits for a receiver or a sink.
+
+mod metrics;
+
+pub use metrics::{Kind, Metric, Source, Value, METRICS};
+
+use std::fmt::{Display, Write};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+use crate::receiver::drops::DropLabel;
+use sonde_aggregate::SeriesCount;
+
+use crate::flusher::FlushStats;
+use crate::receiver::ReceiverStats;
+use crate::sink::{FailReason, SinkDrop, SinkStats};
+
+/// Everything `/metrics` shows.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    /// One per running receiver; a config reload adds and removes some.
+    pub receivers: Mutex<Vec<Arc<ReceiverStats>>>,
+    /// One per running sink; a config reload adds and removes some.
+    pub sinks: Mutex<Vec<Arc<SinkStats>>>,
+    /// The flusher's counters.
+    pub flush: Arc<FlushStats>,
+    /// Live series of the receive workers, which `agent.max_series` limits.
+    pub worker_series: Arc<SeriesCount>,
+    /// `agent.max_series`.
+    pub max_series: usize,
+}
+
+impl Telemetry {
+    /// Renders every metric of [`METRICS`] in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let snmp = std::fs::read_to_string("/proc/net/snmp").ok();
+        self.render_with(snmp.as_deref())
+    }
+
+    /// [`Telemetry::render`], with the host's `/proc/net/snmp` text (or
+    /// `None` where there is none) passed in.
+    fn render_with(&self, snmp: Option<&str>) -> String {
+        let receivers = self
+            .receivers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut o = String::new();
+        for m in METRICS {
+            let host = match m.source {
+                Source::HostUdp(field) => match snmp.and_then(|t| parse_snmp(t, "Udp:", field)) {
+                    Some(v) => Some(v),
+                    None => continue,
+                },
+                _ => None,
+            };
+            let _ = writeln!(
+                o,
+                "# HELP {name} {help}\n# TYPE {name} {kind}",
+                name = m.name,
+                help = m.help,
+                kind = m.kind.as_str()
+            );
+            match m.source {
+                Source::Receiver(get) => {
+                    for r in &receivers {
+                        let labels = [("receiver", r.listen.as_str()), ("protocol", r.protocol)];
+                        sample(&mut o, m.name, &labels, get(r));
+                    }
+                }
+                Source::ReceiverDrops => {
+                    for r in &receivers {
+                        for reason in DropLabel::ALL {
+                            let labels = [
+                                ("receiver", r.listen.as_str()),
+                                ("protocol", r.protocol),
+                                ("reason", reason.as_str()),
+                            ];
+                            sample(&mut o, m.name, &labels, r.dropped(reason));
+                        }
+                    }
+                }
+                Source::Agent(get) => match get(self) {
+                    Value::Int(v) => sample(&mut o, m.name, &[], v),
+                    Value::Float(v) => sample(&mut o, m.name, &[], v),
+                },
+                Source::HostUdp(_) => {
+                    if let Some(v) = host {
+                        sample(&mut o, m.name, &[], v);
+                    }
+                }
+                Source::Sink(get) => {
+                    for s in &sinks {
+                        sample(&mut o, m.name, &[("sink", &s.name)], get(s));
+                    }
+                }
+                Source::SinkFailures => {
+                    for s in &sinks {
+                        for r in FailReason::ALL {
+                            let v = s.failures[r as usize].load(Relaxed);
+                            sample(
+                                &mut o,
+                                m.name,
+                                &[("sink", &s.name), ("reason", r.as_str())],
+                                v,
+                            );
+                        }
+                    }
+                }
+                Source::SinkDrops(get) => {
+                    for s in &sinks {
+                        for d in SinkDrop::ALL {
+                            let v = get(s)[d as usize].load(Relaxed);
+                            sample(
+                                &mut o,
+                                m.name,
+                                &[("sink", &s.name), ("reason", d.as_str())],
+                                v,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        o
+    }
+}
+
+/// Writes one sample line: `name{label="value",...} value`.
+fn sample(o: &mut String, name: &str, labels: &[(&str, &str)], value: impl Display) {
+    o.push_str(name);
+    if !labels.is_empty() {
+        o.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            let _ = write!(o, "{k}=\"{}\"", escape(v));
+        }
+        o.push('}');
+    }
+    let _ = writeln!(o, " {value}");
+}
+
+/// A label value escaped for the text format: backslash, quote, newline.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One field of `proto`'s lines of `/proc/net/snmp` (a header line of
+/// names, then a line of values).
+fn parse_snmp(text: &str, proto: &str, field: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(proto));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let i = names.split_whitespace().position(|n| n == field)?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SNMP: &str = "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\nUdp: 10 2 7 9 5\nUdpLite: InDatagrams\nUdpLite: 0\n";
+
+    #[test]
+    fn snmp_fields_are_found_by_name() {
+        assert_eq!(parse_snmp(SNMP, "Udp:", "RcvbufErrors"), Some(5));
+        assert_eq!(parse_snmp(SNMP, "Udp:", "InErrors"), Some(7));
+        assert_eq!(parse_snmp(SNMP, "Udp:", "Nope"), None);
+    }
+
+    /// Two receivers and two sinks with every counter set to something.
+    fn busy_agent() -> Telemetry {
+        let r = Arc::new(ReceiverStats::new("udp://127.0.0.1:8125".into(), "statsd"));
+        r.datagrams.store(11, Relaxed);
+        r.bytes.store(1200, Relaxed);
+        r.points.store(33, Relaxed);
+        r.connections.store(2, Relaxed);
+        r.connections_refused.store(1, Relaxed);
+        r.kernel_drops.store(4, Relaxed);
+        r.receive_buffer.store(8 << 20, Relaxed);
+        r.drops[DropLabel::BadValue as usize].store(5, Relaxed);
+        // A label value that needs escaping.
+        let r2 = Arc::new(ReceiverStats::new(
+            "unix:///tmp/a\"b.sock".into(),
+            "msgpack",
+        ));
+        r2.points.store(7, Relaxed);
+        let s = Arc::new(SinkStats::new("http:one".into()));
+        s.batches.store(3, Relaxed);
+        s.points.store(300, Relaxed);
+        s.errors.store(1, Relaxed);
+        s.bytes_raw.store(4000, Relaxed);
+        s.bytes_sent.store(1000, Relaxed);
+        s.retries.store(2, Relaxed);
+        s.queue_batches.store(1, Relaxed);
+        s.queue_bytes.store(500, Relaxed);
+        s.corrupt_segments.store(1, Relaxed);
+        s.failures[FailReason::ServerError as usize].store(2, Relaxed);
+        s.count_drop(SinkDrop::BufferFull, 1, 100);
+        let t = Telemetry {
+            receivers: Mutex::new(vec![r, r2]),
+            sinks: Mutex::new(vec![s, Arc::new(SinkStats::new("console".into()))]),
+            max_series: 100_000,
+            ..Telemetry::default()
+        };
+        let f = &t.flush;
+        f.flushes.store(9, Relaxed);
+        f.series.store(42, Relaxed);
+        f.expired.store(3, Relaxed);
+        f.non_finite.store(1, Relaxed);
+        f.points.store(420, Relaxed);
+        f.last_duration_ns.store(1_250_000, Relaxed);
+        f.late_shards.store(2, Relaxed);
+        t
+    }
+
+    #[test]
+    fn the_exposition_matches_the_golden_file_byte_for_byte() {
+        // The names, HELP and TYPE lines and labels are an interface:
+        // dashboards and alerts use them. Change the golden file only
+        // together with the docs that name the metrics.
+        let got = busy_agent().render_with(Some(SNMP));
+        let want = include_str!("../../testdata/admin-metrics.prom");
+        for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+            assert_eq!(g, w, "line {}", i + 1);
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn host_metrics_are_left_out_where_proc_net_snmp_is_missing() {
+        let text = busy_agent().render_with(None);
+        assert!(!text.contains("sonde_host_udp"), "{text}");
+        assert!(text.contains("# TYPE sonde_flush_duration_seconds gauge\n"));
+    }
+
+    #[test]
+    fn metric_names_are_unique_and_counters_end_in_total() {
+        let mut names: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), METRICS.len());
+        for m in METRICS {
+            assert!(m.name.starts_with("sonde_"), "{}", m.name);
+            assert_eq!(
+                m.name.ends_with("_total"),
+                m.kind == Kind::Counter,
+                "{}",
+                m.name
+            );
+        }
+    }
+
+    #[test]
+    fn published_counts_show_up_by_receiver_and_reason() {
+        let stats = Arc::new(ReceiverStats::new("udp://127.0.0.1:1".into(), "statsd"));
+        let mut local = crate::receiver::LocalCounts {
+            points: 5,
+            ..Default::default()
+        };
+        local.drops[DropLabel::BadValue as usize] = 2;
+        local.publish(&stats);
+        assert_eq!(local.points, 0);
+        let t = Telemetry {
+            receivers: Mutex::new(vec![stats]),
+            ..Telemetry::default()
+        };
+        let text = t.render();
+        assert!(text.contains(
+            "sonde_receiver_points_total{receiver=\"udp://127.0.0.1:1\",protocol=\"statsd\"} 5\n"
+        ));
+        assert!(text.contains("reason=\"bad_value\"} 2\n"));
+    }
+}
