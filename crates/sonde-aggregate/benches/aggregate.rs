@@ -45,7 +45,12 @@ fn record(c: &mut Criterion) {
     const BATCH: usize = 10_000;
     for n in [1_000usize, 100_000, 1_000_000] {
         let names = series(n);
-        let mut shard = Shard::new(Arc::new(AggregateConfig::default()));
+        // Room for every series: the largest case is beyond the default limit.
+        let config = AggregateConfig {
+            max_series: n,
+            ..AggregateConfig::default()
+        };
+        let mut shard = Shard::new(Arc::new(config));
         for i in 0..n {
             shard.record(&point(&names, i)).unwrap();
         }
