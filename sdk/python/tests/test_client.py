@@ -147,6 +147,16 @@ def test_a_sum_that_would_overflow_starts_a_new_message(make_client, receiver):
     assert [m[3] for m in receiver.messages()] == ["1e+308", "1e+308"]
 
 
+def test_an_int_sum_past_the_double_range_starts_a_new_message(make_client, receiver):
+    c = make_client(receiver.address, flush_interval=60)
+    c.counter("big", 10**308)
+    c.counter("big", 10**308)
+    c.counter("big", 1)  # adds into the second entry
+    c.flush()
+    assert c.send_errors == 0
+    assert [m[3] for m in receiver.messages()] == ["1e+308", "1e+308"]
+
+
 def test_a_large_flush_is_split_into_bunches_under_32_kib(make_client, receiver):
     c = make_client(receiver.address, flush_interval=60)
     tags = {f"tag{i:02}": f"value{i:02}" for i in range(20)}

@@ -236,11 +236,12 @@ class Client:
                     entry[2] = value
                     return
                 total = entry[2] + value
-                if total - total == 0:  # still finite
+                if -_INT_LIMIT < total < _INT_LIMIT or _fits_a_double(total):
                     entry[2] = total
                     return
-                # The sum would overflow to infinity, which the agent drops:
-                # this point starts a new entry and later ones add into it.
+                # The sum would overflow a double (infinity, which the agent
+                # drops, or an int the encoder cannot write): this point
+                # starts a new entry and later ones add into it.
             if len(buf) >= self._capacity:
                 self._dropped += 1
                 return
@@ -457,6 +458,16 @@ class Timed:
                 self._record(start)
 
         return cast(F, timed_call)
+
+
+def _fits_a_double(total: Number) -> bool:
+    """Whether a sum is finite as a double: a float that is not infinite, or
+    an int within the double range (ints are exact and never overflow)."""
+    try:
+        f = float(total)
+    except OverflowError:
+        return False
+    return f - f == 0.0
 
 
 def _encode(points: List[Any]) -> List[bytes]:
