@@ -15,8 +15,8 @@ The buffer holds at most ``buffer_size`` entries. A ``counter`` or
 ``rate_counter`` for a series (type, name, rendered tags) that already has
 an entry is added into it, and a ``store`` replaces its value (the agent
 keeps the window's last one), so a hot loop over fewer series than the
-capacity takes no room and loses nothing; a dict from series to entry index
-finds the entry. Every other type takes one entry per emit.
+capacity takes no room and loses nothing; a dict from series to entry
+finds it. Every other type takes one entry per emit.
 
 ``flush()`` does the same synchronously on the caller's thread.
 ``close()`` stops the flusher, sends what is pending and closes the socket;
@@ -68,9 +68,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # (type, full name, value, rendered tags, ts text): what an emit buffers.
 _Point = Tuple[str, str, Number, str, str]
 
-# How an emit for a series already in the buffer is merged into its entry.
-_ADD = 1
-_REPLACE = 2
 _INT_LIMIT = 10**15
 
 # Full names are cached per client so a steady-state emit validates a name
@@ -133,8 +130,8 @@ class Client:
         self._interval = float(flush_interval)
         self._transport = Transport(self._address)
         self._buf: List[Any] = []
-        # Where each merged series (type, name, tags) sits in _buf.
-        self._index: Dict[Tuple[str, str, str], int] = {}
+        # The entry in _buf of each merged series (type, name, tags).
+        self._index: Dict[Tuple[str, str, str], List[Any]] = {}
         # _lock guards _buf, _index, _closed and _dropped (held for an
         # append or a merge only).
         # Reentrant because a signal handler runs on the thread it interrupts:
@@ -160,11 +157,11 @@ class Client:
 
     def counter(self, name: str, value: Number = 1, tags: Tags = None) -> None:
         """Adds ``value`` to a counter; the agent reports its running total."""
-        self._emit("counter", name, value, tags, "", _ADD)
+        self._merge("counter", name, value, tags, False)
 
     def rate_counter(self, name: str, value: Number = 1, tags: Tags = None) -> None:
         """Adds ``value`` to a counter the agent reports as a per-second rate."""
-        self._emit("rate_counter", name, value, tags, "", _ADD)
+        self._merge("rate_counter", name, value, tags, False)
 
     def meter(self, name: str, value: Number = 1, tags: Tags = None) -> None:
         """Marks ``value`` events; the agent reports a running total and ``name.rate``."""
@@ -176,7 +173,7 @@ class Client:
 
     def store(self, name: str, value: Number, tags: Tags = None) -> None:
         """Sets a gauge; the agent reports the last value of the window."""
-        self._emit("store", name, value, tags, "", _REPLACE)
+        self._merge("store", name, value, tags, True)
 
     def ts_store(self, name: str, value: Number, ts: Union[int, float, Any], tags: Tags = None) -> None:
         """Sets a gauge at a timestamp of your own: unix seconds (int or
@@ -196,11 +193,33 @@ class Client:
         """
         return Timed(self, self._full_name(name), render_tags(tags))
 
-    def _emit(self, kind: str, name: str, value: object, tags: Tags, ts: str = "", merge: int = 0) -> None:
+    def _emit(self, kind: str, name: str, value: object, tags: Tags, ts: str = "") -> None:
         # The hot path: every step is inlined or cached because each call
         # costs ~50 ns and this runs once per data point (see BENCHMARKS.md).
-        # merge says how a point joins its series' entry (_ADD, _REPLACE),
-        # or 0 for a type that takes one entry per emit.
+        try:
+            full = self._names[name]
+        except (KeyError, TypeError):
+            full = self._new_name(name)
+        t = type(value)
+        if t is float:
+            if value - value != 0.0:  # type: ignore[operator]  # NaN or infinity
+                value = check_value(value)  # raises with the message
+        elif t is not int or not -_INT_LIMIT < value < _INT_LIMIT:  # type: ignore[operator]
+            value = check_value(value)
+        point = (kind, full, value, render_tags(tags) if tags else "", ts)
+        with self._lock:
+            buf = self._buf
+            if self._closed or len(buf) >= self._capacity:
+                self._dropped += 1
+                return
+            buf.append(point)
+            if len(buf) == self._capacity:
+                self._wake.set()
+
+    def _merge(self, kind: str, name: str, value: object, tags: Tags, replace: bool) -> None:
+        # _emit for the types that merge into their series' entry (see the
+        # module doc, Buffering): the same checks, inlined here rather than
+        # shared, because a call costs as much as the rest of a step.
         try:
             full = self._names[name]
         except (KeyError, TypeError):
@@ -212,27 +231,13 @@ class Client:
         elif t is not int or not -_INT_LIMIT < value < _INT_LIMIT:  # type: ignore[operator]
             value = check_value(value)
         rendered = render_tags(tags) if tags else ""
-        if not merge:
-            point = (kind, full, value, rendered, ts)
-            with self._lock:
-                buf = self._buf
-                if self._closed or len(buf) >= self._capacity:
-                    self._dropped += 1
-                    return
-                buf.append(point)
-                if len(buf) == self._capacity:
-                    self._wake.set()
-            return
         key = (kind, full, rendered)
         with self._lock:
-            if self._closed:
-                self._dropped += 1
-                return
-            buf = self._buf
-            i = self._index.get(key)
-            if i is not None:
-                entry = buf[i]
-                if merge == _REPLACE:
+            entry = self._index.get(key)
+            if entry is not None:
+                # After close() the buffer and index are empty, so a closed
+                # client never gets here and the drop below counts the point.
+                if replace:
                     entry[2] = value
                     return
                 total = entry[2] + value
@@ -242,11 +247,13 @@ class Client:
                 # The sum would overflow a double (infinity, which the agent
                 # drops, or an int the encoder cannot write): this point
                 # starts a new entry and later ones add into it.
-            if len(buf) >= self._capacity:
+            buf = self._buf
+            if self._closed or len(buf) >= self._capacity:
                 self._dropped += 1
                 return
-            self._index[key] = len(buf)
-            buf.append([kind, full, value, rendered, ts])
+            entry = [kind, full, value, rendered, ""]
+            self._index[key] = entry
+            buf.append(entry)
             if len(buf) == self._capacity:
                 self._wake.set()
 
