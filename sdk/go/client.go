@@ -350,13 +350,10 @@ func (c *Client) emit(kind metricKind, name string, value float64, ts int64, tag
 			if s := &c.slots[slot]; s.gen == c.gen {
 				e := &b.entries[s.idx]
 				b.arena = a[:keyAt]
-				if kind == kindStore {
-					e.value = value
-					c.mu.Unlock()
-					return nil
-				}
 				sum := e.value + value
-				if math.IsInf(sum, 0) {
+				if kind == kindStore {
+					sum = value // the last value wins
+				} else if math.IsInf(sum, 0) {
 					// The agent would drop the whole sum as a bad value.
 					c.mu.Unlock()
 					return overflow(e.value, value)
