@@ -2,6 +2,7 @@ package sonde
 
 import (
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -49,6 +50,29 @@ func emitTimer(c *Client) func() {
 	}
 }
 
+func emitStore(c *Client) func() {
+	return func() {
+		if err := c.Store("queue.depth", 7, T("host", "web-042"), T("dc", "eu-west-1"), T("route", "/api/v1/orders")); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// emitCounter500 cycles over 500 series, as a hot loop over many keys would.
+func emitCounter500(c *Client) func() {
+	names := make([]string, 500)
+	for i := range names {
+		names[i] = "http.requests." + strconv.Itoa(i)
+	}
+	i := 0
+	return func() {
+		if err := c.Counter(names[i], 1, T("host", "web-042"), T("dc", "eu-west-1"), T("route", "/api/v1/orders")); err != nil {
+			panic(err)
+		}
+		i = (i + 1) % len(names)
+	}
+}
+
 // mallocs counts the heap allocations made while f runs n times. It is
 // stricter than testing.AllocsPerRun, whose integer average rounds one
 // allocation in 1,000 runs down to zero. The runtime's counter covers every
@@ -79,6 +103,8 @@ func TestAWarmClientEmitsWithoutAllocating(t *testing.T) {
 	c := newTestClient(t, Options{Address: r.address()})
 	for name, emit := range map[string]func(){
 		"Counter with three tags": emitCounter(c),
+		"Counter over 500 series": emitCounter500(c),
+		"Store with three tags":   emitStore(c),
 		"Timer":                   emitTimer(c),
 	} {
 		warm(t, c, emit)
@@ -170,6 +196,10 @@ func benchmarkEmit(b *testing.B, emit func(*Client) func(), withSend bool) {
 }
 
 func BenchmarkCounterThreeTags(b *testing.B) { benchmarkEmit(b, emitCounter, false) }
+
+func BenchmarkCounter500Series(b *testing.B) { benchmarkEmit(b, emitCounter500, false) }
+
+func BenchmarkStoreThreeTags(b *testing.B) { benchmarkEmit(b, emitStore, false) }
 
 func BenchmarkTimer(b *testing.B) { benchmarkEmit(b, emitTimer, false) }
 

@@ -45,9 +45,10 @@ type Options struct {
 	// Prefix is joined to every name with a dot ("web" + "hits" sends
 	// "web.hits"). Empty sends names as given.
 	Prefix string
-	// BufferSize is the number of points held between flushes; when it is
-	// reached, new points are dropped and counted (see Client.Dropped) and
-	// the flusher is woken. Default 10,000.
+	// BufferSize is the number of entries held between flushes: one per
+	// pending counter, rate counter or store series, one per other emit.
+	// When it is reached, new points are dropped and counted (see
+	// Client.Dropped) and the flusher is woken. Default 10,000.
 	BufferSize int
 	// FlushInterval is how often the background flusher sends. Default
 	// 200 ms.
@@ -69,8 +70,9 @@ type Options struct {
 // emits carry on while it writes to the socket.
 //
 // counter and rate_counter emits are summed into their series' first entry
-// of the batch as they arrive, found through a map keyed by the encoded
-// kind, name and tags. A lookup with a []byte-to-string conversion does not
+// of the batch as they arrive, and a store replaces that entry's value, so
+// a hot loop over fewer series than BufferSize never fills the buffer. The
+// entry is found through a map keyed by the encoded kind, name and tags. A lookup with a []byte-to-string conversion does not
 // allocate, and keys are kept across flushes (each slot records which batch
 // generation it belongs to), so only a series new to the client allocates.
 // The map is cleared when it holds more series than BufferSize, which
@@ -342,14 +344,16 @@ func (c *Client) emit(kind metricKind, name string, value float64, ts int64, tag
 	b.arena = a
 
 	slot := int32(-1)
-	if kind.summable() {
+	if kind.merges() {
 		var ok bool
 		if slot, ok = c.sums[string(a[keyAt:])]; ok {
 			if s := &c.slots[slot]; s.gen == c.gen {
 				e := &b.entries[s.idx]
 				b.arena = a[:keyAt]
 				sum := e.value + value
-				if math.IsInf(sum, 0) {
+				if kind == kindStore {
+					sum = value // the last value wins
+				} else if math.IsInf(sum, 0) {
 					// The agent would drop the whole sum as a bad value.
 					c.mu.Unlock()
 					return overflow(e.value, value)
@@ -377,7 +381,7 @@ func (c *Client) emit(kind metricKind, name string, value float64, ts int64, tag
 		end:   uint32(len(a)),
 		kind:  kind,
 	})
-	if kind.summable() {
+	if kind.merges() {
 		s := sumSlot{gen: c.gen, idx: int32(len(b.entries) - 1)}
 		if slot >= 0 {
 			c.slots[slot] = s

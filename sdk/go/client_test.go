@@ -208,6 +208,31 @@ func TestCountersAndRateCountersAreSummedPerSeriesWithinAFlush(t *testing.T) {
 	}
 }
 
+func TestAStoreReplacesThePendingValueOfItsSeries(t *testing.T) {
+	r := newReceiver(t)
+	// Three entries of four: the buffer never fills, so nothing is sent
+	// before Flush.
+	c := newTestClient(t, Options{Address: r.address(), BufferSize: 4})
+	must(t, c.Store("depth", 5, T("q", "a")))
+	must(t, c.Timer("lat", 1))
+	must(t, c.Store("depth", 7, T("q", "b"))) // other tags: another series
+	for i := 0; i < 100; i++ {
+		must(t, c.Store("depth", float64(i), T("q", "a"))) // takes no room
+	}
+	if c.Dropped() != 0 {
+		t.Errorf("dropped %d", c.Dropped())
+	}
+	must(t, c.Flush())
+	want := []msg{
+		{"store", "depth", "99", "q=a", ""},
+		{"timer", "lat", "1", "", ""},
+		{"store", "depth", "7", "q=b", ""},
+	}
+	if got := r.messages(len(want)); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
+	}
+}
+
 func TestASumThatWouldOverflowIsRejectedAndTheSumKept(t *testing.T) {
 	r := newReceiver(t)
 	c := newTestClient(t, Options{Address: r.address()})

@@ -235,7 +235,7 @@ func emitEveryType(t *testing.T, c *Client) int {
 		must(t, c.Histogram("size", v))
 	}
 	must(t, c.Store("depth", 5))
-	must(t, c.Store("depth", 7))
+	must(t, c.Store("depth", 7)) // replaces the pending 5: one message
 	must(t, c.TsStore("daily", 42, 1763800200))
 	must(t, c.Meter("m", 2))
 	must(t, c.Meter("m", 3))
@@ -243,7 +243,7 @@ func emitEveryType(t *testing.T, c *Client) int {
 	must(t, c.RateCounter("rc", 20)) // summed with the one before
 	must(t, c.TimeFunc("fn", func() {}))
 	must(t, c.Flush())
-	return 2 + 3 + 3 + 2 + 1 + 2 + 1 + 1
+	return 2 + 3 + 3 + 1 + 1 + 2 + 1 + 1
 }
 
 func TestEveryTypeReachesTheRealAgentOverEveryTransport(t *testing.T) {
@@ -326,5 +326,61 @@ func TestEveryTypeReachesTheRealAgentOverEveryTransport(t *testing.T) {
 				t.Errorf("%s.%s = %v, want > 0", p, name, v)
 			}
 		}
+	}
+}
+
+// A hot loop of 20,000 increments over 500 series is twice the default
+// buffer of 10,000 points but only 500 series: every increment must be
+// summed into its series' entry (SPEC.md, Client behaviour). The hour-long
+// interval sends everything in Close, one message per series, so the
+// agent's count of received messages says when all of them have arrived.
+func TestAHotLoopOfCountersOver500SeriesLosesNothing(t *testing.T) {
+	const sent, series = 20000, 500
+	bin := agentBinary(t)
+	dir := shortTempDir(t)
+	gram := "unixgram://" + filepath.Join(dir, "gram.sock")
+	a := startAgent(t, bin, dir, fmt.Sprintf("[[receivers]]\nprotocol = \"msgpack\"\nlisten = %q\n", gram))
+
+	c := newTestClient(t, Options{Address: gram, Prefix: "burst"})
+	names := make([]string, series)
+	for i := range names {
+		names[i] = fmt.Sprintf("hits.%d", i)
+	}
+	host := T("host", "a")
+	for i := 0; i < sent; i++ {
+		must(t, c.Counter(names[i%series], 1, host))
+	}
+	must(t, c.Close())
+	if c.SendErrors() != 0 {
+		t.Errorf("send errors: %d", c.SendErrors())
+	}
+	received := fmt.Sprintf("sonde_receiver_points_total{receiver=%q,protocol=\"msgpack\"}", gram)
+	waitFor(t, fmt.Sprintf("%d messages at the agent", series), func() bool {
+		return a.metric(received) >= series
+	})
+	text, _ := a.get("/metrics")
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "sonde_receiver_dropped_total{") && !strings.HasSuffix(line, " 0") {
+			t.Errorf("the agent dropped input: %s", line)
+		}
+	}
+	a.stop()
+
+	points := a.points()
+	total := 0.0
+	for _, name := range names {
+		// A counter reports its running total: the last point of the series.
+		got := named(points, "burst."+name)
+		if len(got) == 0 {
+			t.Fatalf("no point for burst.%s", name)
+		}
+		total += got[len(got)-1].Value
+	}
+	dropped := c.Dropped()
+	if total+float64(dropped) != sent {
+		t.Errorf("received %v plus dropped %d, want %d sent", total, dropped, sent)
+	}
+	if dropped != 0 {
+		t.Errorf("dropped %d, want 0", dropped)
 	}
 }

@@ -75,6 +75,11 @@ func (k metricKind) String() string {
 // flush (SPEC.md, Client behaviour: counter and rate_counter).
 func (k metricKind) summable() bool { return k == kindCounter || k == kindRateCounter }
 
+// merges reports whether an emit of this kind for a series already pending
+// joins its entry instead of taking one: summable kinds add to it, a store
+// replaces its value (the agent keeps a window's last).
+func (k metricKind) merges() bool { return k.summable() || k == kindStore }
+
 // strHeaderLen is the size of the smallest str header for n bytes.
 func strHeaderLen(n int) int {
 	switch {

@@ -4,9 +4,11 @@
 //!
 //! [`Client`] never blocks the caller on I/O: points go into a bounded
 //! buffer, and a background thread sends them every 200 ms (or when the
-//! buffer fills) as bunches under 32 KiB. Counters and rate counters of one
-//! series are summed before sending. A full buffer drops the point and
-//! counts it ([`Client::dropped`]); a failed send is counted
+//! buffer fills) as bunches under 32 KiB. A counter or rate counter for a
+//! series already pending is added into its entry, and a store replaces its
+//! entry's value, so a hot loop over fewer series than the buffer holds
+//! loses nothing. A full buffer drops the point and counts it
+//! ([`Client::dropped`]); a failed send is counted
 //! ([`Client::send_errors`]) and the socket is reopened on the next send,
 //! so a restarted agent is picked up again.
 //!
@@ -66,7 +68,8 @@ pub struct Options {
     pub address: Option<String>,
     /// Joined to every name with a dot. Default none.
     pub prefix: String,
-    /// Points held between flushes. Default 10,000.
+    /// Entries held between flushes: one per pending counter, rate counter
+    /// or store series, one per other emit. Default 10,000.
     pub buffer_size: usize,
     /// How often the background thread sends. Default 200 ms.
     pub flush_interval: Duration,
@@ -96,7 +99,7 @@ struct Pending {
 #[derive(Debug, Default)]
 struct State {
     pending: Vec<Pending>,
-    /// Summable series in `pending`: (type, name, tags) -> index.
+    /// Merged series in `pending` (see [`merges`]): (type, name, tags) -> index.
     sums: HashMap<(Type, String, String), usize>,
     closed: bool,
     /// Set to wake the flusher early (buffer full, flush requested).
@@ -128,6 +131,14 @@ fn bad_name(s: &str) -> bool {
 
 fn bad_tag_part(s: &str) -> bool {
     s.contains(['|', '=', ' ', '\n', '\r'])
+}
+
+/// Whether an emit for a series already pending joins its entry rather than
+/// taking one: counters and rate counters add to it, a store replaces its
+/// value (the agent keeps a window's last). A hot loop over a few series
+/// then never fills the buffer (sdk/SPEC.md, Client behaviour).
+fn merges(ty: Type) -> bool {
+    ty.sums() || ty == Type::Store
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,10 +241,15 @@ impl Client {
         if st.closed {
             return Err(Error::Closed);
         }
-        if ty.sums() {
+        if merges(ty) {
             let key = (ty, full, rendered);
             if let Some(&i) = st.sums.get(&key) {
-                st.pending[i].value += value;
+                let p = &mut st.pending[i];
+                if ty.sums() {
+                    p.value += value;
+                } else {
+                    p.value = value;
+                }
                 return Ok(());
             }
             if st.pending.len() >= self.shared.capacity {
@@ -501,6 +517,45 @@ mod tests {
         want.extend(message("timer", "app.ms", "12.5", "", ""));
         want.extend(message("counter", "app.hits", "4", "host=b", ""));
         assert_eq!(r.recv(), want);
+    }
+
+    #[test]
+    fn a_store_replaces_the_pending_value_of_its_series() {
+        let r = receiver("store");
+        let c = r.client(100);
+        c.store("depth", 3.0, &[]).unwrap();
+        c.timer("ms", 1.0, &[]).unwrap();
+        c.store("depth", 7.0, &[]).unwrap();
+        c.flush();
+        let mut want = vec![0xdc, 0, 2];
+        want.extend(message("store", "app.depth", "7", "", ""));
+        want.extend(message("timer", "app.ms", "1", "", ""));
+        assert_eq!(r.recv(), want);
+    }
+
+    #[test]
+    fn a_hot_loop_over_fewer_series_than_the_buffer_holds_drops_nothing() {
+        let r = receiver("hot");
+        // 501 series in 502 entries: the buffer never fills, so nothing is
+        // sent before flush().
+        let c = r.client(502);
+        let names: Vec<String> = (0..500).map(|i| format!("hits.{i}")).collect();
+        for i in 0..20_000 {
+            c.counter(&names[i % 500], 1.0, &[]).unwrap();
+            c.store("depth", i as f64, &[]).unwrap();
+        }
+        assert_eq!(c.dropped(), 0);
+        c.flush();
+        let d = r.recv();
+        assert_eq!(u16::from_be_bytes([d[1], d[2]]), 501);
+        let mut want = vec![0xdc, 0x01, 0xf5];
+        for name in &names {
+            want.extend(message("counter", &format!("app.{name}"), "40", "", ""));
+            if name == "hits.0" {
+                want.extend(message("store", "app.depth", "19999", "", ""));
+            }
+        }
+        assert_eq!(d, want);
     }
 
     #[test]

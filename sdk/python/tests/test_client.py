@@ -82,7 +82,7 @@ def test_one_pending_emit_is_sent_as_a_plain_message(make_client, receiver):
 # ---------------------------------------------------------- aggregation
 
 
-def test_counters_of_one_series_are_summed_where_the_first_was(make_client, receiver):
+def test_counters_are_summed_and_stores_replaced_where_the_first_was(make_client, receiver):
     c = make_client(receiver.address, flush_interval=60)
     c.counter("hits", 1, tags={"host": "a"})
     c.store("size", 5)
@@ -97,13 +97,28 @@ def test_counters_of_one_series_are_summed_where_the_first_was(make_client, rece
     c.flush()
     assert receiver.messages() == [
         msg("counter", "hits", "3.5", "host=a"),
-        msg("store", "size", "5"),
+        msg("store", "size", "6"),
         msg("counter", "hits", "10", "host=b"),
         msg("rate_counter", "hits", "7", "host=a"),
-        msg("store", "size", "6"),
         msg("timer", "lat", "1"),
         msg("timer", "lat", "1"),
     ]
+
+
+def test_a_hot_loop_over_as_many_series_as_the_capacity_drops_nothing(make_client, receiver):
+    c = make_client(receiver.address, buffer_size=501, flush_interval=3600)
+    # The send lock keeps the flusher from emptying the buffer mid-loop, so
+    # the 501 series must fit in 501 entries however many emits there are.
+    with c._send_lock:
+        for i in range(20_000):
+            c.counter(f"hits.{i % 500}")
+            c.store("depth", i)
+        assert c.dropped == 0
+        c.timer("lat", 1)  # a series with no entry yet finds no room
+        assert c.dropped == 1
+    c.flush()
+    got = {m[2]: m[3] for m in receiver.messages()}
+    assert got == {**{f"hits.{i}": "40" for i in range(500)}, "depth": "19999"}
 
 
 def test_tags_in_another_order_are_not_summed_together(make_client, receiver):
@@ -132,6 +147,16 @@ def test_a_sum_that_would_overflow_starts_a_new_message(make_client, receiver):
     assert [m[3] for m in receiver.messages()] == ["1e+308", "1e+308"]
 
 
+def test_an_int_sum_past_the_double_range_starts_a_new_message(make_client, receiver):
+    c = make_client(receiver.address, flush_interval=60)
+    c.counter("big", 10**308)
+    c.counter("big", 10**308)
+    c.counter("big", 1)  # adds into the second entry
+    c.flush()
+    assert c.send_errors == 0
+    assert [m[3] for m in receiver.messages()] == ["1e+308", "1e+308"]
+
+
 def test_a_large_flush_is_split_into_bunches_under_32_kib(make_client, receiver):
     c = make_client(receiver.address, flush_interval=60)
     tags = {f"tag{i:02}": f"value{i:02}" for i in range(20)}
@@ -156,11 +181,11 @@ def test_a_full_buffer_drops_and_counts_further_points(make_client, receiver):
     # from draining it, so exactly the points past capacity are dropped.
     with c._send_lock:
         for i in range(5):
-            c.store("s", i)
+            c.timer("s", i)
         assert c.dropped == 2
     c.flush()
     assert [m[3] for m in receiver.messages()] == ["0", "1", "2"]
-    c.store("s", 9)
+    c.timer("s", 9)
     c.flush()
     assert c.dropped == 2
     assert [m[3] for m in receiver.messages()] == ["9"]
@@ -169,7 +194,7 @@ def test_a_full_buffer_drops_and_counts_further_points(make_client, receiver):
 def test_a_full_buffer_is_sent_without_waiting_for_the_interval(make_client, receiver):
     c = make_client(receiver.address, buffer_size=4, flush_interval=3600)
     for i in range(4):
-        c.store("s", i)
+        c.timer("s", i)
     got = []
     wait_for("the full buffer to be sent", lambda: got.extend(receiver.messages()) or len(got) == 4)
     assert c.dropped == 0

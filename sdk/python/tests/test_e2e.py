@@ -126,3 +126,29 @@ def test_the_background_flusher_delivers_to_the_agent_without_a_flush_call(agent
         c.close()
     agent.stop()
     assert [p["value"] for p in agent.points() if p["name"] == "e2e.background"] == [11]
+
+
+def test_a_hot_loop_of_counters_over_500_series_loses_nothing(agent_factory, sock_dir):
+    # 20,000 increments over 500 series, as fast as a loop can emit them:
+    # twice the default buffer of 10,000 points, but only 500 series, so
+    # every increment must be summed into its series' entry (SPEC.md,
+    # Client behaviour). The hour-long interval sends everything in close(),
+    # one message per series, so the agent's count of received messages
+    # says when all of them have arrived.
+    address = f"unixgram://{sock_dir}/agent.sock"
+    agent = agent_factory(f'[[receivers]]\nprotocol = "msgpack"\nlisten = "{address}"\n')
+    c = Client(address, prefix="burst", flush_interval=3600)
+    sent = 20_000
+    for i in range(sent):
+        c.counter(f"hits.{i % 500}", tags={"host": "a"})
+    c.close()
+    wait_for("500 messages at the agent", lambda: received_by_receiver(agent).get(address, 0) >= 500, timeout=20)
+    assert agent.metric_sum("sonde_receiver_dropped_total") == 0
+    agent.stop()
+
+    # A counter reports its running total, so a series' last point is its
+    # total even if the run crossed a window boundary.
+    totals = {p["name"]: p["value"] for p in agent.points() if p["name"].startswith("burst.hits.")}
+    assert len(totals) == 500
+    assert sum(totals.values()) + c.dropped == sent
+    assert c.dropped == 0

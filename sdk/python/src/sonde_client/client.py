@@ -4,10 +4,19 @@
 
 A :class:`Client` starts one daemon flusher thread when it is built. Each
 emit validates its arguments (raising :class:`ValueError` subclasses for bad
-input), then appends a tuple to a bounded buffer under a lock; it never
+input), then, under a lock, adds the point to a bounded buffer; it never
 formats, encodes or touches a socket. The flusher wakes every
 ``flush_interval`` seconds (200 ms by default), or as soon as the buffer
-fills, swaps the buffer for an empty one, sums counters, encodes and sends.
+fills, swaps the buffer for an empty one, encodes and sends.
+
+# Buffering
+
+The buffer holds at most ``buffer_size`` entries. A ``counter`` or
+``rate_counter`` for a series (type, name, rendered tags) that already has
+an entry is added into it, and a ``store`` replaces its value (the agent
+keeps the window's last one), so a hot loop over fewer series than the
+capacity takes no room and loses nothing; a dict from series to entry
+finds it. Every other type takes one entry per emit.
 
 ``flush()`` does the same synchronously on the caller's thread.
 ``close()`` stops the flusher, sends what is pending and closes the socket;
@@ -59,7 +68,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # (type, full name, value, rendered tags, ts text): what an emit buffers.
 _Point = Tuple[str, str, Number, str, str]
 
-_SUMMED = frozenset(("counter", "rate_counter"))
 _INT_LIMIT = 10**15
 
 # Full names are cached per client so a steady-state emit validates a name
@@ -121,8 +129,11 @@ class Client:
         self._capacity = buffer_size
         self._interval = float(flush_interval)
         self._transport = Transport(self._address)
-        self._buf: List[_Point] = []
-        # _lock guards _buf, _closed and _dropped (held for an append only).
+        self._buf: List[Any] = []
+        # The entry in _buf of each merged series (type, name, tags).
+        self._index: Dict[Tuple[str, str, str], List[Any]] = {}
+        # _lock guards _buf, _index, _closed and _dropped (held for an
+        # append or a merge only).
         # Reentrant because a signal handler runs on the thread it interrupts:
         # a handler that emits while that thread is inside an emit would
         # deadlock on a plain Lock (measured: no slower in CPython 3.11).
@@ -146,11 +157,11 @@ class Client:
 
     def counter(self, name: str, value: Number = 1, tags: Tags = None) -> None:
         """Adds ``value`` to a counter; the agent reports its running total."""
-        self._emit("counter", name, value, tags)
+        self._merge("counter", name, value, tags, False)
 
     def rate_counter(self, name: str, value: Number = 1, tags: Tags = None) -> None:
         """Adds ``value`` to a counter the agent reports as a per-second rate."""
-        self._emit("rate_counter", name, value, tags)
+        self._merge("rate_counter", name, value, tags, False)
 
     def meter(self, name: str, value: Number = 1, tags: Tags = None) -> None:
         """Marks ``value`` events; the agent reports a running total and ``name.rate``."""
@@ -162,7 +173,7 @@ class Client:
 
     def store(self, name: str, value: Number, tags: Tags = None) -> None:
         """Sets a gauge; the agent reports the last value of the window."""
-        self._emit("store", name, value, tags)
+        self._merge("store", name, value, tags, True)
 
     def ts_store(self, name: str, value: Number, ts: Union[int, float, Any], tags: Tags = None) -> None:
         """Sets a gauge at a timestamp of your own: unix seconds (int or
@@ -201,7 +212,48 @@ class Client:
             if self._closed or len(buf) >= self._capacity:
                 self._dropped += 1
                 return
-            buf.append(point)  # type: ignore[arg-type]
+            buf.append(point)
+            if len(buf) == self._capacity:
+                self._wake.set()
+
+    def _merge(self, kind: str, name: str, value: object, tags: Tags, replace: bool) -> None:
+        # _emit for the types that merge into their series' entry (see the
+        # module doc, Buffering): the same checks, inlined here rather than
+        # shared, because a call costs as much as the rest of a step.
+        try:
+            full = self._names[name]
+        except (KeyError, TypeError):
+            full = self._new_name(name)
+        t = type(value)
+        if t is float:
+            if value - value != 0.0:  # type: ignore[operator]  # NaN or infinity
+                value = check_value(value)  # raises with the message
+        elif t is not int or not -_INT_LIMIT < value < _INT_LIMIT:  # type: ignore[operator]
+            value = check_value(value)
+        rendered = render_tags(tags) if tags else ""
+        key = (kind, full, rendered)
+        with self._lock:
+            entry = self._index.get(key)
+            if entry is not None:
+                # After close() the buffer and index are empty, so a closed
+                # client never gets here and the drop below counts the point.
+                if replace:
+                    entry[2] = value
+                    return
+                total = entry[2] + value
+                if -_INT_LIMIT < total < _INT_LIMIT or _fits_a_double(total):
+                    entry[2] = total
+                    return
+                # The sum would overflow a double (infinity, which the agent
+                # drops, or an int the encoder cannot write): this point
+                # starts a new entry and later ones add into it.
+            buf = self._buf
+            if self._closed or len(buf) >= self._capacity:
+                self._dropped += 1
+                return
+            entry = [kind, full, value, rendered, ""]
+            self._index[key] = entry
+            buf.append(entry)
             if len(buf) == self._capacity:
                 self._wake.set()
 
@@ -267,6 +319,7 @@ class Client:
             if not points:
                 return
             self._buf = []
+            self._index = {}
         self._send_all(list(pack_datagrams(_encode(points))))
 
     def _send_all(self, datagrams: List[bytes]) -> None:
@@ -317,6 +370,7 @@ class Client:
         self._send_lock = threading.RLock()
         self._wake = threading.Event()
         self._buf = []
+        self._index = {}
         self._transport.close()
         self._transport = Transport(self._address)
         self._thread = None
@@ -413,7 +467,9 @@ class Timed:
         return cast(F, timed_call)
 
 
-def _summable(total: Number) -> bool:
+def _fits_a_double(total: Number) -> bool:
+    """Whether a sum is finite as a double: a float that is not infinite, or
+    an int within the double range (ints are exact and never overflow)."""
     try:
         f = float(total)
     except OverflowError:
@@ -421,36 +477,18 @@ def _summable(total: Number) -> bool:
     return f - f == 0.0
 
 
-def _encode(points: List[_Point]) -> List[bytes]:
-    """Sums counters and rate counters per series, then encodes every message.
+def _encode(points: List[Any]) -> List[bytes]:
+    """Encodes every buffered entry as one message, in buffer order.
 
-    A summed message takes the place of the first emit of its series; other
-    types keep one message per emit, in order (SPEC.md, Client behaviour).
-    A sum that would overflow to infinity starts a new message instead.
+    Counters and stores were already merged per series as they were
+    emitted (see the module doc, Buffering).
     """
-    merged: List[Any] = []
-    index: Dict[Tuple[str, str, str], int] = {}
-    for point in points:
-        kind = point[0]
-        if kind in _SUMMED:
-            key = (kind, point[1], point[3])
-            i = index.get(key)
-            if i is not None:
-                entry = merged[i]
-                total = entry[2] + point[2]
-                if _summable(total):
-                    entry[2] = total
-                    continue
-            index[key] = len(merged)
-            merged.append(list(point))
-        else:
-            merged.append(point)
     # Everything but VALUE repeats from flush to flush, so the bytes before
     # and after it are cached per series; VALUE text is at most 24 ASCII
     # characters (repr of a float), always a fixstr.
     frames = _FRAMES
     out = []
-    for kind, name, value, tags, ts in merged:
+    for kind, name, value, tags, ts in points:
         series = (kind, name, tags, ts)
         frame = frames.get(series)
         if frame is None:

@@ -7,7 +7,7 @@ import java.util.HashMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * One flush: drain the buffer, sum counters, encode, pack and send.
+ * One flush: drain the buffer, encode, pack and send.
  *
  * <p>All state here belongs to whichever thread holds the client's flush
  * lock (the flusher thread, or a caller of {@code flush()} or
@@ -21,7 +21,7 @@ final class FlushCycle implements PointBuffer.Consumer, Batcher.Sink {
     /** The full names already joined with the prefix; cleared when it grows past this. */
     private static final int NAME_CACHE_LIMIT = 10_000;
 
-    /** One message to send; counters and rate counters accumulate into theirs. */
+    /** One message to send. */
     private static final class Entry {
         MetricType type;
         String name;
@@ -29,9 +29,6 @@ final class FlushCycle implements PointBuffer.Consumer, Batcher.Sink {
         double value;
         long ts;
     }
-
-    /** Identifies a summed series within one flush (SPEC.md: type, name and rendered tags). */
-    private record SeriesKey(MetricType type, String name, String tags) {}
 
     private final String prefix;
     private final PointBuffer buffer;
@@ -43,7 +40,6 @@ final class FlushCycle implements PointBuffer.Consumer, Batcher.Sink {
     // Reused across flushes: entries is a pool, [0, count) in use.
     private final ArrayList<Entry> entries = new ArrayList<>();
     private int count;
-    private final HashMap<SeriesKey, Entry> sums = new HashMap<>();
     private final HashMap<String, String> fullNames = new HashMap<>();
     private final StringBuilder tagText = new StringBuilder(128);
     private final MsgpackWriter writer = new MsgpackWriter();
@@ -63,44 +59,26 @@ final class FlushCycle implements PointBuffer.Consumer, Batcher.Sink {
     }
 
     /**
-     * Drains and sends what is in the buffer. Drains at most twice the
-     * capacity, so a flush under a constant stream of emits still ends.
+     * Drains and sends what is in the buffer: what was pending when the
+     * drain began, so a flush under a constant stream of emits still ends.
      *
      * @return the number of points drained
      */
     int run() {
-        int total = 0;
-        int limit = 2 * buffer.capacity();
-        int n;
-        do {
-            n = buffer.drain(this, limit - total);
-            total += n;
-        } while (n > 0 && total < limit);
+        int total = buffer.drain(this);
         if (count > 0) {
             sendEntries();
         }
         return total;
     }
 
-    /** Takes one drained point (PointBuffer.Consumer). */
+    /** Takes one drained point (PointBuffer.Consumer); its series is already merged. */
     @Override
     public void accept(PointBuffer.Slot s) {
-        String tags = render(s.tags);
-        if (s.type.summed) {
-            SeriesKey key = new SeriesKey(s.type, s.name, tags);
-            Entry e = sums.get(key);
-            if (e != null) {
-                // Summed in place: the message stays where the first emit was.
-                e.value += s.value;
-                return;
-            }
-            sums.put(key, next(s, tags));
-        } else {
-            next(s, tags);
-        }
+        next(s, render(s.tags));
     }
 
-    private Entry next(PointBuffer.Slot s, String tags) {
+    private void next(PointBuffer.Slot s, String tags) {
         Entry e;
         if (count < entries.size()) {
             e = entries.get(count);
@@ -114,7 +92,6 @@ final class FlushCycle implements PointBuffer.Consumer, Batcher.Sink {
         e.tags = tags;
         e.value = s.value;
         e.ts = s.ts;
-        return e;
     }
 
     /** {@code k=v} pairs joined with {@code |}, in the caller's order. */
@@ -174,7 +151,6 @@ final class FlushCycle implements PointBuffer.Consumer, Batcher.Sink {
                 e.tags = null;
             }
             count = 0;
-            sums.clear();
         }
     }
 

@@ -4,13 +4,23 @@ import java.nio.charset.StandardCharsets;
 
 /** The seven msgpack metric types, with their wire names pre-encoded. */
 enum MetricType {
-    COUNTER("counter", true),
-    RATE_COUNTER("rate_counter", true),
-    METER("meter", false),
-    TIMER("timer", false),
-    STORE("store", false),
-    TS_STORE("ts_store", false),
-    HISTOGRAM("histogram", false);
+    COUNTER("counter", Merge.ADD),
+    RATE_COUNTER("rate_counter", Merge.ADD),
+    METER("meter", Merge.NONE),
+    TIMER("timer", Merge.NONE),
+    STORE("store", Merge.REPLACE),
+    TS_STORE("ts_store", Merge.NONE),
+    HISTOGRAM("histogram", Merge.NONE);
+
+    /** How an emit for a series already pending joins its entry (SPEC.md, Client behaviour). */
+    enum Merge {
+        /** Every emit is its own entry and message. */
+        NONE,
+        /** The value is added to the pending one. */
+        ADD,
+        /** The value replaces the pending one: the agent keeps a window's last. */
+        REPLACE
+    }
 
     /** The TYPE field as it goes on the wire. */
     final String wireName;
@@ -20,12 +30,12 @@ enum MetricType {
      * every message.
      */
     final byte[] encoded;
-    /** Whether emits of one series are summed into one message per flush (SPEC.md). */
-    final boolean summed;
+    /** How emits of one series are merged into one pending entry. */
+    final Merge merge;
 
-    MetricType(String wireName, boolean summed) {
+    MetricType(String wireName, Merge merge) {
         this.wireName = wireName;
-        this.summed = summed;
+        this.merge = merge;
         byte[] ascii = wireName.getBytes(StandardCharsets.US_ASCII);
         this.encoded = new byte[ascii.length + 1];
         this.encoded[0] = (byte) (0xa0 | ascii.length);

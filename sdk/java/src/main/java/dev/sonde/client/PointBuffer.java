@@ -1,29 +1,36 @@
 package dev.sonde.client;
 
-import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.atomic.AtomicLongArray;
+import java.util.Arrays;
+import java.util.HashMap;
 
 /**
- * The bounded buffer between emitting threads and the flusher: a
- * lock-free multi-producer, single-consumer ring of preallocated slots.
+ * The bounded buffer between emitting threads and the flusher: at most
+ * {@code capacity} pending entries, in emit order, where a {@code counter}
+ * or {@code rate_counter} for a series already pending is added into its
+ * entry and a {@code store} replaces its entry's value.
  *
- * <p>Producers ({@link #offer}) never block, never take a lock and never
- * allocate: a producer claims a position with one CAS, writes the point's
- * fields into that position's slot, and publishes it. When every slot is
- * full, {@code offer} returns {@link #FULL} at once and the caller counts a
- * drop. The single consumer ({@link #drain}, called with the client's
- * flush lock held) reads published slots in order and frees them.
+ * <p>Producers ({@link #offer}) never block on I/O and never wait for the
+ * flusher: under a lock held for a map probe and a few field writes, an
+ * emit either merges into its series' entry, fills a free entry, or (when
+ * every entry is taken) returns {@link #FULL} and the caller counts a drop.
+ * A hot loop over fewer series than the capacity therefore never fills the
+ * buffer, however many points it emits (SPEC.md, Client behaviour). The
+ * single consumer ({@link #drain}, called with the client's flush lock
+ * held) swaps the full entry array for the spare one under the lock, then
+ * reads the taken entries without it, so emits carry on meanwhile.
  *
  * <h2>Design</h2>
- * The algorithm is Dmitry Vyukov's bounded queue, with a sequence number
- * per slot. The sequence of the slot for position {@code p} is
- * {@code 2p} while the slot is free for {@code p}, {@code 2p + 1} once the
- * point at {@code p} is published, and {@code 2(p + capacity)} when the
- * consumer frees it for the next lap. Doubling (instead of Vyukov's
- * {@code p} / {@code p + 1}) keeps "published at p" and "free for p + 1"
- * distinct even when the capacity is 1. Positions are longs and never
- * wrap in practice (2^62 emits). The release/acquire pair on the sequence
- * orders the plain slot-field writes before the consumer's reads.
+ * Entries are preallocated {@link Slot}s reused from flush to flush, and
+ * the series map is probed with one reused key, so an emit into a series
+ * already pending allocates nothing; the first emit of a series in a flush
+ * adds one map node. A series is its type, name and tags compared element
+ * by element, which is the same as comparing the rendered tag text because
+ * tag keys and values cannot contain {@code |} or {@code =}. The lock is
+ * a monitor, uncontended in the common case. A lock-free ring (one CAS per
+ * emit) cannot find a pending series, so it must buffer every increment
+ * and a hot loop fills it; the map probe costs a counter emit about 15 ns,
+ * and an unmerged emit (a timer) costs no more under the monitor than it
+ * did with the CAS (docs/BENCHMARKS.md, "SDK emit cost").
  */
 final class PointBuffer {
     /** {@link #offer} results. */
@@ -32,13 +39,36 @@ final class PointBuffer {
     /** Accepted, and the buffer is now full: time to wake the flusher. */
     static final int ACCEPTED_NOW_FULL = 2;
 
-    /** One point's fields, written by a producer and read by the consumer. */
+    /**
+     * One pending entry, written by producers under the lock and read by
+     * the consumer after the swap. It is also its own key in the series
+     * map: equality and hash cover the type, name and tags.
+     */
     static final class Slot {
         MetricType type;
         String name;
         double value;
         Tag[] tags;
         long ts;
+        private int hash;
+
+        /** Sets the series fields and the hash that the map uses. */
+        void series(MetricType type, String name, Tag[] tags) {
+            this.type = type;
+            this.name = name;
+            this.tags = tags;
+            this.hash = 31 * (31 * type.ordinal() + name.hashCode()) + Arrays.hashCode(tags);
+        }
+
+        @Override
+        public int hashCode() {
+            return hash;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof Slot s && s.type == type && s.name.equals(name) && Arrays.equals(s.tags, tags);
+        }
     }
 
     /** What the consumer does with each drained point; the slot is reused after the call. */
@@ -47,87 +77,93 @@ final class PointBuffer {
     }
 
     private final int capacity;
-    private final Slot[] slots;
-    private final AtomicLongArray seq;
-    private final AtomicLong tail = new AtomicLong();
-    /** Next position to read; only the consumer touches it, under the flush lock. */
-    private long head;
+    /** Guarded by {@code this}: the entries emits go into, and how many are taken. */
+    private Slot[] active;
+    private int count;
+    /** Guarded by {@code this}: the merged series of {@code active}. */
+    private final HashMap<Slot, Slot> series = new HashMap<>();
+    /** Guarded by {@code this}: the probe for {@link #series}, so a lookup allocates nothing. */
+    private final Slot probe = new Slot();
+    /** Only the consumer touches it, under the flush lock: the entries it drains. */
+    private Slot[] spare;
 
     PointBuffer(int capacity) {
         if (capacity < 1) {
             throw new IllegalArgumentException("buffer capacity must be at least 1, got " + capacity);
         }
         this.capacity = capacity;
-        this.slots = new Slot[capacity];
-        this.seq = new AtomicLongArray(capacity);
-        for (int i = 0; i < capacity; i++) {
-            slots[i] = new Slot();
-            seq.set(i, 2L * i);
-        }
+        this.active = new Slot[capacity];
+        this.spare = new Slot[capacity];
     }
 
     int capacity() {
         return capacity;
     }
 
-    /** Stores one point if there is room; never blocks. */
-    int offer(MetricType type, String name, double value, Tag[] tags, long ts) {
-        long pos = tail.get();
-        int i;
-        for (;;) {
-            i = (int) (pos % capacity);
-            long dif = seq.getAcquire(i) - 2 * pos;
-            if (dif == 0) {
-                if (tail.compareAndSet(pos, pos + 1)) {
-                    break;
-                }
-                pos = tail.get();
-            } else if (dif < 0) {
-                // The slot still holds the point from the previous lap.
-                return FULL;
-            } else {
-                // Another producer took this position; catch up.
-                pos = tail.get();
+    /** Merges or stores one point if there is room; never waits for the flusher. */
+    synchronized int offer(MetricType type, String name, double value, Tag[] tags, long ts) {
+        if (type.merge != MetricType.Merge.NONE) {
+            probe.series(type, name, tags);
+            Slot s = series.get(probe);
+            probe.name = null;
+            probe.tags = null;
+            if (s != null) {
+                // A sum that overflows to infinity stays pending and is
+                // dropped and counted when sent (FlushCycle).
+                s.value = type.merge == MetricType.Merge.ADD ? s.value + value : value;
+                return ACCEPTED;
             }
         }
-        Slot s = slots[i];
-        s.type = type;
-        s.name = name;
+        if (count == capacity) {
+            return FULL;
+        }
+        Slot s = active[count];
+        if (s == null) {
+            s = new Slot();
+            active[count] = s;
+        }
+        count++;
+        s.series(type, name, tags);
         s.value = value;
-        s.tags = tags;
         s.ts = ts;
-        seq.setRelease(i, 2 * pos + 1);
-        // Full if the slot for the next position is not yet freed.
-        long next = pos + 1;
-        return seq.getAcquire((int) (next % capacity)) - 2 * next < 0 ? ACCEPTED_NOW_FULL : ACCEPTED;
+        if (type.merge != MetricType.Merge.NONE) {
+            series.put(s, s);
+        }
+        return count == capacity ? ACCEPTED_NOW_FULL : ACCEPTED;
+    }
+
+    /** Takes the pending entries, leaving an empty buffer for emits. */
+    private synchronized int swap() {
+        int n = count;
+        if (n > 0) {
+            Slot[] taken = active;
+            active = spare;
+            spare = taken;
+            count = 0;
+            series.clear();
+        }
+        return n;
     }
 
     /**
-     * Hands up to {@code max} published points to {@code consumer} in
-     * order, freeing their slots. Stops early at a position whose producer
-     * has claimed it but not yet published it. Only one thread at a time.
+     * Hands every pending point to {@code consumer} in order and frees its
+     * entry. Emits that arrive meanwhile wait for the next drain. Only one
+     * thread at a time.
      *
      * @return the number of points drained
      */
-    int drain(Consumer consumer, int max) {
-        long pos = head;
-        int n = 0;
-        while (n < max) {
-            int i = (int) (pos % capacity);
-            if (seq.getAcquire(i) != 2 * pos + 1) {
-                break;
-            }
-            Slot s = slots[i];
+    int drain(Consumer consumer) {
+        int n = swap();
+        Slot[] taken = spare;
+        for (int i = 0; i < n; i++) {
+            Slot s = taken[i];
             try {
                 consumer.accept(s);
             } finally {
-                // Freed even if the consumer throws, or the ring would jam.
+                // Released even if the consumer throws: the caller's strings
+                // and arrays are not kept alive until the slot is reused.
                 s.name = null;
                 s.tags = null;
-                seq.setRelease(i, 2 * (pos + capacity));
-                pos++;
-                n++;
-                head = pos;
             }
         }
         return n;

@@ -26,13 +26,15 @@ import java.util.function.Supplier;
  *
  * <h2>Threading and cost</h2>
  * Every method is safe to call from any thread. An emit ({@link #counter},
- * {@link #timer}, ...) checks its arguments, then stores the point in a
- * bounded lock-free buffer and returns: it never blocks, never does I/O
- * and allocates nothing beyond the varargs array. Rendering tags, joining
- * the prefix, formatting the value, encoding and sending all happen on a
- * daemon flusher thread, every flush interval (200 ms by default) and as
- * soon as the buffer fills. When the buffer is full the point is dropped
- * and counted in {@link #dropped()}.
+ * {@link #timer}, ...) checks its arguments, then adds the point to a
+ * bounded buffer under a short lock and returns: it never waits for I/O
+ * and allocates nothing beyond the varargs array (and a map node for the
+ * first emit of a counter or store series in a flush). Rendering tags,
+ * joining the prefix, formatting the value, encoding and sending all
+ * happen on a daemon flusher thread, every flush interval (200 ms by
+ * default) and as soon as the buffer fills. The buffer holds
+ * {@link Builder#bufferSize} entries; when they are all taken the point is
+ * dropped and counted in {@link #dropped()}.
  *
  * <p>The tags array of an emit is read later by the flusher, not copied:
  * do not modify an array after passing it. ({@link Tag}s themselves are
@@ -40,8 +42,12 @@ import java.util.function.Supplier;
  *
  * <h2>What is sent</h2>
  * Within one flush, {@code counter} and {@code rate_counter} emits of the
- * same type, name and tags are summed into one message, at the place of
- * the first; every other emit is its own message, in emit order. Messages
+ * same type, name and tags are summed into one entry as they are emitted,
+ * and a {@code store} replaces the value of its series' entry (the agent
+ * keeps a window's last), so these take no room once their series is
+ * pending: a hot loop over fewer series than the buffer holds loses
+ * nothing. The entry goes out at the place of the series' first emit;
+ * every other emit is its own message, in emit order. Messages
  * travel in datagrams under 32 KiB. A send that fails is counted in
  * {@link #sendErrors()} (never thrown to an emitting caller), and the
  * socket is reopened for the next datagram, so a restarted agent is found
@@ -574,7 +580,8 @@ public final class SondeClient implements AutoCloseable {
         }
 
         /**
-         * How many points the buffer holds between flushes (default 10,000).
+         * How many entries the buffer holds between flushes (default
+         * 10,000): one per counter or store series, one per other emit.
          * When it is full, further points are dropped and counted.
          *
          * @param points the capacity, at least 1

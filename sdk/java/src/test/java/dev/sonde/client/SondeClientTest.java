@@ -76,7 +76,7 @@ class SondeClientTest {
     }
 
     @Test
-    void counters_of_one_series_are_summed_within_a_flush_where_the_first_was() {
+    void counters_are_summed_and_stores_replaced_within_a_flush_where_the_first_was() {
         try (SondeClient c = builder().build()) {
             c.counter("a", 1, Tag.of("h", "x"));
             c.store("s", 7);
@@ -86,7 +86,7 @@ class SondeClientTest {
             c.counter("a", 8, Tag.of("h", "y"));       // other tags: another series
             c.counter("a", 0.5, Map.of("h", "x"));     // same rendered tags: same series
             c.rateCounter("a", 16, Tag.of("h", "x"));
-            c.store("s", 9);                           // stores are never summed
+            c.store("s", 9);                           // a store replaces the pending value
             c.meter("m", 1);
             c.meter("m", 1);                           // nor meters
             c.flush();
@@ -95,11 +95,10 @@ class SondeClientTest {
         }
         assertEquals(List.of(
                 msg("counter", "a", "3.5", "h=x", ""),
-                msg("store", "s", "7", "", ""),
+                msg("store", "s", "9", "", ""),
                 msg("counter", "b", "10", "", ""),
                 msg("rate_counter", "a", "20", "h=x", ""),
                 msg("counter", "a", "8", "h=y", ""),
-                msg("store", "s", "9", "", ""),
                 msg("meter", "m", "1", "", ""),
                 msg("meter", "m", "1", "", ""),
                 msg("counter", "a", "100", "h=x", "")), capture.messages());
@@ -209,18 +208,18 @@ class SondeClientTest {
         capture.gate = gate;
         try (SondeClient c = builder().bufferSize(4).build()) {
             for (int i = 0; i < 4; i++) {
-                c.store("s", i);
+                c.timer("s", i);
             }
             // The fourth emit filled the buffer and woke the flusher, which
             // drained all four and is now stuck sending them.
             capture.sendEntered.await();
             for (int i = 4; i < 8; i++) {
-                c.store("s", i);
+                c.timer("s", i);
             }
             assertEquals(0, c.dropped(), "the drained slots were free again");
             long start = System.nanoTime();
             for (int i = 8; i < 11; i++) {
-                c.store("s", i);
+                c.timer("s", i);
             }
             long tookMs = (System.nanoTime() - start) / 1_000_000;
             assertEquals(3, c.dropped());
@@ -236,10 +235,36 @@ class SondeClientTest {
     }
 
     @Test
+    void a_hot_loop_over_fewer_series_than_the_buffer_holds_drops_nothing() {
+        // 501 series in 502 entries: the buffer never fills, so nothing is
+        // sent before flush(), and every emit after the first of its series
+        // must take no room.
+        try (SondeClient c = builder().bufferSize(502).build()) {
+            for (int i = 0; i < 20_000; i++) {
+                c.counter("hits." + (i % 500), 1);
+                c.store("depth", i);
+            }
+            assertEquals(0, c.dropped());
+            assertEquals(0, capture.messages().size(), "nothing sent before flush()");
+            c.flush();
+        }
+        Map<String, String> got = new HashMap<>();
+        for (List<String> m : capture.messages()) {
+            got.put(m.get(2), m.get(3));
+        }
+        Map<String, String> want = new HashMap<>();
+        for (int i = 0; i < 500; i++) {
+            want.put("hits." + i, "40");
+        }
+        want.put("depth", "19999");
+        assertEquals(want, got);
+    }
+
+    @Test
     void a_full_buffer_is_sent_at_once_without_waiting_for_the_interval() {
         try (SondeClient c = builder().bufferSize(50).build()) {
             for (int i = 0; i < 50; i++) {
-                c.store("s", i);
+                c.timer("s", i);
             }
             Wait.until("the full buffer to be sent", WAIT, () -> capture.messages().size() == 50);
         }

@@ -39,6 +39,15 @@ public final class EmitBenchmark {
     private static final Tag DC = Tag.of("dc", "eu-west");
     private static final Tag SVC = Tag.of("svc", "checkout");
 
+    /** 500 series emitted in turn, as a hot loop over many keys would. */
+    private static final String[] SERIES = new String[500];
+
+    static {
+        for (int i = 0; i < SERIES.length; i++) {
+            SERIES[i] = "bench.requests." + i;
+        }
+    }
+
     private static final com.sun.management.ThreadMXBean THREADS =
             (com.sun.management.ThreadMXBean) ManagementFactory.getThreadMXBean();
 
@@ -71,6 +80,8 @@ public final class EmitBenchmark {
         run(port, "counter, 3 tags (static final Tag)", (c, i) -> c.counter("bench.requests", 1, HOST, DC, SVC));
         run(port, "counter, 3 tags (Tag.of per call)", (c, i) -> c.counter("bench.requests", 1,
                 Tag.of("host", "web-17"), Tag.of("dc", "eu-west"), Tag.of("svc", "checkout")));
+        run(port, "counter, 3 tags, 500 series", (c, i) -> c.counter(SERIES[i % SERIES.length], 1, HOST, DC, SVC));
+        run(port, "store, 3 tags", (c, i) -> c.store("bench.depth", 7, HOST, DC, SVC));
         run(port, "timer, 3 tags, value 12.5", (c, i) -> c.timer("bench.latency", 12.5, HOST, DC, SVC));
         run(port, "timer, 3 tags, integral ms value", (c, i) -> c.timer("bench.latency", i & 1023, HOST, DC, SVC));
         run(port, "time() try-with-resources, 3 tags", (c, i) -> {
