@@ -48,7 +48,8 @@ pub enum Error {
     /// An empty tag key, or a key or value with `|`, `=`, a space, `\n` or `\r`.
     #[error("invalid tag {0:?}: keys must be non-empty, and keys and values cannot contain |, =, space, newline or carriage return")]
     Tag(String),
-    /// NaN or an infinity.
+    /// NaN or an infinity, or a counter whose pending sum it would take
+    /// past f64's range.
     #[error("invalid value {0}: it must be a finite number")]
     Value(f64),
     /// An address that is not `unixgram://`, `unixseq://` or `udp://`.
@@ -246,7 +247,13 @@ impl Client {
             if let Some(&i) = st.sums.get(&key) {
                 let p = &mut st.pending[i];
                 if ty.sums() {
-                    p.value += value;
+                    // A sum past f64's range is refused, as the Go SDK
+                    // does; the pending sum stays as it was.
+                    let sum = p.value + value;
+                    if !sum.is_finite() {
+                        return Err(Error::Value(sum));
+                    }
+                    p.value = sum;
                 } else {
                     p.value = value;
                 }
@@ -530,6 +537,27 @@ mod tests {
         let mut want = vec![0xdc, 0, 2];
         want.extend(message("store", "app.depth", "7", "", ""));
         want.extend(message("timer", "app.ms", "1", "", ""));
+        assert_eq!(r.recv(), want);
+    }
+
+    #[test]
+    fn a_counter_sum_past_the_range_of_f64_is_refused_and_the_sum_kept() {
+        let r = receiver("overflow");
+        let c = r.client(100);
+        c.counter("big", f64::MAX, &[]).unwrap();
+        assert!(matches!(
+            c.counter("big", f64::MAX, &[]),
+            Err(Error::Value(v)) if v.is_infinite()
+        ));
+        c.flush();
+        // One message travels bare, not in an array.
+        let want = message(
+            "counter",
+            "app.big",
+            &crate::wire::value_text(f64::MAX).unwrap(),
+            "",
+            "",
+        );
         assert_eq!(r.recv(), want);
     }
 
