@@ -5,7 +5,6 @@ use std::sync::Arc;
 use sonde_io::sink::{self, Console};
 
 use super::{Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
 
 /// `type = "console"`.
 pub static TYPE: SinkType = SinkType {
@@ -15,14 +14,10 @@ pub static TYPE: SinkType = SinkType {
     compressions: &[],
     headers: &[],
     keys: &[],
-    check,
+    check: super::no_own_keys,
     start,
     reloads: true,
 };
-
-fn check(_: &mut Sink) -> Result<(), ConfigError> {
-    Ok(())
-}
 
 fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     Ok(sink::spawn(Console::default(), Arc::clone(&st.stats))?)

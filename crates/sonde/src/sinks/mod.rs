@@ -58,6 +58,11 @@ pub static REGISTRY: &[&SinkType] = &[
     &tcp::TYPE,
 ];
 
+/// [`SinkType::check`] of a type with no keys of its own.
+pub fn no_own_keys(_: &mut Sink) -> Result<(), ConfigError> {
+    Ok(())
+}
+
 /// The sink type called `name`.
 pub fn lookup(name: &str) -> Option<&'static SinkType> {
     REGISTRY.iter().copied().find(|t| t.name == name)

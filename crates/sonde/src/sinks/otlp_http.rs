@@ -3,7 +3,6 @@
 use sonde_encode::otlp::Otlp;
 
 use super::{net, Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
 
 /// `type = "otlp_http"`.
 pub static TYPE: SinkType = SinkType {
@@ -15,14 +14,10 @@ pub static TYPE: SinkType = SinkType {
     compressions: &["gzip", "zstd", "none"],
     headers: &[],
     keys: &[],
-    check,
+    check: super::no_own_keys,
     start,
     reloads: true,
 };
-
-fn check(_: &mut Sink) -> Result<(), ConfigError> {
-    Ok(())
-}
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut e = Otlp::new();

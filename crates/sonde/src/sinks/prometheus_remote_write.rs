@@ -3,7 +3,6 @@
 use sonde_encode::remote_write::RemoteWrite;
 
 use super::{net, Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
 
 /// `type = "prometheus_remote_write"`.
 pub static TYPE: SinkType = SinkType {
@@ -14,14 +13,10 @@ pub static TYPE: SinkType = SinkType {
     compressions: &["snappy"],
     headers: &[("X-Prometheus-Remote-Write-Version", "0.1.0")],
     keys: &[],
-    check,
+    check: super::no_own_keys,
     start,
     reloads: true,
 };
-
-fn check(_: &mut Sink) -> Result<(), ConfigError> {
-    Ok(())
-}
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     net::start(s, RemoteWrite::new(), st)

@@ -3,7 +3,6 @@
 use sonde_encode::json::Lines;
 
 use super::{net, Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
 
 /// `type = "tcp"`.
 pub static TYPE: SinkType = SinkType {
@@ -14,14 +13,10 @@ pub static TYPE: SinkType = SinkType {
     compressions: &["none", "zstd", "gzip", "lz4"],
     headers: &[],
     keys: &[],
-    check,
+    check: super::no_own_keys,
     start,
     reloads: true,
 };
-
-fn check(_: &mut Sink) -> Result<(), ConfigError> {
-    Ok(())
-}
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     net::start(s, Lines::default(), st)
