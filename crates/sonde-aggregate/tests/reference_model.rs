@@ -164,6 +164,41 @@ fn point() -> impl Strategy<Value = P> {
         )
 }
 
+/// Many samples of one timer series and one histogram series in a
+/// window, so that the percentiles' ranks fall on different samples and
+/// every bucket fills: a window of a few dozen mixed points rarely gives
+/// one series more than a handful.
+fn burst() -> impl Strategy<Value = Vec<P>> {
+    proptest::collection::vec(
+        (
+            proptest::sample::select(vec![Kind::Timer, Kind::Histogram]),
+            -1000i32..1000,
+            proptest::sample::select(vec![1.0, 0.5, 0.25]),
+            any::<bool>(),
+        )
+            .prop_map(|(kind, value, rate, worker)| P {
+                kind,
+                name: "busy",
+                tags: "h=1",
+                value: f64::from(value),
+                delta: false,
+                member: "",
+                sample_rate: if kind == Kind::Timer { rate } else { 1.0 },
+                ts: None,
+                worker,
+            }),
+        0..200,
+    )
+}
+
+/// A window: a few mixed points over every kind, then maybe a burst.
+fn window() -> impl Strategy<Value = Vec<P>> {
+    (proptest::collection::vec(point(), 0..24), burst()).prop_map(|(mut mixed, burst)| {
+        mixed.extend(burst);
+        mixed
+    })
+}
+
 /// An output row: full name, sorted tags, `le`, timestamp.
 type Key = (String, String, Option<String>, i64);
 
@@ -452,7 +487,7 @@ proptest! {
 
     #[test]
     fn the_aggregator_agrees_with_the_reference_model(
-        windows in proptest::collection::vec(proptest::collection::vec(point(), 0..24), 1..7),
+        windows in proptest::collection::vec(window(), 1..7),
     ) {
         let (got_results, got_rows) = aggregate(&windows);
         let (want_results, want_rows) = model(&windows);
