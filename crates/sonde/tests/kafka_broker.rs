@@ -1,0 +1,157 @@
+//! The Kafka harness (tests/common/backends.rs) against the real broker,
+//! without sonde: what the tests' client writes comes back exactly once,
+//! transactions are honoured by a `read_committed` reader, and committed
+//! records survive a SIGKILL of the broker. This proves the single-node
+//! settings (every replication factor and min ISR 1, the transaction state
+//! log included) that the Kafka sink's tests rely on.
+//!
+//! Needs the jars `scripts/install-kafka.sh` installs and `java`; without
+//! them each test prints why it is skipped, unless `SONDE_REQUIRE_BACKENDS=1`
+//! makes that a failure.
+
+mod common;
+
+use std::time::Duration;
+
+use common::backends::{flush, or_skip, send_all, Isolation, Kafka, KafkaRecord};
+use rdkafka::producer::Producer;
+
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `prefix-0`, `prefix-1`, ...
+fn numbered(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+fn values(records: &[KafkaRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone()).unwrap())
+        .collect()
+}
+
+#[test]
+fn idempotent_producer_records_come_back_exactly_once() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("lines", 3);
+    let sent = numbered("line", 5000);
+    kafka.produce("lines", &sent);
+
+    let records = kafka.consume(
+        "lines",
+        Isolation::ReadUncommitted,
+        sent.len(),
+        READ_TIMEOUT,
+    );
+    assert_eq!(records.len(), sent.len(), "a record missing or duplicated");
+    let mut got = values(&records);
+    got.sort();
+    let mut want = sent.clone();
+    want.sort();
+    assert_eq!(got, want);
+    // Three partitions, each read from offset 0 with no gaps but the
+    // transaction markers an idempotent (non-transactional) producer does
+    // not write.
+    let partitions: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
+    assert_eq!(
+        partitions.len(),
+        3,
+        "the default partitioner spreads records"
+    );
+    for p in partitions {
+        let offsets: Vec<i64> = records
+            .iter()
+            .filter(|r| r.partition == p)
+            .map(|r| r.offset)
+            .collect();
+        assert_eq!(offsets, (0..offsets.len() as i64).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn read_committed_sees_committed_transactions_and_not_aborted_ones() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("txn", 1);
+    let producer = kafka.producer(&[("transactional.id", "sonde-test-txn")]);
+    let t = Duration::from_secs(30);
+    producer.init_transactions(t).unwrap();
+
+    let committed = numbered("committed", 100);
+    producer.begin_transaction().unwrap();
+    send_all(&producer, "txn", &committed);
+    producer.commit_transaction(t).unwrap();
+
+    let aborted = numbered("aborted", 100);
+    producer.begin_transaction().unwrap();
+    send_all(&producer, "txn", &aborted);
+    flush(&producer);
+    producer.abort_transaction(t).unwrap();
+
+    let committed_again = numbered("after", 10);
+    producer.begin_transaction().unwrap();
+    send_all(&producer, "txn", &committed_again);
+    producer.commit_transaction(t).unwrap();
+    assert!(producer.context().failed().is_empty());
+
+    let records = kafka.consume("txn", Isolation::ReadCommitted, 110, READ_TIMEOUT);
+    let mut want = committed.clone();
+    want.extend(committed_again.iter().cloned());
+    assert_eq!(values(&records), want, "read_committed order and content");
+
+    // The aborted records are in the log all the same: a read_uncommitted
+    // reader sees all 210.
+    let all = kafka.consume("txn", Isolation::ReadUncommitted, 210, READ_TIMEOUT);
+    let mut want_all = committed;
+    want_all.extend(aborted);
+    want_all.extend(committed_again);
+    assert_eq!(values(&all), want_all);
+}
+
+#[test]
+fn committed_records_survive_a_broker_sigkill() {
+    let Some(mut kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("durable", 2);
+    let plain = numbered("plain", 1000);
+    kafka.produce("durable", &plain);
+    let producer = kafka.producer(&[("transactional.id", "sonde-test-durable")]);
+    let t = Duration::from_secs(30);
+    producer.init_transactions(t).unwrap();
+    let txn = numbered("txn", 1000);
+    producer.begin_transaction().unwrap();
+    send_all(&producer, "durable", &txn);
+    producer.commit_transaction(t).unwrap();
+    drop(producer);
+
+    kafka.kill();
+    let restarted = std::time::Instant::now();
+    kafka.restart();
+    eprintln!("Kafka restarted after SIGKILL in {:?}", restarted.elapsed());
+
+    let records = kafka.consume("durable", Isolation::ReadCommitted, 2000, READ_TIMEOUT);
+    let mut got = values(&records);
+    got.sort();
+    let mut want = plain;
+    want.extend(txn);
+    want.sort();
+    assert_eq!(got, want);
+
+    // The restarted broker takes new transactional writes with the same
+    // transactional.id (the transaction state log came back too), and a
+    // clean stop and start keeps everything.
+    let producer = kafka.producer(&[("transactional.id", "sonde-test-durable")]);
+    producer.init_transactions(t).unwrap();
+    producer.begin_transaction().unwrap();
+    send_all(&producer, "durable", &numbered("later", 10));
+    producer.commit_transaction(t).unwrap();
+    drop(producer);
+    kafka.stop();
+    kafka.restart();
+    let records = kafka.consume("durable", Isolation::ReadCommitted, 2010, READ_TIMEOUT);
+    assert_eq!(records.len(), 2010);
+}
