@@ -239,6 +239,7 @@ impl Process {
     /// data dir) to its exit, its output appended to the log; panics with
     /// the log tail unless it exits 0.
     fn run_to_completion(&self, args: &[String]) {
+        let started = std::time::Instant::now();
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -252,6 +253,8 @@ impl Process {
             .stderr(log)
             .status()
             .unwrap_or_else(|e| panic!("running {}: {e}", self.program.display()));
+        // Shown with a failing test's output, like the ready time.
+        eprintln!("{} setup done in {:?}", self.name, started.elapsed());
         assert!(
             status.success(),
             "{} setup ({}) exited with {status}; log tail:\n{}",
