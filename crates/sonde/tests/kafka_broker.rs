@@ -155,3 +155,23 @@ fn committed_records_survive_a_broker_sigkill() {
     let records = kafka.consume("durable", Isolation::ReadCommitted, 2010, READ_TIMEOUT);
     assert_eq!(records.len(), 2010);
 }
+
+#[test]
+fn cluster_ids_have_kafkas_form_and_never_look_like_an_option() {
+    let ids: std::collections::BTreeSet<String> = (0..2000)
+        .map(|_| common::backends::random_kafka_uuid())
+        .collect();
+    assert_eq!(ids.len(), 2000, "random ids repeat");
+    for id in &ids {
+        assert_eq!(id.len(), 22, "{id}");
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+            "{id}"
+        );
+        assert!(!id.starts_with('-'), "{id}");
+        // 16 bytes are 128 bits: the last character carries 2 bits and 4
+        // zero bits of padding, so it is one of A, Q, g, w.
+        assert!("AQgw".contains(&id[21..]), "{id}");
+    }
+}

@@ -1718,13 +1718,21 @@ fn broker_listed(bootstrap: &str, timeout: Duration) -> bool {
 
 /// A random Kafka cluster id: 16 random bytes in URL-safe base64 without
 /// padding (22 characters), the form `StorageTool random-uuid` prints.
-fn random_kafka_uuid() -> String {
+/// Like Kafka's own generator it never starts with `-`, which
+/// `StorageTool`'s argument parser would take for an option (one random id
+/// in 64 would).
+pub fn random_kafka_uuid() -> String {
     use std::io::Read;
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut urandom = File::open("/dev/urandom").unwrap();
     let mut bytes = [0u8; 16];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .unwrap();
+    loop {
+        urandom.read_exact(&mut bytes).unwrap();
+        // The first character encodes the first byte's top six bits.
+        if ALPHABET[usize::from(bytes[0] >> 2)] != b'-' {
+            break;
+        }
+    }
     let mut out = String::with_capacity(22);
     for chunk in bytes.chunks(3) {
         let mut n = 0u32;
