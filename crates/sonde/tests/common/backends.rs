@@ -1246,11 +1246,13 @@ const KAFKA_LIBS_DEFAULT: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/kafka/libs-4.1.0");
 
 /// How long the broker's controller waits for a heartbeat before it fences
-/// the broker. Kafka's default is 9 s; a broker restarted after SIGKILL
-/// cannot register until its previous incarnation's session has expired
-/// (the controller answers `DuplicateBrokerRegistrationException` until
-/// then), so this bounds the restart. 4 s is eight missed heartbeats at the
-/// 500 ms interval below, room for a loaded CI machine.
+/// the broker. Kafka's default is 9 s. After a SIGKILL the restarted
+/// controller replays the killed incarnation's registration from the
+/// metadata log and refuses the new one
+/// (`DuplicateBrokerRegistrationException`) until it has fenced the old
+/// one, a session timeout after the controller came up: this bounds a
+/// restart after a kill. 4 s is eight missed heartbeats at the 500 ms
+/// interval below, room for a loaded CI machine.
 const KAFKA_SESSION_TIMEOUT_MS: u32 = 4000;
 
 /// What a Kafka consumer reads: every record (`read_uncommitted`, Kafka's
