@@ -41,7 +41,7 @@ rm -f "$stamp"
 partial="$libs.partial"
 rm -rf "$partial" "$libs"
 mkdir -p "$out_dir"
-mvn -B -q -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
+mvn -B -q -f "$pom" dependency:copy-dependencies \
   -DincludeScope=runtime -DoutputDirectory="$partial" >&2
 [ -n "$(find "$partial" -maxdepth 1 -name "kafka_2.13-$KAFKA_VERSION.jar")" ] ||
   { echo "install-kafka: mvn finished but kafka_2.13-$KAFKA_VERSION.jar is missing" >&2; exit 1; }
