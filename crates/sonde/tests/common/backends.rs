@@ -154,7 +154,7 @@ fn get(url: &str, query: &[(&str, &str)]) -> Option<(u16, String)> {
 }
 
 /// One server process: the command that starts it, its temp dir and log.
-/// Shared by the three backends.
+/// Shared by the backends.
 struct Process {
     name: &'static str,
     program: PathBuf,
