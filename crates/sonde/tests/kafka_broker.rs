@@ -31,7 +31,7 @@ fn values(records: &[KafkaRecord]) -> Vec<String> {
 }
 
 #[test]
-fn idempotent_producer_records_come_back_exactly_once() {
+fn idempotent_producer_records_come_back_exactly_once_with_keys_and_headers() {
     let Some(kafka) = or_skip(Kafka::start()) else {
         return;
     };
@@ -51,9 +51,9 @@ fn idempotent_producer_records_come_back_exactly_once() {
     let mut want = sent.clone();
     want.sort();
     assert_eq!(got, want);
-    // Three partitions, each read from offset 0 with no gaps but the
-    // transaction markers an idempotent (non-transactional) producer does
-    // not write.
+    // Three partitions, each read from offset 0 without a gap: a
+    // producer outside transactions writes no transaction markers, which
+    // would take offsets of their own.
     let partitions: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
     assert_eq!(
         partitions.len(),
@@ -68,6 +68,46 @@ fn idempotent_producer_records_come_back_exactly_once() {
             .collect();
         assert_eq!(offsets, (0..offsets.len() as i64).collect::<Vec<_>>());
     }
+
+    // A key and headers (one without a value) come back as sent, on the
+    // same broker.
+    kafka.create_topic("headers", 1);
+    let producer = kafka.producer(&[]);
+    let headers = rdkafka::message::OwnedHeaders::new()
+        .insert(rdkafka::message::Header {
+            key: "service",
+            value: Some("api"),
+        })
+        .insert(rdkafka::message::Header::<&[u8]> {
+            key: "empty",
+            value: None,
+        });
+    producer
+        .send(
+            rdkafka::producer::BaseRecord::to("headers")
+                .key("k1")
+                .payload("v1")
+                .headers(headers),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    flush(&producer);
+    assert_eq!(producer.context().acked(), 1);
+
+    let records = kafka.consume("headers", Isolation::ReadUncommitted, 1, READ_TIMEOUT);
+    assert_eq!(
+        records,
+        vec![KafkaRecord {
+            partition: 0,
+            offset: 0,
+            key: Some(b"k1".to_vec()),
+            value: b"v1".to_vec(),
+            headers: vec![
+                ("service".to_string(), Some(b"api".to_vec())),
+                ("empty".to_string(), None),
+            ],
+        }]
+    );
 }
 
 #[test]

@@ -1280,6 +1280,9 @@ pub struct KafkaRecord {
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
+    /// The record's headers in order (`None` values are headers without
+    /// a value).
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// A producer context that keeps every failed delivery, so a test can
@@ -1614,6 +1617,7 @@ rootLogger.appenderRef.stdout.ref = STDOUT
         timeout: Duration,
     ) -> Vec<KafkaRecord> {
         use rdkafka::consumer::Consumer;
+        use rdkafka::message::Headers;
         use rdkafka::Message;
         let consumer = self.consumer(isolation);
         let partitions: Vec<i32> = wait_for(&format!("the partitions of {topic}"), timeout, || {
@@ -1654,6 +1658,14 @@ rootLogger.appenderRef.stdout.ref = STDOUT
                         offset: m.offset(),
                         key: m.key().map(<[u8]>::to_vec),
                         value: m.payload().unwrap_or_default().to_vec(),
+                        headers: m
+                            .headers()
+                            .map(|h| {
+                                h.iter()
+                                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
                     });
                 }
                 Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
