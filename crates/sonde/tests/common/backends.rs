@@ -1,10 +1,10 @@
-//! Real metric backends on loopback, for the sinks' integration tests:
-//! Prometheus (remote-write receiver), InfluxDB 1.x, carbon-cache and the
-//! OpenTelemetry Collector.
+//! Real backends on loopback, for the sinks' integration tests: Prometheus
+//! (remote-write receiver), InfluxDB 1.x, carbon-cache, the OpenTelemetry
+//! Collector and a Kafka broker.
 //!
 //! Each server runs from its Debian package's binary (the collector, not
-//! packaged, from the one `scripts/build-otelcol.sh` builds) with a config
-//! written
+//! packaged, from the one `scripts/build-otelcol.sh` builds; Kafka from the
+//! jars `scripts/install-kafka.sh` installs) with a config written
 //! into its own temp dir (data, WAL, log, pid file all live there), listens
 //! only on 127.0.0.1 ports picked by [`free_port`], and is started by
 //! polling a readiness condition with a deadline (`/-/ready`, `/ping`, a TCP
@@ -154,7 +154,7 @@ fn get(url: &str, query: &[(&str, &str)]) -> Option<(u16, String)> {
 }
 
 /// One server process: the command that starts it, its temp dir and log.
-/// Shared by the three backends.
+/// Shared by the backends.
 struct Process {
     name: &'static str,
     program: PathBuf,
@@ -233,6 +233,35 @@ impl Process {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Runs the program with `args` (a setup step such as formatting the
+    /// data dir) to its exit, its output appended to the log; panics with
+    /// the log tail unless it exits 0.
+    fn run_to_completion(&self, args: &[String]) {
+        let started = std::time::Instant::now();
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let status = Command::new(&self.program)
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .status()
+            .unwrap_or_else(|e| panic!("running {}: {e}", self.program.display()));
+        // Shown with a failing test's output, like the ready time.
+        eprintln!("{} setup done in {:?}", self.name, started.elapsed());
+        assert!(
+            status.success(),
+            "{} setup ({}) exited with {status}; log tail:\n{}",
+            self.name,
+            args.join(" "),
+            self.log_tail(40)
+        );
     }
 
     /// The last `n` lines of the server's log.
@@ -1206,4 +1235,549 @@ pub fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64
+}
+
+/// The Kafka version `scripts/install-kafka.sh` installs (its libs
+/// directory is named after it).
+pub const KAFKA_VERSION: &str = "4.1.0";
+
+/// Where `scripts/install-kafka.sh` puts the broker's jars by default.
+const KAFKA_LIBS_DEFAULT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/kafka/libs-4.1.0");
+
+/// How long the broker's controller waits for a heartbeat before it fences
+/// the broker. Kafka's default is 9 s. After a SIGKILL the restarted
+/// controller replays the killed incarnation's registration from the
+/// metadata log and refuses the new one
+/// (`DuplicateBrokerRegistrationException`) until it has fenced the old
+/// one, a session timeout after the controller came up: this bounds a
+/// restart after a kill. 4 s is eight missed heartbeats at the 500 ms
+/// interval below, room for a loaded CI machine.
+const KAFKA_SESSION_TIMEOUT_MS: u32 = 4000;
+
+/// What a Kafka consumer reads: every record (`read_uncommitted`, Kafka's
+/// default), or only records of committed transactions and records written
+/// outside any transaction (`read_committed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+impl Isolation {
+    fn config_value(self) -> &'static str {
+        match self {
+            Isolation::ReadUncommitted => "read_uncommitted",
+            Isolation::ReadCommitted => "read_committed",
+        }
+    }
+}
+
+/// One record read back from a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    /// The record's headers in order (`None` values are headers without
+    /// a value).
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+/// A producer context that keeps every failed delivery, so a test can
+/// assert that everything it sent was acknowledged.
+#[derive(Default)]
+pub struct Deliveries {
+    acked: std::sync::atomic::AtomicUsize,
+    failed: std::sync::Mutex<Vec<String>>,
+}
+
+impl Deliveries {
+    /// Records the broker acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.acked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The errors of the records that were not delivered.
+    pub fn failed(&self) -> Vec<String> {
+        self.failed.lock().unwrap().clone()
+    }
+}
+
+impl rdkafka::ClientContext for Deliveries {}
+
+impl rdkafka::producer::ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            Err((e, _)) => self.failed.lock().unwrap().push(e.to_string()),
+        }
+    }
+}
+
+/// A producer whose context counts acknowledgements and failures.
+pub type KafkaProducer = rdkafka::producer::BaseProducer<Deliveries>;
+
+/// A single-node Kafka broker (KRaft combined mode: broker and controller in
+/// one JVM, `node.id=1`) from the jars `scripts/install-kafka.sh` installs,
+/// run with `java -cp '<libs>/*' kafka.Kafka server.properties`.
+///
+/// Every replication factor and min ISR is 1 (a single node cannot hold a
+/// second replica; the internal topics' defaults of 3 and 2 would leave the
+/// consumer-offsets and transaction-state topics unusable), and the
+/// internal topics have one partition each instead of 50, so the group and
+/// transaction coordinators load at once.
+pub struct Kafka {
+    proc: Process,
+    port: u16,
+}
+
+impl Kafka {
+    /// Writes `server.properties` into a temp dir with a broker listener and
+    /// a controller listener on free loopback ports, formats the data dir
+    /// with `kafka.tools.StorageTool` and a random cluster id, starts the
+    /// broker and waits until a metadata request through the client lists
+    /// broker 1 at its address.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] when `java` (Debian package
+    /// `openjdk-17-jdk-headless`) or the broker's jars (`$SONDE_KAFKA_LIBS`,
+    /// else `target/kafka/libs-4.1.0`) are missing. Panics with the log
+    /// tail if formatting fails or the broker does not become ready.
+    pub fn start() -> Result<Kafka, Unavailable> {
+        let libs = match std::env::var_os("SONDE_KAFKA_LIBS") {
+            Some(p) => PathBuf::from(p),
+            None => PathBuf::from(KAFKA_LIBS_DEFAULT),
+        };
+        let broker_jar = libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"));
+        if !broker_jar.is_file() {
+            return Err(Unavailable {
+                server: "Kafka",
+                looked_for: vec![broker_jar],
+                remedy: "install it with scripts/install-kafka.sh (a JDK, Maven and Maven \
+                         Central needed) and set SONDE_KAFKA_LIBS to the directory it \
+                         prints, or leave SONDE_KAFKA_LIBS unset for its default output"
+                    .into(),
+            });
+        }
+        let java = find_binary("Java", "openjdk-17-jdk-headless", "/usr/bin/java", "java")?;
+        let dir = tempfile::Builder::new()
+            .prefix("sonde-kafka-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let controller_port = loop {
+            let p = free_port();
+            if p != port {
+                break p;
+            }
+        };
+        let data = dir.path().join("data");
+        let properties = format!(
+            "process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+broker.session.timeout.ms={KAFKA_SESSION_TIMEOUT_MS}
+broker.heartbeat.interval.ms=500
+",
+            data = data.display()
+        );
+        let properties_path = dir.path().join("server.properties");
+        std::fs::write(&properties_path, properties).unwrap();
+        // Kafka logs through slf4j to log4j2; without a configuration log4j2
+        // prints only errors. INFO to stdout, which the harness sends to the
+        // log file.
+        let log4j = dir.path().join("log4j2.properties");
+        std::fs::write(
+            &log4j,
+            "status = warn
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+",
+        )
+        .unwrap();
+        // The JVM expands a classpath entry ending in `/*` to every jar in
+        // the directory itself; no shell is involved.
+        let jvm = vec![
+            "-Xms128m".to_string(),
+            "-Xmx512m".to_string(),
+            "-Djava.awt.headless=true".to_string(),
+            format!("-Dlog4j2.configurationFile={}", log4j.display()),
+            "-cp".to_string(),
+            format!("{}/*", libs.display()),
+        ];
+        let mut proc = Process::new("Kafka", java, dir);
+        let mut format = jvm.clone();
+        format.extend([
+            "kafka.tools.StorageTool".to_string(),
+            "format".to_string(),
+            "--cluster-id".to_string(),
+            random_kafka_uuid(),
+            "--config".to_string(),
+            properties_path.display().to_string(),
+        ]);
+        proc.run_to_completion(&format);
+        proc.args = jvm;
+        proc.args.extend([
+            "kafka.Kafka".to_string(),
+            properties_path.display().to_string(),
+        ]);
+        // The JVM exits with 128 + 15 once its shutdown hooks (Kafka's
+        // orderly shutdown) have run after SIGTERM.
+        proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
+        let mut kafka = Kafka { proc, port };
+        kafka.spawn();
+        Ok(kafka)
+    }
+
+    fn spawn(&mut self) {
+        let log = self.proc.log.clone();
+        // The log is appended across restarts: wait for this run's line.
+        let started_lines = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches("Kafka Server started")
+                .count()
+        };
+        let before = started_lines();
+        let bootstrap = self.bootstrap();
+        self.proc.spawn_and_wait(|| {
+            started_lines() > before && broker_listed(&bootstrap, Duration::from_secs(2))
+        });
+    }
+
+    /// The broker listener, `127.0.0.1:PORT`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The temp dir holding the properties, the data dir and the log.
+    pub fn dir(&self) -> &Path {
+        self.proc.dir.path()
+    }
+
+    /// Everything the broker (and the storage formatter) has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.proc.log).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait for the orderly shutdown; the data stays.
+    pub fn stop(&mut self) {
+        self.proc.stop();
+    }
+
+    /// SIGKILL: the broker dies at once, with whatever it had not flushed
+    /// (acknowledged records are in the page cache, so they survive a
+    /// process kill); the data stays for [`Kafka::restart`].
+    pub fn kill(&mut self) {
+        assert!(self.proc.child.is_some(), "Kafka is not running");
+        self.proc.kill();
+    }
+
+    /// Starts again on the same ports and data dir and waits until ready.
+    /// After [`Kafka::kill`] this takes a few seconds longer: the controller
+    /// accepts the new incarnation of broker 1 only once the old one's
+    /// session has timed out.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+
+    /// A client configuration with `bootstrap.servers` set to this broker.
+    pub fn client_config(&self) -> rdkafka::ClientConfig {
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", self.bootstrap());
+        config
+    }
+
+    /// Creates `topic` with `partitions` partitions (replication factor 1)
+    /// and waits until the broker has a leader for every partition.
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            self.client_config().create().unwrap();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let results = block_on(admin.create_topics(
+            [&NewTopic::new(
+                topic,
+                partitions,
+                TopicReplication::Fixed(1),
+            )],
+            &options,
+        ))
+        .unwrap_or_else(|e| panic!("creating topic {topic}: {e}"));
+        for result in results {
+            if let Err((name, code)) = result {
+                panic!("creating topic {name}: {code}");
+            }
+        }
+        let consumer = self.consumer(Isolation::ReadUncommitted);
+        wait_for(
+            &format!("a leader for every partition of {topic}"),
+            START_DEADLINE,
+            || {
+                use rdkafka::consumer::Consumer;
+                let metadata = consumer
+                    .fetch_metadata(Some(topic), Duration::from_secs(2))
+                    .ok()?;
+                let t = metadata.topics().iter().find(|t| t.name() == topic)?;
+                let ready = t.error().is_none()
+                    && t.partitions().len() == usize::try_from(partitions).unwrap()
+                    && t.partitions().iter().all(|p| p.leader() == 1);
+                ready.then_some(())
+            },
+        );
+    }
+
+    /// An idempotent producer (`enable.idempotence=true`, `acks=all`) with
+    /// `extra` settings on top, e.g. `transactional.id` or
+    /// `compression.type`.
+    pub fn producer(&self, extra: &[(&str, &str)]) -> KafkaProducer {
+        let mut config = self.client_config();
+        config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5");
+        for (k, v) in extra {
+            config.set(*k, *v);
+        }
+        config
+            .create_with_context(Deliveries::default())
+            .unwrap_or_else(|e| panic!("creating a producer: {e}"))
+    }
+
+    /// Sends `values` to `topic` (no key, the default partitioner) with a
+    /// fresh idempotent producer, and returns once the broker has
+    /// acknowledged every one; panics if any delivery failed.
+    pub fn produce<V: AsRef<[u8]>>(&self, topic: &str, values: &[V]) {
+        use rdkafka::producer::Producer;
+        let producer = self.producer(&[]);
+        send_all(&producer, topic, values);
+        flush(&producer);
+        let failed = producer.context().failed();
+        assert!(
+            failed.is_empty(),
+            "deliveries to {topic} failed: {failed:?}"
+        );
+        assert_eq!(producer.context().acked(), values.len());
+    }
+
+    /// A consumer with `isolation` that reads with explicit assignments:
+    /// no group membership, nothing committed, end of partition reported.
+    pub fn consumer(&self, isolation: Isolation) -> rdkafka::consumer::BaseConsumer {
+        let mut config = self.client_config();
+        config
+            .set("group.id", "sonde-test-reader")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "true")
+            .set("isolation.level", isolation.config_value());
+        config
+            .create()
+            .unwrap_or_else(|e| panic!("creating a consumer: {e}"))
+    }
+
+    /// Every record of every partition of `topic` from the beginning, as
+    /// `isolation` sees it: reads until at least `at_least` records have
+    /// arrived and every partition is at its end (for `read_committed`, the
+    /// last stable offset), so a record beyond the expected count (a
+    /// duplicate) is returned too. Panics after `timeout` with the count so
+    /// far. Records are in partition order, then offset order.
+    pub fn consume(
+        &self,
+        topic: &str,
+        isolation: Isolation,
+        at_least: usize,
+        timeout: Duration,
+    ) -> Vec<KafkaRecord> {
+        use rdkafka::consumer::Consumer;
+        use rdkafka::message::Headers;
+        use rdkafka::Message;
+        let consumer = self.consumer(isolation);
+        let partitions: Vec<i32> = wait_for(&format!("the partitions of {topic}"), timeout, || {
+            let metadata = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(2))
+                .ok()?;
+            let t = metadata.topics().iter().find(|t| t.name() == topic)?;
+            if t.error().is_some() || t.partitions().is_empty() {
+                return None;
+            }
+            Some(t.partitions().iter().map(|p| p.id()).collect())
+        });
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        for &p in &partitions {
+            assignment
+                .add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&assignment).unwrap();
+        let mut records = Vec::new();
+        let mut at_end = std::collections::BTreeSet::new();
+        let deadline = std::time::Instant::now() + timeout;
+        while records.len() < at_least || at_end.len() < partitions.len() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out after {timeout:?} reading {topic}: {} records of at least \
+                 {at_least}, {} of {} partitions at their end",
+                records.len(),
+                at_end.len(),
+                partitions.len()
+            );
+            match consumer.poll(Duration::from_millis(100)) {
+                None => {}
+                Some(Ok(m)) => {
+                    at_end.remove(&m.partition());
+                    records.push(KafkaRecord {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        value: m.payload().unwrap_or_default().to_vec(),
+                        headers: m
+                            .headers()
+                            .map(|h| {
+                                h.iter()
+                                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    });
+                }
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    at_end.insert(p);
+                }
+                Some(Err(e)) => panic!("reading {topic}: {e}"),
+            }
+        }
+        records.sort_by_key(|r| (r.partition, r.offset));
+        records
+    }
+}
+
+/// Queues every value for `topic` on `producer`, serving delivery reports
+/// while librdkafka's queue is full.
+pub fn send_all<V: AsRef<[u8]>>(producer: &KafkaProducer, topic: &str, values: &[V]) {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    for value in values {
+        let mut record =
+            rdkafka::producer::BaseRecord::<(), [u8]>::to(topic).payload(value.as_ref());
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => panic!("queueing a record for {topic}: {e}"),
+            }
+        }
+    }
+}
+
+/// Waits until every queued record is delivered or has failed (delivery
+/// reports are served meanwhile); panics after the start deadline.
+pub fn flush(producer: &KafkaProducer) {
+    use rdkafka::producer::Producer;
+    producer
+        .flush(START_DEADLINE)
+        .unwrap_or_else(|e| panic!("flushing the producer: {e}"));
+}
+
+/// Whether a metadata request to `bootstrap` answers within `timeout` and
+/// lists broker 1 at that address.
+fn broker_listed(bootstrap: &str, timeout: Duration) -> bool {
+    use rdkafka::producer::Producer;
+    if TcpStream::connect(bootstrap).is_err() {
+        return false;
+    }
+    let Ok(client) = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create::<rdkafka::producer::BaseProducer>()
+    else {
+        return false;
+    };
+    let Ok(metadata) = client.client().fetch_metadata(None, timeout) else {
+        return false;
+    };
+    metadata
+        .brokers()
+        .iter()
+        .any(|b| b.id() == 1 && format!("{}:{}", b.host(), b.port()) == bootstrap)
+}
+
+/// A random Kafka cluster id: 16 random bytes in URL-safe base64 without
+/// padding (22 characters), the form `StorageTool random-uuid` prints.
+/// Like Kafka's own generator it never starts with `-`, which
+/// `StorageTool`'s argument parser would take for an option (one random id
+/// in 64 would).
+pub fn random_kafka_uuid() -> String {
+    use std::io::Read;
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut urandom = File::open("/dev/urandom").unwrap();
+    let mut bytes = [0u8; 16];
+    loop {
+        urandom.read_exact(&mut bytes).unwrap();
+        // The first character encodes the first byte's top six bits.
+        if ALPHABET[usize::from(bytes[0] >> 2)] != b'-' {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(22);
+    for chunk in bytes.chunks(3) {
+        let mut n = 0u32;
+        for (i, b) in chunk.iter().enumerate() {
+            n |= u32::from(*b) << (16 - 8 * i);
+        }
+        // 3 bytes give 4 characters, the last lone byte 2.
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+/// Runs a future to completion on the current thread, parking between
+/// polls: enough for rdkafka's admin futures, which a librdkafka background
+/// thread completes (no async runtime involved).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
 }
