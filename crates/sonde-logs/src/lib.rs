@@ -1,0 +1,5 @@
+//! The core of sonde's log source: reading lines from files so that none is
+//! lost or read twice.
+#![deny(missing_docs)]
+
+pub mod lines;
