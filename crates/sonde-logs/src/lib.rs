@@ -2,4 +2,6 @@
 //! lost or read twice.
 #![deny(missing_docs)]
 
+pub mod checkpoint;
+pub mod identity;
 pub mod lines;
