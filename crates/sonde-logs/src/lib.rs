@@ -5,3 +5,4 @@
 pub mod checkpoint;
 pub mod identity;
 pub mod lines;
+pub mod tailer;

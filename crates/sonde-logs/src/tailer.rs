@@ -1,0 +1,1213 @@
+//! The files of one log source, followed through rotation and truncation.
+//!
+//! The caller drives a [`Tailer`]: [`Tailer::rescan`] walks the include
+//! globs and takes up new files, [`Tailer::poll`] reads what the open files
+//! have appended and pushes each complete line into the caller's
+//! [`LineSink`], [`Tailer::ack`] tells the tailer that a line was delivered,
+//! and [`Tailer::checkpoints`] returns what to save: per file, the offset
+//! just after the last acknowledged line. Nothing here spawns, sleeps or
+//! keeps a clock; the caller passes the time in.
+//!
+//! # What happens to a file
+//!
+//! * **Found** by a rescan at a path that matches an include glob and no
+//!   exclude glob: it is opened and read from the offset its checkpoint
+//!   names, or, without one, from its beginning (or its end, with
+//!   [`ReadFrom::End`], for the files found by the first rescan of a tailer
+//!   built without checkpoints).
+//! * **Renamed** (rename rotation): the open descriptor keeps reading it to
+//!   its end; a new file at the old path is another identity, read from 0.
+//!   Finding a file at another path, or at no matching path while it still
+//!   exists, counts a rotation.
+//! * **Truncated** (its size fell below the read offset, or its head
+//!   changed, as with copytruncate): the waiting partial line is handed back
+//!   as it is, the file is read again from 0 under a new [`FileKey`], and
+//!   a truncation is counted.
+//! * **Deleted**, or renamed out of the globs: read through the open
+//!   descriptor to its end; once every line read is acknowledged and it has
+//!   been quiet for `rotate_wait`, it is closed and forgotten, so the
+//!   filesystem may reuse its inode.
+//! * A rotated file's last line without a newline is handed back as it is
+//!   once the file has been quiet for `rotate_wait`.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, Metadata};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::checkpoint::{Checkpoints, FileCheckpoint};
+use crate::identity::{read_head, FileId, Fingerprint, Head, Identity, FINGERPRINT_BYTES};
+use crate::lines::{Line, Splitter};
+
+/// Where a file found by the first rescan of a fresh tailer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadFrom {
+    /// At its first byte.
+    #[default]
+    Beginning,
+    /// At its end as found: only lines written afterwards are read.
+    End,
+}
+
+/// How a [`Tailer`] finds and reads files.
+#[derive(Debug, Clone)]
+pub struct TailerConfig {
+    /// Absolute glob patterns of the files to read; `*` stays within one
+    /// path component, `**` crosses any number of them.
+    pub include: Vec<String>,
+    /// Glob patterns of files to leave alone: a pattern with a `/` is matched
+    /// against the whole path, one without against the file name. Default
+    /// none.
+    pub exclude: Vec<String>,
+    /// Where files found at the first start begin. Default
+    /// [`ReadFrom::Beginning`].
+    pub read_from: ReadFrom,
+    /// The longest line handed back whole; longer lines are cut. Default
+    /// 1 MiB.
+    pub max_line_bytes: usize,
+    /// How long a rotated file must stay quiet before its last line without
+    /// a newline is handed back and, if it is gone, it is closed. Default 5 s.
+    pub rotate_wait: Duration,
+    /// The most bytes read from one file by one [`Tailer::poll`], and the
+    /// size of the one read buffer all files share. Default 256 KiB.
+    pub read_buffer_bytes: usize,
+}
+
+impl TailerConfig {
+    /// The defaults, reading the files that match `include`.
+    pub fn new(include: Vec<String>) -> Self {
+        Self {
+            include,
+            exclude: Vec::new(),
+            read_from: ReadFrom::Beginning,
+            max_line_bytes: 1024 * 1024,
+            rotate_wait: Duration::from_secs(5),
+            read_buffer_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// Why [`Tailer::new`] refused a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A glob does not parse.
+    #[error("invalid glob {pattern:?}: {source}")]
+    Glob {
+        /// The pattern.
+        pattern: String,
+        /// What is wrong with it.
+        source: globset::Error,
+    },
+    /// An include pattern is relative, so where to look would depend on the
+    /// working directory.
+    #[error("include pattern {pattern:?} is not an absolute path")]
+    Relative {
+        /// The pattern.
+        pattern: String,
+    },
+    /// `max_line_bytes` or `read_buffer_bytes` is 0.
+    #[error("{key} must be at least 1 byte")]
+    Zero {
+        /// The setting.
+        key: &'static str,
+    },
+}
+
+/// A directory or file that [`Tailer::rescan`] could not look at; the rescan
+/// goes on with the others.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// Listing a directory failed.
+    #[error("cannot list directory {path}: {source}")]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// Opening or reading the head of a matching file failed.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+}
+
+/// An open file that [`Tailer::poll`] could not read this time; it stays
+/// open and is tried again by the next poll.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct ReadError {
+    /// The path the file was last seen at.
+    pub path: PathBuf,
+    /// The I/O error.
+    pub source: io::Error,
+}
+
+/// Names one file, from the moment it is found until it is closed or
+/// truncated (a truncated file gets a new key, so that acknowledgements of
+/// lines read before the truncation are told apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileKey(u64);
+
+/// Where a line came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The file, for [`Tailer::ack`].
+    pub key: FileKey,
+    /// The path the file was last seen at.
+    pub path: &'a Path,
+}
+
+/// Receives the lines a [`Tailer`] reads: the tailer drives, pushing each
+/// line while it polls, and the sink copies what it keeps (the bytes borrow
+/// the tailer's read buffer).
+pub trait LineSink {
+    /// One line, in file order within its file.
+    fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>);
+}
+
+/// What a [`Tailer`] has done since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Files open now.
+    pub files_watched: u64,
+    /// Bytes read from files.
+    pub bytes_read: u64,
+    /// Lines handed to the sink.
+    pub lines_read: u64,
+    /// Lines cut at `max_line_bytes`.
+    pub lines_truncated: u64,
+    /// Files found truncated, and read again from 0.
+    pub truncations: u64,
+    /// Files found renamed, or gone from the globs while still existing.
+    pub rotations: u64,
+}
+
+/// What one [`Tailer::poll`] did.
+#[derive(Debug, Default)]
+pub struct PollReport {
+    /// Bytes read.
+    pub bytes: u64,
+    /// Lines handed to the sink.
+    pub lines: u64,
+    /// Whether some file has more bytes than one read took: poll again at
+    /// once.
+    pub more: bool,
+    /// Files that could not be read this time.
+    pub errors: Vec<ReadError>,
+}
+
+struct Root {
+    base: PathBuf,
+    /// How many path components below `base` a match can be; `None` with
+    /// `**`.
+    depth: Option<usize>,
+}
+
+struct Watched {
+    key: FileKey,
+    file: File,
+    id: FileId,
+    head: Fingerprint,
+    path: PathBuf,
+    /// Found at a matching path by the last rescan.
+    linked: bool,
+    /// Renamed, or gone from the globs, since it was found.
+    rotated: bool,
+    splitter: Splitter,
+    /// File offset just after the last acknowledged line.
+    acked: u64,
+    /// Size and modification time at the last poll, to skip the head check
+    /// of a file that has not changed.
+    last_size: u64,
+    last_mtime: (i64, i64),
+    /// When bytes were last read (or when the file was found).
+    active_at: Instant,
+}
+
+/// The files of one log source; see the [module docs](self).
+pub struct Tailer {
+    config: TailerConfig,
+    roots: Vec<Root>,
+    include: GlobSet,
+    exclude_path: GlobSet,
+    exclude_name: GlobSet,
+    files: Vec<Watched>,
+    /// Checkpoints given at build, consumed by the first rescan.
+    restored: Vec<FileCheckpoint>,
+    /// Whether the first rescan still has to run and the tailer was built
+    /// without checkpoints: then [`ReadFrom`] applies.
+    fresh: bool,
+    scanned: bool,
+    next_key: u64,
+    buf: Vec<u8>,
+    head_buf: Box<[u8; FINGERPRINT_BYTES]>,
+    counters: Counters,
+}
+
+impl Tailer {
+    /// A tailer for `config` that resumes from `checkpoints` (`None` at the
+    /// agent's first start, when [`TailerConfig::read_from`] applies). It
+    /// has no files until the first [`Tailer::rescan`].
+    ///
+    /// # Errors
+    ///
+    /// An invalid glob, a relative include pattern, or a zero size.
+    pub fn new(config: TailerConfig, checkpoints: Option<Checkpoints>) -> Result<Self, BuildError> {
+        if config.max_line_bytes == 0 {
+            return Err(BuildError::Zero {
+                key: "max_line_bytes",
+            });
+        }
+        if config.read_buffer_bytes == 0 {
+            return Err(BuildError::Zero {
+                key: "read_buffer_bytes",
+            });
+        }
+        let glob = |pattern: &str| {
+            GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .map_err(|source| BuildError::Glob {
+                    pattern: pattern.to_owned(),
+                    source,
+                })
+        };
+        let set = |b: GlobSetBuilder| b.build().expect("a set of valid globs builds");
+        let mut include = GlobSetBuilder::new();
+        let mut roots = Vec::new();
+        for pattern in &config.include {
+            if !Path::new(pattern).is_absolute() {
+                return Err(BuildError::Relative {
+                    pattern: pattern.clone(),
+                });
+            }
+            include.add(glob(pattern)?);
+            roots.push(root_of(pattern));
+        }
+        let (mut exclude_path, mut exclude_name) = (GlobSetBuilder::new(), GlobSetBuilder::new());
+        for pattern in &config.exclude {
+            if pattern.contains('/') {
+                exclude_path.add(glob(pattern)?);
+            } else {
+                exclude_name.add(glob(pattern)?);
+            }
+        }
+        Ok(Self {
+            buf: vec![0; config.read_buffer_bytes],
+            config,
+            roots,
+            include: set(include),
+            exclude_path: set(exclude_path),
+            exclude_name: set(exclude_name),
+            files: Vec::new(),
+            fresh: checkpoints.is_none(),
+            restored: checkpoints.map(|c| c.files).unwrap_or_default(),
+            scanned: false,
+            next_key: 0,
+            head_buf: Box::new([0; FINGERPRINT_BYTES]),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Walks the include globs' directories: opens the matching files not
+    /// open yet, notes open files found at another path (renamed) or at no
+    /// matching path (renamed away or deleted). Checkpoints given to
+    /// [`Tailer::new`] that name no file found by the first rescan are
+    /// dropped: their files are gone.
+    ///
+    /// Returns the directories and files that could not be looked at; the
+    /// rest of the scan is done regardless.
+    pub fn rescan(&mut self, now: Instant) -> Vec<ScanError> {
+        let mut errors = Vec::new();
+        let found = self.walk(&mut errors);
+        let by_id: HashMap<FileId, usize> = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.id, i))
+            .collect();
+        let mut seen = HashSet::new();
+        for (path, meta) in found {
+            let id = FileId::of(&meta);
+            if let Some(&i) = by_id.get(&id) {
+                // An open file keeps its inode, so the same device and inode
+                // is the same file, wherever it is now.
+                seen.insert(i);
+                self.relink(i, path);
+                continue;
+            }
+            match self.open(&path, now) {
+                Ok(Some(w)) => {
+                    if let Some(&i) = by_id.get(&w.id) {
+                        // Replaced between the walk's stat and the open by a
+                        // file that is open already.
+                        seen.insert(i);
+                        self.relink(i, path);
+                    } else {
+                        self.files.push(w);
+                    }
+                }
+                Ok(None) => {}
+                Err(source) => errors.push(ScanError::Open { path, source }),
+            }
+        }
+        for (i, w) in self.files.iter_mut().enumerate() {
+            if i < by_id.len() && !seen.contains(&i) && w.linked {
+                w.linked = false;
+                w.rotated = true;
+                // Deleted files are not rotations; renamed-away ones are.
+                if w.file.metadata().is_ok_and(|m| m.nlink() > 0) {
+                    self.counters.rotations += 1;
+                }
+            }
+        }
+        self.restored.clear();
+        self.scanned = true;
+        self.counters.files_watched = self.files.len() as u64;
+        errors
+    }
+
+    /// Reads what each open file appended since the last poll (at most
+    /// [`TailerConfig::read_buffer_bytes`] per file) and pushes every line
+    /// completed into `sink`; hands back the waiting last lines of rotated
+    /// files quiet for `rotate_wait` by `now`, and closes the gone files
+    /// that are read, acknowledged and quiet.
+    pub fn poll(&mut self, now: Instant, sink: &mut impl LineSink) -> PollReport {
+        let mut report = PollReport::default();
+        let Self {
+            files,
+            buf,
+            head_buf,
+            counters,
+            config,
+            next_key,
+            ..
+        } = self;
+        files.retain_mut(|w| {
+            let mut ctx = PollCtx {
+                buf,
+                head_buf,
+                counters,
+                next_key,
+                now,
+                rotate_wait: config.rotate_wait,
+                report: &mut report,
+            };
+            ctx.poll_file(w, sink)
+        });
+        self.counters.files_watched = self.files.len() as u64;
+        report
+    }
+
+    /// Records that every line of file `key` up to `end` (a [`Line::end`]
+    /// handed out for it) was delivered. Acknowledgements for a file closed
+    /// or truncated since, or behind an earlier one, change nothing.
+    pub fn ack(&mut self, key: FileKey, end: u64) {
+        if let Some(w) = self.files.iter_mut().find(|w| w.key == key) {
+            if end > w.acked && end <= w.splitter.offset() {
+                w.acked = end;
+            }
+        }
+    }
+
+    /// The checkpoints to save: per open file, its identity, path and the
+    /// offset after its last acknowledged line.
+    pub fn checkpoints(&self) -> Checkpoints {
+        Checkpoints {
+            files: self
+                .files
+                .iter()
+                .map(|w| FileCheckpoint {
+                    identity: Identity {
+                        id: w.id,
+                        head: w.head,
+                    },
+                    path: w.path.to_string_lossy().into_owned(),
+                    offset: w.acked,
+                })
+                .collect(),
+        }
+    }
+
+    /// What the tailer has done so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Bytes of the open files, as of the last poll, that are not
+    /// acknowledged yet: 0 when every byte written is delivered.
+    pub fn bytes_behind(&self) -> u64 {
+        self.files
+            .iter()
+            .map(|w| w.last_size.saturating_sub(w.acked))
+            .sum()
+    }
+
+    fn relink(&mut self, i: usize, path: PathBuf) {
+        let w = &mut self.files[i];
+        w.linked = true;
+        if w.path != path {
+            w.path = path;
+            w.rotated = true;
+            self.counters.rotations += 1;
+        }
+    }
+
+    /// Opens a newly found file and decides where reading starts. `None`
+    /// if it is no regular file (any more).
+    fn open(&mut self, path: &Path, now: Instant) -> io::Result<Option<Watched>> {
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let id = FileId::of(&meta);
+        let head = read_head(&file, &mut self.head_buf)?;
+        let size = meta.len();
+        let mut offset = 0;
+        let mut fingerprint = Fingerprint::of(head);
+        if let Some(at) = self
+            .restored
+            .iter()
+            .position(|c| c.identity.recognise(id, head).is_some())
+        {
+            let checkpoint = self.restored.swap_remove(at);
+            if checkpoint.offset <= size {
+                offset = checkpoint.offset;
+            } else {
+                // Truncated while the agent was down, below the checkpoint.
+                self.counters.truncations += 1;
+            }
+        } else if self.fresh && !self.scanned && self.config.read_from == ReadFrom::End {
+            offset = size;
+        }
+        // An empty head says nothing yet: keep it empty so that any bytes
+        // still count as this file.
+        if head.is_empty() {
+            fingerprint = Fingerprint::EMPTY;
+        }
+        let key = FileKey(self.next_key);
+        self.next_key += 1;
+        Ok(Some(Watched {
+            key,
+            file,
+            id,
+            head: fingerprint,
+            path: path.to_path_buf(),
+            linked: true,
+            rotated: false,
+            splitter: Splitter::new(offset, self.config.max_line_bytes),
+            acked: offset,
+            last_size: size,
+            // Never a real time: the first poll checks the head.
+            last_mtime: (i64::MIN, 0),
+            active_at: now,
+        }))
+    }
+
+    /// The regular files under the roots that match, one path per file.
+    fn walk(&self, errors: &mut Vec<ScanError>) -> Vec<(PathBuf, Metadata)> {
+        let mut out: Vec<(PathBuf, Metadata)> = Vec::new();
+        let mut ids = HashSet::new();
+        let mut dirs_seen = HashSet::new();
+        for root in &self.roots {
+            let mut stack = vec![(root.base.clone(), root.depth)];
+            while let Some((dir, depth)) = stack.pop() {
+                if !dirs_seen.insert((dir.clone(), depth)) {
+                    continue;
+                }
+                let entries = match fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    // A directory that does not exist yet may come later.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(source) => {
+                        errors.push(ScanError::ReadDir { path: dir, source });
+                        continue;
+                    }
+                };
+                let mut names: Vec<_> = entries.filter_map(Result::ok).collect();
+                names.sort_by_key(|e| e.file_name());
+                for entry in names {
+                    let path = entry.path();
+                    let Ok(kind) = entry.file_type() else {
+                        continue;
+                    };
+                    if kind.is_dir() {
+                        // Symbolic links to directories are not followed, so
+                        // a link loop cannot trap the walk.
+                        match depth {
+                            None => stack.push((path, None)),
+                            Some(d) if d > 1 => stack.push((path, Some(d - 1))),
+                            Some(_) => {}
+                        }
+                        continue;
+                    }
+                    if !self.matches(&path) {
+                        continue;
+                    }
+                    // Follows a symbolic link to the file it names.
+                    let Ok(meta) = fs::metadata(&path) else {
+                        continue;
+                    };
+                    if meta.is_file() && ids.insert(FileId::of(&meta)) {
+                        out.push((path, meta));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn matches(&self, path: &Path) -> bool {
+        self.include.is_match(path)
+            && !self.exclude_path.is_match(path)
+            && !path
+                .file_name()
+                .is_some_and(|name| self.exclude_name.is_match(name))
+    }
+}
+
+struct PollCtx<'a> {
+    buf: &'a mut [u8],
+    head_buf: &'a mut [u8; FINGERPRINT_BYTES],
+    counters: &'a mut Counters,
+    next_key: &'a mut u64,
+    now: Instant,
+    rotate_wait: Duration,
+    report: &'a mut PollReport,
+}
+
+impl PollCtx<'_> {
+    /// Polls one file; returns whether to keep it open.
+    fn poll_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> bool {
+        if let Err(source) = self.read_file(w, sink) {
+            self.report.errors.push(ReadError {
+                path: w.path.clone(),
+                source,
+            });
+            return true;
+        }
+        let quiet = self.now.saturating_duration_since(w.active_at) >= self.rotate_wait;
+        if w.rotated && quiet && w.splitter.waiting().is_some() {
+            let origin = Origin {
+                key: w.key,
+                path: &w.path,
+            };
+            let (counters, report) = (&mut *self.counters, &mut *self.report);
+            w.splitter.flush(|line| {
+                count(counters, report, line);
+                sink.line(&origin, line);
+            });
+        }
+        let drained = w.splitter.offset() >= w.last_size && w.splitter.waiting().is_none();
+        !(!w.linked && drained && quiet && w.acked >= w.splitter.offset())
+    }
+
+    fn read_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<()> {
+        let meta = w.file.metadata()?;
+        let size = meta.len();
+        let mtime = (meta.mtime(), meta.mtime_nsec());
+        if size != w.last_size || mtime != w.last_mtime {
+            let mut truncated = size < w.splitter.offset();
+            let head = read_head(&w.file, self.head_buf)?;
+            match w.head.check(head) {
+                Head::Same(now) if !truncated => w.head = now,
+                _ => truncated = true,
+            }
+            if truncated {
+                self.restart(w, sink);
+                let head = read_head(&w.file, self.head_buf)?;
+                w.head = Fingerprint::of(head);
+            }
+            w.last_size = size;
+            w.last_mtime = mtime;
+        }
+        let offset = w.splitter.offset();
+        if offset >= size {
+            return Ok(());
+        }
+        let want = ((size - offset) as usize).min(self.buf.len());
+        let n = loop {
+            match w.file.read_at(&mut self.buf[..want], offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        w.active_at = self.now;
+        self.counters.bytes_read += n as u64;
+        self.report.bytes += n as u64;
+        self.report.more |= offset + (n as u64) < size;
+        let origin = Origin {
+            key: w.key,
+            path: &w.path,
+        };
+        let (counters, report) = (&mut *self.counters, &mut *self.report);
+        w.splitter.push(&self.buf[..n], |line| {
+            count(counters, report, line);
+            sink.line(&origin, line);
+        });
+        Ok(())
+    }
+
+    /// The file was truncated: what it held is gone, so its waiting line is
+    /// handed back as it is, and it is read again from 0 under a new key.
+    fn restart(&mut self, w: &mut Watched, sink: &mut impl LineSink) {
+        let origin = Origin {
+            key: w.key,
+            path: &w.path,
+        };
+        let (counters, report) = (&mut *self.counters, &mut *self.report);
+        w.splitter.flush(|line| {
+            count(counters, report, line);
+            sink.line(&origin, line);
+        });
+        self.counters.truncations += 1;
+        w.key = FileKey(*self.next_key);
+        *self.next_key += 1;
+        w.splitter.reset(0);
+        w.acked = 0;
+    }
+}
+
+fn count(counters: &mut Counters, report: &mut PollReport, line: &Line<'_>) {
+    counters.lines_read += 1;
+    report.lines += 1;
+    if line.is_cut() {
+        counters.lines_truncated += 1;
+    }
+}
+
+/// The directory to walk for `pattern` (its components before the first
+/// one with a glob character) and how deep below it matches can be.
+fn root_of(pattern: &str) -> Root {
+    let is_glob = |c: &str| c.contains(['*', '?', '[', '{']);
+    let components: Vec<&str> = Path::new(pattern)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => s.to_str(),
+            _ => None,
+        })
+        .collect();
+    let literal = components
+        .iter()
+        .position(|c| is_glob(c))
+        .unwrap_or(components.len().saturating_sub(1));
+    let mut base = PathBuf::from("/");
+    base.extend(&components[..literal]);
+    let rest = &components[literal..];
+    Root {
+        base,
+        depth: (!rest.iter().any(|c| c.contains("**"))).then_some(rest.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::CheckpointFile;
+    use std::io::Write;
+
+    #[derive(Default)]
+    struct Collect(Vec<Got>);
+
+    #[derive(Debug, Clone)]
+    struct Got {
+        key: FileKey,
+        path: PathBuf,
+        text: String,
+        start: u64,
+        end: u64,
+        cut: u64,
+    }
+
+    impl LineSink for Collect {
+        fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>) {
+            self.0.push(Got {
+                key: origin.key,
+                path: origin.path.to_path_buf(),
+                text: String::from_utf8(line.bytes.to_vec()).unwrap(),
+                start: line.start,
+                end: line.end,
+                cut: line.cut_bytes,
+            });
+        }
+    }
+
+    impl Collect {
+        fn texts(&self) -> Vec<&str> {
+            self.0.iter().map(|g| g.text.as_str()).collect()
+        }
+    }
+
+    fn append(path: &Path, bytes: &[u8]) {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    fn config(dir: &Path, include: &str) -> TailerConfig {
+        TailerConfig::new(vec![format!("{}/{include}", dir.display())])
+    }
+
+    /// Rescans, then polls until no file has more to read.
+    fn drain(t: &mut Tailer, now: Instant, sink: &mut Collect) {
+        assert!(t.rescan(now).is_empty());
+        for _ in 0..1000 {
+            let report = t.poll(now, sink);
+            assert!(report.errors.is_empty(), "{:?}", report.errors);
+            if !report.more {
+                return;
+            }
+        }
+        panic!("poll kept reporting more");
+    }
+
+    fn ack_all(t: &mut Tailer, sink: &Collect) {
+        for g in &sink.0 {
+            t.ack(g.key, g.end);
+        }
+    }
+
+    fn numbered(from: usize, to: usize) -> String {
+        (from..to).map(|n| format!("line {n}\n")).collect()
+    }
+
+    fn assert_exactly_once_in_order(sink: &Collect, total: usize) {
+        let mut numbers: Vec<usize> = Vec::new();
+        let mut last_per_file: HashMap<FileKey, usize> = HashMap::new();
+        for g in &sink.0 {
+            let n: usize = g.text.strip_prefix("line ").unwrap().parse().unwrap();
+            if let Some(prev) = last_per_file.insert(g.key, n) {
+                assert!(
+                    n > prev,
+                    "line {n} after line {prev} in {}",
+                    g.path.display()
+                );
+            }
+            numbers.push(n);
+        }
+        numbers.sort_unstable();
+        assert_eq!(numbers, (0..total).collect::<Vec<_>>());
+    }
+
+    fn rename_rotation_while_appending(include: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), include), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        let mut n = 0;
+        for rotation in 0..6 {
+            let mut writer = fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&log)
+                .unwrap();
+            for burst in 0..4 {
+                writer.write_all(numbered(n, n + 50).as_bytes()).unwrap();
+                n += 50;
+                // Poll at varying points: sometimes mid-file, sometimes not
+                // until after the rotation.
+                if (rotation + burst) % 3 == 0 {
+                    drain(&mut t, now, &mut sink);
+                }
+            }
+            for k in (1..rotation + 1).rev() {
+                let from = dir.path().join(format!("app.log.{k}"));
+                if from.exists() {
+                    fs::rename(&from, dir.path().join(format!("app.log.{}", k + 1))).unwrap();
+                }
+            }
+            fs::rename(&log, dir.path().join("app.log.1")).unwrap();
+            // The writer has not reopened yet: it goes on through its old
+            // descriptor, into the rotated file.
+            writer.write_all(numbered(n, n + 10).as_bytes()).unwrap();
+            n += 10;
+            if rotation % 2 == 0 {
+                drain(&mut t, now, &mut sink);
+            }
+        }
+        drain(&mut t, now, &mut sink);
+        drain(&mut t, now, &mut sink);
+        assert_exactly_once_in_order(&sink, n);
+        assert!(t.counters().rotations >= 6, "{:?}", t.counters());
+        assert_eq!(t.counters().lines_read, n as u64);
+    }
+
+    #[test]
+    fn rename_rotation_while_appending_reads_every_line_once_with_a_glob_over_rotated_names() {
+        rename_rotation_while_appending("app.log*");
+    }
+
+    #[test]
+    fn rename_rotation_while_appending_reads_every_line_once_through_the_open_descriptor() {
+        rename_rotation_while_appending("app.log");
+    }
+
+    #[test]
+    fn copytruncate_reads_the_lines_after_the_truncation_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = config(dir.path(), "app.log*");
+        cfg.exclude = vec!["*.1".into()];
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, numbered(0, 10).as_bytes());
+        drain(&mut t, now, &mut sink);
+        // logrotate's copytruncate, writes paused during the copy.
+        fs::copy(&log, dir.path().join("app.log.1")).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        append(&log, numbered(10, 13).as_bytes());
+        drain(&mut t, now, &mut sink);
+        assert_exactly_once_in_order(&sink, 13);
+        assert_eq!(t.counters().truncations, 1);
+        assert_eq!(sink.0.last().unwrap().start, 2 * "line 1x\n".len() as u64);
+        assert_eq!(
+            t.counters().files_watched,
+            1,
+            "the excluded copy is not read"
+        );
+    }
+
+    #[test]
+    fn truncation_then_growth_past_the_old_offset_is_read_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, numbered(0, 10).as_bytes());
+        drain(&mut t, now, &mut sink);
+        ack_all(&mut t, &sink);
+        let old_key = sink.0[0].key;
+        fs::write(&log, numbered(10, 40)).unwrap();
+        drain(&mut t, now, &mut sink);
+        assert_exactly_once_in_order(&sink, 40);
+        assert_eq!(t.counters().truncations, 1);
+        assert_eq!(sink.0[10].start, 0);
+        assert_ne!(sink.0[10].key, old_key, "a truncated file gets a new key");
+        // Acknowledging a line read before the truncation changes nothing.
+        t.ack(old_key, sink.0[9].end);
+        assert_eq!(t.checkpoints().files[0].offset, 0);
+    }
+
+    #[test]
+    fn a_partial_line_is_sent_once_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, b"first\nhalf a ");
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.texts(), ["first"]);
+        // Not rotated: it waits however long it stays quiet.
+        t.poll(now + Duration::from_secs(3600), &mut sink);
+        assert_eq!(sink.texts(), ["first"]);
+        append(&log, b"line\r\n");
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.texts(), ["first", "half a line"]);
+        assert_eq!((sink.0[1].start, sink.0[1].end), (6, 19));
+    }
+
+    #[test]
+    fn a_line_over_max_line_bytes_is_cut_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.max_line_bytes = 10;
+        cfg.read_buffer_bytes = 16; // the long line spans several reads
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        append(&log, format!("{}\nshort\n", "x".repeat(100)).as_bytes());
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["x".repeat(10).as_str(), "short"]);
+        assert_eq!(sink.0[0].cut, 90);
+        assert_eq!(sink.0[1].start, 101);
+        assert_eq!(t.counters().lines_truncated, 1);
+    }
+
+    #[test]
+    fn files_shorter_than_the_fingerprint_with_identical_heads_resume_each_at_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+        append(&a, b"same banner\n");
+        append(&b, b"same banner\n");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        ack_all(&mut t, &sink);
+        let saved = t.checkpoints();
+        assert!(saved.files.iter().all(|f| f.identity.head.len == 12));
+        drop(t);
+
+        // Both grow past the fingerprint's size while nothing runs.
+        let long = "y".repeat(2000);
+        append(&a, format!("a {long}\n").as_bytes());
+        append(&b, b"b two\n");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut got: Vec<(String, &str)> = sink
+            .0
+            .iter()
+            .map(|g| {
+                (
+                    g.path.file_name().unwrap().to_string_lossy().into_owned(),
+                    &g.text[..5],
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [("a.log".to_owned(), "a yyy"), ("b.log".to_owned(), "b two")]
+        );
+        // The fingerprint grew with the file.
+        let a_cp = t
+            .checkpoints()
+            .files
+            .into_iter()
+            .find(|f| f.path.ends_with("a.log"))
+            .unwrap();
+        assert_eq!(a_cp.identity.head.len as usize, FINGERPRINT_BYTES);
+    }
+
+    #[test]
+    fn an_empty_file_that_later_grows_is_read_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        fs::write(&log, b"").unwrap();
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let saved = t.checkpoints();
+        assert_eq!(saved.files.len(), 1);
+        assert_eq!(saved.files[0].identity.head, Fingerprint::EMPTY);
+
+        // It grows while the tailer runs...
+        append(&log, numbered(0, 3).as_bytes());
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_exactly_once_in_order(&sink, 3);
+
+        // ...and a tailer resuming from the empty checkpoint reads it whole.
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_exactly_once_in_order(&sink, 3);
+        assert_eq!(t.counters().truncations, 0);
+    }
+
+    #[test]
+    fn a_file_deleted_while_open_is_read_to_its_end_then_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_buffer_bytes = 64;
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, numbered(0, 5).as_bytes());
+        drain(&mut t, now, &mut sink);
+        append(&log, numbered(5, 100).as_bytes());
+        fs::remove_file(&log).unwrap();
+        drain(&mut t, now, &mut sink);
+        assert_exactly_once_in_order(&sink, 100);
+        assert_eq!(t.counters().rotations, 0, "a deletion is no rotation");
+        // Kept open while lines are unacknowledged, even when quiet.
+        let later = now + Duration::from_secs(5);
+        t.poll(later, &mut sink);
+        assert_eq!(t.counters().files_watched, 1);
+        ack_all(&mut t, &sink);
+        t.poll(now + Duration::from_secs(1), &mut sink);
+        assert_eq!(
+            t.counters().files_watched,
+            1,
+            "not quiet for rotate_wait yet"
+        );
+        t.poll(later, &mut sink);
+        assert_eq!(t.counters().files_watched, 0);
+        assert!(t.checkpoints().files.is_empty());
+    }
+
+    #[test]
+    fn a_rotated_files_last_line_is_sent_as_is_after_rotate_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, b"whole\nno newline");
+        drain(&mut t, now, &mut sink);
+        fs::rename(&log, dir.path().join("app.log.1")).unwrap();
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.texts(), ["whole"]);
+        assert_eq!(t.counters().rotations, 1);
+        t.poll(now + Duration::from_secs(5), &mut sink);
+        assert_eq!(sink.texts(), ["whole", "no newline"]);
+        assert_eq!(sink.0[1].end, 16);
+        ack_all(&mut t, &sink);
+        t.poll(now + Duration::from_secs(5), &mut sink);
+        assert_eq!(
+            t.counters().files_watched,
+            0,
+            "renamed out of the glob, read and quiet: closed"
+        );
+    }
+
+    #[test]
+    fn a_new_tailer_resumes_at_the_acknowledged_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = CheckpointFile::new(state.path(), "app");
+        let log = dir.path().join("app.log");
+        append(&log, numbered(0, 10).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "*.log"), store.load().unwrap()).unwrap();
+        let mut first = Collect::default();
+        drain(&mut t, Instant::now(), &mut first);
+        assert_eq!(first.0.len(), 10);
+        // Only six lines were delivered before the agent stopped.
+        for g in &first.0[..6] {
+            t.ack(g.key, g.end);
+        }
+        store.save(&t.checkpoints()).unwrap();
+        drop(t);
+
+        append(&log, numbered(10, 15).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "*.log"), store.load().unwrap()).unwrap();
+        let mut second = Collect::default();
+        drain(&mut t, Instant::now(), &mut second);
+        let mut delivered = Collect(first.0[..6].to_vec());
+        delivered.0.extend(second.0.iter().cloned());
+        assert_exactly_once_in_order(&delivered, 15);
+        assert_eq!(second.0[0].start, first.0[6].start);
+    }
+
+    #[test]
+    fn read_from_end_skips_what_files_hold_at_the_first_start_only() {
+        let dir = tempfile::tempdir().unwrap();
+        append(&dir.path().join("old.log"), b"before start\n");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_from = ReadFrom::End;
+        let mut t = Tailer::new(cfg.clone(), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert!(sink.0.is_empty());
+        append(&dir.path().join("old.log"), b"after start\n");
+        append(&dir.path().join("new.log"), b"new file\n");
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut texts = sink.texts();
+        texts.sort();
+        assert_eq!(texts, ["after start", "new file"]);
+
+        // With checkpoints, a file they do not know was created while the
+        // agent was down: read from its beginning.
+        append(&dir.path().join("later.log"), b"while down\n");
+        let mut t = Tailer::new(cfg, Some(Checkpoints::default())).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut texts = sink.texts();
+        texts.sort();
+        assert_eq!(
+            texts,
+            ["after start", "before start", "new file", "while down"]
+        );
+    }
+
+    #[test]
+    fn globs_cross_directories_with_double_star_and_excludes_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        fs::create_dir_all(&deep).unwrap();
+        append(&deep.join("deep.log"), b"deep\n");
+        append(&dir.path().join("top.log"), b"top\n");
+        append(&dir.path().join("a/old.log.gz"), b"gz\n");
+        append(&dir.path().join("a/b/notes.txt"), b"txt\n");
+        let mut cfg = config(dir.path(), "**/*.log*");
+        cfg.exclude = vec!["*.gz".into()];
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut texts = sink.texts();
+        texts.sort();
+        assert_eq!(texts, ["deep", "top"]);
+
+        // One `*` stays within its directory.
+        let mut t = Tailer::new(config(dir.path(), "*/*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        append(&dir.path().join("a/one.log"), b"one level\n");
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["one level"]);
+    }
+
+    #[test]
+    fn a_new_file_at_a_reused_inode_is_read_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, b"the first file's first line\n");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        ack_all(&mut t, &sink);
+        let saved = t.checkpoints();
+        let old_ino = fs::metadata(&log).unwrap().ino();
+
+        // Deleted, read and closed, then a new file takes the path.
+        fs::remove_file(&log).unwrap();
+        let later = Instant::now() + Duration::from_secs(5);
+        drain(&mut t, later, &mut sink);
+        assert_eq!(t.counters().files_watched, 0);
+        append(&log, b"a second file, longer than the first one was\n");
+        let reused = fs::metadata(&log).unwrap().ino() == old_ino;
+        drain(&mut t, later, &mut sink);
+        assert_eq!(
+            sink.texts().last(),
+            Some(&"a second file, longer than the first one was")
+        );
+        assert_eq!(sink.0.last().unwrap().start, 0);
+
+        // A tailer resuming from the first file's checkpoint does not
+        // resume the second file in its middle.
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, later, &mut sink);
+        assert_eq!(
+            sink.texts(),
+            ["a second file, longer than the first one was"]
+        );
+        // ext4 and tmpfs hand the freed inode to the next file at once; the
+        // rule is checked on constructed identities in `identity` as well.
+        eprintln!("inode reused: {reused}");
+    }
+
+    #[test]
+    fn a_relative_include_is_refused() {
+        let err = Tailer::new(TailerConfig::new(vec!["logs/*.log".into()]), None)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "include pattern \"logs/*.log\" is not an absolute path"
+        );
+    }
+}
