@@ -190,6 +190,77 @@ pub struct Counters {
     pub rotations: u64,
 }
 
+/// Something that happened to a file, worth a log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A file was found and opened; reading starts at `offset`.
+    Opened {
+        /// Where it was found.
+        path: PathBuf,
+        /// The first offset read.
+        offset: u64,
+        /// Why reading starts there.
+        from: Start,
+    },
+    /// An open file was found at another matching path.
+    Renamed {
+        /// The path it was last seen at.
+        from: PathBuf,
+        /// The path it is at now.
+        to: PathBuf,
+    },
+    /// An open file is at no matching path any more: it was renamed out of
+    /// the globs, or deleted. It is still read to its end.
+    Gone {
+        /// The path it was last seen at.
+        path: PathBuf,
+        /// Whether it was deleted (no link to it is left).
+        deleted: bool,
+    },
+    /// An open file was truncated, and is read again from offset 0.
+    Truncated {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// A checkpoint's device and inode now hold a file with another head:
+    /// a new file at a reused inode, or the old one truncated and written
+    /// again while no tailer ran. It is read from offset 0.
+    Reused {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// A gone file was read to its end, acknowledged and quiet, and is
+    /// closed.
+    Closed {
+        /// The path it was last seen at.
+        path: PathBuf,
+    },
+}
+
+/// Why a newly opened file is read from where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Its checkpoint.
+    Checkpoint,
+    /// Its beginning: no checkpoint names it.
+    Beginning,
+    /// Its end: [`ReadFrom::End`] at the first start.
+    End,
+    /// Its beginning, because it is shorter than its checkpoint says: it
+    /// was truncated while no tailer ran.
+    Truncated,
+}
+
+/// What one [`Tailer::rescan`] found.
+#[derive(Debug, Default)]
+pub struct RescanReport {
+    /// Directories and files that could not be looked at; the rest of the
+    /// scan was done regardless.
+    pub errors: Vec<ScanError>,
+    /// What happened to files, in the order it was noticed.
+    pub events: Vec<Event>,
+}
+
 /// What one [`Tailer::poll`] did.
 #[derive(Debug, Default)]
 pub struct PollReport {
@@ -202,6 +273,8 @@ pub struct PollReport {
     pub more: bool,
     /// Files that could not be read this time.
     pub errors: Vec<ReadError>,
+    /// Truncations and closes, in the order they happened.
+    pub events: Vec<Event>,
 }
 
 struct Root {
@@ -251,6 +324,8 @@ pub struct Tailer {
     buf: Vec<u8>,
     head_buf: Box<[u8; FINGERPRINT_BYTES]>,
     counters: Counters,
+    /// Events of the rescan under way.
+    events: Vec<Event>,
 }
 
 impl Tailer {
@@ -317,6 +392,7 @@ impl Tailer {
             next_key: 0,
             head_buf: Box::new([0; FINGERPRINT_BYTES]),
             counters: Counters::default(),
+            events: Vec::new(),
         })
     }
 
@@ -326,9 +402,9 @@ impl Tailer {
     /// [`Tailer::new`] that name no file found by the first rescan are
     /// dropped: their files are gone.
     ///
-    /// Returns the directories and files that could not be looked at; the
-    /// rest of the scan is done regardless.
-    pub fn rescan(&mut self, now: Instant) -> Vec<ScanError> {
+    /// Returns the directories and files that could not be looked at (the
+    /// rest of the scan is done regardless) and what happened to files.
+    pub fn rescan(&mut self, now: Instant) -> RescanReport {
         let mut errors = Vec::new();
         let found = self.walk(&mut errors);
         let by_id: HashMap<FileId, usize> = self
@@ -367,15 +443,23 @@ impl Tailer {
                 w.linked = false;
                 w.rotated = true;
                 // Deleted files are not rotations; renamed-away ones are.
-                if w.file.metadata().is_ok_and(|m| m.nlink() > 0) {
+                let deleted = w.file.metadata().is_ok_and(|m| m.nlink() == 0);
+                if !deleted {
                     self.counters.rotations += 1;
                 }
+                self.events.push(Event::Gone {
+                    path: w.path.clone(),
+                    deleted,
+                });
             }
         }
         self.restored.clear();
         self.scanned = true;
         self.counters.files_watched = self.files.len() as u64;
-        errors
+        RescanReport {
+            errors,
+            events: std::mem::take(&mut self.events),
+        }
     }
 
     /// Reads what each open file appended since the last poll (at most
@@ -458,7 +542,11 @@ impl Tailer {
         let w = &mut self.files[i];
         w.linked = true;
         if w.path != path {
-            w.path = path;
+            let from = std::mem::replace(&mut w.path, path);
+            self.events.push(Event::Renamed {
+                from,
+                to: w.path.clone(),
+            });
             w.rotated = true;
             self.counters.rotations += 1;
         }
@@ -476,26 +564,31 @@ impl Tailer {
         let head = read_head(&file, &mut self.head_buf)?;
         let size = meta.len();
         let mut offset = 0;
-        let mut fingerprint = Fingerprint::of(head);
-        let known = self
-            .restored
-            .get(&id)
-            .is_some_and(|c| c.identity.recognise(id, head).is_some());
-        if let Some(checkpoint) = self.restored.remove(&id).filter(|_| known) {
-            if checkpoint.offset <= size {
+        let mut from = Start::Beginning;
+        let fingerprint = Fingerprint::of(head);
+        let restored = self.restored.remove(&id);
+        if let Some(checkpoint) = &restored {
+            if checkpoint.identity.recognise(id, head).is_none() {
+                self.events.push(Event::Reused {
+                    path: path.to_path_buf(),
+                });
+            } else if checkpoint.offset <= size {
                 offset = checkpoint.offset;
+                from = Start::Checkpoint;
             } else {
-                // Truncated while the agent was down, below the checkpoint.
+                // Truncated while no tailer ran, below the checkpoint.
                 self.counters.truncations += 1;
+                from = Start::Truncated;
             }
         } else if self.fresh && !self.scanned && self.config.read_from == ReadFrom::End {
             offset = size;
+            from = Start::End;
         }
-        // An empty head says nothing yet: keep it empty so that any bytes
-        // still count as this file.
-        if head.is_empty() {
-            fingerprint = Fingerprint::EMPTY;
-        }
+        self.events.push(Event::Opened {
+            path: path.to_path_buf(),
+            offset,
+            from,
+        });
         let key = FileKey(self.next_key);
         self.next_key += 1;
         Ok(Some(Watched {
@@ -610,7 +703,13 @@ impl PollCtx<'_> {
             });
         }
         let drained = w.splitter.offset() >= w.last_size && w.splitter.waiting().is_none();
-        !(!w.linked && drained && quiet && w.acked >= w.splitter.offset())
+        let close = !w.linked && drained && quiet && w.acked >= w.splitter.offset();
+        if close {
+            self.report.events.push(Event::Closed {
+                path: w.path.clone(),
+            });
+        }
+        !close
     }
 
     fn read_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<()> {
@@ -675,6 +774,9 @@ impl PollCtx<'_> {
             sink.line(&origin, line);
         });
         self.counters.truncations += 1;
+        self.report.events.push(Event::Truncated {
+            path: w.path.clone(),
+        });
         w.key = FileKey(*self.next_key);
         *self.next_key += 1;
         w.splitter.reset(0);
@@ -765,14 +867,18 @@ mod tests {
         TailerConfig::new(vec![format!("{}/{include}", dir.display())])
     }
 
-    /// Rescans, then polls until no file has more to read.
-    fn drain(t: &mut Tailer, now: Instant, sink: &mut Collect) {
-        assert!(t.rescan(now).is_empty());
+    /// Rescans, then polls until no file has more to read; returns the
+    /// events.
+    fn drain(t: &mut Tailer, now: Instant, sink: &mut Collect) -> Vec<Event> {
+        let report = t.rescan(now);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let mut events = report.events;
         for _ in 0..1000 {
             let report = t.poll(now, sink);
             assert!(report.errors.is_empty(), "{:?}", report.errors);
+            events.extend(report.events);
             if !report.more {
-                return;
+                return events;
             }
         }
         panic!("poll kept reporting more");
@@ -813,6 +919,7 @@ mod tests {
         let mut sink = Collect::default();
         let now = Instant::now();
         let mut n = 0;
+        let mut events = Vec::new();
         for rotation in 0..6 {
             let mut writer = fs::OpenOptions::new()
                 .append(true)
@@ -825,7 +932,7 @@ mod tests {
                 // Poll at varying points: sometimes mid-file, sometimes not
                 // until after the rotation.
                 if (rotation + burst) % 3 == 0 {
-                    drain(&mut t, now, &mut sink);
+                    events.extend(drain(&mut t, now, &mut sink));
                 }
             }
             for k in (1..rotation + 1).rev() {
@@ -840,12 +947,25 @@ mod tests {
             writer.write_all(numbered(n, n + 10).as_bytes()).unwrap();
             n += 10;
             if rotation % 2 == 0 {
-                drain(&mut t, now, &mut sink);
+                events.extend(drain(&mut t, now, &mut sink));
             }
         }
-        drain(&mut t, now, &mut sink);
-        drain(&mut t, now, &mut sink);
+        events.extend(drain(&mut t, now, &mut sink));
+        events.extend(drain(&mut t, now, &mut sink));
         assert_exactly_once_in_order(&sink, n);
+        // With the glob over rotated names the old file is seen renamed;
+        // without, it is seen gone.
+        let log_1 = dir.path().join("app.log.1");
+        let renamed = Event::Renamed {
+            from: log.clone(),
+            to: log_1,
+        };
+        let gone = Event::Gone {
+            path: log.clone(),
+            deleted: false,
+        };
+        let expected = if include.contains('*') { renamed } else { gone };
+        assert!(events.contains(&expected), "{events:?}");
         assert!(t.counters().rotations >= 6, "{:?}", t.counters());
         assert_eq!(t.counters().lines_read, n as u64);
     }
@@ -903,7 +1023,8 @@ mod tests {
         ack_all(&mut t, &sink);
         let old_key = sink.0[0].key;
         fs::write(&log, numbered(10, 40)).unwrap();
-        drain(&mut t, now, &mut sink);
+        let events = drain(&mut t, now, &mut sink);
+        assert_eq!(events, [Event::Truncated { path: log.clone() }]);
         assert_exactly_once_in_order(&sink, 40);
         assert_eq!(t.counters().truncations, 1);
         assert_eq!(sink.0[10].start, 0);
@@ -1033,7 +1154,14 @@ mod tests {
         drain(&mut t, now, &mut sink);
         append(&log, numbered(5, 100).as_bytes());
         fs::remove_file(&log).unwrap();
-        drain(&mut t, now, &mut sink);
+        let events = drain(&mut t, now, &mut sink);
+        assert_eq!(
+            events,
+            [Event::Gone {
+                path: log.clone(),
+                deleted: true
+            }]
+        );
         assert_exactly_once_in_order(&sink, 100);
         assert_eq!(t.counters().rotations, 0, "a deletion is no rotation");
         // Kept open while lines are unacknowledged, even when quiet.
@@ -1047,7 +1175,8 @@ mod tests {
             1,
             "not quiet for rotate_wait yet"
         );
-        t.poll(later, &mut sink);
+        let report = t.poll(later, &mut sink);
+        assert_eq!(report.events, [Event::Closed { path: log.clone() }]);
         assert_eq!(t.counters().files_watched, 0);
         assert!(t.checkpoints().files.is_empty());
     }
@@ -1062,7 +1191,14 @@ mod tests {
         append(&log, b"whole\nno newline");
         drain(&mut t, now, &mut sink);
         fs::rename(&log, dir.path().join("app.log.1")).unwrap();
-        drain(&mut t, now, &mut sink);
+        let events = drain(&mut t, now, &mut sink);
+        assert_eq!(
+            events,
+            [Event::Gone {
+                path: log.clone(),
+                deleted: false
+            }]
+        );
         assert_eq!(sink.texts(), ["whole"]);
         assert_eq!(t.counters().rotations, 1);
         t.poll(now + Duration::from_secs(5), &mut sink);
@@ -1098,7 +1234,15 @@ mod tests {
         append(&log, numbered(10, 15).as_bytes());
         let mut t = Tailer::new(config(dir.path(), "*.log"), store.load().unwrap()).unwrap();
         let mut second = Collect::default();
-        drain(&mut t, Instant::now(), &mut second);
+        let events = drain(&mut t, Instant::now(), &mut second);
+        assert_eq!(
+            events,
+            [Event::Opened {
+                path: log.clone(),
+                offset: first.0[6].start,
+                from: Start::Checkpoint
+            }]
+        );
         let mut delivered = Collect(first.0[..6].to_vec());
         delivered.0.extend(second.0.iter().cloned());
         assert_exactly_once_in_order(&delivered, 15);
@@ -1236,11 +1380,14 @@ mod tests {
         // resume the second file in its middle.
         let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
         let mut sink = Collect::default();
-        drain(&mut t, later, &mut sink);
+        let events = drain(&mut t, later, &mut sink);
         assert_eq!(
             sink.texts(),
             ["a second file, longer than the first one was"]
         );
+        if reused {
+            assert_eq!(events[0], Event::Reused { path: log.clone() });
+        }
         // ext4 hands the freed inode to the next file at once, so on an ext4
         // /tmp this is the reuse case, and a resume at the first file's
         // offset would have started mid-line. Filesystems that do not reuse
