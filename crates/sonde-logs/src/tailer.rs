@@ -49,7 +49,10 @@ pub enum ReadFrom {
     /// At its first byte.
     #[default]
     Beginning,
-    /// At its end as found: only lines written afterwards are read.
+    /// At its end as found: only lines written afterwards are read. A line
+    /// still being written (the file does not end in a newline) is read
+    /// whole once complete, if it started within the last
+    /// [`END_LOOKBACK_BYTES`] bytes.
     End,
 }
 
@@ -407,6 +410,7 @@ impl Tailer {
     pub fn rescan(&mut self, now: Instant) -> RescanReport {
         let mut errors = Vec::new();
         let found = self.walk(&mut errors);
+        let before = self.files.len();
         let by_id: HashMap<FileId, usize> = self
             .files
             .iter()
@@ -439,7 +443,7 @@ impl Tailer {
             }
         }
         for (i, w) in self.files.iter_mut().enumerate() {
-            if i < by_id.len() && !seen.contains(&i) && w.linked {
+            if i < before && !seen.contains(&i) && w.linked {
                 w.linked = false;
                 w.rotated = true;
                 // Deleted files are not rotations; renamed-away ones are.
@@ -583,7 +587,7 @@ impl Tailer {
                 from = Start::Truncated;
             }
         } else if self.fresh && !self.scanned && self.config.read_from == ReadFrom::End {
-            offset = size;
+            offset = line_start_before(&file, size, &mut self.buf)?;
             from = Start::End;
         }
         self.events.push(Event::Opened {
@@ -784,6 +788,26 @@ impl PollCtx<'_> {
         w.splitter.reset(0);
         w.acked = 0;
     }
+}
+
+/// How far back from a file's end [`ReadFrom::End`] looks for the start of
+/// a line still being written.
+pub const END_LOOKBACK_BYTES: usize = 64 * 1024;
+
+/// The offset of the first byte after the last newline before `size` (so
+/// `size` itself if the file ends in a newline), looking back at most
+/// [`END_LOOKBACK_BYTES`] (or `buf`'s length); `size` if no newline is
+/// there.
+fn line_start_before(file: &File, size: u64, buf: &mut [u8]) -> io::Result<u64> {
+    let window = (END_LOOKBACK_BYTES.min(buf.len()) as u64).min(size);
+    let from = size - window;
+    let buf = &mut buf[..window as usize];
+    file.read_exact_at(buf, from)?;
+    Ok(match memchr::memrchr(b'\n', buf) {
+        Some(nl) => from + nl as u64 + 1,
+        None if from == 0 => 0,
+        None => size,
+    })
 }
 
 fn count(counters: &mut Counters, report: &mut PollReport, line: &Line<'_>) {
@@ -1344,6 +1368,29 @@ mod tests {
             texts,
             ["after start", "before start", "new file", "while down"]
         );
+    }
+
+    #[test]
+    fn read_from_end_reads_a_line_being_written_at_the_start_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, b"before start\nbeing wri");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_from = ReadFrom::End;
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let events = drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(
+            events,
+            [Event::Opened {
+                path: log.clone(),
+                offset: 13,
+                from: Start::End
+            }]
+        );
+        append(&log, b"tten\n");
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["being written"]);
     }
 
     #[test]
