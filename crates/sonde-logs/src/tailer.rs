@@ -287,6 +287,16 @@ struct Root {
     depth: Option<usize>,
 }
 
+/// What [`Tailer::open`] found at a path.
+enum Opened {
+    /// A file not open yet, now open.
+    New(Watched),
+    /// The open file at this index.
+    Known(usize),
+    /// No regular file.
+    NotAFile,
+}
+
 struct Watched {
     key: FileKey,
     file: File,
@@ -427,18 +437,13 @@ impl Tailer {
                 self.relink(i, path);
                 continue;
             }
-            match self.open(&path, now) {
-                Ok(Some(w)) => {
-                    if let Some(&i) = by_id.get(&w.id) {
-                        // Replaced between the walk's stat and the open by a
-                        // file that is open already.
-                        seen.insert(i);
-                        self.relink(i, path);
-                    } else {
-                        self.files.push(w);
-                    }
+            match self.open(&path, now, &by_id) {
+                Ok(Opened::New(w)) => self.files.push(w),
+                Ok(Opened::Known(i)) => {
+                    seen.insert(i);
+                    self.relink(i, path);
                 }
-                Ok(None) => {}
+                Ok(Opened::NotAFile) => {}
                 Err(source) => errors.push(ScanError::Open { path, source }),
             }
         }
@@ -558,15 +563,24 @@ impl Tailer {
         }
     }
 
-    /// Opens a newly found file and decides where reading starts. `None`
-    /// if it is no regular file (any more).
-    fn open(&mut self, path: &Path, now: Instant) -> io::Result<Option<Watched>> {
+    /// Opens a newly found file and decides where reading starts.
+    fn open(
+        &mut self,
+        path: &Path,
+        now: Instant,
+        open: &HashMap<FileId, usize>,
+    ) -> io::Result<Opened> {
         let file = File::open(path)?;
         let meta = file.metadata()?;
         if !meta.is_file() {
-            return Ok(None);
+            return Ok(Opened::NotAFile);
         }
         let id = FileId::of(&meta);
+        if let Some(&i) = open.get(&id) {
+            // The path was replaced between the walk's stat and the open,
+            // by a file that is open already.
+            return Ok(Opened::Known(i));
+        }
         let head = read_head(&file, &mut self.head_buf)?;
         let size = meta.len();
         let mut offset = 0;
@@ -597,7 +611,7 @@ impl Tailer {
         });
         let key = FileKey(self.next_key);
         self.next_key += 1;
-        Ok(Some(Watched {
+        Ok(Opened::New(Watched {
             key,
             file,
             id,
