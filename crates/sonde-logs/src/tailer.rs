@@ -22,7 +22,10 @@
 //! * **Truncated** (its size fell below the read offset, or its head
 //!   changed, as with copytruncate): the waiting partial line is handed back
 //!   as it is, the file is read again from 0 under a new [`FileKey`], and
-//!   a truncation is counted.
+//!   a truncation is counted. A file truncated and written past its old
+//!   read offset between two polls, with a head that starts with the same
+//!   bytes as before (up to the fingerprint's 1 KiB), cannot be told from a
+//!   file that grew: its new bytes up to the old offset are skipped.
 //! * **Deleted**, or renamed out of the globs: read through the open
 //!   descriptor to its end; once every line read is acknowledged and it has
 //!   been quiet for `rotate_wait`, it is closed and forgotten, so the
