@@ -1607,6 +1607,57 @@ mod tests {
     }
 
     #[test]
+    fn one_poll_reads_at_most_one_buffer_per_file_and_says_there_is_more() {
+        let dir = tempfile::tempdir().unwrap();
+        append(&dir.path().join("a.log"), numbered(0, 20).as_bytes());
+        append(&dir.path().join("b.log"), numbered(20, 22).as_bytes());
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_buffer_bytes = 100;
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        t.rescan(now);
+        let first = t.poll(now, &mut sink);
+        assert_eq!(first.bytes, 100 + 2 * "line 2x\n".len() as u64);
+        assert!(first.more);
+        // a.log holds 10 lines of 7 bytes and 10 of 8: 150 bytes, so the
+        // second poll reads its last 50 and there is no more.
+        let second = t.poll(now, &mut sink);
+        assert_eq!((second.bytes, second.more), (50, false));
+        assert_exactly_once_in_order(&sink, 22);
+        assert_eq!(t.counters().bytes_read, 150 + 16);
+    }
+
+    #[test]
+    fn a_symbolic_link_in_the_glob_is_read_as_the_file_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().join("container.log");
+        append(&target, b"from the container\n");
+        std::os::unix::fs::symlink(&target, dir.path().join("pod.log")).unwrap();
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["from the container"]);
+        assert_eq!(sink.0[0].path, dir.path().join("pod.log"));
+        let meta = fs::metadata(&target).unwrap();
+        assert_eq!(t.checkpoints().files[0].identity.id, FileId::of(&meta));
+    }
+
+    #[test]
+    fn an_invalid_glob_is_refused_with_its_pattern() {
+        let err = Tailer::new(TailerConfig::new(vec!["/var/log/[.log".into()]), None)
+            .err()
+            .unwrap();
+        assert!(matches!(&err, BuildError::Glob { pattern, .. } if pattern == "/var/log/[.log"));
+        assert!(
+            err.to_string()
+                .starts_with("invalid glob \"/var/log/[.log\": "),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_relative_include_is_refused() {
         let err = Tailer::new(TailerConfig::new(vec!["logs/*.log".into()]), None)
             .err()
