@@ -1337,6 +1337,46 @@ mod tests {
     }
 
     #[test]
+    fn a_file_cut_below_its_checkpoint_while_no_tailer_runs_is_read_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, numbered(0, 300).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        ack_all(&mut t, &sink);
+        let saved = t.checkpoints();
+        drop(t);
+        // Cut to a size past the fingerprint but below the checkpoint: the
+        // head still matches, the size does not.
+        let size = fs::metadata(&log).unwrap().len();
+        let cut = "line 0\n".len() as u64 * 10
+            + "line 10\n".len() as u64 * 90
+            + "line 100\n".len() as u64 * 100;
+        assert!(cut < size && cut > FINGERPRINT_BYTES as u64);
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        let events = drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(
+            events,
+            [Event::Opened {
+                path: log.clone(),
+                offset: 0,
+                from: Start::Truncated
+            }]
+        );
+        assert_exactly_once_in_order(&sink, 200);
+        assert_eq!(t.counters().truncations, 1);
+    }
+
+    #[test]
     fn a_tailer_stopped_before_its_first_rescan_keeps_the_checkpoints_it_was_given() {
         let dir = tempfile::tempdir().unwrap();
         append(&dir.path().join("app.log"), numbered(0, 4).as_bytes());
