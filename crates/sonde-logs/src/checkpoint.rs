@@ -66,6 +66,14 @@ pub struct CheckpointFile {
     dir: PathBuf,
 }
 
+/// Why [`CheckpointFile::new`] refused a source name.
+#[derive(Debug, thiserror::Error)]
+#[error("source name {name:?} cannot name a checkpoint file: use letters, digits, '-', '_' and '.', not starting with '.'")]
+pub struct NameError {
+    /// The name.
+    pub name: String,
+}
+
 /// Why [`CheckpointFile::load`] found no checkpoints it could trust.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -148,12 +156,24 @@ pub enum SaveError {
 impl CheckpointFile {
     /// The checkpoint file of source `name` in `dir`: `dir/name.checkpoint`,
     /// with its temporary file `dir/.name.checkpoint.tmp`.
-    pub fn new(dir: &Path, name: &str) -> Self {
-        Self {
+    ///
+    /// # Errors
+    ///
+    /// A name that is empty, starts with `.` or holds anything but ASCII
+    /// letters, digits, `-`, `_` and `.`, since it would name a file
+    /// elsewhere or a hidden one.
+    pub fn new(dir: &Path, name: &str) -> Result<Self, NameError> {
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if name.is_empty() || name.starts_with('.') || !name.chars().all(plain) {
+            return Err(NameError {
+                name: name.to_owned(),
+            });
+        }
+        Ok(Self {
             path: dir.join(format!("{name}.checkpoint")),
             temp: dir.join(format!(".{name}.checkpoint.tmp")),
             dir: dir.to_path_buf(),
-        }
+        })
     }
 
     /// The path of the checkpoint file.
@@ -314,7 +334,7 @@ mod tests {
     #[test]
     fn checkpoints_round_trip_through_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let file = CheckpointFile::new(dir.path(), "app");
+        let file = CheckpointFile::new(dir.path(), "app").unwrap();
         assert!(file.load().unwrap().is_none(), "nothing saved yet");
         file.save(&sample()).unwrap();
         assert_eq!(file.load().unwrap(), Some(sample()));
@@ -333,7 +353,7 @@ mod tests {
     #[test]
     fn the_file_is_readable_json_under_a_header() {
         let dir = tempfile::tempdir().unwrap();
-        let file = CheckpointFile::new(dir.path(), "app");
+        let file = CheckpointFile::new(dir.path(), "app").unwrap();
         file.save(&sample()).unwrap();
         let text = fs::read_to_string(file.path()).unwrap();
         let (header, body) = text.split_once('\n').unwrap();
@@ -358,7 +378,7 @@ mod tests {
     #[test]
     fn a_torn_file_is_rejected_at_every_length() {
         let dir = tempfile::tempdir().unwrap();
-        let file = CheckpointFile::new(dir.path(), "app");
+        let file = CheckpointFile::new(dir.path(), "app").unwrap();
         let whole = encode(&sample());
         for len in 0..whole.len() {
             fs::write(file.path(), &whole[..len]).unwrap();
@@ -372,7 +392,7 @@ mod tests {
     #[test]
     fn a_corrupt_body_is_rejected_by_its_checksum() {
         let dir = tempfile::tempdir().unwrap();
-        let file = CheckpointFile::new(dir.path(), "app");
+        let file = CheckpointFile::new(dir.path(), "app").unwrap();
         file.save(&sample()).unwrap();
         let mut bytes = fs::read(file.path()).unwrap();
         let at = bytes.iter().rposition(|&b| b == b'1').unwrap();
@@ -390,9 +410,19 @@ mod tests {
     }
 
     #[test]
+    fn a_name_that_would_leave_the_directory_is_refused() {
+        let dir = Path::new("/var/lib/sonde");
+        for bad in ["", "../etc", "a/b", ".hidden", "sp ace"] {
+            assert!(CheckpointFile::new(dir, bad).is_err(), "{bad:?}");
+        }
+        let ok = CheckpointFile::new(dir, "app-1.v2_x").unwrap();
+        assert_eq!(ok.path(), Path::new("/var/lib/sonde/app-1.v2_x.checkpoint"));
+    }
+
+    #[test]
     fn another_version_is_rejected() {
         let dir = tempfile::tempdir().unwrap();
-        let file = CheckpointFile::new(dir.path(), "app");
+        let file = CheckpointFile::new(dir.path(), "app").unwrap();
         fs::write(file.path(), "sonde-checkpoint 2 crc32=00000000 len=0\n").unwrap();
         assert!(matches!(
             file.load(),
@@ -403,7 +433,7 @@ mod tests {
     #[test]
     fn a_checked_body_that_is_not_checkpoints_is_rejected() {
         let dir = tempfile::tempdir().unwrap();
-        let file = CheckpointFile::new(dir.path(), "app");
+        let file = CheckpointFile::new(dir.path(), "app").unwrap();
         let body = br#"{"files":[{"dev":1}]}"#;
         let mut bytes = format!(
             "sonde-checkpoint 1 crc32={:08x} len={}\n",

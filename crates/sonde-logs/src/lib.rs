@@ -53,7 +53,7 @@
 //! let data = tempfile::tempdir()?;
 //! std::fs::write(logs.path().join("app.log"), "started\nserving\npartial")?;
 //!
-//! let store = CheckpointFile::new(data.path(), "app");
+//! let store = CheckpointFile::new(data.path(), "app")?;
 //! let config = TailerConfig::new(vec![format!("{}/*.log", logs.path().display())]);
 //! let mut tailer = Tailer::new(config, store.load()?)?;
 //! tailer.rescan(Instant::now());

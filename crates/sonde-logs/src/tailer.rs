@@ -1260,7 +1260,7 @@ mod tests {
     fn a_new_tailer_resumes_at_the_acknowledged_offset() {
         let dir = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
-        let store = CheckpointFile::new(state.path(), "app");
+        let store = CheckpointFile::new(state.path(), "app").unwrap();
         let log = dir.path().join("app.log");
         append(&log, numbered(0, 10).as_bytes());
         let mut t = Tailer::new(config(dir.path(), "*.log"), store.load().unwrap()).unwrap();
@@ -1568,7 +1568,7 @@ mod tests {
         ) {
             let dir = tempfile::tempdir().unwrap();
             let state = tempfile::tempdir().unwrap();
-            let store = CheckpointFile::new(state.path(), "app");
+            let store = CheckpointFile::new(state.path(), "app").unwrap();
             let log = dir.path().join("app.log");
             let mut cfg = config(dir.path(), "app.log*");
             cfg.read_buffer_bytes = 64;
