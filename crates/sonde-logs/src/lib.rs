@@ -11,6 +11,9 @@
 //! [`Tailer::ack`]; [`Tailer::checkpoints`] holds, per file, the offset after
 //! the last acknowledged line, which the caller saves with a
 //! [`CheckpointFile`] and hands to the next [`Tailer::new`] after a restart.
+//! Rescans and polls also report what happened to files (opened, renamed,
+//! gone, truncated, inode reused, closed) as [`tailer::Event`]s, for the
+//! caller's log, and [`Tailer::counters`] counts it all.
 //!
 //! # The pieces
 //!
@@ -34,6 +37,13 @@
 //! loses no line across a crash, and reads again only lines read but not yet
 //! acknowledged at the crash. Files are kept open until everything read from
 //! them is acknowledged, so a rotated or deleted file is read to its end.
+//!
+//! What the pieces cannot promise on their own: a file created, rotated
+//! away from the globs and deleted between two rescans is never seen (the
+//! rescan is the only discovery for now); with copytruncate, lines written
+//! after the last read and before the truncation are only in the copy; and
+//! a truncation hidden by a head that starts with the same bytes and a size
+//! past the old offset is read as growth (see [`tailer`]).
 //!
 //! ```
 //! use std::time::Instant;
