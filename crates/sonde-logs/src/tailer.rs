@@ -31,7 +31,9 @@
 //!   been quiet for `rotate_wait`, it is closed and forgotten, so the
 //!   filesystem may reuse its inode.
 //! * A rotated file's last line without a newline is handed back as it is
-//!   once the file has been quiet for `rotate_wait`.
+//!   once the file has been quiet for `rotate_wait`. Quiet counts from the
+//!   later of the last read and the rescan that saw the rotation, since a
+//!   writer may go on writing through its old descriptor until it reopens.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, Metadata};
