@@ -1,0 +1,78 @@
+//! Log source benchmarks: splitting a read buffer into ~150-byte lines, and
+//! a tailer reading a file from the page cache into a sink that touches
+//! every line.
+//!
+//! Run: `cargo bench -p sonde-logs --bench tail`
+
+use std::hint::black_box;
+use std::io::Write;
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sonde_logs::lines::Splitter;
+use sonde_logs::{Line, LineSink, Origin, Tailer, TailerConfig};
+
+/// `bytes` of lines of about 150 bytes, like an access log.
+fn log_text(bytes: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes + 200);
+    let mut n = 0u64;
+    while out.len() < bytes {
+        writeln!(
+            out,
+            "2026-11-25T10:55:03.{:06}Z INFO request done method=GET path=/api/v1/items/{n} status=200 bytes={} took_ms={}",
+            n % 1_000_000,
+            n * 7 % 100_000,
+            n % 997
+        )
+        .unwrap();
+        n += 1;
+    }
+    out
+}
+
+struct Touch(u64);
+
+impl LineSink for Touch {
+    fn line(&mut self, _origin: &Origin<'_>, line: &Line<'_>) {
+        self.0 += line.bytes.len() as u64 + line.end;
+    }
+}
+
+fn split(c: &mut Criterion) {
+    let text = log_text(256 * 1024);
+    let mut group = c.benchmark_group("lines");
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function("split_256k", |b| {
+        let mut splitter = Splitter::new(0, 1024 * 1024);
+        b.iter(|| {
+            let mut sum = 0u64;
+            splitter.push(black_box(&text), |l| sum += l.bytes.len() as u64);
+            black_box(sum)
+        })
+    });
+    group.finish();
+}
+
+fn tail(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = log_text(64 * 1024 * 1024);
+    std::fs::write(dir.path().join("app.log"), &text).unwrap();
+    let config = TailerConfig::new(vec![format!("{}/*.log", dir.path().display())]);
+    let mut group = c.benchmark_group("tailer");
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.sample_size(10);
+    group.bench_function("read_64m", |b| {
+        b.iter(|| {
+            let mut tailer = Tailer::new(config.clone(), None).unwrap();
+            let now = Instant::now();
+            tailer.rescan(now);
+            let mut sink = Touch(0);
+            while tailer.poll(now, &mut sink).more {}
+            black_box(sink.0)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, split, tail);
+criterion_main!(benches);

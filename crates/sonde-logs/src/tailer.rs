@@ -1,0 +1,1802 @@
+//! The files of one log source, followed through rotation and truncation.
+//!
+//! The caller drives a [`Tailer`]: [`Tailer::rescan`] walks the include
+//! globs and takes up new files, [`Tailer::poll`] reads what the open files
+//! have appended and pushes each complete line into the caller's
+//! [`LineSink`], [`Tailer::ack`] tells the tailer that a line was delivered,
+//! and [`Tailer::checkpoints`] returns what to save: per file, the offset
+//! just after the last acknowledged line. Nothing here spawns, sleeps or
+//! keeps a clock; the caller passes the time in.
+//!
+//! # What happens to a file
+//!
+//! * **Found** by a rescan at a path that matches an include glob and no
+//!   exclude glob: it is opened and read from the offset its checkpoint
+//!   names, or, without one, from its beginning (or its end, with
+//!   [`ReadFrom::End`], for the files found by the first rescan of a tailer
+//!   built without checkpoints).
+//! * **Renamed** (rename rotation): the open descriptor keeps reading it to
+//!   its end; a new file at the old path is another identity, read from 0.
+//!   Finding a file at another path, or at no matching path while it still
+//!   exists, counts a rotation.
+//! * **Truncated** (its size fell below the read offset, or its head
+//!   changed, as with copytruncate): the waiting partial line is handed back
+//!   as it is, the file is read again from 0 under a new [`FileKey`], and
+//!   a truncation is counted. A file truncated and written past its old
+//!   read offset between two polls, with a head that starts with the same
+//!   bytes as before (up to the fingerprint's 1 KiB), cannot be told from a
+//!   file that grew: its new bytes up to the old offset are skipped.
+//! * **Deleted**, or renamed out of the globs: read through the open
+//!   descriptor to its end; once every line read is acknowledged and it has
+//!   been quiet for `rotate_wait`, it is closed and forgotten, so the
+//!   filesystem may reuse its inode.
+//! * A rotated file's last line without a newline is handed back as it is
+//!   once the file has been quiet for `rotate_wait`. Quiet counts from the
+//!   later of the last read and the rescan that saw the rotation, since a
+//!   writer may go on writing through its old descriptor until it reopens.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, Metadata};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::checkpoint::{Checkpoints, FileCheckpoint};
+use crate::identity::{read_head, FileId, Fingerprint, Head, Identity, FINGERPRINT_BYTES};
+use crate::lines::{Line, Splitter};
+
+/// Where a file found by the first rescan of a fresh tailer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadFrom {
+    /// At its first byte.
+    #[default]
+    Beginning,
+    /// At its end as found: only lines written afterwards are read. A line
+    /// still being written (the file does not end in a newline) is read
+    /// whole once complete, if it started within the last
+    /// [`END_LOOKBACK_BYTES`] bytes.
+    End,
+}
+
+/// How a [`Tailer`] finds and reads files.
+#[derive(Debug, Clone)]
+pub struct TailerConfig {
+    /// Absolute glob patterns of the files to read; `*` stays within one
+    /// path component, `**` crosses any number of them.
+    pub include: Vec<String>,
+    /// Glob patterns of files to leave alone: a pattern with a `/` is matched
+    /// against the whole path, one without against the file name. Default
+    /// none.
+    pub exclude: Vec<String>,
+    /// Where files found at the first start begin. Default
+    /// [`ReadFrom::Beginning`].
+    pub read_from: ReadFrom,
+    /// The longest line handed back whole; longer lines are cut. Default
+    /// 1 MiB.
+    pub max_line_bytes: usize,
+    /// How long a rotated file must stay quiet before its last line without
+    /// a newline is handed back and, if it is gone, it is closed. Default 5 s.
+    pub rotate_wait: Duration,
+    /// The most bytes read from one file by one [`Tailer::poll`], and the
+    /// size of the one read buffer all files share. Default 256 KiB.
+    pub read_buffer_bytes: usize,
+}
+
+impl TailerConfig {
+    /// The defaults, reading the files that match `include`.
+    pub fn new(include: Vec<String>) -> Self {
+        Self {
+            include,
+            exclude: Vec::new(),
+            read_from: ReadFrom::Beginning,
+            max_line_bytes: 1024 * 1024,
+            rotate_wait: Duration::from_secs(5),
+            read_buffer_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// Why [`Tailer::new`] refused a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A glob does not parse.
+    #[error("invalid glob {pattern:?}: {source}")]
+    Glob {
+        /// The pattern.
+        pattern: String,
+        /// What is wrong with it.
+        source: globset::Error,
+    },
+    /// An include pattern is relative, so where to look would depend on the
+    /// working directory.
+    #[error("include pattern {pattern:?} is not an absolute path")]
+    Relative {
+        /// The pattern.
+        pattern: String,
+    },
+    /// `max_line_bytes` or `read_buffer_bytes` is 0.
+    #[error("{key} must be at least 1 byte")]
+    Zero {
+        /// The setting.
+        key: &'static str,
+    },
+}
+
+/// A directory or file that [`Tailer::rescan`] could not look at; the rescan
+/// goes on with the others.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// Listing a directory failed.
+    #[error("cannot list directory {path}: {source}")]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// Opening or reading the head of a matching file failed.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+}
+
+/// An open file that [`Tailer::poll`] could not read this time; it stays
+/// open and is tried again by the next poll.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct ReadError {
+    /// The path the file was last seen at.
+    pub path: PathBuf,
+    /// The I/O error.
+    pub source: io::Error,
+}
+
+/// Names one file, from the moment it is found until it is closed or
+/// truncated (a truncated file gets a new key, so that acknowledgements of
+/// lines read before the truncation are told apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileKey(u64);
+
+/// Where a line came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The file, for [`Tailer::ack`].
+    pub key: FileKey,
+    /// The path the file was last seen at.
+    pub path: &'a Path,
+}
+
+/// Receives the lines a [`Tailer`] reads: the tailer drives, pushing each
+/// line while it polls, and the sink copies what it keeps (the bytes borrow
+/// the tailer's read buffer).
+pub trait LineSink {
+    /// One line, in file order within its file.
+    fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>);
+}
+
+/// What a [`Tailer`] has done since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Files open now.
+    pub files_watched: u64,
+    /// Bytes read from files.
+    pub bytes_read: u64,
+    /// Lines handed to the sink.
+    pub lines_read: u64,
+    /// Lines cut at `max_line_bytes`.
+    pub lines_truncated: u64,
+    /// Files found truncated, and read again from 0.
+    pub truncations: u64,
+    /// Files found renamed, or gone from the globs while still existing.
+    pub rotations: u64,
+}
+
+/// Something that happened to a file, worth a log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A file was found and opened; reading starts at `offset`.
+    Opened {
+        /// Where it was found.
+        path: PathBuf,
+        /// The first offset read.
+        offset: u64,
+        /// Why reading starts there.
+        from: Start,
+    },
+    /// An open file was found at another matching path.
+    Renamed {
+        /// The path it was last seen at.
+        from: PathBuf,
+        /// The path it is at now.
+        to: PathBuf,
+    },
+    /// An open file is at no matching path any more: it was renamed out of
+    /// the globs, or deleted. It is still read to its end.
+    Gone {
+        /// The path it was last seen at.
+        path: PathBuf,
+        /// Whether it was deleted (no link to it is left).
+        deleted: bool,
+    },
+    /// An open file was truncated, and is read again from offset 0.
+    Truncated {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// A checkpoint's device and inode now hold a file with another head:
+    /// a new file at a reused inode, or the old one truncated and written
+    /// again while no tailer ran. It is read from offset 0.
+    Reused {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// A gone file was read to its end, acknowledged and quiet, and is
+    /// closed.
+    Closed {
+        /// The path it was last seen at.
+        path: PathBuf,
+    },
+}
+
+/// Why a newly opened file is read from where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Its checkpoint.
+    Checkpoint,
+    /// Its beginning: no checkpoint names it.
+    Beginning,
+    /// Its end: [`ReadFrom::End`] at the first start.
+    End,
+    /// Its beginning, because it is shorter than its checkpoint says: it
+    /// was truncated while no tailer ran.
+    Truncated,
+}
+
+/// What one [`Tailer::rescan`] found.
+#[derive(Debug, Default)]
+pub struct RescanReport {
+    /// Directories and files that could not be looked at; the rest of the
+    /// scan was done regardless.
+    pub errors: Vec<ScanError>,
+    /// What happened to files, in the order it was noticed.
+    pub events: Vec<Event>,
+}
+
+/// What one [`Tailer::poll`] did.
+#[derive(Debug, Default)]
+pub struct PollReport {
+    /// Bytes read.
+    pub bytes: u64,
+    /// Lines handed to the sink.
+    pub lines: u64,
+    /// Whether some file has more bytes than one read took: poll again at
+    /// once.
+    pub more: bool,
+    /// Files that could not be read this time.
+    pub errors: Vec<ReadError>,
+    /// Truncations and closes, in the order they happened.
+    pub events: Vec<Event>,
+}
+
+struct Root {
+    base: PathBuf,
+    /// How many path components below `base` a match can be; `None` with
+    /// `**`.
+    depth: Option<usize>,
+}
+
+/// What [`Tailer::open`] found at a path.
+enum Opened {
+    /// A file not open yet, now open.
+    New(Watched),
+    /// The open file at this index.
+    Known(usize),
+    /// No regular file.
+    NotAFile,
+}
+
+struct Watched {
+    key: FileKey,
+    file: File,
+    id: FileId,
+    head: Fingerprint,
+    path: PathBuf,
+    /// Found at a matching path by the last rescan.
+    linked: bool,
+    /// Renamed, or gone from the globs, since it was found.
+    rotated: bool,
+    splitter: Splitter,
+    /// File offset just after the last acknowledged line.
+    acked: u64,
+    /// Size and modification time at the last poll, to skip the head check
+    /// of a file that has not changed.
+    last_size: u64,
+    last_mtime: (i64, i64),
+    /// When bytes were last read, or the file was found, renamed or gone:
+    /// `rotate_wait` counts from there.
+    active_at: Instant,
+}
+
+/// The files of one log source; see the [module docs](self).
+pub struct Tailer {
+    config: TailerConfig,
+    roots: Vec<Root>,
+    include: GlobSet,
+    exclude_path: GlobSet,
+    exclude_name: GlobSet,
+    files: Vec<Watched>,
+    /// Checkpoints given at build, by device and inode, consumed by the
+    /// first rescan.
+    restored: HashMap<FileId, FileCheckpoint>,
+    /// Whether the first rescan still has to run and the tailer was built
+    /// without checkpoints: then [`ReadFrom`] applies.
+    fresh: bool,
+    scanned: bool,
+    next_key: u64,
+    buf: Vec<u8>,
+    head_buf: Box<[u8; FINGERPRINT_BYTES]>,
+    counters: Counters,
+    /// Events of the rescan under way.
+    events: Vec<Event>,
+}
+
+impl Tailer {
+    /// A tailer for `config` that resumes from `checkpoints` (`None` at the
+    /// agent's first start, when [`TailerConfig::read_from`] applies). It
+    /// has no files until the first [`Tailer::rescan`].
+    ///
+    /// # Errors
+    ///
+    /// An invalid glob, a relative include pattern, or a zero size.
+    pub fn new(config: TailerConfig, checkpoints: Option<Checkpoints>) -> Result<Self, BuildError> {
+        if config.max_line_bytes == 0 {
+            return Err(BuildError::Zero {
+                key: "max_line_bytes",
+            });
+        }
+        if config.read_buffer_bytes == 0 {
+            return Err(BuildError::Zero {
+                key: "read_buffer_bytes",
+            });
+        }
+        let glob = |pattern: &str| {
+            GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .map_err(|source| BuildError::Glob {
+                    pattern: pattern.to_owned(),
+                    source,
+                })
+        };
+        let set = |b: GlobSetBuilder| b.build().expect("a set of valid globs builds");
+        let mut include = GlobSetBuilder::new();
+        let mut roots = Vec::new();
+        for pattern in &config.include {
+            if !Path::new(pattern).is_absolute() {
+                return Err(BuildError::Relative {
+                    pattern: pattern.clone(),
+                });
+            }
+            include.add(glob(pattern)?);
+            roots.push(root_of(pattern));
+        }
+        let (mut exclude_path, mut exclude_name) = (GlobSetBuilder::new(), GlobSetBuilder::new());
+        for pattern in &config.exclude {
+            if pattern.contains('/') {
+                exclude_path.add(glob(pattern)?);
+            } else {
+                exclude_name.add(glob(pattern)?);
+            }
+        }
+        Ok(Self {
+            buf: vec![0; config.read_buffer_bytes],
+            config,
+            roots,
+            include: set(include),
+            exclude_path: set(exclude_path),
+            exclude_name: set(exclude_name),
+            files: Vec::new(),
+            fresh: checkpoints.is_none(),
+            restored: checkpoints
+                .map(|c| c.files.into_iter().map(|f| (f.identity.id, f)).collect())
+                .unwrap_or_default(),
+            scanned: false,
+            next_key: 0,
+            head_buf: Box::new([0; FINGERPRINT_BYTES]),
+            counters: Counters::default(),
+            events: Vec::new(),
+        })
+    }
+
+    /// Walks the include globs' directories: opens the matching files not
+    /// open yet, notes open files found at another path (renamed) or at no
+    /// matching path (renamed away or deleted). Checkpoints given to
+    /// [`Tailer::new`] that name no file found by the first rescan that
+    /// could look everywhere are dropped: their files are gone.
+    ///
+    /// Returns the directories and files that could not be looked at (the
+    /// rest of the scan is done regardless) and what happened to files.
+    pub fn rescan(&mut self, now: Instant) -> RescanReport {
+        let mut errors = Vec::new();
+        let found = self.walk(&mut errors);
+        let before = self.files.len();
+        let by_id: HashMap<FileId, usize> = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.id, i))
+            .collect();
+        let mut seen = HashSet::new();
+        for (path, meta) in found {
+            let id = FileId::of(&meta);
+            if let Some(&i) = by_id.get(&id) {
+                // An open file keeps its inode, so the same device and inode
+                // is the same file, wherever it is now.
+                seen.insert(i);
+                self.relink(i, path, now);
+                continue;
+            }
+            match self.open(&path, now, &by_id) {
+                Ok(Opened::New(w)) => self.files.push(w),
+                Ok(Opened::Known(i)) => {
+                    seen.insert(i);
+                    self.relink(i, path, now);
+                }
+                Ok(Opened::NotAFile) => {}
+                Err(source) => errors.push(ScanError::Open { path, source }),
+            }
+        }
+        for (i, w) in self.files.iter_mut().enumerate() {
+            if i < before && !seen.contains(&i) && w.linked {
+                w.linked = false;
+                w.rotated = true;
+                // The writer may not have reopened yet: `rotate_wait` counts
+                // from the rotation, not from the last write before it.
+                w.active_at = now;
+                // Deleted files are not rotations; renamed-away ones are.
+                let deleted = w.file.metadata().is_ok_and(|m| m.nlink() == 0);
+                if !deleted {
+                    self.counters.rotations += 1;
+                }
+                self.events.push(Event::Gone {
+                    path: w.path.clone(),
+                    deleted,
+                });
+            }
+        }
+        // Checkpoints that name no file found are of files gone while no
+        // tailer ran, unless the scan could not look everywhere.
+        if errors.is_empty() {
+            self.restored.clear();
+        }
+        self.scanned = true;
+        self.counters.files_watched = self.files.len() as u64;
+        RescanReport {
+            errors,
+            events: std::mem::take(&mut self.events),
+        }
+    }
+
+    /// Reads what each open file appended since the last poll (at most
+    /// [`TailerConfig::read_buffer_bytes`] per file) and pushes every line
+    /// completed into `sink`; hands back the waiting last lines of rotated
+    /// files quiet for `rotate_wait` by `now`, and closes the gone files
+    /// that are read, acknowledged and quiet.
+    pub fn poll(&mut self, now: Instant, sink: &mut impl LineSink) -> PollReport {
+        let mut report = PollReport::default();
+        let Self {
+            files,
+            buf,
+            head_buf,
+            counters,
+            config,
+            next_key,
+            ..
+        } = self;
+        files.retain_mut(|w| {
+            let mut ctx = PollCtx {
+                buf,
+                head_buf,
+                counters,
+                next_key,
+                now,
+                rotate_wait: config.rotate_wait,
+                report: &mut report,
+            };
+            ctx.poll_file(w, sink)
+        });
+        self.counters.files_watched = self.files.len() as u64;
+        report
+    }
+
+    /// Records that every line of file `key` up to `end` (a [`Line::end`]
+    /// handed out for it) was delivered. Acknowledgements for a file closed
+    /// or truncated since, or behind an earlier one, change nothing.
+    pub fn ack(&mut self, key: FileKey, end: u64) {
+        if let Some(w) = self.files.iter_mut().find(|w| w.key == key) {
+            if end > w.acked && end <= w.splitter.offset() {
+                w.acked = end;
+            }
+        }
+    }
+
+    /// The checkpoints to save: per open file, its identity, path and the
+    /// offset after its last acknowledged line; and the checkpoints given to
+    /// [`Tailer::new`] that no rescan has matched or dropped yet.
+    pub fn checkpoints(&self) -> Checkpoints {
+        let open = self.files.iter().map(|w| FileCheckpoint {
+            identity: Identity {
+                id: w.id,
+                head: w.head,
+            },
+            path: w.path.to_string_lossy().into_owned(),
+            offset: w.acked,
+        });
+        Checkpoints {
+            files: open.chain(self.restored.values().cloned()).collect(),
+        }
+    }
+
+    /// What the tailer has done so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Bytes of the open files, as of the last poll, that are not
+    /// acknowledged yet: 0 when every byte written is delivered.
+    pub fn bytes_behind(&self) -> u64 {
+        self.files
+            .iter()
+            .map(|w| w.last_size.saturating_sub(w.acked))
+            .sum()
+    }
+
+    fn relink(&mut self, i: usize, path: PathBuf, now: Instant) {
+        let w = &mut self.files[i];
+        w.linked = true;
+        if w.path != path {
+            let from = std::mem::replace(&mut w.path, path);
+            self.events.push(Event::Renamed {
+                from,
+                to: w.path.clone(),
+            });
+            w.rotated = true;
+            w.active_at = now;
+            self.counters.rotations += 1;
+        }
+    }
+
+    /// Opens a newly found file and decides where reading starts.
+    fn open(
+        &mut self,
+        path: &Path,
+        now: Instant,
+        open: &HashMap<FileId, usize>,
+    ) -> io::Result<Opened> {
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Ok(Opened::NotAFile);
+        }
+        let id = FileId::of(&meta);
+        if let Some(&i) = open.get(&id) {
+            // The path was replaced between the walk's stat and the open,
+            // by a file that is open already.
+            return Ok(Opened::Known(i));
+        }
+        let head = read_head(&file, &mut self.head_buf)?;
+        let size = meta.len();
+        let mut offset = 0;
+        let mut from = Start::Beginning;
+        let fingerprint = Fingerprint::of(head);
+        let restored = self.restored.remove(&id);
+        if let Some(checkpoint) = &restored {
+            if checkpoint.identity.recognise(id, head).is_none() {
+                self.events.push(Event::Reused {
+                    path: path.to_path_buf(),
+                });
+            } else if checkpoint.offset <= size {
+                offset = checkpoint.offset;
+                from = Start::Checkpoint;
+            } else {
+                // Truncated while no tailer ran, below the checkpoint.
+                self.counters.truncations += 1;
+                from = Start::Truncated;
+            }
+        } else if self.fresh && !self.scanned && self.config.read_from == ReadFrom::End {
+            offset = line_start_before(&file, size, &mut self.buf)?;
+            from = Start::End;
+        }
+        self.events.push(Event::Opened {
+            path: path.to_path_buf(),
+            offset,
+            from,
+        });
+        let key = FileKey(self.next_key);
+        self.next_key += 1;
+        Ok(Opened::New(Watched {
+            key,
+            file,
+            id,
+            head: fingerprint,
+            path: path.to_path_buf(),
+            linked: true,
+            rotated: false,
+            splitter: Splitter::new(offset, self.config.max_line_bytes),
+            acked: offset,
+            last_size: size,
+            // Never a real time: the first poll checks the head.
+            last_mtime: (i64::MIN, 0),
+            active_at: now,
+        }))
+    }
+
+    /// The regular files under the roots that match, one path per file.
+    fn walk(&self, errors: &mut Vec<ScanError>) -> Vec<(PathBuf, Metadata)> {
+        let mut out: Vec<(PathBuf, Metadata)> = Vec::new();
+        let mut ids = HashSet::new();
+        let mut dirs_seen = HashSet::new();
+        for root in &self.roots {
+            let mut stack = vec![(root.base.clone(), root.depth)];
+            while let Some((dir, depth)) = stack.pop() {
+                if !dirs_seen.insert((dir.clone(), depth)) {
+                    continue;
+                }
+                let entries = match fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    // A directory that does not exist yet may come later.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(source) => {
+                        errors.push(ScanError::ReadDir { path: dir, source });
+                        continue;
+                    }
+                };
+                let mut names: Vec<_> = entries.filter_map(Result::ok).collect();
+                names.sort_by_key(|e| e.file_name());
+                for entry in names {
+                    let path = entry.path();
+                    let Ok(kind) = entry.file_type() else {
+                        continue;
+                    };
+                    if kind.is_dir() {
+                        // Symbolic links to directories are not followed, so
+                        // a link loop cannot trap the walk.
+                        match depth {
+                            None => stack.push((path, None)),
+                            Some(d) if d > 1 => stack.push((path, Some(d - 1))),
+                            Some(_) => {}
+                        }
+                        continue;
+                    }
+                    if !self.matches(&path) {
+                        continue;
+                    }
+                    // Follows a symbolic link to the file it names.
+                    let Ok(meta) = fs::metadata(&path) else {
+                        continue;
+                    };
+                    if meta.is_file() && ids.insert(FileId::of(&meta)) {
+                        out.push((path, meta));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn matches(&self, path: &Path) -> bool {
+        self.include.is_match(path)
+            && !self.exclude_path.is_match(path)
+            && !path
+                .file_name()
+                .is_some_and(|name| self.exclude_name.is_match(name))
+    }
+}
+
+struct PollCtx<'a> {
+    buf: &'a mut [u8],
+    head_buf: &'a mut [u8; FINGERPRINT_BYTES],
+    counters: &'a mut Counters,
+    next_key: &'a mut u64,
+    now: Instant,
+    rotate_wait: Duration,
+    report: &'a mut PollReport,
+}
+
+impl PollCtx<'_> {
+    /// Polls one file; returns whether to keep it open.
+    fn poll_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> bool {
+        if let Err(source) = self.read_file(w, sink) {
+            self.report.errors.push(ReadError {
+                path: w.path.clone(),
+                source,
+            });
+            return true;
+        }
+        let quiet = self.now.saturating_duration_since(w.active_at) >= self.rotate_wait;
+        if w.rotated && quiet && w.splitter.waiting().is_some() {
+            let origin = Origin {
+                key: w.key,
+                path: &w.path,
+            };
+            let (counters, report) = (&mut *self.counters, &mut *self.report);
+            w.splitter.flush(|line| {
+                count(counters, report, line);
+                sink.line(&origin, line);
+            });
+        }
+        let drained = w.splitter.offset() >= w.last_size && w.splitter.waiting().is_none();
+        let close = !w.linked && drained && quiet && w.acked >= w.splitter.offset();
+        if close {
+            self.report.events.push(Event::Closed {
+                path: w.path.clone(),
+            });
+        }
+        !close
+    }
+
+    fn read_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<()> {
+        let meta = w.file.metadata()?;
+        let size = meta.len();
+        let mtime = (meta.mtime(), meta.mtime_nsec());
+        if size != w.last_size || mtime != w.last_mtime {
+            let mut truncated = size < w.splitter.offset();
+            let head = read_head(&w.file, self.head_buf)?;
+            match w.head.check(head) {
+                Head::Same(now) if !truncated => w.head = now,
+                _ => truncated = true,
+            }
+            if truncated {
+                self.restart(w, sink);
+                let head = read_head(&w.file, self.head_buf)?;
+                w.head = Fingerprint::of(head);
+            }
+            w.last_size = size;
+            w.last_mtime = mtime;
+        }
+        let offset = w.splitter.offset();
+        if offset >= size {
+            return Ok(());
+        }
+        let want = ((size - offset) as usize).min(self.buf.len());
+        let n = loop {
+            match w.file.read_at(&mut self.buf[..want], offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        w.active_at = self.now;
+        self.counters.bytes_read += n as u64;
+        self.report.bytes += n as u64;
+        self.report.more |= offset + (n as u64) < size;
+        let origin = Origin {
+            key: w.key,
+            path: &w.path,
+        };
+        let (counters, report) = (&mut *self.counters, &mut *self.report);
+        w.splitter.push(&self.buf[..n], |line| {
+            count(counters, report, line);
+            sink.line(&origin, line);
+        });
+        Ok(())
+    }
+
+    /// The file was truncated: what it held is gone, so its waiting line is
+    /// handed back as it is, and it is read again from 0 under a new key.
+    fn restart(&mut self, w: &mut Watched, sink: &mut impl LineSink) {
+        let origin = Origin {
+            key: w.key,
+            path: &w.path,
+        };
+        let (counters, report) = (&mut *self.counters, &mut *self.report);
+        w.splitter.flush(|line| {
+            count(counters, report, line);
+            sink.line(&origin, line);
+        });
+        self.counters.truncations += 1;
+        self.report.events.push(Event::Truncated {
+            path: w.path.clone(),
+        });
+        w.key = FileKey(*self.next_key);
+        *self.next_key += 1;
+        w.splitter.reset(0);
+        w.acked = 0;
+    }
+}
+
+/// How far back from a file's end [`ReadFrom::End`] looks for the start of
+/// a line still being written.
+pub const END_LOOKBACK_BYTES: usize = 64 * 1024;
+
+/// The offset of the first byte after the last newline before `size` (so
+/// `size` itself if the file ends in a newline), looking back at most
+/// [`END_LOOKBACK_BYTES`] (or `buf`'s length); `size` if no newline is
+/// there.
+fn line_start_before(file: &File, size: u64, buf: &mut [u8]) -> io::Result<u64> {
+    let window = (END_LOOKBACK_BYTES.min(buf.len()) as u64).min(size);
+    let from = size - window;
+    let buf = &mut buf[..window as usize];
+    file.read_exact_at(buf, from)?;
+    Ok(match memchr::memrchr(b'\n', buf) {
+        Some(nl) => from + nl as u64 + 1,
+        None if from == 0 => 0,
+        None => size,
+    })
+}
+
+fn count(counters: &mut Counters, report: &mut PollReport, line: &Line<'_>) {
+    counters.lines_read += 1;
+    report.lines += 1;
+    if line.is_cut() {
+        counters.lines_truncated += 1;
+    }
+}
+
+/// The directory to walk for `pattern` (its components before the first
+/// one with a glob character) and how deep below it matches can be.
+fn root_of(pattern: &str) -> Root {
+    let is_glob = |c: &str| c.contains(['*', '?', '[', '{']);
+    let components: Vec<&str> = Path::new(pattern)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => s.to_str(),
+            _ => None,
+        })
+        .collect();
+    let literal = components
+        .iter()
+        .position(|c| is_glob(c))
+        .unwrap_or(components.len().saturating_sub(1));
+    let mut base = PathBuf::from("/");
+    base.extend(&components[..literal]);
+    let rest = &components[literal..];
+    Root {
+        base,
+        depth: (!rest.iter().any(|c| c.contains("**"))).then_some(rest.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::CheckpointFile;
+    use std::io::Write;
+
+    #[derive(Default)]
+    struct Collect(Vec<Got>);
+
+    #[derive(Debug, Clone)]
+    struct Got {
+        key: FileKey,
+        path: PathBuf,
+        text: String,
+        start: u64,
+        end: u64,
+        cut: u64,
+    }
+
+    impl LineSink for Collect {
+        fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>) {
+            self.0.push(Got {
+                key: origin.key,
+                path: origin.path.to_path_buf(),
+                text: String::from_utf8(line.bytes.to_vec()).unwrap(),
+                start: line.start,
+                end: line.end,
+                cut: line.cut_bytes,
+            });
+        }
+    }
+
+    impl Collect {
+        fn texts(&self) -> Vec<&str> {
+            self.0.iter().map(|g| g.text.as_str()).collect()
+        }
+    }
+
+    fn append(path: &Path, bytes: &[u8]) {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    fn config(dir: &Path, include: &str) -> TailerConfig {
+        TailerConfig::new(vec![format!("{}/{include}", dir.display())])
+    }
+
+    /// Rescans, then polls until no file has more to read; returns the
+    /// events.
+    fn drain(t: &mut Tailer, now: Instant, sink: &mut Collect) -> Vec<Event> {
+        let report = t.rescan(now);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let mut events = report.events;
+        for _ in 0..1000 {
+            let report = t.poll(now, sink);
+            assert!(report.errors.is_empty(), "{:?}", report.errors);
+            events.extend(report.events);
+            if !report.more {
+                return events;
+            }
+        }
+        panic!("poll kept reporting more");
+    }
+
+    fn ack_all(t: &mut Tailer, sink: &Collect) {
+        for g in &sink.0 {
+            t.ack(g.key, g.end);
+        }
+    }
+
+    fn numbered(from: usize, to: usize) -> String {
+        (from..to).map(|n| format!("line {n}\n")).collect()
+    }
+
+    fn assert_exactly_once_in_order(sink: &Collect, total: usize) {
+        let mut numbers: Vec<usize> = Vec::new();
+        let mut last_per_file: HashMap<FileKey, usize> = HashMap::new();
+        for g in &sink.0 {
+            let n: usize = g.text.strip_prefix("line ").unwrap().parse().unwrap();
+            if let Some(prev) = last_per_file.insert(g.key, n) {
+                assert!(
+                    n > prev,
+                    "line {n} after line {prev} in {}",
+                    g.path.display()
+                );
+            }
+            numbers.push(n);
+        }
+        numbers.sort_unstable();
+        assert_eq!(numbers, (0..total).collect::<Vec<_>>());
+    }
+
+    fn rename_rotation_while_appending(include: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), include), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        let mut n = 0;
+        let mut events = Vec::new();
+        for rotation in 0..6 {
+            let mut writer = fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&log)
+                .unwrap();
+            for burst in 0..4 {
+                writer.write_all(numbered(n, n + 50).as_bytes()).unwrap();
+                n += 50;
+                // Poll at varying points: sometimes mid-file, sometimes not
+                // until after the rotation.
+                if (rotation + burst) % 3 == 0 {
+                    events.extend(drain(&mut t, now, &mut sink));
+                }
+            }
+            for k in (1..rotation + 1).rev() {
+                let from = dir.path().join(format!("app.log.{k}"));
+                if from.exists() {
+                    fs::rename(&from, dir.path().join(format!("app.log.{}", k + 1))).unwrap();
+                }
+            }
+            fs::rename(&log, dir.path().join("app.log.1")).unwrap();
+            // The writer has not reopened yet: it goes on through its old
+            // descriptor, into the rotated file.
+            writer.write_all(numbered(n, n + 10).as_bytes()).unwrap();
+            n += 10;
+            if rotation % 2 == 0 {
+                events.extend(drain(&mut t, now, &mut sink));
+            }
+        }
+        events.extend(drain(&mut t, now, &mut sink));
+        events.extend(drain(&mut t, now, &mut sink));
+        assert_exactly_once_in_order(&sink, n);
+        // With the glob over rotated names the old file is seen renamed;
+        // without, it is seen gone.
+        let log_1 = dir.path().join("app.log.1");
+        let renamed = Event::Renamed {
+            from: log.clone(),
+            to: log_1,
+        };
+        let gone = Event::Gone {
+            path: log.clone(),
+            deleted: false,
+        };
+        let expected = if include.contains('*') { renamed } else { gone };
+        assert!(events.contains(&expected), "{events:?}");
+        assert!(t.counters().rotations >= 6, "{:?}", t.counters());
+        assert_eq!(t.counters().lines_read, n as u64);
+    }
+
+    #[test]
+    fn rename_rotation_while_appending_reads_every_line_once_with_a_glob_over_rotated_names() {
+        rename_rotation_while_appending("app.log*");
+    }
+
+    #[test]
+    fn rename_rotation_while_appending_reads_every_line_once_through_the_open_descriptor() {
+        rename_rotation_while_appending("app.log");
+    }
+
+    #[test]
+    fn copytruncate_reads_the_lines_after_the_truncation_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = config(dir.path(), "app.log*");
+        cfg.exclude = vec!["*.1".into()];
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, numbered(0, 10).as_bytes());
+        drain(&mut t, now, &mut sink);
+        // logrotate's copytruncate, writes paused during the copy.
+        fs::copy(&log, dir.path().join("app.log.1")).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        append(&log, numbered(10, 13).as_bytes());
+        drain(&mut t, now, &mut sink);
+        assert_exactly_once_in_order(&sink, 13);
+        assert_eq!(t.counters().truncations, 1);
+        assert_eq!(sink.0.last().unwrap().start, 2 * "line 1x\n".len() as u64);
+        assert_eq!(
+            t.counters().files_watched,
+            1,
+            "the excluded copy is not read"
+        );
+    }
+
+    #[test]
+    fn truncation_then_growth_past_the_old_offset_is_read_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, numbered(0, 10).as_bytes());
+        drain(&mut t, now, &mut sink);
+        ack_all(&mut t, &sink);
+        let old_key = sink.0[0].key;
+        fs::write(&log, numbered(10, 40)).unwrap();
+        let events = drain(&mut t, now, &mut sink);
+        assert_eq!(events, [Event::Truncated { path: log.clone() }]);
+        assert_exactly_once_in_order(&sink, 40);
+        assert_eq!(t.counters().truncations, 1);
+        assert_eq!(sink.0[10].start, 0);
+        assert_ne!(sink.0[10].key, old_key, "a truncated file gets a new key");
+        // Acknowledging a line read before the truncation changes nothing.
+        t.ack(old_key, sink.0[9].end);
+        assert_eq!(t.checkpoints().files[0].offset, 0);
+    }
+
+    #[test]
+    fn a_partial_line_is_sent_once_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, b"first\nhalf a ");
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.texts(), ["first"]);
+        // Not rotated: it waits however long it stays quiet.
+        t.poll(now + Duration::from_secs(3600), &mut sink);
+        assert_eq!(sink.texts(), ["first"]);
+        append(&log, b"line\r\n");
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.texts(), ["first", "half a line"]);
+        assert_eq!((sink.0[1].start, sink.0[1].end), (6, 19));
+    }
+
+    #[test]
+    fn a_line_over_max_line_bytes_is_cut_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.max_line_bytes = 10;
+        cfg.read_buffer_bytes = 16; // the long line spans several reads
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        append(&log, format!("{}\nshort\n", "x".repeat(100)).as_bytes());
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["x".repeat(10).as_str(), "short"]);
+        assert_eq!(sink.0[0].cut, 90);
+        assert_eq!(sink.0[1].start, 101);
+        assert_eq!(t.counters().lines_truncated, 1);
+    }
+
+    #[test]
+    fn files_shorter_than_the_fingerprint_with_identical_heads_resume_each_at_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+        append(&a, b"same banner\n");
+        append(&b, b"same banner\n");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        ack_all(&mut t, &sink);
+        let saved = t.checkpoints();
+        assert!(saved.files.iter().all(|f| f.identity.head.len == 12));
+        drop(t);
+
+        // Both grow past the fingerprint's size while nothing runs.
+        let long = "y".repeat(2000);
+        append(&a, format!("a {long}\n").as_bytes());
+        append(&b, b"b two\n");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut got: Vec<(String, &str)> = sink
+            .0
+            .iter()
+            .map(|g| {
+                (
+                    g.path.file_name().unwrap().to_string_lossy().into_owned(),
+                    &g.text[..5],
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [("a.log".to_owned(), "a yyy"), ("b.log".to_owned(), "b two")]
+        );
+        // The fingerprint grew with the file.
+        let a_cp = t
+            .checkpoints()
+            .files
+            .into_iter()
+            .find(|f| f.path.ends_with("a.log"))
+            .unwrap();
+        assert_eq!(a_cp.identity.head.len as usize, FINGERPRINT_BYTES);
+    }
+
+    #[test]
+    fn an_empty_file_that_later_grows_is_read_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        fs::write(&log, b"").unwrap();
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let saved = t.checkpoints();
+        assert_eq!(saved.files.len(), 1);
+        assert_eq!(saved.files[0].identity.head, Fingerprint::EMPTY);
+
+        // It grows while the tailer runs...
+        append(&log, numbered(0, 3).as_bytes());
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_exactly_once_in_order(&sink, 3);
+
+        // ...and a tailer resuming from the empty checkpoint reads it whole.
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_exactly_once_in_order(&sink, 3);
+        assert_eq!(t.counters().truncations, 0);
+    }
+
+    #[test]
+    fn a_file_deleted_while_open_is_read_to_its_end_then_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_buffer_bytes = 64;
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, numbered(0, 5).as_bytes());
+        drain(&mut t, now, &mut sink);
+        append(&log, numbered(5, 100).as_bytes());
+        fs::remove_file(&log).unwrap();
+        let events = drain(&mut t, now, &mut sink);
+        assert_eq!(
+            events,
+            [Event::Gone {
+                path: log.clone(),
+                deleted: true
+            }]
+        );
+        assert_exactly_once_in_order(&sink, 100);
+        assert_eq!(t.counters().rotations, 0, "a deletion is no rotation");
+        // Kept open while lines are unacknowledged, even when quiet.
+        let later = now + Duration::from_secs(5);
+        t.poll(later, &mut sink);
+        assert_eq!(t.counters().files_watched, 1);
+        ack_all(&mut t, &sink);
+        t.poll(now + Duration::from_secs(1), &mut sink);
+        assert_eq!(
+            t.counters().files_watched,
+            1,
+            "not quiet for rotate_wait yet"
+        );
+        let report = t.poll(later, &mut sink);
+        assert_eq!(report.events, [Event::Closed { path: log.clone() }]);
+        assert_eq!(t.counters().files_watched, 0);
+        assert!(t.checkpoints().files.is_empty());
+    }
+
+    #[test]
+    fn a_rotated_files_last_line_is_sent_as_is_after_rotate_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, b"whole\nno newline");
+        drain(&mut t, now, &mut sink);
+        fs::rename(&log, dir.path().join("app.log.1")).unwrap();
+        let events = drain(&mut t, now, &mut sink);
+        assert_eq!(
+            events,
+            [Event::Gone {
+                path: log.clone(),
+                deleted: false
+            }]
+        );
+        assert_eq!(sink.texts(), ["whole"]);
+        assert_eq!(t.counters().rotations, 1);
+        t.poll(now + Duration::from_secs(5), &mut sink);
+        assert_eq!(sink.texts(), ["whole", "no newline"]);
+        assert_eq!(sink.0[1].end, 16);
+        ack_all(&mut t, &sink);
+        t.poll(now + Duration::from_secs(5), &mut sink);
+        assert_eq!(
+            t.counters().files_watched,
+            0,
+            "renamed out of the glob, read and quiet: closed"
+        );
+    }
+
+    #[test]
+    fn rotate_wait_counts_from_the_rotation_not_from_the_last_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut writer = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&log)
+            .unwrap();
+        writer.write_all(b"before\n").unwrap();
+        let mut t = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let start = Instant::now();
+        drain(&mut t, start, &mut sink);
+        ack_all(&mut t, &sink);
+
+        // Quiet for an hour, then rotated; the writer has not reopened yet.
+        let later = start + Duration::from_secs(3600);
+        fs::rename(&log, dir.path().join("app.log.1")).unwrap();
+        drain(&mut t, later, &mut sink);
+        assert_eq!(t.counters().files_watched, 1, "just rotated: kept open");
+        writer.write_all(b"after the rename\n").unwrap();
+        drain(&mut t, later + Duration::from_secs(1), &mut sink);
+        assert_eq!(sink.texts(), ["before", "after the rename"]);
+        ack_all(&mut t, &sink);
+        t.poll(later + Duration::from_secs(6), &mut sink);
+        assert_eq!(t.counters().files_watched, 0);
+    }
+
+    #[test]
+    fn a_new_tailer_resumes_at_the_acknowledged_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = CheckpointFile::new(state.path(), "app").unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, numbered(0, 10).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "*.log"), store.load().unwrap()).unwrap();
+        let mut first = Collect::default();
+        drain(&mut t, Instant::now(), &mut first);
+        assert_eq!(first.0.len(), 10);
+        // Only six lines were delivered before the agent stopped.
+        for g in &first.0[..6] {
+            t.ack(g.key, g.end);
+        }
+        store.save(&t.checkpoints()).unwrap();
+        drop(t);
+
+        append(&log, numbered(10, 15).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "*.log"), store.load().unwrap()).unwrap();
+        let mut second = Collect::default();
+        let events = drain(&mut t, Instant::now(), &mut second);
+        assert_eq!(
+            events,
+            [Event::Opened {
+                path: log.clone(),
+                offset: first.0[6].start,
+                from: Start::Checkpoint
+            }]
+        );
+        let mut delivered = Collect(first.0[..6].to_vec());
+        delivered.0.extend(second.0.iter().cloned());
+        assert_exactly_once_in_order(&delivered, 15);
+        assert_eq!(second.0[0].start, first.0[6].start);
+    }
+
+    #[test]
+    fn files_rotated_while_no_tailer_runs_are_found_by_identity_and_resumed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let rotated = |k: usize| dir.path().join(format!("app.log.{k}"));
+        append(&log, numbered(0, 10).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "app.log*"), None).unwrap();
+        let mut first = Collect::default();
+        drain(&mut t, Instant::now(), &mut first);
+        for g in &first.0[..4] {
+            t.ack(g.key, g.end);
+        }
+        assert_eq!(t.bytes_behind(), 6 * "line 0\n".len() as u64);
+        let saved = t.checkpoints();
+        drop(t);
+
+        // Three rotations while down; the first file gets more lines before
+        // its first rotation, each new file some of its own.
+        append(&log, numbered(10, 12).as_bytes());
+        let mut n = 12;
+        for _ in 0..3 {
+            for k in (1..3).rev() {
+                if rotated(k).exists() {
+                    fs::rename(rotated(k), rotated(k + 1)).unwrap();
+                }
+            }
+            fs::rename(&log, rotated(1)).unwrap();
+            append(&log, numbered(n, n + 5).as_bytes());
+            n += 5;
+        }
+
+        let mut t = Tailer::new(config(dir.path(), "app.log*"), Some(saved)).unwrap();
+        let mut second = Collect::default();
+        drain(&mut t, Instant::now(), &mut second);
+        let mut delivered = Collect(first.0[..4].to_vec());
+        delivered.0.extend(second.0.iter().cloned());
+        assert_exactly_once_in_order(&delivered, n);
+        let resumed = second.0.iter().find(|g| g.text == "line 4").unwrap();
+        assert_eq!(resumed.path, rotated(3));
+        assert_eq!(resumed.start, first.0[4].start);
+        ack_all(&mut t, &second);
+        assert_eq!(t.bytes_behind(), 0);
+    }
+
+    #[test]
+    fn a_file_cut_below_its_checkpoint_while_no_tailer_runs_is_read_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, numbered(0, 300).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        ack_all(&mut t, &sink);
+        let saved = t.checkpoints();
+        drop(t);
+        // Cut to a size past the fingerprint but below the checkpoint: the
+        // head still matches, the size does not.
+        let size = fs::metadata(&log).unwrap().len();
+        let cut = "line 0\n".len() as u64 * 10
+            + "line 10\n".len() as u64 * 90
+            + "line 100\n".len() as u64 * 100;
+        assert!(cut < size && cut > FINGERPRINT_BYTES as u64);
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        let events = drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(
+            events,
+            [Event::Opened {
+                path: log.clone(),
+                offset: 0,
+                from: Start::Truncated
+            }]
+        );
+        assert_exactly_once_in_order(&sink, 200);
+        assert_eq!(t.counters().truncations, 1);
+    }
+
+    #[test]
+    fn a_tailer_stopped_before_its_first_rescan_keeps_the_checkpoints_it_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        append(&dir.path().join("app.log"), numbered(0, 4).as_bytes());
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut first = Collect::default();
+        drain(&mut t, Instant::now(), &mut first);
+        t.ack(first.0[1].key, first.0[1].end);
+        let saved = t.checkpoints();
+
+        let unscanned = Tailer::new(config(dir.path(), "*.log"), Some(saved.clone())).unwrap();
+        assert_eq!(unscanned.checkpoints(), saved);
+
+        let mut t =
+            Tailer::new(config(dir.path(), "*.log"), Some(unscanned.checkpoints())).unwrap();
+        let mut second = Collect::default();
+        drain(&mut t, Instant::now(), &mut second);
+        assert_eq!(second.texts(), ["line 2", "line 3"]);
+    }
+
+    #[test]
+    fn read_from_end_skips_what_files_hold_at_the_first_start_only() {
+        let dir = tempfile::tempdir().unwrap();
+        append(&dir.path().join("old.log"), b"before start\n");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_from = ReadFrom::End;
+        let mut t = Tailer::new(cfg.clone(), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert!(sink.0.is_empty());
+        append(&dir.path().join("old.log"), b"after start\n");
+        append(&dir.path().join("new.log"), b"new file\n");
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut texts = sink.texts();
+        texts.sort();
+        assert_eq!(texts, ["after start", "new file"]);
+
+        // With checkpoints, a file they do not know was created while the
+        // agent was down: read from its beginning.
+        append(&dir.path().join("later.log"), b"while down\n");
+        let mut t = Tailer::new(cfg, Some(Checkpoints::default())).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut texts = sink.texts();
+        texts.sort();
+        assert_eq!(
+            texts,
+            ["after start", "before start", "new file", "while down"]
+        );
+    }
+
+    #[test]
+    fn read_from_end_reads_a_line_being_written_at_the_start_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, b"before start\nbeing wri");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_from = ReadFrom::End;
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let events = drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(
+            events,
+            [Event::Opened {
+                path: log.clone(),
+                offset: 13,
+                from: Start::End
+            }]
+        );
+        append(&log, b"tten\n");
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["being written"]);
+    }
+
+    #[test]
+    fn globs_cross_directories_with_double_star_and_excludes_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        fs::create_dir_all(&deep).unwrap();
+        append(&deep.join("deep.log"), b"deep\n");
+        append(&dir.path().join("top.log"), b"top\n");
+        append(&dir.path().join("a/old.log.gz"), b"gz\n");
+        append(&dir.path().join("a/b/notes.txt"), b"txt\n");
+        let mut cfg = config(dir.path(), "**/*.log*");
+        cfg.exclude = vec!["*.gz".into()];
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        let mut texts = sink.texts();
+        texts.sort();
+        assert_eq!(texts, ["deep", "top"]);
+
+        // One `*` stays within its directory.
+        let mut t = Tailer::new(config(dir.path(), "*/*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        append(&dir.path().join("a/one.log"), b"one level\n");
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["one level"]);
+    }
+
+    #[test]
+    fn a_new_file_at_a_reused_inode_is_read_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, b"the first file's first line\n");
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        ack_all(&mut t, &sink);
+        let saved = t.checkpoints();
+        let old_ino = fs::metadata(&log).unwrap().ino();
+
+        // Deleted, read and closed, then a new file takes the path.
+        fs::remove_file(&log).unwrap();
+        let now = Instant::now();
+        drain(&mut t, now, &mut sink);
+        let later = now + Duration::from_secs(5);
+        t.poll(later, &mut sink);
+        assert_eq!(t.counters().files_watched, 0);
+        append(&log, b"a second file, longer than the first one was\n");
+        let reused = fs::metadata(&log).unwrap().ino() == old_ino;
+        drain(&mut t, later, &mut sink);
+        assert_eq!(
+            sink.texts().last(),
+            Some(&"a second file, longer than the first one was")
+        );
+        assert_eq!(sink.0.last().unwrap().start, 0);
+
+        // A tailer resuming from the first file's checkpoint does not
+        // resume the second file in its middle.
+        let mut t = Tailer::new(config(dir.path(), "*.log"), Some(saved)).unwrap();
+        let mut sink = Collect::default();
+        let events = drain(&mut t, later, &mut sink);
+        assert_eq!(
+            sink.texts(),
+            ["a second file, longer than the first one was"]
+        );
+        if reused {
+            assert_eq!(events[0], Event::Reused { path: log.clone() });
+        }
+        // ext4 hands the freed inode to the next file at once, so on an ext4
+        // /tmp this is the reuse case, and a resume at the first file's
+        // offset would have started mid-line. Filesystems that do not reuse
+        // at once (tmpfs) still check that the new file is read whole; the
+        // rule itself is checked on constructed identities in `identity`.
+        eprintln!("inode reused: {reused}");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Appends lines through the writer's descriptor; with `half`, the
+        /// last of them only up to its middle (completed by the next write).
+        Write {
+            lines: usize,
+            half: bool,
+        },
+        /// Renames app.log.k to app.log.k+1 and app.log to app.log.1.
+        Rotate,
+        /// The writer finishes its line and reopens app.log (after a
+        /// rotation, a new file).
+        Reopen,
+        Rescan,
+        Poll,
+        /// Acknowledges a share of the lines read and not yet acknowledged.
+        Ack {
+            percent: usize,
+        },
+        /// The writer reopens, then `rotate_wait` passes.
+        Wait,
+        /// Acknowledges a share of the lines not yet acknowledged, saves the
+        /// checkpoints, and starts a new tailer from them.
+        Restart {
+            acked_percent: usize,
+        },
+    }
+
+    fn op(restarts: bool) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1usize..20, any::<bool>()).prop_map(|(lines, half)| Op::Write { lines, half }),
+            1 => Just(Op::Rotate),
+            1 => Just(Op::Reopen),
+            2 => Just(Op::Rescan),
+            3 => Just(Op::Poll),
+            1 => (0usize..=100).prop_map(|percent| Op::Ack { percent }),
+            1 => Just(Op::Wait),
+            u32::from(restarts) => (0usize..=100).prop_map(|acked_percent| Op::Restart { acked_percent }),
+        ]
+    }
+
+    /// Runs `ops` against a writer and a tailer over `include`, and checks
+    /// that every line written is acknowledged exactly once in the end.
+    /// With `scan_before_rotate`, a rescan precedes every rotation, as
+    /// inotify would, so that a glob that does not cover rotated names still
+    /// sees every file before it is renamed away.
+    fn run_model(
+        ops: Vec<Op>,
+        include: &str,
+        scan_before_rotate: bool,
+    ) -> Result<(), TestCaseError> {
+        let dir = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = CheckpointFile::new(state.path(), "app").unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = config(dir.path(), include);
+        cfg.read_buffer_bytes = 64;
+        let mut now = Instant::now();
+        let mut writer = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&log)
+            .unwrap();
+        let mut t = Tailer::new(cfg.clone(), None).unwrap();
+        let (mut n, mut rotations) = (0, 0);
+        let mut half_written: Option<String> = None;
+        let mut pending = Collect::default();
+        let mut delivered: Vec<usize> = Vec::new();
+        let ack =
+            |t: &mut Tailer, pending: &mut Collect, delivered: &mut Vec<usize>, percent: usize| {
+                let acked = pending.0.len() * percent / 100;
+                for g in pending.0.drain(..acked) {
+                    t.ack(g.key, g.end);
+                    delivered.push(g.text.strip_prefix("line ").unwrap().parse().unwrap());
+                }
+            };
+        let reopen = |writer: &mut File, half_written: &mut Option<String>| {
+            // A writer finishes its line before it reopens.
+            if let Some(rest) = half_written.take() {
+                writer.write_all(rest.as_bytes()).unwrap();
+            }
+            *writer = fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&log)
+                .unwrap();
+        };
+        for op in ops {
+            match op {
+                Op::Write { lines, half } => {
+                    if let Some(rest) = half_written.take() {
+                        writer.write_all(rest.as_bytes()).unwrap();
+                    }
+                    let mut text = numbered(n, n + lines);
+                    n += lines;
+                    if half {
+                        let last = format!("line {}\n", n - 1);
+                        let cut = text.len() - last.len() / 2;
+                        half_written = Some(text.split_off(cut));
+                    }
+                    writer.write_all(text.as_bytes()).unwrap();
+                }
+                // Nothing to rotate until the writer has reopened.
+                Op::Rotate if dir.path().join("app.log").exists() => {
+                    if scan_before_rotate {
+                        prop_assert!(t.rescan(now).errors.is_empty());
+                    }
+                    for k in (1..=rotations).rev() {
+                        let from = dir.path().join(format!("app.log.{k}"));
+                        let to = dir.path().join(format!("app.log.{}", k + 1));
+                        fs::rename(&from, to).unwrap();
+                    }
+                    fs::rename(dir.path().join("app.log"), dir.path().join("app.log.1")).unwrap();
+                    rotations += 1;
+                }
+                Op::Rotate => {}
+                Op::Reopen => reopen(&mut writer, &mut half_written),
+                Op::Rescan => prop_assert!(t.rescan(now).errors.is_empty()),
+                Op::Poll => prop_assert!(t.poll(now, &mut pending).errors.is_empty()),
+                Op::Ack { percent } => ack(&mut t, &mut pending, &mut delivered, percent),
+                Op::Wait => {
+                    reopen(&mut writer, &mut half_written);
+                    now += cfg.rotate_wait;
+                }
+                Op::Restart { acked_percent } => {
+                    ack(&mut t, &mut pending, &mut delivered, acked_percent);
+                    store.save(&t.checkpoints()).unwrap();
+                    pending = Collect::default();
+                    t = Tailer::new(cfg.clone(), store.load().unwrap()).unwrap();
+                }
+            }
+        }
+        reopen(&mut writer, &mut half_written);
+        drain(&mut t, now, &mut pending);
+        drain(&mut t, now, &mut pending);
+        ack(&mut t, &mut pending, &mut delivered, 100);
+        delivered.sort_unstable();
+        prop_assert_eq!(delivered, (0..n).collect::<Vec<_>>());
+        prop_assert_eq!(t.bytes_behind(), 0);
+        // Once quiet, every file that is gone from the globs is closed.
+        t.rescan(now);
+        t.poll(now + cfg.rotate_wait, &mut pending);
+        prop_assert!(pending.0.is_empty());
+        let open_paths = t.checkpoints().files.len();
+        let matching = fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| t.matches(&e.as_ref().unwrap().path()))
+            .count();
+        prop_assert_eq!(open_paths, matching);
+        Ok(())
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Whatever the interleaving of writes, rename rotations, scans,
+        /// reads, acknowledgements, waits and restarts, every line written
+        /// is acknowledged exactly once in the end.
+        #[test]
+        fn every_line_is_delivered_once_through_rotations_and_restarts(
+            ops in proptest::collection::vec(op(true), 1..40)
+        ) {
+            run_model(ops, "app.log*", false)?;
+        }
+
+        /// The same, with a glob that does not cover rotated names: rotated
+        /// files are read to their end through their open descriptors, then
+        /// closed. (No restarts: a restarted tailer cannot find them.)
+        #[test]
+        fn every_line_is_delivered_once_through_descriptors_of_rotated_files(
+            ops in proptest::collection::vec(op(false), 1..40)
+        ) {
+            run_model(ops, "app.log", true)?;
+        }
+    }
+
+    #[test]
+    fn one_poll_reads_at_most_one_buffer_per_file_and_says_there_is_more() {
+        let dir = tempfile::tempdir().unwrap();
+        append(&dir.path().join("a.log"), numbered(0, 20).as_bytes());
+        append(&dir.path().join("b.log"), numbered(20, 22).as_bytes());
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_buffer_bytes = 100;
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        t.rescan(now);
+        let first = t.poll(now, &mut sink);
+        assert_eq!(first.bytes, 100 + 2 * "line 2x\n".len() as u64);
+        assert!(first.more);
+        // a.log holds 10 lines of 7 bytes and 10 of 8: 150 bytes, so the
+        // second poll reads its last 50 and there is no more.
+        let second = t.poll(now, &mut sink);
+        assert_eq!((second.bytes, second.more), (50, false));
+        assert_exactly_once_in_order(&sink, 22);
+        assert_eq!(t.counters().bytes_read, 150 + 16);
+    }
+
+    #[test]
+    fn a_symbolic_link_in_the_glob_is_read_as_the_file_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().join("container.log");
+        append(&target, b"from the container\n");
+        std::os::unix::fs::symlink(&target, dir.path().join("pod.log")).unwrap();
+        let mut t = Tailer::new(config(dir.path(), "*.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["from the container"]);
+        assert_eq!(sink.0[0].path, dir.path().join("pod.log"));
+        let meta = fs::metadata(&target).unwrap();
+        assert_eq!(t.checkpoints().files[0].identity.id, FileId::of(&meta));
+    }
+
+    #[test]
+    fn an_invalid_glob_is_refused_with_its_pattern() {
+        let err = Tailer::new(TailerConfig::new(vec!["/var/log/[.log".into()]), None)
+            .err()
+            .unwrap();
+        assert!(matches!(&err, BuildError::Glob { pattern, .. } if pattern == "/var/log/[.log"));
+        assert!(
+            err.to_string()
+                .starts_with("invalid glob \"/var/log/[.log\": "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_relative_include_is_refused() {
+        let err = Tailer::new(TailerConfig::new(vec!["logs/*.log".into()]), None)
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "include pattern \"logs/*.log\" is not an absolute path"
+        );
+    }
+}
