@@ -1,4 +1,5 @@
-//! Log source benchmarks: splitting a read buffer into ~150-byte lines, and
+//! Log source benchmarks: splitting a read buffer into ~150-byte lines
+//! (next to `memchr_iter` finding the same newlines, the ceiling), and
 //! a tailer reading a file from the page cache into a sink that touches
 //! every line.
 //!
@@ -42,6 +43,10 @@ fn split(c: &mut Criterion) {
     let text = log_text(256 * 1024);
     let mut group = c.benchmark_group("lines");
     group.throughput(Throughput::Bytes(text.len() as u64));
+    // The baseline: finding every newline and nothing else.
+    group.bench_function("memchr_iter_256k", |b| {
+        b.iter(|| black_box(memchr::memchr_iter(b'\n', black_box(&text)).count()))
+    });
     group.bench_function("split_256k", |b| {
         let mut splitter = Splitter::new(0, 1024 * 1024);
         b.iter(|| {
