@@ -27,6 +27,8 @@
 //!   file written atomically and loaded only if its checksum agrees.
 //! * [`tailer`]: the files of one source, followed through rename and
 //!   copytruncate rotation, truncation and deletion.
+//! * [`watch`]: inotify on the directories the globs reach, telling the
+//!   caller when to rescan and when to poll.
 //!
 //! # The promise these pieces support
 //!
@@ -38,9 +40,16 @@
 //! acknowledged at the crash. Files are kept open until everything read from
 //! them is acknowledged, so a rotated or deleted file is read to its end.
 //!
-//! What the pieces cannot promise on their own: a file created, rotated
-//! away from the globs and deleted between two rescans is never seen (the
-//! rescan is the only discovery for now); with copytruncate, lines written
+//! Discovery is at once for a caller that rescans when the [`Watcher`]
+//! (inotify on the globs' directories) wakes it: a file created, rotated
+//! away from the globs and deleted between two periodic rescans is opened
+//! by the rescan its creation wakes, and read to its end through the open
+//! descriptor. The periodic rescan stays the safety net, for what inotify
+//! misses (a watch limit reached, a base directory made later).
+//!
+//! What the pieces cannot promise on their own: a file that is created and
+//! gone again before the caller's rescan opens it is never seen; with
+//! copytruncate, lines written
 //! after the last read and before the truncation are only in the copy; and
 //! a truncation hidden by a head that starts with the same bytes and a size
 //! past the old offset is read as growth (see [`tailer`]).
@@ -86,7 +95,11 @@ pub mod checkpoint;
 pub mod identity;
 pub mod lines;
 pub mod tailer;
+#[cfg(target_os = "linux")]
+pub mod watch;
 
 pub use checkpoint::{CheckpointFile, Checkpoints};
 pub use lines::Line;
 pub use tailer::{FileKey, LineSink, Origin, Tailer, TailerConfig};
+#[cfg(target_os = "linux")]
+pub use watch::{Wake, Watcher};

@@ -285,11 +285,12 @@ pub struct PollReport {
     pub events: Vec<Event>,
 }
 
-struct Root {
-    base: PathBuf,
+/// Where an include glob can match: the directory to walk and how deep.
+pub(crate) struct Root {
+    pub(crate) base: PathBuf,
     /// How many path components below `base` a match can be; `None` with
     /// `**`.
-    depth: Option<usize>,
+    pub(crate) depth: Option<usize>,
 }
 
 /// What [`Tailer::open`] found at a path.
@@ -844,7 +845,7 @@ fn count(counters: &mut Counters, report: &mut PollReport, line: &Line<'_>) {
 
 /// The directory to walk for `pattern` (its components before the first
 /// one with a glob character) and how deep below it matches can be.
-fn root_of(pattern: &str) -> Root {
+pub(crate) fn root_of(pattern: &str) -> Root {
     let is_glob = |c: &str| c.contains(['*', '?', '[', '{']);
     let components: Vec<&str> = Path::new(pattern)
         .components()

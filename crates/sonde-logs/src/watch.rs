@@ -1,0 +1,540 @@
+//! Telling the caller of a [`Tailer`](crate::Tailer) at once when its files
+//! change, so that it need not wait for the next periodic rescan.
+//!
+//! A [`Watcher`] holds one inotify instance with a watch on every directory
+//! the include globs can reach: the literal base directory of each glob
+//! (the components before the first one with a glob character) and, below
+//! it, as many levels of subdirectories as the glob can match (all of them
+//! with `**`). A directory created later at such a level is watched as soon
+//! as its creation is read.
+//!
+//! The watcher reads no file and keeps no clock. Its fd ([`Watcher`] is
+//! [`AsFd`]) becomes readable when something happened; [`Watcher::drain`]
+//! reads every pending event without blocking and folds them into a
+//! [`Wake`]: `rescan` when a name appeared, moved or went away in a watched
+//! directory (or the kernel's queue overflowed and events were lost), `poll`
+//! when a file was written. [`Watcher::wait`] blocks on the fd until it is
+//! readable or a timeout passes, for a caller with nothing else to wait on.
+//!
+//! The events are hints, not a record: they name no file the tailer must
+//! trust, and a wake may come for a file no glob matches. What they buy is
+//! timing: a file created, rotated away and deleted between two periodic
+//! rescans is opened by the rescan the creation wakes, and is then read to
+//! its end through the open descriptor. The periodic rescan stays the safety
+//! net for what inotify cannot see (a base directory that does not exist
+//! yet, a watch refused by the kernel's limit, files on network filesystems).
+//!
+//! # The watch limit
+//!
+//! The kernel caps the watches of a user (`fs.inotify.max_user_watches`).
+//! When [`Watcher::new`] hits the cap it fails with [`WatchError::Limit`],
+//! naming the directory and the setting, and the caller goes on with the
+//! periodic rescan alone. A cap hit later, on a directory created under a
+//! `**` glob, is reported in [`Wake::unwatched`]; files there are found by
+//! the periodic rescan.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
+
+use crate::tailer::{root_of, Root, TailerConfig};
+
+/// What the caller should do after [`Watcher::drain`].
+#[derive(Debug, Default)]
+pub struct Wake {
+    /// A name appeared, moved or went away in a watched directory, or events
+    /// were lost: call [`Tailer::rescan`](crate::Tailer::rescan).
+    pub rescan: bool,
+    /// A file in a watched directory was written: call
+    /// [`Tailer::poll`](crate::Tailer::poll).
+    pub poll: bool,
+    /// Directories created under a glob that could not be watched; their
+    /// files are left to the periodic rescan.
+    pub unwatched: Vec<WatchError>,
+}
+
+/// What a [`Watcher`] has counted since it was made.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WatchCounters {
+    /// Times the kernel's event queue overflowed and events were lost; each
+    /// one asks for a rescan.
+    pub overflows: u64,
+    /// Directories watched now.
+    pub directories: u64,
+}
+
+/// Why a directory could not be watched, or the watcher not made.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// The inotify instance could not be made (the per-user cap on
+    /// instances, `fs.inotify.max_user_instances`, is the usual cause).
+    #[error("cannot start inotify: {0}")]
+    Init(#[source] io::Error),
+    /// The kernel's cap on watches is reached.
+    #[error(
+        "cannot watch {path:?}: the inotify watch limit is reached (raise \
+         fs.inotify.max_user_watches); new files are found by the periodic \
+         rescan only"
+    )]
+    Limit {
+        /// The directory left unwatched.
+        path: PathBuf,
+    },
+    /// Any other refusal (permissions, the path is not a directory...).
+    #[error("cannot watch {path:?}: {source}")]
+    Add {
+        /// The directory left unwatched.
+        path: PathBuf,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why reading or waiting on the inotify fd failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read inotify events: {0}")]
+pub struct DrainError(#[source] io::Error);
+
+/// The inotify watches over the directories of one source's include globs.
+#[derive(Debug)]
+pub struct Watcher {
+    inotify: Inotify,
+    /// Each watched directory, with how many more levels below it a glob
+    /// can reach (`None`: any number).
+    dirs: HashMap<WatchDescriptor, Watched>,
+    overflows: u64,
+}
+
+#[derive(Debug)]
+struct Watched {
+    path: PathBuf,
+    depth: Option<usize>,
+}
+
+/// What a watched directory reports: names coming and going, files written,
+/// and (always delivered) overflow and removal of the watch.
+fn mask() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_ONLYDIR
+}
+
+impl Watcher {
+    /// Watches the directories that `config`'s include globs can reach and
+    /// that exist now. A base directory that does not exist is skipped: the
+    /// periodic rescan finds its files once it does.
+    ///
+    /// # Errors
+    ///
+    /// No inotify instance, or a directory that exists and cannot be
+    /// watched; [`WatchError::Limit`] when the kernel's cap on watches is
+    /// reached.
+    pub fn new(config: &TailerConfig) -> Result<Self, WatchError> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|e| WatchError::Init(e.into()))?;
+        let mut watcher = Self {
+            inotify,
+            dirs: HashMap::new(),
+            overflows: 0,
+        };
+        for pattern in &config.include {
+            let Root { base, depth } = root_of(pattern);
+            match watcher.watch_tree(base, depth) {
+                Ok(()) => {}
+                // The base is not there yet: nothing to watch.
+                Err(WatchError::Add { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(watcher)
+    }
+
+    /// Reads every pending event without blocking and says what to do.
+    /// Watches directories created under a glob that reaches below them.
+    ///
+    /// # Errors
+    ///
+    /// Reading the fd failed.
+    pub fn drain(&mut self) -> Result<Wake, DrainError> {
+        let mut wake = Wake::default();
+        loop {
+            let events = match self.inotify.read_events() {
+                Ok(events) => events,
+                Err(Errno::EAGAIN) => return Ok(wake),
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(DrainError(e.into())),
+            };
+            for event in events {
+                self.take(event, &mut wake);
+            }
+        }
+    }
+
+    /// Blocks until an event is pending or `timeout` has passed (`None`:
+    /// no timeout). Returns whether an event is pending; [`Watcher::drain`]
+    /// then reads it.
+    ///
+    /// # Errors
+    ///
+    /// `poll(2)` on the fd failed.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, DrainError> {
+        let timeout = match timeout {
+            None => PollTimeout::NONE,
+            // Rounded up, so that a short timeout does not become a busy
+            // loop of zero-length polls.
+            Some(t) => {
+                let ms = t.as_nanos().div_ceil(1_000_000);
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(n) => Ok(n > 0),
+            // A signal cut the wait short; the caller's loop comes back.
+            Err(Errno::EINTR) => Ok(false),
+            Err(e) => Err(DrainError(e.into())),
+        }
+    }
+
+    /// What has been counted.
+    pub fn counters(&self) -> WatchCounters {
+        WatchCounters {
+            overflows: self.overflows,
+            directories: self.dirs.len() as u64,
+        }
+    }
+
+    fn take(&mut self, event: InotifyEvent, wake: &mut Wake) {
+        let mask = event.mask;
+        if mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+            // Events were dropped: only a full rescan knows what changed,
+            // and directories created meanwhile may be unwatched.
+            self.overflows += 1;
+            wake.rescan = true;
+            self.rewatch(wake);
+            return;
+        }
+        if mask.contains(AddWatchFlags::IN_IGNORED) {
+            // The directory was deleted or unmounted: the kernel dropped
+            // its watch.
+            self.dirs.remove(&event.wd);
+            wake.rescan = true;
+            return;
+        }
+        if mask.intersects(AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CLOSE_WRITE) {
+            wake.poll = true;
+        }
+        if mask.intersects(
+            AddWatchFlags::IN_CREATE
+                | AddWatchFlags::IN_MOVED_TO
+                | AddWatchFlags::IN_MOVED_FROM
+                | AddWatchFlags::IN_DELETE,
+        ) {
+            wake.rescan = true;
+        }
+        let arrived = mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+        if arrived && mask.contains(AddWatchFlags::IN_ISDIR) {
+            let Some(parent) = self.dirs.get(&event.wd) else {
+                return;
+            };
+            let depth = match parent.depth {
+                None => None,
+                Some(d) if d > 1 => Some(d - 1),
+                // Matches cannot be below this level.
+                Some(_) => return,
+            };
+            let Some(name) = event.name else { return };
+            let path = parent.path.join(name);
+            if let Err(e) = self.watch_tree(path, depth) {
+                if !is_gone(&e) {
+                    wake.unwatched.push(e);
+                }
+            }
+        }
+    }
+
+    /// Walks the watched directories again after an overflow, to watch
+    /// subdirectories whose creation was lost.
+    fn rewatch(&mut self, wake: &mut Wake) {
+        let known: Vec<(PathBuf, Option<usize>)> = self
+            .dirs
+            .values()
+            .map(|w| (w.path.clone(), w.depth))
+            .collect();
+        for (path, depth) in known {
+            if let Err(e) = self.watch_tree(path, depth) {
+                if !is_gone(&e) {
+                    wake.unwatched.push(e);
+                }
+            }
+        }
+    }
+
+    /// Watches `dir` and the subdirectories below it that a glob reaching
+    /// `depth` levels below `dir` can match in. Watching a directory again
+    /// is harmless: the kernel hands back its existing watch.
+    fn watch_tree(&mut self, dir: PathBuf, depth: Option<usize>) -> Result<(), WatchError> {
+        let mut stack = vec![(dir, depth)];
+        let mut first = true;
+        while let Some((dir, depth)) = stack.pop() {
+            match self.watch(&dir, depth) {
+                Ok(()) => {}
+                // A subdirectory removed while walking is no loss.
+                Err(e) if !first && is_gone(&e) => continue,
+                Err(e) => return Err(e),
+            }
+            first = false;
+            let below = match depth {
+                None => None,
+                Some(d) if d > 1 => Some(d - 1),
+                Some(_) => continue,
+            };
+            // The watch is placed before the listing, so a subdirectory
+            // created meanwhile is either listed here or reported as an
+            // event.
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.filter_map(Result::ok) {
+                // Symbolic links to directories are not followed, as in the
+                // tailer's walk.
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((entry.path(), below));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn watch(&mut self, dir: &Path, depth: Option<usize>) -> Result<(), WatchError> {
+        let wd = self.inotify.add_watch(dir, mask()).map_err(|e| match e {
+            Errno::ENOSPC => WatchError::Limit {
+                path: dir.to_path_buf(),
+            },
+            e => WatchError::Add {
+                path: dir.to_path_buf(),
+                source: e.into(),
+            },
+        })?;
+        // The same directory reached through two globs keeps the deepest
+        // reach of the two.
+        let deeper = |a: Option<usize>, b: Option<usize>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        self.dirs
+            .entry(wd)
+            .and_modify(|w| w.depth = deeper(w.depth, depth))
+            .or_insert_with(|| Watched {
+                path: dir.to_path_buf(),
+                depth,
+            });
+        Ok(())
+    }
+}
+
+/// The directory went away before it could be watched.
+fn is_gone(e: &WatchError) -> bool {
+    matches!(e, WatchError::Add { source, .. }
+        if source.kind() == io::ErrorKind::NotFound
+            || source.raw_os_error() == Some(Errno::ENOTDIR as i32))
+}
+
+impl AsFd for Watcher {
+    /// Readable when events are pending: for a caller that polls it with
+    /// other fds.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Line, LineSink, Origin, Tailer};
+    use std::fs;
+    use std::io::Write;
+    use std::time::Instant;
+
+    /// Waits on the fd and drains until `done` holds for the wakes seen so
+    /// far, or fails after a deadline.
+    fn wake_until(w: &mut Watcher, done: impl Fn(&Wake) -> bool) -> Wake {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut all = Wake::default();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "no wake before the deadline: {all:?}");
+            if w.wait(Some(left)).unwrap() {
+                let wake = w.drain().unwrap();
+                all.rescan |= wake.rescan;
+                all.poll |= wake.poll;
+                all.unwatched.extend(wake.unwatched);
+                if done(&all) {
+                    return all;
+                }
+            }
+        }
+    }
+
+    fn config(dir: &Path, include: &str) -> TailerConfig {
+        TailerConfig::new(vec![format!("{}/{include}", dir.display())])
+    }
+
+    #[derive(Default)]
+    struct Texts(Vec<String>);
+    impl LineSink for Texts {
+        fn line(&mut self, _: &Origin<'_>, line: &Line<'_>) {
+            self.0
+                .push(String::from_utf8_lossy(line.bytes).into_owned());
+        }
+    }
+
+    #[test]
+    fn nothing_pending_drains_to_no_wake_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Watcher::new(&config(dir.path(), "*.log")).unwrap();
+        assert!(!w.wait(Some(Duration::ZERO)).unwrap());
+        let wake = w.drain().unwrap();
+        assert!(!wake.rescan && !wake.poll);
+        assert_eq!(w.counters().directories, 1);
+    }
+
+    #[test]
+    fn a_created_file_wakes_with_rescan() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Watcher::new(&config(dir.path(), "*.log")).unwrap();
+        fs::File::create(dir.path().join("app.log")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+    }
+
+    #[test]
+    fn a_write_wakes_with_poll() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.log");
+        let mut file = fs::File::create(&path).unwrap();
+        let mut w = Watcher::new(&config(dir.path(), "*.log")).unwrap();
+        file.write_all(b"one\n").unwrap();
+        let wake = wake_until(&mut w, |k| k.poll);
+        assert!(!wake.rescan, "a write is no reason to rescan");
+    }
+
+    #[test]
+    fn a_file_created_rotated_away_and_deleted_between_rescans_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let away = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "*.log");
+        let mut w = Watcher::new(&cfg).unwrap();
+        let mut t = Tailer::new(cfg, None).unwrap();
+        t.rescan(Instant::now());
+
+        let path = dir.path().join("app.log");
+        fs::write(&path, "one\ntwo\n").unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        t.rescan(Instant::now());
+        // Written on after the rescan opened it, then rotated out of the
+        // globs and deleted before any poll or later rescan.
+        let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"three\n").unwrap();
+        drop(f);
+        let moved = away.path().join("app.log.1");
+        fs::rename(&path, &moved).unwrap();
+        fs::remove_file(&moved).unwrap();
+
+        let mut sink = Texts::default();
+        t.poll(Instant::now(), &mut sink);
+        assert_eq!(sink.0, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn a_directory_created_under_double_star_is_watched_and_its_files_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "**/*.log");
+        let mut w = Watcher::new(&cfg).unwrap();
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let sub = dir.path().join("a");
+        fs::create_dir(&sub).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 2);
+
+        // A directory inside the new one, then a file in it: both come as
+        // events of watches made after the first wake.
+        let deeper = sub.join("b");
+        fs::create_dir(&deeper).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 3);
+        fs::write(deeper.join("app.log"), "deep\n").unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        t.rescan(Instant::now());
+        let mut sink = Texts::default();
+        t.poll(Instant::now(), &mut sink);
+        assert_eq!(sink.0, ["deep"]);
+    }
+
+    #[test]
+    fn a_directory_below_a_single_level_glob_is_not_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Watcher::new(&config(dir.path(), "*.log")).unwrap();
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 1);
+    }
+
+    #[test]
+    fn a_glob_with_levels_watches_the_existing_subdirectories_it_reaches() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("a/deeper")).unwrap();
+        let w = Watcher::new(&config(dir.path(), "*/*.log")).unwrap();
+        // The base and `a`; `a/deeper` is beyond what `*/*.log` matches.
+        assert_eq!(w.counters().directories, 2);
+    }
+
+    #[test]
+    fn a_rename_into_the_glob_directory_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir_in(dir.path().parent().unwrap()).unwrap();
+        let cfg = config(dir.path(), "*.log");
+        let mut w = Watcher::new(&cfg).unwrap();
+        let mut t = Tailer::new(cfg, None).unwrap();
+        t.rescan(Instant::now());
+        let staged = outside.path().join("staged");
+        fs::write(&staged, "moved in\n").unwrap();
+        fs::rename(&staged, dir.path().join("app.log")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        t.rescan(Instant::now());
+        let mut sink = Texts::default();
+        t.poll(Instant::now(), &mut sink);
+        assert_eq!(sink.0, ["moved in"]);
+    }
+
+    #[test]
+    fn a_missing_base_directory_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Watcher::new(&config(&dir.path().join("not-yet"), "*.log")).unwrap();
+        assert_eq!(w.counters().directories, 0);
+    }
+
+    #[test]
+    fn the_watch_limit_is_named_with_its_setting() {
+        let e = WatchError::Limit {
+            path: PathBuf::from("/var/log/app"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot watch \"/var/log/app\": the inotify watch limit is reached \
+             (raise fs.inotify.max_user_watches); new files are found by the \
+             periodic rescan only"
+        );
+    }
+}
