@@ -22,7 +22,9 @@
 //! rescans is opened by the rescan the creation wakes, and is then read to
 //! its end through the open descriptor. The periodic rescan stays the safety
 //! net for what inotify cannot see (a base directory that does not exist
-//! yet, a watch refused by the kernel's limit, files on network filesystems).
+//! yet, a watch refused by the kernel's limit, files on network filesystems);
+//! [`Watcher::refresh`], called after it, watches the directories that have
+//! appeared since, so that from then on they too are seen at once.
 //!
 //! # The watch limit
 //!
@@ -109,6 +111,9 @@ pub struct Watcher {
     /// Each watched directory, with how many more levels below it a glob
     /// can reach (`None`: any number).
     dirs: HashMap<WatchDescriptor, Watched>,
+    /// The base directory of each include glob and how deep below it
+    /// matches can be.
+    roots: Vec<(PathBuf, Option<usize>)>,
     overflows: u64,
 }
 
@@ -133,7 +138,8 @@ fn mask() -> AddWatchFlags {
 impl Watcher {
     /// Watches the directories that `config`'s include globs can reach and
     /// that exist now. A base directory that does not exist is skipped: the
-    /// periodic rescan finds its files once it does.
+    /// periodic rescan finds its files once it does, and
+    /// [`Watcher::refresh`] watches it.
     ///
     /// # Errors
     ///
@@ -143,22 +149,43 @@ impl Watcher {
     pub fn new(config: &TailerConfig) -> Result<Self, WatchError> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(|e| WatchError::Init(e.into()))?;
+        let roots = config
+            .include
+            .iter()
+            .map(|pattern| {
+                let Root { base, depth } = root_of(pattern);
+                (base, depth)
+            })
+            .collect();
         let mut watcher = Self {
             inotify,
             dirs: HashMap::new(),
+            roots,
             overflows: 0,
         };
-        for pattern in &config.include {
-            let Root { base, depth } = root_of(pattern);
-            match watcher.watch_tree(base, depth) {
-                Ok(()) => {}
-                // The base is not there yet: nothing to watch.
-                Err(WatchError::Add { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                }
-                Err(e) => return Err(e),
-            }
+        if let Some(e) = watcher.refresh().into_iter().next() {
+            return Err(e);
         }
         Ok(watcher)
+    }
+
+    /// Watches again every directory the globs reach that exists now: a
+    /// base directory made or remade since, a subdirectory whose watch was
+    /// refused before. Meant to follow each periodic rescan; directories
+    /// already watched keep their watch.
+    ///
+    /// Returns the directories that exist and could not be watched (a base
+    /// that does not exist is no error: the next call may find it).
+    pub fn refresh(&mut self) -> Vec<WatchError> {
+        let mut errors = Vec::new();
+        for (base, depth) in self.roots.clone() {
+            match self.watch_tree(base, depth) {
+                Ok(()) => {}
+                Err(e) if is_gone(&e) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        errors
     }
 
     /// Reads every pending event without blocking and says what to do.
@@ -223,7 +250,7 @@ impl Watcher {
             // and directories created meanwhile may be unwatched.
             self.overflows += 1;
             wake.rescan = true;
-            self.rewatch(wake);
+            wake.unwatched.extend(self.refresh());
             return;
         }
         if mask.contains(AddWatchFlags::IN_IGNORED) {
@@ -257,23 +284,6 @@ impl Watcher {
             };
             let Some(name) = event.name else { return };
             let path = parent.path.join(name);
-            if let Err(e) = self.watch_tree(path, depth) {
-                if !is_gone(&e) {
-                    wake.unwatched.push(e);
-                }
-            }
-        }
-    }
-
-    /// Walks the watched directories again after an overflow, to watch
-    /// subdirectories whose creation was lost.
-    fn rewatch(&mut self, wake: &mut Wake) {
-        let known: Vec<(PathBuf, Option<usize>)> = self
-            .dirs
-            .values()
-            .map(|w| (w.path.clone(), w.depth))
-            .collect();
-        for (path, depth) in known {
             if let Err(e) = self.watch_tree(path, depth) {
                 if !is_gone(&e) {
                     wake.unwatched.push(e);
@@ -523,6 +533,60 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = Watcher::new(&config(&dir.path().join("not-yet"), "*.log")).unwrap();
         assert_eq!(w.counters().directories, 0);
+    }
+
+    #[test]
+    fn refresh_watches_a_base_directory_made_after_the_watcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("later");
+        let mut w = Watcher::new(&config(&base, "*.log")).unwrap();
+        assert_eq!(w.counters().directories, 0);
+        fs::create_dir(&base).unwrap();
+        assert!(w.refresh().is_empty());
+        assert_eq!(w.counters().directories, 1);
+        fs::File::create(base.join("app.log")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+    }
+
+    #[test]
+    fn a_deleted_base_directory_wakes_and_is_watched_again_once_remade() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("logs");
+        fs::create_dir(&base).unwrap();
+        let mut w = Watcher::new(&config(&base, "*.log")).unwrap();
+        fs::remove_dir(&base).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 0);
+        fs::create_dir(&base).unwrap();
+        assert!(w.refresh().is_empty());
+        fs::File::create(base.join("app.log")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+    }
+
+    #[test]
+    fn an_overflowed_queue_wakes_with_rescan_and_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "**/*.log");
+        let mut w = Watcher::new(&cfg).unwrap();
+        // Each file created gives two events (creation, close after
+        // writing), so this many files fill the kernel's queue.
+        let queue: usize = fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        for i in 0..queue / 2 + 1 {
+            fs::File::create(dir.path().join(format!("{i}"))).unwrap();
+        }
+        // A directory whose creation is lost in the overflow is still
+        // watched: the overflow walks the globs' directories again.
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        // The kernel queues events within the calls that cause them, so
+        // the overflow is pending now.
+        let wake = w.drain().unwrap();
+        assert!(wake.rescan);
+        assert_eq!(w.counters().overflows, 1);
+        assert_eq!(w.counters().directories, 2);
     }
 
     #[test]
