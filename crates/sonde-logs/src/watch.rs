@@ -26,6 +26,39 @@
 //! [`Watcher::refresh`], called after it, watches the directories that have
 //! appeared since, so that from then on they too are seen at once.
 //!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use sonde_logs::{Line, LineSink, Origin, Tailer, TailerConfig, Watcher};
+//!
+//! struct Count(usize);
+//! impl LineSink for Count {
+//!     fn line(&mut self, _: &Origin<'_>, _: &Line<'_>) {
+//!         self.0 += 1;
+//!     }
+//! }
+//!
+//! let logs = tempfile::tempdir()?;
+//! let config = TailerConfig::new(vec![format!("{}/*.log", logs.path().display())]);
+//! let mut watcher = Watcher::new(&config)?;
+//! let mut tailer = Tailer::new(config, None)?;
+//! tailer.rescan(Instant::now());
+//!
+//! std::fs::write(logs.path().join("app.log"), "started\n")?;
+//!
+//! // One turn of the caller's loop: wait for the watcher, at most until the
+//! // next periodic rescan is due, and do what the wake asks.
+//! let mut lines = Count(0);
+//! if watcher.wait(Some(Duration::from_secs(5)))? {
+//!     let wake = watcher.drain()?;
+//!     if wake.rescan {
+//!         tailer.rescan(Instant::now());
+//!     }
+//!     tailer.poll(Instant::now(), &mut lines);
+//! }
+//! assert_eq!(lines.0, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # The watch limit
 //!
 //! The kernel caps the watches of a user (`fs.inotify.max_user_watches`).
