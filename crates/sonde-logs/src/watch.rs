@@ -212,11 +212,7 @@ impl Watcher {
     pub fn refresh(&mut self) -> Vec<WatchError> {
         let mut errors = Vec::new();
         for (base, depth) in self.roots.clone() {
-            match self.watch_tree(base, depth) {
-                Ok(()) => {}
-                Err(e) if is_gone(&e) => {}
-                Err(e) => errors.push(e),
-            }
+            self.watch_tree(base, depth, &mut errors);
         }
         errors
     }
@@ -317,28 +313,32 @@ impl Watcher {
             };
             let Some(name) = event.name else { return };
             let path = parent.path.join(name);
-            if let Err(e) = self.watch_tree(path, depth) {
-                if !is_gone(&e) {
-                    wake.unwatched.push(e);
-                }
-            }
+            self.watch_tree(path, depth, &mut wake.unwatched);
         }
     }
 
     /// Watches `dir` and the subdirectories below it that a glob reaching
-    /// `depth` levels below `dir` can match in. Watching a directory again
-    /// is harmless: the kernel hands back its existing watch.
-    fn watch_tree(&mut self, dir: PathBuf, depth: Option<usize>) -> Result<(), WatchError> {
+    /// `depth` levels below `dir` can match in, pushing onto `errors` the
+    /// directories that exist and could not be watched. Watching a
+    /// directory again is harmless: the kernel hands back its existing
+    /// watch. Stops at the watch limit, where every further watch would
+    /// fail the same way.
+    fn watch_tree(&mut self, dir: PathBuf, depth: Option<usize>, errors: &mut Vec<WatchError>) {
         let mut stack = vec![(dir, depth)];
-        let mut first = true;
         while let Some((dir, depth)) = stack.pop() {
             match self.watch(&dir, depth) {
                 Ok(()) => {}
-                // A subdirectory removed while walking is no loss.
-                Err(e) if !first && is_gone(&e) => continue,
-                Err(e) => return Err(e),
+                // Not there (yet, or any more): nothing to watch.
+                Err(e) if is_gone(&e) => continue,
+                Err(e @ WatchError::Limit { .. }) => {
+                    errors.push(e);
+                    return;
+                }
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
             }
-            first = false;
             let below = match depth {
                 None => None,
                 Some(d) if d > 1 => Some(d - 1),
@@ -358,19 +358,13 @@ impl Watcher {
                 }
             }
         }
-        Ok(())
     }
 
     fn watch(&mut self, dir: &Path, depth: Option<usize>) -> Result<(), WatchError> {
-        let wd = self.inotify.add_watch(dir, mask()).map_err(|e| match e {
-            Errno::ENOSPC => WatchError::Limit {
-                path: dir.to_path_buf(),
-            },
-            e => WatchError::Add {
-                path: dir.to_path_buf(),
-                source: e.into(),
-            },
-        })?;
+        let wd = self
+            .inotify
+            .add_watch(dir, mask())
+            .map_err(|e| refused(dir, e))?;
         // The same directory reached through two globs keeps the deepest
         // reach of the two.
         let deeper = |a: Option<usize>, b: Option<usize>| match (a, b) {
@@ -385,6 +379,19 @@ impl Watcher {
                 depth,
             });
         Ok(())
+    }
+}
+
+/// Why the kernel refused to watch `dir`.
+fn refused(dir: &Path, e: Errno) -> WatchError {
+    match e {
+        Errno::ENOSPC => WatchError::Limit {
+            path: dir.to_path_buf(),
+        },
+        e => WatchError::Add {
+            path: dir.to_path_buf(),
+            source: e.into(),
+        },
     }
 }
 
@@ -624,9 +631,10 @@ mod tests {
 
     #[test]
     fn the_watch_limit_is_named_with_its_setting() {
-        let e = WatchError::Limit {
-            path: PathBuf::from("/var/log/app"),
-        };
+        // ENOSPC from inotify_add_watch(2) is the watch limit, not a full
+        // disk.
+        let e = refused(Path::new("/var/log/app"), Errno::ENOSPC);
+        assert!(matches!(e, WatchError::Limit { .. }));
         assert_eq!(
             e.to_string(),
             "cannot watch \"/var/log/app\": the inotify watch limit is reached \
