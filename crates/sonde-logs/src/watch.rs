@@ -630,6 +630,57 @@ mod tests {
     }
 
     #[test]
+    fn the_wakes_alone_drive_a_tailer_through_rotations_by_a_concurrent_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), "app.log*");
+        let mut w = Watcher::new(&cfg).unwrap();
+        let mut t = Tailer::new(cfg, None).unwrap();
+        t.rescan(Instant::now());
+        let (files, per_file) = (20, 50);
+        let base = dir.path().to_path_buf();
+        // Renames to numbered names, so that every file stays reachable and
+        // only the timing of discovery is under test: no periodic rescan
+        // runs here.
+        let writer = std::thread::spawn(move || {
+            for f in 0..files {
+                let path = base.join("app.log");
+                let mut out = fs::File::create(&path).unwrap();
+                for l in 0..per_file {
+                    writeln!(out, "{f} {l}").unwrap();
+                }
+                drop(out);
+                fs::rename(&path, base.join(format!("app.log.{f}"))).unwrap();
+            }
+        });
+        let mut sink = Texts::default();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sink.0.len() < files * per_file {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "read {} lines by the deadline",
+                sink.0.len()
+            );
+            if !w.wait(Some(left)).unwrap() {
+                continue;
+            }
+            let wake = w.drain().unwrap();
+            if wake.rescan {
+                t.rescan(Instant::now());
+            }
+            if wake.rescan || wake.poll {
+                while t.poll(Instant::now(), &mut sink).more {}
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(sink.0.len(), files * per_file);
+        let mut got = sink.0.clone();
+        got.sort();
+        got.dedup();
+        assert_eq!(got.len(), files * per_file, "every line once");
+    }
+
+    #[test]
     fn the_watch_limit_is_named_with_its_setting() {
         // ENOSPC from inotify_add_watch(2) is the watch limit, not a full
         // disk.
