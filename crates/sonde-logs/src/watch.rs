@@ -15,6 +15,9 @@
 //! directory (or the kernel's queue overflowed and events were lost), `poll`
 //! when a file was written. [`Watcher::wait`] blocks on the fd until it is
 //! readable or a timeout passes, for a caller with nothing else to wait on.
+//! Writes cost little: the kernel merges an event identical to the last one
+//! queued, so a file written a thousand times while nothing else happens
+//! queues one event.
 //!
 //! The events are hints, not a record: they name no file the tailer must
 //! trust, and a wake may come for a file no glob matches. What they buy is
