@@ -45,7 +45,7 @@
 //! away from the globs and deleted between two periodic rescans is opened
 //! by the rescan its creation wakes, and read to its end through the open
 //! descriptor. The periodic rescan stays the safety net, for what inotify
-//! misses (a watch limit reached, a base directory made later).
+//! misses (a watch limit reached, events lost with a queue overflow).
 //!
 //! What the pieces cannot promise on their own: a file that is created and
 //! gone again before the caller's rescan opens it is never seen; with

@@ -6,7 +6,9 @@
 //! (the components before the first one with a glob character) and, below
 //! it, as many levels of subdirectories as the glob can match (all of them
 //! with `**`). A directory created later at such a level is watched as soon
-//! as its creation is read.
+//! as its creation is read. A base directory that does not exist yet is
+//! waited for: its nearest existing ancestor is watched for directories
+//! made in it, so that the base is watched once it is created.
 //!
 //! The watcher reads no file and keeps no clock. Its fd ([`Watcher`] is
 //! [`AsFd`]) becomes readable when something happened; [`Watcher::drain`]
@@ -24,10 +26,11 @@
 //! timing: a file created, rotated away and deleted between two periodic
 //! rescans is opened by the rescan the creation wakes, and is then read to
 //! its end through the open descriptor. The periodic rescan stays the safety
-//! net for what inotify cannot see (a base directory that does not exist
-//! yet, a watch refused by the kernel's limit, files on network filesystems);
-//! [`Watcher::refresh`], called after it, watches the directories that have
-//! appeared since, so that from then on they too are seen at once.
+//! net for what inotify cannot see (a watch refused by the kernel's limit,
+//! changes made on another host of a network filesystem, events lost with an
+//! overflow); [`Watcher::refresh`], called after it, watches the directories
+//! that could not be watched before, so that from then on they too are seen
+//! at once.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -71,7 +74,7 @@
 //! `**` glob, is reported in [`Wake::unwatched`]; files there are found by
 //! the periodic rescan.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
@@ -150,6 +153,9 @@ pub struct Watcher {
     /// The base directory of each include glob and how deep below it
     /// matches can be.
     roots: Vec<(PathBuf, Option<usize>)>,
+    /// The nearest existing ancestors of base directories that do not
+    /// exist, watched for the directories made on the way to them.
+    ancestors: HashSet<WatchDescriptor>,
     overflows: u64,
 }
 
@@ -173,9 +179,9 @@ fn mask() -> AddWatchFlags {
 
 impl Watcher {
     /// Watches the directories that `config`'s include globs can reach and
-    /// that exist now. A base directory that does not exist is skipped: the
-    /// periodic rescan finds its files once it does, and
-    /// [`Watcher::refresh`] watches it.
+    /// that exist now. For a base directory that does not exist, its
+    /// nearest existing ancestor is watched, so that the base is watched by
+    /// the drain that reads its creation.
     ///
     /// # Errors
     ///
@@ -197,6 +203,7 @@ impl Watcher {
             inotify,
             dirs: HashMap::new(),
             roots,
+            ancestors: HashSet::new(),
             overflows: 0,
         };
         if let Some(e) = watcher.refresh().into_iter().next() {
@@ -215,9 +222,41 @@ impl Watcher {
     pub fn refresh(&mut self) -> Vec<WatchError> {
         let mut errors = Vec::new();
         for (base, depth) in self.roots.clone() {
+            if !base.is_dir() {
+                // Watched before the base is looked at again, so that a base
+                // made meanwhile is either found below or reported.
+                self.watch_ancestor(&base, &mut errors);
+            }
             self.watch_tree(base, depth, &mut errors);
         }
         errors
+    }
+
+    /// Watches the nearest existing ancestor of `base` for directories made
+    /// in it, each of which brings [`Watcher::refresh`] one level closer.
+    /// Only directory events are asked for on top of what the ancestor may
+    /// already be watched for, and only they are read from it.
+    fn watch_ancestor(&mut self, base: &Path, errors: &mut Vec<WatchError>) {
+        let Some(ancestor) = base.ancestors().skip(1).find(|a| a.is_dir()) else {
+            return;
+        };
+        let flags = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_ONLYDIR
+            // nix names no flag for IN_MASK_ADD: added to, not replacing,
+            // the events the directory is watched for as a glob's.
+            | AddWatchFlags::from_bits_retain(nix::libc::IN_MASK_ADD);
+        match self.inotify.add_watch(ancestor, flags) {
+            Ok(wd) => {
+                self.ancestors.insert(wd);
+            }
+            Err(e) => {
+                let e = refused(ancestor, e);
+                if !is_gone(&e) {
+                    errors.push(e);
+                }
+            }
+        }
     }
 
     /// Reads every pending event without blocking and says what to do.
@@ -287,9 +326,23 @@ impl Watcher {
         }
         if mask.contains(AddWatchFlags::IN_IGNORED) {
             // The directory was deleted or unmounted: the kernel dropped
-            // its watch.
+            // its watch. If it was a base, its ancestor is watched for it
+            // to come back.
             self.dirs.remove(&event.wd);
+            self.ancestors.remove(&event.wd);
             wake.rescan = true;
+            wake.unwatched.extend(self.refresh());
+            return;
+        }
+        let arrived = mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+        let dir_arrived = arrived && mask.contains(AddWatchFlags::IN_ISDIR);
+        if dir_arrived && self.ancestors.contains(&event.wd) {
+            // A step towards a missing base directory, perhaps the base.
+            wake.unwatched.extend(self.refresh());
+            wake.rescan = true;
+        }
+        if !self.dirs.contains_key(&event.wd) {
+            // An ancestor only: its other events are not ours.
             return;
         }
         if mask.intersects(AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CLOSE_WRITE) {
@@ -303,8 +356,7 @@ impl Watcher {
         ) {
             wake.rescan = true;
         }
-        let arrived = mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
-        if arrived && mask.contains(AddWatchFlags::IN_ISDIR) {
+        if dir_arrived {
             let Some(parent) = self.dirs.get(&event.wd) else {
                 return;
             };
@@ -572,10 +624,34 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_base_directory_is_skipped() {
+    fn a_base_directory_made_after_the_watcher_is_watched_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        let w = Watcher::new(&config(&dir.path().join("not-yet"), "*.log")).unwrap();
+        let base = dir.path().join("later/logs");
+        let mut w = Watcher::new(&config(&base, "*.log")).unwrap();
         assert_eq!(w.counters().directories, 0);
+        // A file created in the ancestor is none of the watcher's business.
+        fs::File::create(dir.path().join("other.log")).unwrap();
+        assert!(!w.drain().unwrap().rescan);
+
+        fs::create_dir_all(&base).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 1);
+        fs::File::create(base.join("app.log")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+    }
+
+    #[test]
+    fn a_base_directory_made_one_level_at_a_time_is_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("later/logs");
+        let mut w = Watcher::new(&config(&base, "*.log")).unwrap();
+        fs::create_dir(dir.path().join("later")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        // Now `later` is the nearest ancestor, watched for `logs`.
+        assert_eq!(w.counters().directories, 0);
+        fs::create_dir(&base).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 1);
     }
 
     #[test]
@@ -601,7 +677,8 @@ mod tests {
         wake_until(&mut w, |k| k.rescan);
         assert_eq!(w.counters().directories, 0);
         fs::create_dir(&base).unwrap();
-        assert!(w.refresh().is_empty());
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 1);
         fs::File::create(base.join("app.log")).unwrap();
         wake_until(&mut w, |k| k.rescan);
     }
