@@ -49,10 +49,10 @@
 //!
 //! What the pieces cannot promise on their own: a file that is created and
 //! gone again before the caller's rescan opens it is never seen; with
-//! copytruncate, lines written
-//! after the last read and before the truncation are only in the copy; and
-//! a truncation hidden by a head that starts with the same bytes and a size
-//! past the old offset is read as growth (see [`tailer`]).
+//! copytruncate, lines written after the last read and before the
+//! truncation are only in the copy; and a truncation hidden by a head that
+//! starts with the same bytes and a size past the old offset is read as
+//! growth (see [`tailer`]).
 //!
 //! ```
 //! use std::time::Instant;
