@@ -95,8 +95,9 @@ pub struct Wake {
     /// A file in a watched directory was written: call
     /// [`Tailer::poll`](crate::Tailer::poll).
     pub poll: bool,
-    /// Directories created under a glob that could not be watched; their
-    /// files are left to the periodic rescan.
+    /// Directories that could not be watched while draining (created under
+    /// a glob, or walked again after an overflow or a base's removal);
+    /// their files are left to the periodic rescan.
     pub unwatched: Vec<WatchError>,
 }
 
@@ -138,10 +139,15 @@ pub enum WatchError {
     },
 }
 
-/// Why reading or waiting on the inotify fd failed.
+/// Why [`Watcher::drain`] failed: reading the inotify fd.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read inotify events: {0}")]
 pub struct DrainError(#[source] io::Error);
+
+/// Why [`Watcher::wait`] failed: `poll(2)` on the inotify fd.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot wait for inotify events: {0}")]
+pub struct WaitError(#[source] io::Error);
 
 /// The inotify watches over the directories of one source's include globs.
 #[derive(Debug)]
@@ -287,7 +293,7 @@ impl Watcher {
     /// # Errors
     ///
     /// `poll(2)` on the fd failed.
-    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, DrainError> {
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool, WaitError> {
         let timeout = match timeout {
             None => PollTimeout::NONE,
             // Rounded up, so that a short timeout does not become a busy
@@ -302,7 +308,7 @@ impl Watcher {
             Ok(n) => Ok(n > 0),
             // A signal cut the wait short; the caller's loop comes back.
             Err(Errno::EINTR) => Ok(false),
-            Err(e) => Err(DrainError(e.into())),
+            Err(e) => Err(WaitError(e.into())),
         }
     }
 
