@@ -231,6 +231,9 @@ impl Watcher {
     /// that does not exist is no error: the next call may find it).
     pub fn refresh(&mut self) -> Vec<WatchError> {
         let mut errors = Vec::new();
+        // Ancestors are chosen afresh: one whose base now exists is no
+        // longer watched for it.
+        let before = std::mem::take(&mut self.ancestors);
         for (base, depth) in self.roots.clone() {
             if !base.is_dir() {
                 // Watched before the base is looked at again, so that a base
@@ -238,6 +241,13 @@ impl Watcher {
                 self.watch_ancestor(&base, &mut errors);
             }
             self.watch_tree(base, depth, &mut errors);
+        }
+        for wd in before.difference(&self.ancestors) {
+            // A glob's directory keeps its watch, whose events include the
+            // ancestor's. The watch may be gone with its directory already.
+            if !self.dirs.contains_key(wd) {
+                let _ = self.inotify.rm_watch(*wd);
+            }
         }
         errors
     }
@@ -341,12 +351,15 @@ impl Watcher {
         }
         if mask.contains(AddWatchFlags::IN_IGNORED) {
             // The directory was deleted or unmounted: the kernel dropped
-            // its watch. If it was a base, its ancestor is watched for it
-            // to come back.
-            self.dirs.remove(&event.wd);
-            self.ancestors.remove(&event.wd);
+            // its watch. If it was a base or an ancestor, the watches are
+            // chosen again, so that the base is waited for.
+            let dir = self.dirs.remove(&event.wd);
+            let ancestor = self.ancestors.remove(&event.wd);
+            let base = dir.is_some_and(|d| self.roots.iter().any(|(b, _)| *b == d.path));
             wake.rescan = true;
-            wake.unwatched.extend(self.refresh());
+            if base || ancestor {
+                wake.unwatched.extend(self.refresh());
+            }
             return;
         }
         let arrived = mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
@@ -667,6 +680,19 @@ mod tests {
         fs::create_dir(&base).unwrap();
         wake_until(&mut w, |k| k.rescan);
         assert_eq!(w.counters().directories, 1);
+    }
+
+    #[test]
+    fn an_ancestor_is_let_go_once_its_base_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("logs");
+        let mut w = Watcher::new(&config(&base, "*.log")).unwrap();
+        fs::create_dir(&base).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 1);
+        // Directories made beside the base no longer wake anyone.
+        fs::create_dir(dir.path().join("other")).unwrap();
+        assert!(!w.wait(Some(Duration::ZERO)).unwrap());
     }
 
     #[test]
