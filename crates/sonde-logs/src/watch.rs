@@ -397,6 +397,36 @@ impl Watcher {
             let Some(name) = event.name else { return };
             let path = parent.path.join(name);
             self.watch_tree(path, depth, &mut wake.unwatched);
+        } else if mask.contains(AddWatchFlags::IN_MOVED_FROM | AddWatchFlags::IN_ISDIR) {
+            let (Some(parent), Some(name)) = (self.dirs.get(&event.wd), event.name) else {
+                return;
+            };
+            self.unwatch_moved(parent.path.join(name), wake);
+        }
+    }
+
+    /// Lets go of the watches of `dir`, moved away, and of the directories
+    /// below it: a watch follows its inode, so they would otherwise report
+    /// on directories outside the globs under paths that are no longer
+    /// theirs. If the move lands within a glob's reach, its `IN_MOVED_TO`
+    /// watches the directory again under its new path.
+    fn unwatch_moved(&mut self, dir: PathBuf, wake: &mut Wake) {
+        let moved: Vec<WatchDescriptor> = self
+            .dirs
+            .iter()
+            .filter(|(_, w)| w.path.starts_with(&dir))
+            .map(|(wd, _)| *wd)
+            .collect();
+        for wd in moved {
+            self.dirs.remove(&wd);
+            if !self.ancestors.contains(&wd) {
+                // The IN_IGNORED this queues finds no entry left.
+                let _ = self.inotify.rm_watch(wd);
+            }
+        }
+        if self.roots.iter().any(|(base, _)| base.starts_with(&dir)) {
+            // A base moved away: wait for it at its ancestor.
+            wake.unwatched.extend(self.refresh());
         }
     }
 
@@ -693,6 +723,26 @@ mod tests {
         // Directories made beside the base no longer wake anyone.
         fs::create_dir(dir.path().join("other")).unwrap();
         assert!(!w.wait(Some(Duration::ZERO)).unwrap());
+    }
+
+    #[test]
+    fn a_directory_moved_out_of_the_globs_is_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        let mut w = Watcher::new(&config(dir.path(), "**/*.log")).unwrap();
+        assert_eq!(w.counters().directories, 3);
+        let moved = outside.path().join("a");
+        fs::rename(dir.path().join("a"), &moved).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 1);
+        // What happens there now is none of the watcher's business.
+        fs::File::create(moved.join("b/app.log")).unwrap();
+        assert!(!w.drain().unwrap().rescan);
+        // Moved back, it is watched again.
+        fs::rename(&moved, dir.path().join("a")).unwrap();
+        wake_until(&mut w, |k| k.rescan);
+        assert_eq!(w.counters().directories, 3);
     }
 
     #[test]
