@@ -15,11 +15,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod common;
+
+use common::TestPoint;
 use proptest::prelude::*;
 use sonde_aggregate::{
     AggregateConfig, Aggregator, Batch, Bounds, HistogramBuckets, RecordError, Shard,
 };
-use sonde_proto::{Kind, Point, TagSyntax, Value};
+use sonde_proto::Kind;
 
 const WINDOW_SECS: f64 = 10.0;
 const START: i64 = 1_700_000_000;
@@ -35,40 +38,22 @@ const QUANTILES: [(&str, u64); 5] = [
     (".pct999", 999),
 ];
 
-/// One generated point, owned.
+/// One generated point, and the worker that receives it.
 #[derive(Clone, Debug)]
 struct P {
-    kind: Kind,
-    name: &'static str,
-    tags: &'static str,
-    value: f64,
-    /// A gauge adjustment (`+n`/`-n`) rather than a new value.
-    delta: bool,
-    member: &'static str,
-    sample_rate: f64,
-    ts: Option<i64>,
+    point: TestPoint,
     /// The worker that receives it, for series whose order does not matter.
     worker: bool,
 }
 
-impl P {
-    fn point(&self) -> Point<'_> {
-        let value = match (self.kind, self.delta) {
-            (Kind::Set, _) => Value::Member(self.member.as_bytes()),
-            (Kind::Gauge, true) => Value::Delta(self.value),
-            _ => Value::Number(self.value),
-        };
-        Point {
-            kind: self.kind,
-            name: self.name.as_bytes(),
-            tags: self.tags.as_bytes(),
-            tag_syntax: TagSyntax::Msgpack,
-            value,
-            sample_rate: self.sample_rate,
-            timestamp: self.ts,
-        }
+impl std::ops::Deref for P {
+    type Target = TestPoint;
+    fn deref(&self) -> &TestPoint {
+        &self.point
     }
+}
 
+impl P {
     /// What the series aggregates, as the table's rows tell them apart.
     fn row(&self) -> Row {
         match (self.kind, self.ts) {
@@ -143,21 +128,23 @@ fn point() -> impl Strategy<Value = P> {
     )
         .prop_map(
             |(kind, name, tags, value, delta, member, rate, ts, worker)| P {
-                kind,
-                name,
-                tags,
-                value: f64::from(value),
-                delta: delta && kind == Kind::Gauge,
-                member,
-                // StatsD counts and timers scale by their sample rate.
-                sample_rate: match kind {
-                    Kind::Count | Kind::Timer => rate,
-                    _ => 1.0,
-                },
-                ts: match kind {
-                    Kind::TsStore => Some(ts.unwrap_or(START)),
-                    Kind::Count | Kind::Gauge => ts,
-                    _ => None,
+                point: TestPoint {
+                    kind,
+                    name,
+                    tags,
+                    value: f64::from(value),
+                    delta: delta && kind == Kind::Gauge,
+                    member,
+                    // StatsD counts and timers scale by their sample rate.
+                    sample_rate: match kind {
+                        Kind::Count | Kind::Timer => rate,
+                        _ => 1.0,
+                    },
+                    ts: match kind {
+                        Kind::TsStore => Some(ts.unwrap_or(START)),
+                        Kind::Count | Kind::Gauge => ts,
+                        _ => None,
+                    },
                 },
                 worker,
             },
@@ -177,14 +164,16 @@ fn burst() -> impl Strategy<Value = Vec<P>> {
             any::<bool>(),
         )
             .prop_map(|(kind, value, rate, worker)| P {
-                kind,
-                name: "busy",
-                tags: "h=1",
-                value: f64::from(value),
-                delta: false,
-                member: "",
-                sample_rate: if kind == Kind::Timer { rate } else { 1.0 },
-                ts: None,
+                point: TestPoint {
+                    kind,
+                    name: "busy",
+                    tags: "h=1",
+                    value: f64::from(value),
+                    delta: false,
+                    member: "",
+                    sample_rate: if kind == Kind::Timer { rate } else { 1.0 },
+                    ts: None,
+                },
                 worker,
             }),
         0..200,

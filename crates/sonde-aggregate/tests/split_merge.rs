@@ -17,41 +17,15 @@
 
 use std::sync::Arc;
 
+mod common;
+
 use proptest::prelude::*;
 use sonde_aggregate::{AggregateConfig, Aggregator, Batch, Shard};
-use sonde_proto::{Kind, Point, TagSyntax, Value};
+use sonde_proto::Kind;
 
-/// One generated point, owned.
-#[derive(Clone, Debug)]
-struct P {
-    kind: Kind,
-    name: &'static str,
-    tags: &'static str,
-    value: f64,
-    delta: bool,
-    member: &'static str,
-    rate: f64,
-    ts: Option<i64>,
-}
+use common::TestPoint as P;
 
 impl P {
-    fn point(&self) -> Point<'_> {
-        let value = match (self.kind, self.delta) {
-            (Kind::Set, _) => Value::Member(self.member.as_bytes()),
-            (Kind::Gauge, true) => Value::Delta(self.value),
-            _ => Value::Number(self.value),
-        };
-        Point {
-            kind: self.kind,
-            name: self.name.as_bytes(),
-            tags: self.tags.as_bytes(),
-            tag_syntax: TagSyntax::Msgpack,
-            value,
-            sample_rate: self.rate,
-            timestamp: self.ts,
-        }
-    }
-
     fn commutative(&self) -> bool {
         !matches!(self.kind, Kind::Store | Kind::TsStore | Kind::Gauge)
     }
@@ -98,7 +72,7 @@ fn point(commutative_only: bool) -> impl Strategy<Value = P> {
                 value: f64::from(v),
                 delta,
                 member,
-                rate,
+                sample_rate: rate,
                 ts,
             }
         })
