@@ -287,8 +287,11 @@ fn reload(
     let changes = |s: &Sink| s.kind.reloads;
     let fixed =
         |c: &Config| -> Vec<Sink> { c.sinks.iter().filter(|s| !changes(s)).cloned().collect() };
-    if fixed(old) != fixed(new) {
-        let types: std::collections::BTreeSet<&str> = (fixed(old).iter().chain(&fixed(new)))
+    let (fixed_old, fixed_new) = (fixed(old), fixed(new));
+    if fixed_old != fixed_new {
+        let types: std::collections::BTreeSet<&str> = fixed_old
+            .iter()
+            .chain(&fixed_new)
             .map(|s| s.kind.name)
             .collect();
         tracing::warn!(
