@@ -17,6 +17,9 @@
 //!   ones (console, file, Prometheus exporter) write directly, the network
 //!   ones are **senders** ([`sender`]), which batch, compress, buffer and
 //!   retry;
+//! * **log sources** ([`logs`]): one thread per source reads its files and
+//!   sends batches of lines to the sinks that take it, which acknowledge
+//!   them once delivered;
 //! * the **HTTP listeners** ([`http`]): one thread for the admin site (an
 //!   index, `/health`, `/metrics`, CPU profiles) and the exporters' scrape
 //!   endpoints;
@@ -43,6 +46,7 @@ compile_error!("sonde-io runs on Linux only: see the `sys` module for the system
 pub mod addr;
 pub mod flusher;
 pub mod http;
+pub mod logs;
 pub mod priority;
 pub mod receiver;
 pub mod sender;

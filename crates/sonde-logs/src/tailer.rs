@@ -545,6 +545,26 @@ impl Tailer {
         }
     }
 
+    /// The checkpoints as if every line handed out so far were
+    /// acknowledged: per open file, the offset after its last complete
+    /// line read (a waiting partial line is not counted), and the restored
+    /// checkpoints no rescan has taken up yet. A sink that stores offsets
+    /// together with the lines it delivered (Kafka transactions) saves
+    /// these, taken right after the lines it holds were read.
+    pub fn positions(&self) -> Checkpoints {
+        let open = self.files.iter().map(|w| FileCheckpoint {
+            identity: Identity {
+                id: w.id,
+                head: w.head,
+            },
+            path: w.path.to_string_lossy().into_owned(),
+            offset: w.splitter.waiting().unwrap_or(w.splitter.offset()),
+        });
+        Checkpoints {
+            files: open.chain(self.restored.values().cloned()).collect(),
+        }
+    }
+
     /// What the tailer has done so far.
     pub fn counters(&self) -> Counters {
         self.counters
@@ -1029,6 +1049,29 @@ mod tests {
     #[test]
     fn rename_rotation_while_appending_reads_every_line_once_through_the_open_descriptor() {
         rename_rotation_while_appending("app.log");
+    }
+
+    #[test]
+    fn positions_name_the_end_of_the_last_line_read_and_resume_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, b"one\ntwo\nthr");
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.texts(), ["one", "two"]);
+        // Nothing acknowledged: the checkpoint stays at 0, the position is
+        // after "two\n", not after the waiting partial line.
+        assert_eq!(t.checkpoints().files[0].offset, 0);
+        let positions = t.positions();
+        assert_eq!(positions.files[0].offset, 8);
+        // A tailer resumed from the positions reads the rest once.
+        append(&log, b"ee\n");
+        let mut resumed = Tailer::new(config(dir.path(), "app.log"), Some(positions)).unwrap();
+        let mut rest = Collect::default();
+        drain(&mut resumed, now, &mut rest);
+        assert_eq!(rest.texts(), ["three"]);
     }
 
     #[test]

@@ -199,6 +199,21 @@ impl Watcher {
     /// watched; [`WatchError::Limit`] when the kernel's cap on watches is
     /// reached.
     pub fn new(config: &TailerConfig) -> Result<Self, WatchError> {
+        let (watcher, refused) = Self::start(config)?;
+        match refused.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(watcher),
+        }
+    }
+
+    /// [`Watcher::new`] that goes on without the directories it could not
+    /// watch (as [`Watcher::refresh`] does), and returns them: a source
+    /// with one unreadable directory still gets inotify for the others.
+    ///
+    /// # Errors
+    ///
+    /// No inotify instance.
+    pub fn start(config: &TailerConfig) -> Result<(Self, Vec<WatchError>), WatchError> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(|e| WatchError::Init(e.into()))?;
         let roots = config
@@ -216,10 +231,8 @@ impl Watcher {
             ancestors: HashSet::new(),
             overflows: 0,
         };
-        if let Some(e) = watcher.refresh().into_iter().next() {
-            return Err(e);
-        }
-        Ok(watcher)
+        let refused = watcher.refresh();
+        Ok((watcher, refused))
     }
 
     /// Watches again every directory the globs reach that exists now: a

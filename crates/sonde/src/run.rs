@@ -54,7 +54,7 @@ struct RunningReceiver {
 struct RunningSink {
     config: Sink,
     stats: Arc<SinkStats>,
-    thread: JoinHandle<()>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 /// What starting receivers needs.
@@ -150,14 +150,18 @@ fn start_sink(
     let mut start = Start {
         stats: Arc::clone(&stats),
         sites,
+        sources: &[],
     };
-    let (handle, thread) = (s.kind.start)(s, &mut start)?;
+    let running = (s.kind.start)(s, &mut start)?;
+    let handle = running
+        .windows
+        .with_context(|| format!("sink {} started without its window input", s.name))?;
     Ok((
         handle,
         RunningSink {
             config: s.clone(),
             stats,
-            thread,
+            threads: running.threads,
         },
     ))
 }
@@ -261,7 +265,9 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     for s in sinks {
-        let _ = s.thread.join();
+        for t in s.threads {
+            let _ = t.join();
+        }
     }
     tracing::info!("stopped");
     Ok(())
@@ -366,7 +372,9 @@ fn reload(
     // for a new sink of the same name afterwards).
     let mut old_stats = Vec::new();
     for g in gone {
-        let _ = g.thread.join();
+        for t in g.threads {
+            let _ = t.join();
+        }
         tracing::info!(sink = %g.stats.name, "sink stopped");
         lock(&ctx.telemetry.sinks).retain(|s| !Arc::ptr_eq(s, &g.stats));
         old_stats.push(g.stats);

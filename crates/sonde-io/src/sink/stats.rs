@@ -103,6 +103,10 @@ pub struct SinkStats {
     pub batches: AtomicU64,
     /// Points written.
     pub points: AtomicU64,
+    /// Log records delivered (acknowledged by the backend).
+    pub records: AtomicU64,
+    /// Log records dropped, by [`SinkDrop`].
+    pub dropped_records: [AtomicU64; SINK_DROPS],
     /// Write errors of the local sinks (console, file).
     pub errors: AtomicU64,
     /// Batches dropped, by [`SinkDrop`].
@@ -132,6 +136,8 @@ impl SinkStats {
             name,
             batches: AtomicU64::new(0),
             points: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            dropped_records: std::array::from_fn(|_| AtomicU64::new(0)),
             errors: AtomicU64::new(0),
             dropped_batches: std::array::from_fn(|_| AtomicU64::new(0)),
             dropped_points: std::array::from_fn(|_| AtomicU64::new(0)),

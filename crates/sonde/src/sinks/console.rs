@@ -20,5 +20,5 @@ pub static TYPE: SinkType = SinkType {
 };
 
 fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
-    Ok(sink::spawn(Console::default(), Arc::clone(&st.stats))?)
+    Ok(sink::spawn(Console::default(), Arc::clone(&st.stats))?.into())
 }

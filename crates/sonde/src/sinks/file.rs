@@ -32,5 +32,5 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let path = Path::new(s.option("path").unwrap_or_default());
     let f =
         sink::File::open(path).with_context(|| format!("opening file sink {}", path.display()))?;
-    Ok(sink::spawn(f, Arc::clone(&st.stats))?)
+    Ok(sink::spawn(f, Arc::clone(&st.stats))?.into())
 }

@@ -38,6 +38,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use sonde_io::http::Site;
+use sonde_io::logs::{LogInput, SourceInfo};
 use sonde_io::sink::SinkHandle;
 use sonde_io::sink::SinkStats;
 use toml::Spanned;
@@ -122,17 +123,42 @@ impl Transport {
     }
 }
 
-/// What starting a sink gets: its counters and where a listening sink
-/// puts its HTTP site.
+/// What starting a sink gets: its counters, where a listening sink puts
+/// its HTTP site, and the log sources it takes.
 pub struct Start<'a> {
     /// The sink's counters on `/metrics`.
     pub stats: Arc<SinkStats>,
     /// Listeners the agent's HTTP thread serves.
     pub sites: &'a mut Vec<(TcpListener, Site)>,
+    /// The log sources whose lines it takes (its `inputs` other than
+    /// `metrics`), with what records carry besides the line.
+    pub sources: &'a [SourceInfo],
 }
 
-/// A started sink: the handle the flusher sends windows to, and its thread.
-pub type Running = (SinkHandle, JoinHandle<()>);
+/// A started sink.
+#[derive(Debug)]
+pub struct Running {
+    /// Where the flusher sends windows. A sink that does not take
+    /// `metrics` gets none: the agent drops this handle and its window
+    /// thread, if any, ends.
+    pub windows: Option<SinkHandle>,
+    /// Its end for each log source of [`Start::sources`], by source name.
+    pub logs: Vec<(String, LogInput)>,
+    /// Its threads; each ends once the sink's inputs are dropped and what it
+    /// holds is delivered.
+    pub threads: Vec<JoinHandle<()>>,
+}
+
+/// A sink of windows only, as `sonde_io::sink::spawn` starts one.
+impl From<(SinkHandle, JoinHandle<()>)> for Running {
+    fn from((windows, thread): (SinkHandle, JoinHandle<()>)) -> Self {
+        Running {
+            windows: Some(windows),
+            logs: Vec::new(),
+            threads: vec![thread],
+        }
+    }
+}
 
 /// One sink type; see the module docs.
 pub struct SinkType {

@@ -383,14 +383,7 @@ pub fn spawn<E: BatchEncoder, T: sender::Transport>(
     let stats = Arc::clone(&st.stats);
     let queue = open_queue(&s.name, &n.buffer, &stats)?;
     tracing::info!(sink = %s.name, target = %n.target, compression = n.compression.name(), "sink sending");
-    Ok(sender::spawn(
-        encoder,
-        n.compression,
-        transport,
-        queue,
-        n.delivery,
-        stats,
-    )?)
+    Ok(sender::spawn(encoder, n.compression, transport, queue, n.delivery, stats)?.into())
 }
 
 fn settings(s: &Sink) -> anyhow::Result<&NetSink> {

@@ -41,8 +41,5 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
     let expo = Exposition::default();
     st.sites.push((l, Site::Exporter(expo.clone())));
-    Ok(sink::spawn(
-        PrometheusExporter::new(expo),
-        Arc::clone(&st.stats),
-    )?)
+    Ok(sink::spawn(PrometheusExporter::new(expo), Arc::clone(&st.stats))?.into())
 }

@@ -1,0 +1,270 @@
+//! Batches of lines on their way from a source to its sinks, and the
+//! acknowledgements on their way back.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use sonde_logs::{Checkpoints, FileKey, Line, LineSink, Origin};
+
+/// What every record of a source carries besides its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// The source's name (`[[logs]] name`).
+    pub name: String,
+    /// The host name, as records name it.
+    pub host: String,
+    /// `fields`, sorted by key: top-level keys of a JSON record, headers of
+    /// a raw one.
+    pub fields: Vec<(String, String)>,
+}
+
+/// One line of a [`LogBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLine<'a> {
+    /// The line without its newline (and without a `\r` before it); cut at
+    /// `max_line_bytes`.
+    pub bytes: &'a [u8],
+    /// The path its file was at when the line was read.
+    pub path: &'a str,
+    /// The file offset of the line's first byte.
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    /// Index into `LogBatch::paths`.
+    path: usize,
+    /// Where the line's bytes start in `LogBatch::data`.
+    at: usize,
+    len: usize,
+    offset: u64,
+}
+
+/// Lines of one source, read together, shared by every sink that takes
+/// the source. Each of those sinks calls [`LogBatch::ack`] once it has
+/// delivered every line; the last call hands the batch back to the source,
+/// which then advances the files' checkpoints past its lines.
+///
+/// The lines' bytes sit in one buffer, so a batch costs two allocations
+/// however many lines it holds.
+#[derive(Debug)]
+pub struct LogBatch {
+    source: Arc<SourceInfo>,
+    seq: u64,
+    data: Vec<u8>,
+    spans: Vec<Span>,
+    paths: Vec<Arc<str>>,
+    /// Per file in the batch, the end offset of its last line.
+    ends: Vec<(FileKey, u64)>,
+    positions: Option<Checkpoints>,
+    pending: AtomicUsize,
+    done: Option<Sender<u64>>,
+}
+
+impl LogBatch {
+    /// The source the lines come from.
+    pub fn source(&self) -> &SourceInfo {
+        &self.source
+    }
+
+    /// The batch's number: the source numbers its batches from 0, in the
+    /// order it read them.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The lines, in the order they were read (file order within a file).
+    pub fn lines(&self) -> impl ExactSizeIterator<Item = LogLine<'_>> + '_ {
+        self.spans.iter().map(|s| LogLine {
+            bytes: &self.data[s.at..s.at + s.len],
+            path: &self.paths[s.path],
+            offset: s.offset,
+        })
+    }
+
+    /// How many lines.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether it holds no line.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The lines' bytes, newlines not counted.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// For sinks that store offsets with the lines they deliver (Kafka
+    /// transactions): the source's read positions right after this batch's
+    /// lines, set on the last batch of each read round when a sink of the
+    /// source asked for them ([`super::LogInput::positions`]). A sink that
+    /// stores these with every line up to and including this batch's stores
+    /// a consistent resume point.
+    pub fn positions(&self) -> Option<&Checkpoints> {
+        self.positions.as_ref()
+    }
+
+    /// Tells the source that this sink delivered every line of the batch.
+    /// Call it once per sink; the batch's lines are acknowledged to the
+    /// source once every sink it was sent to has called it.
+    pub fn ack(&self) {
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(done) = &self.done {
+                // A source that stopped no longer waits for it.
+                let _ = done.send(self.seq);
+            }
+        }
+    }
+
+    /// Per file, the end offset of its last line in the batch: what the
+    /// source acknowledges to its tailer.
+    pub(crate) fn ends(&self) -> &[(FileKey, u64)] {
+        &self.ends
+    }
+}
+
+/// Collects the lines a tailer pushes into batches of about `max_bytes`
+/// (a batch closes after the line that reaches it). Batches come out
+/// unarmed: the source arms each ([`LogBatch::arm`]) as it sends it.
+pub(crate) struct BatchBuilder {
+    source: Arc<SourceInfo>,
+    max_bytes: usize,
+    next_seq: u64,
+    current: Parts,
+    /// Batches filled during the current poll, ready to go.
+    full: Vec<LogBatch>,
+}
+
+#[derive(Default)]
+struct Parts {
+    data: Vec<u8>,
+    spans: Vec<Span>,
+    paths: Vec<Arc<str>>,
+    ends: Vec<(FileKey, u64)>,
+    /// The file of the last line, whose path the next line of the same file
+    /// shares.
+    last: Option<FileKey>,
+}
+
+impl BatchBuilder {
+    pub(crate) fn new(source: Arc<SourceInfo>, max_bytes: usize) -> Self {
+        Self {
+            source,
+            max_bytes,
+            next_seq: 0,
+            current: Parts::default(),
+            full: Vec::new(),
+        }
+    }
+
+    /// The batches filled so far, then the lines collected since as one
+    /// more batch, if there are any.
+    pub(crate) fn take(&mut self) -> Vec<LogBatch> {
+        self.close();
+        std::mem::take(&mut self.full)
+    }
+
+    fn close(&mut self) {
+        if self.current.spans.is_empty() {
+            return;
+        }
+        let parts = std::mem::take(&mut self.current);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.full.push(LogBatch {
+            source: Arc::clone(&self.source),
+            seq,
+            data: parts.data,
+            spans: parts.spans,
+            paths: parts.paths,
+            ends: parts.ends,
+            positions: None,
+            pending: AtomicUsize::new(0),
+            done: None,
+        });
+    }
+}
+
+impl LineSink for BatchBuilder {
+    fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>) {
+        let c = &mut self.current;
+        if c.last != Some(origin.key) {
+            c.paths.push(Arc::from(origin.path.to_string_lossy()));
+            c.last = Some(origin.key);
+        }
+        c.spans.push(Span {
+            path: c.paths.len() - 1,
+            at: c.data.len(),
+            len: line.bytes.len(),
+            offset: line.start,
+        });
+        c.data.extend_from_slice(line.bytes);
+        match c.ends.iter_mut().find(|(k, _)| *k == origin.key) {
+            Some((_, end)) => *end = line.end,
+            None => c.ends.push((origin.key, line.end)),
+        }
+        if c.data.len() >= self.max_bytes {
+            self.close();
+        }
+    }
+}
+
+impl LogBatch {
+    /// Readies a batch to be sent to `pending` sinks, the last ack going to
+    /// `done`, with the source's read positions if a sink asked for them.
+    pub(crate) fn arm(
+        &mut self,
+        pending: usize,
+        done: &Sender<u64>,
+        positions: Option<Checkpoints>,
+    ) {
+        *self.pending.get_mut() = pending;
+        self.done = Some(done.clone());
+        self.positions = positions;
+    }
+
+    /// A batch of `(path, offset, line)`s, for the tests of sinks: it sends
+    /// `seq` into `done` after `pending` acks.
+    pub fn for_test(
+        source: SourceInfo,
+        seq: u64,
+        lines: &[(&str, u64, &[u8])],
+        pending: usize,
+        done: Sender<u64>,
+    ) -> LogBatch {
+        let mut data = Vec::new();
+        let mut spans = Vec::new();
+        let mut paths: Vec<Arc<str>> = Vec::new();
+        for (path, offset, bytes) in lines {
+            let p = match paths.iter().position(|p| &**p == *path) {
+                Some(i) => i,
+                None => {
+                    paths.push(Arc::from(*path));
+                    paths.len() - 1
+                }
+            };
+            spans.push(Span {
+                path: p,
+                at: data.len(),
+                len: bytes.len(),
+                offset: *offset,
+            });
+            data.extend_from_slice(bytes);
+        }
+        LogBatch {
+            source: Arc::new(source),
+            seq,
+            data,
+            spans,
+            paths,
+            ends: Vec::new(),
+            positions: None,
+            pending: AtomicUsize::new(pending),
+            done: Some(done),
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! The thread that runs one log source: it finds and reads the files,
+//! sends their lines in batches to the source's sinks, acknowledges to its
+//! tailer what every sink delivered, and saves the checkpoints.
+//!
+//! # One round
+//!
+//! 1. Take the acknowledgements that came back. Batches are acknowledged
+//!    to the tailer in the order they were read, so a batch delivered
+//!    before an earlier one waits for it: a checkpoint never passes a line
+//!    that some sink has not delivered.
+//! 2. Save the checkpoints if they moved and the last save is a second old
+//!    ([`SAVE_EVERY`]), so a SIGKILL after a quiet second re-reads nothing.
+//! 3. Rescan when inotify saw files come and go, or every
+//!    `rescan_interval` as the safety net.
+//! 4. Read, if fewer than [`MAX_IN_FLIGHT_BYTES`] are sent and not yet
+//!    acknowledged: that bound is the backpressure. A slow or absent sink
+//!    stops the reading, with the files held open by the tailer until what
+//!    was read from them is acknowledged, and memory bounded whatever the
+//!    sink does.
+//! 5. Wait for inotify, an acknowledgement or the next deadline.
+//!
+//! # Stopping
+//!
+//! Once told to stop, the source reads nothing more, waits up to
+//! [`STOP_GRACE`] for the batches in flight to be acknowledged, saves the
+//! checkpoints and drops its ends of the sinks' channels (which lets the
+//! sinks stop). A clean stop therefore re-sends nothing at the next start
+//! unless a sink could not deliver within the grace.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sonde_logs::tailer::{Event, PollReport, RescanReport};
+use sonde_logs::{CheckpointFile, Checkpoints, Tailer, TailerConfig, Watcher};
+
+use super::batch::{BatchBuilder, LogBatch, SourceInfo};
+use super::stats::LogStats;
+
+/// Bytes of lines a source may have sent and not had acknowledged before
+/// it stops reading.
+pub const MAX_IN_FLIGHT_BYTES: usize = 16 << 20;
+
+/// Bytes of lines per batch (a batch closes after the line that reaches
+/// it).
+pub const BATCH_BYTES: usize = 1 << 20;
+
+/// How often moved checkpoints are saved.
+pub const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a stopping source waits for its batches in flight.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How often files are read when inotify is not available.
+const POLL_WITHOUT_INOTIFY: Duration = Duration::from_millis(250);
+
+/// How long one wait may last, so that a stop is noticed.
+const MAX_WAIT: Duration = Duration::from_millis(200);
+
+/// How long a wait for acknowledgements lasts while files may have grown.
+const ACK_WAIT: Duration = Duration::from_millis(10);
+
+/// A sink's end for one log source, handed to the source when it starts.
+#[derive(Debug)]
+pub struct LogInput {
+    /// Where the source sends its batches.
+    pub tx: Sender<Arc<LogBatch>>,
+    /// Checkpoints the sink keeps itself (Kafka transactions hold the
+    /// offsets committed with the records); when set, the source resumes
+    /// from them instead of its checkpoint file.
+    pub restored: Option<Checkpoints>,
+    /// Whether the sink needs the read positions on the last batch of each
+    /// read round ([`LogBatch::positions`]).
+    pub positions: bool,
+}
+
+/// One source, validated.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    /// Its name, host and fields.
+    pub info: SourceInfo,
+    /// Its files and how they are read.
+    pub tailer: TailerConfig,
+    /// The periodic rescan.
+    pub rescan_interval: Duration,
+    /// Where its checkpoint file lives (`{data_dir}/checkpoints`).
+    pub checkpoint_dir: PathBuf,
+}
+
+/// A running source.
+#[derive(Debug)]
+pub struct RunningSource {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl RunningSource {
+    /// Stops the source (see the module docs) and waits for its thread.
+    pub fn stop(self) {
+        self.stop.store(true, Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// Why a source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The checkpoint directory could not be made.
+    #[error("cannot make the checkpoint directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The source's name cannot name a checkpoint file.
+    #[error(transparent)]
+    Name(#[from] sonde_logs::checkpoint::NameError),
+    /// The tailer refused the config.
+    #[error(transparent)]
+    Tailer(#[from] sonde_logs::tailer::BuildError),
+    /// The thread could not be spawned.
+    #[error("cannot start the source's thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// Starts source `config`, sending to `sinks` and counting into `stats`.
+///
+/// # Errors
+///
+/// See [`StartError`]: a checkpoint directory that cannot be made, a
+/// name or globs the config check should have refused.
+pub fn spawn(
+    config: SourceConfig,
+    sinks: Vec<LogInput>,
+    stats: Arc<LogStats>,
+) -> Result<RunningSource, StartError> {
+    std::fs::create_dir_all(&config.checkpoint_dir).map_err(|source| StartError::Dir {
+        path: config.checkpoint_dir.clone(),
+        source,
+    })?;
+    let store = CheckpointFile::new(&config.checkpoint_dir, &config.info.name)?;
+    let name = config.info.name.clone();
+    let restored = sinks.iter().find_map(|s| s.restored.clone());
+    let checkpoints = match restored {
+        Some(c) => {
+            tracing::info!(source = %name, files = c.files.len(), "resuming from the offsets a sink keeps");
+            Some(c)
+        }
+        None => load(&store, &name, &stats),
+    };
+    let tailer = Tailer::new(config.tailer.clone(), checkpoints)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done_tx, done_rx) = channel();
+    let mut run = Run {
+        positions: sinks.iter().any(|s| s.positions),
+        sinks,
+        tailer,
+        builder: BatchBuilder::new(Arc::new(config.info.clone()), BATCH_BYTES),
+        in_flight: VecDeque::new(),
+        in_flight_bytes: 0,
+        done_tx,
+        done_rx,
+        store,
+        stats,
+        stop: Arc::clone(&stop),
+        config,
+        last_errors: Vec::new(),
+    };
+    let thread = std::thread::Builder::new()
+        .name(format!("logs {name}"))
+        .spawn(move || run.run())
+        .map_err(StartError::Spawn)?;
+    Ok(RunningSource { stop, thread })
+}
+
+/// The saved checkpoints; a file that cannot be trusted is reported,
+/// counted and set aside, and every file is then read from its beginning
+/// (duplicates rather than a loss).
+fn load(store: &CheckpointFile, name: &str, stats: &LogStats) -> Option<Checkpoints> {
+    match store.load() {
+        Ok(c) => c,
+        Err(e) => {
+            stats.corrupt_checkpoints.fetch_add(1, Relaxed);
+            let aside = store.path().with_extension("checkpoint.corrupt");
+            let moved = std::fs::rename(store.path(), &aside).is_ok();
+            tracing::error!(
+                source = %name,
+                error = %e,
+                kept_as = %if moved { aside.display().to_string() } else { "(not moved)".into() },
+                "the checkpoint file cannot be trusted: every file is read from its beginning"
+            );
+            Some(Checkpoints::default())
+        }
+    }
+}
+
+/// A batch sent and not yet acknowledged by every sink.
+struct InFlight {
+    batch: Arc<LogBatch>,
+    done: bool,
+}
+
+struct Run {
+    config: SourceConfig,
+    sinks: Vec<LogInput>,
+    positions: bool,
+    tailer: Tailer,
+    builder: BatchBuilder,
+    in_flight: VecDeque<InFlight>,
+    in_flight_bytes: usize,
+    done_tx: Sender<u64>,
+    done_rx: Receiver<u64>,
+    store: CheckpointFile,
+    stats: Arc<LogStats>,
+    stop: Arc<AtomicBool>,
+    /// The scan and read errors logged last round, so that a lasting error
+    /// is logged once rather than every round.
+    last_errors: Vec<String>,
+}
+
+impl Run {
+    fn run(&mut self) {
+        crate::priority::enter_background();
+        let name = self.config.info.name.clone();
+        let mut watcher = match Watcher::start(&self.config.tailer) {
+            Ok((w, refused)) => {
+                for e in refused {
+                    tracing::warn!(source = %name, error = %e, "directory not watched; the periodic rescan covers it");
+                }
+                Some(w)
+            }
+            Err(e) => {
+                tracing::warn!(source = %name, error = %e, "no inotify: files are found by the periodic rescan and read every 250ms");
+                None
+            }
+        };
+        let now = Instant::now();
+        let mut next_rescan = now;
+        let mut next_save = now;
+        let mut dirty = false;
+        let mut read_now = true;
+        let mut last_read = now;
+        while !self.stop.load(Relaxed) {
+            let now = Instant::now();
+            dirty |= self.take_acks();
+            if dirty && now >= next_save {
+                self.save();
+                dirty = false;
+                next_save = now + SAVE_EVERY;
+            }
+            let mut rescan = now >= next_rescan;
+            if let Some(w) = watcher.as_mut() {
+                match w.drain() {
+                    Ok(wake) => {
+                        rescan |= wake.rescan;
+                        read_now |= wake.poll || wake.rescan;
+                        for e in wake.unwatched {
+                            tracing::warn!(source = %name, error = %e, "directory not watched; the periodic rescan covers it");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(source = %name, error = %e, "inotify failed: files are found by the periodic rescan");
+                        watcher = None;
+                    }
+                }
+                if let Some(w) = watcher.as_ref() {
+                    self.stats
+                        .watch_overflows
+                        .store(w.counters().overflows, Relaxed);
+                }
+            }
+            if rescan {
+                let report = self.tailer.rescan(now);
+                self.report_rescan(report);
+                if let Some(w) = watcher.as_mut() {
+                    for e in w.refresh() {
+                        tracing::debug!(source = %name, error = %e, "directory not watched");
+                    }
+                }
+                next_rescan = now + self.config.rescan_interval;
+                // The safety net reads too, for writes inotify did not see.
+                read_now = true;
+            }
+            if watcher.is_none() && now >= last_read + POLL_WITHOUT_INOTIFY {
+                read_now = true;
+            }
+            let room = self.in_flight_bytes < MAX_IN_FLIGHT_BYTES;
+            let mut more = false;
+            if read_now && room {
+                last_read = now;
+                let report = self.tailer.poll(now, &mut self.builder);
+                more = report.more;
+                self.report_poll(report);
+                self.send();
+                read_now = more;
+            }
+            self.stats
+                .store(&self.tailer.counters(), self.tailer.bytes_behind());
+            if more && self.in_flight_bytes < MAX_IN_FLIGHT_BYTES {
+                continue;
+            }
+            // Wait for whichever comes first: inotify, an acknowledgement,
+            // a deadline.
+            let mut until = next_rescan;
+            if dirty {
+                until = until.min(next_save);
+            }
+            if watcher.is_none() {
+                until = until.min(last_read + POLL_WITHOUT_INOTIFY);
+            }
+            let wait = until
+                .saturating_duration_since(Instant::now())
+                .min(MAX_WAIT);
+            if !self.in_flight.is_empty() {
+                // Acknowledgements come on a channel and inotify on a fd.
+                // When reading waits for acknowledgements, only they
+                // matter; else wait on the channel briefly, and the next
+                // round's drain reads what inotify has.
+                let blocked = self.in_flight_bytes >= MAX_IN_FLIGHT_BYTES;
+                let wait = if blocked { wait } else { wait.min(ACK_WAIT) };
+                if let Ok(seq) = self.done_rx.recv_timeout(wait) {
+                    self.mark_done(seq);
+                }
+            } else if let Some(w) = watcher.as_ref() {
+                if let Err(e) = w.wait(Some(wait)) {
+                    tracing::warn!(source = %name, error = %e, "waiting on inotify failed");
+                    std::thread::sleep(wait);
+                }
+            } else {
+                std::thread::sleep(wait);
+            }
+        }
+        self.finish();
+    }
+
+    /// Sends the batches the last poll filled to every sink.
+    fn send(&mut self) {
+        let batches = self.builder.take();
+        let last = batches.len().saturating_sub(1);
+        for (i, mut batch) in batches.into_iter().enumerate() {
+            let positions = (self.positions && i == last).then(|| self.tailer.positions());
+            batch.arm(self.sinks.len(), &self.done_tx, positions);
+            let batch = Arc::new(batch);
+            self.in_flight_bytes += batch.bytes();
+            self.in_flight.push_back(InFlight {
+                batch: Arc::clone(&batch),
+                // With no sink (which the config refuses) nothing would
+                // ever acknowledge it.
+                done: self.sinks.is_empty(),
+            });
+            for s in &self.sinks {
+                // A sink that stopped never acknowledges: its lines stay
+                // unacknowledged and are read again at the next start.
+                let _ = s.tx.send(Arc::clone(&batch));
+            }
+        }
+    }
+
+    /// Takes the acknowledgements that came back; true if a checkpoint moved.
+    fn take_acks(&mut self) -> bool {
+        let mut moved = false;
+        while let Ok(seq) = self.done_rx.try_recv() {
+            self.mark_done(seq);
+        }
+        while self.in_flight.front().is_some_and(|f| f.done) {
+            if let Some(f) = self.in_flight.pop_front() {
+                self.in_flight_bytes -= f.batch.bytes();
+                for &(key, end) in f.batch.ends() {
+                    self.tailer.ack(key, end);
+                }
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    fn mark_done(&mut self, seq: u64) {
+        // Batches are numbered in order: the one acknowledged is found by
+        // its distance from the oldest in flight.
+        if let Some(front) = self.in_flight.front() {
+            let i = seq.wrapping_sub(front.batch.seq()) as usize;
+            if let Some(f) = self.in_flight.get_mut(i) {
+                f.done = true;
+            }
+        }
+    }
+
+    fn save(&mut self) {
+        if let Err(e) = self.store.save(&self.tailer.checkpoints()) {
+            self.stats.checkpoint_errors.fetch_add(1, Relaxed);
+            tracing::error!(source = %self.config.info.name, error = %e, "cannot save checkpoints");
+        }
+    }
+
+    fn finish(&mut self) {
+        let deadline = Instant::now() + STOP_GRACE;
+        loop {
+            self.take_acks();
+            if self.in_flight.is_empty() {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    source = %self.config.info.name,
+                    batches = self.in_flight.len(),
+                    bytes = self.in_flight_bytes,
+                    "stopping with lines not acknowledged: they are read again at the next start"
+                );
+                break;
+            }
+            if let Ok(seq) = self.done_rx.recv_timeout(left.min(MAX_WAIT)) {
+                self.mark_done(seq);
+            }
+        }
+        self.save();
+        self.stats
+            .store(&self.tailer.counters(), self.tailer.bytes_behind());
+        tracing::info!(source = %self.config.info.name, "log source stopped");
+        // Dropping `self.sinks` (with `self`) closes the channels.
+    }
+
+    fn report_rescan(&mut self, report: RescanReport) {
+        let errors: Vec<String> = report.errors.iter().map(|e| e.to_string()).collect();
+        self.log_errors(errors);
+        self.log_events(&report.events);
+    }
+
+    fn report_poll(&mut self, report: PollReport) {
+        if !report.errors.is_empty() {
+            let errors = report.errors.iter().map(|e| e.to_string()).collect();
+            self.log_errors(errors);
+        }
+        self.log_events(&report.events);
+    }
+
+    fn log_errors(&mut self, errors: Vec<String>) {
+        for e in &errors {
+            if !self.last_errors.contains(e) {
+                tracing::warn!(source = %self.config.info.name, error = %e, "cannot read a log file; retrying");
+            }
+        }
+        self.last_errors = errors;
+    }
+
+    fn log_events(&self, events: &[Event]) {
+        let source = &self.config.info.name;
+        for e in events {
+            match e {
+                Event::Opened { path, offset, from } => {
+                    tracing::debug!(source = %source, path = %path.display(), offset, from = ?from, "file opened")
+                }
+                Event::Renamed { from, to } => {
+                    tracing::info!(source = %source, from = %from.display(), to = %to.display(), "file rotated (renamed); read on to its end")
+                }
+                Event::Gone { path, deleted } => {
+                    tracing::info!(source = %source, path = %path.display(), deleted, "file gone from the globs; read on to its end")
+                }
+                Event::Truncated { path } => {
+                    tracing::info!(source = %source, path = %path.display(), "file truncated; read again from offset 0")
+                }
+                Event::Reused { path } => {
+                    tracing::info!(source = %source, path = %path.display(), "a new file at a checkpoint's inode (reused); read from offset 0")
+                }
+                Event::Closed { path } => {
+                    tracing::debug!(source = %source, path = %path.display(), "gone file read to its end and closed")
+                }
+            }
+        }
+    }
+}
