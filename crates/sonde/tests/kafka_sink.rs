@@ -57,6 +57,7 @@ fn start(sink: &Sink, source: &SourceInfo) -> (Running, Arc<SinkStats>) {
 /// Drops the sink's inputs and waits for its threads.
 fn stop(running: Running) {
     drop(running.logs);
+    drop(running.windows);
     for t in running.threads {
         t.join().unwrap();
     }
@@ -403,4 +404,70 @@ fn a_transaction_never_committed_is_invisible_to_read_committed() {
     stop(running);
     let committed = kafka.consume("torn", Isolation::ReadCommitted, 0, TIMEOUT);
     assert!(committed.is_empty(), "{} records visible", committed.len());
+}
+
+#[test]
+fn metric_points_arrive_one_record_each_as_json_lines_or_msgpack_maps() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("points", 1);
+    kafka.create_topic("points-mp", 1);
+    let udp = common::free_port();
+    let agent = common::Agent::start(
+        "1s",
+        &format!(
+            "{}[[sinks]]\ntype = \"kafka\"\nbrokers = [\"{b}\"]\ntopic = \"points\"\nmax_batch_age = \"0s\"\n\
+             [[sinks]]\ntype = \"kafka\"\nname = \"kafka-mp\"\nbrokers = [\"{b}\"]\ntopic = \"points-mp\"\n\
+             metrics_format = \"msgpack\"\ncompression = \"zstd\"\nmax_batch_age = \"0s\"\n",
+            common::statsd_receiver(udp),
+            b = kafka.bootstrap()
+        ),
+    );
+    common::udp_send(udp, b"k.a:1|c\nk.b:2.5|g|#dc:x\nk.c:3|c\n");
+    common::wait_for("three points in the file sink", TIMEOUT, || {
+        (agent.points().len() >= 3).then_some(())
+    });
+    // A gauge repeats in later windows: stop, then compare everything.
+    let mut agent = agent;
+    agent.stop();
+    let file = agent.points();
+    // Exactly the file sink's lines, one record each.
+    let records = kafka.consume("points", Isolation::ReadUncommitted, file.len(), TIMEOUT);
+    let mut got: Vec<String> = records
+        .iter()
+        .map(|r| {
+            serde_json::from_slice::<common::Json>(&r.value)
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut want: Vec<String> = file.iter().map(|p| p.to_string()).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+
+    // msgpack: each record one map with the same fields.
+    let records = kafka.consume("points-mp", Isolation::ReadUncommitted, file.len(), TIMEOUT);
+    assert_eq!(records.len(), file.len());
+    let mut names = Vec::new();
+    for r in &records {
+        let mut rd = &r.value[..];
+        let fields = rmp::decode::read_map_len(&mut rd).unwrap();
+        assert_eq!(fields, 4, "{:?}", r.value);
+        let mut buf = [0u8; 64];
+        assert_eq!(rmp::decode::read_str(&mut rd, &mut buf).unwrap(), "name");
+        names.push(
+            rmp::decode::read_str(&mut rd, &mut buf)
+                .unwrap()
+                .to_string(),
+        );
+    }
+    names.sort();
+    let mut want: Vec<String> = file
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
 }

@@ -242,6 +242,13 @@ fn read_positions(k: &Settings) -> anyhow::Result<HashMap<String, Checkpoints>> 
 /// be created or read, or librdkafka refused the configuration.
 pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let stats = Arc::clone(&st.stats);
+    if st.sources.is_empty() {
+        return Ok(Running {
+            windows: None,
+            logs: Vec::new(),
+            threads: Vec::new(),
+        });
+    }
     create_offsets_topic(k)?;
     // The producers first: initialising one aborts what its killed
     // predecessor left open, which would hold back the read below.

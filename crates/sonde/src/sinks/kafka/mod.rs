@@ -25,6 +25,7 @@
 
 pub mod at_least_once;
 pub mod exactly_once;
+pub mod metrics;
 pub mod record;
 
 use std::time::Duration;
@@ -32,14 +33,15 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use sonde_encode::compress::Compression;
 
+use self::metrics::PointFormat;
 use super::{Buffer, Input, NetSink, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;
 
 /// `type = "kafka"`: `brokers` and `topic` (required), `format`,
-/// `delivery`, `offsets_topic`.
+/// `delivery`, `offsets_topic`, `metrics_topic`, `metrics_format`.
 pub static TYPE: SinkType = SinkType {
     name: "kafka",
-    accepts: &[Input::Logs],
+    accepts: &[Input::Metrics, Input::Logs],
     transport: Transport::Own,
     // lz4 first: of Kafka's codecs it costs the producer the least CPU per
     // byte (log lines compress about 3x with it, zstd 1 does a little
@@ -47,7 +49,15 @@ pub static TYPE: SinkType = SinkType {
     // monitored host, while broker disk is the cheaper resource.
     compressions: &["lz4", "zstd", "gzip", "snappy", "none"],
     headers: &[],
-    keys: &["brokers", "topic", "format", "delivery", "offsets_topic"],
+    keys: &[
+        "brokers",
+        "topic",
+        "format",
+        "delivery",
+        "offsets_topic",
+        "metrics_topic",
+        "metrics_format",
+    ],
     check,
     start,
     reloads: true,
@@ -85,6 +95,10 @@ pub struct Settings {
     pub mode: Mode,
     /// `offsets_topic`: default `"sonde-offsets"`.
     pub offsets_topic: String,
+    /// `metrics_topic`: where metric points go; default `topic`.
+    pub metrics_topic: String,
+    /// `metrics_format`: default json.
+    pub metrics_format: PointFormat,
 }
 
 /// The offsets topic when `offsets_topic` is not set.
@@ -207,12 +221,35 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
             s.required("offsets_topic", "\"sonde-offsets\"")?,
         )?,
     };
-    if offsets_topic == topic {
-        return Err(ConfigError::new(
-            "offsets_topic",
-            "the offsets would share the topic of the lines",
-            "give `offsets_topic` a topic of its own",
-        ));
+    let metrics_topic = match s.options.get("metrics_topic") {
+        None => topic.clone(),
+        Some(_) => topic_named("metrics_topic", s.required("metrics_topic", "\"metrics\"")?)?,
+    };
+    let metrics_format = match string_choice(s, "metrics_format", &["json", "msgpack"])? {
+        Some("msgpack") => PointFormat::Msgpack,
+        _ => PointFormat::Json,
+    };
+    if mode == Mode::ExactlyOnce {
+        // The key the user wrote last among the two that collide.
+        let clash = if offsets_topic == topic {
+            Some("topic")
+        } else if offsets_topic == metrics_topic {
+            Some("metrics_topic")
+        } else {
+            None
+        };
+        if let Some(other) = clash {
+            let key = if s.options.contains_key("offsets_topic") {
+                "offsets_topic"
+            } else {
+                other
+            };
+            return Err(ConfigError::new(
+                key,
+                format!("`{other}` and `offsets_topic` name the same topic, {offsets_topic:?}"),
+                "give the offsets a topic of their own",
+            ));
+        }
     }
     Ok(Settings {
         brokers,
@@ -220,6 +257,8 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         format,
         mode,
         offsets_topic,
+        metrics_topic,
+        metrics_format,
     })
 }
 
@@ -312,10 +351,14 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
         .net
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("sink {} has no network settings", s.name))?;
-    match k.mode {
-        Mode::AtLeastOnce => at_least_once::start(&k, net, st),
-        Mode::ExactlyOnce => exactly_once::start(&k, net, st),
-    }
+    let mut running = match k.mode {
+        Mode::AtLeastOnce => at_least_once::start(&k, net, st)?,
+        Mode::ExactlyOnce => exactly_once::start(&k, net, st)?,
+    };
+    let windows = metrics::start(s, &k, k.metrics_format, net, st)?;
+    running.windows = windows.windows;
+    running.threads.extend(windows.threads);
+    Ok(running)
 }
 
 #[cfg(test)]
@@ -340,6 +383,8 @@ mod tests {
                 format: Format::Raw,
                 mode: Mode::AtLeastOnce,
                 offsets_topic: DEFAULT_OFFSETS_TOPIC.into(),
+                metrics_topic: "logs".into(),
+                metrics_format: PointFormat::Json,
             }
         );
         let net = s.net.as_ref().unwrap();
