@@ -15,6 +15,8 @@
 //! one-partition topic; a consumer that needs file order on more
 //! partitions sorts by `offset` per `file` (json format).
 
+use std::io::Write as _;
+
 use rdkafka::message::{Header, OwnedHeaders};
 use sonde_io::logs::{LogLine, SourceInfo};
 
@@ -67,7 +69,8 @@ impl Encoder {
                 b.extend_from_slice(b",\"file\":");
                 string(b, line.path);
                 b.extend_from_slice(b",\"offset\":");
-                b.extend_from_slice(line.offset.to_string().as_bytes());
+                // Writing into a Vec cannot fail.
+                let _ = write!(b, "{}", line.offset);
                 b.extend_from_slice(b",\"host\":");
                 string(b, &source.host);
                 b.extend_from_slice(b",\"source\":");
