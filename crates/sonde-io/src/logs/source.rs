@@ -31,7 +31,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -70,10 +70,12 @@ const ACK_WAIT: Duration = Duration::from_millis(10);
 pub struct LogInput {
     /// Where the source sends its batches.
     pub tx: Sender<Arc<LogBatch>>,
-    /// Checkpoints the sink keeps itself (Kafka transactions hold the
-    /// offsets committed with the records); when set, the source resumes
-    /// from them instead of its checkpoint file.
-    pub restored: Option<Checkpoints>,
+    /// For a sink that keeps the offsets itself (Kafka transactions hold
+    /// them with the records): where it sends, once it has read them, the
+    /// checkpoints to resume from, or `None` if it holds none for this
+    /// source. The source waits for it before reading, and resumes from its
+    /// checkpoint file on `None`.
+    pub restored: Option<Receiver<Option<Checkpoints>>>,
     /// Whether the sink needs the read positions on the last batch of each
     /// read round ([`LogBatch::positions`]).
     pub positions: bool,
@@ -148,41 +150,90 @@ pub fn spawn(
         source,
     })?;
     let store = CheckpointFile::new(&config.checkpoint_dir, &config.info.name)?;
+    // The globs are checked here, so that a bad one fails the start; the
+    // tailer that reads is built on the thread, once it knows where to
+    // resume.
+    Tailer::new(config.tailer.clone(), None)?;
     let name = config.info.name.clone();
-    let restored = sinks.iter().find_map(|s| s.restored.clone());
-    let checkpoints = match restored {
-        Some(c) => {
-            tracing::info!(source = %name, files = c.files.len(), "resuming from the offsets a sink keeps");
-            Some(c)
-        }
-        None => load(&store, &name, &stats),
-    };
-    let tailer = Tailer::new(config.tailer.clone(), checkpoints)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let (done_tx, done_rx) = channel();
-    let mut run = Run {
-        positions: sinks.iter().any(|s| s.positions),
-        sinks,
-        tailer,
-        builder: BatchBuilder::new(
-            Arc::new(config.info.clone()),
-            BATCH_BYTES.min(config.max_in_flight_bytes),
-        ),
-        in_flight: VecDeque::new(),
-        in_flight_bytes: 0,
-        done_tx,
-        done_rx,
-        store,
-        stats,
-        stop: Arc::clone(&stop),
-        config,
-        last_errors: Vec::new(),
-    };
+    let thread_stop = Arc::clone(&stop);
     let thread = std::thread::Builder::new()
         .name(format!("logs {name}"))
-        .spawn(move || run.run())
+        .spawn(move || {
+            crate::priority::enter_background();
+            let Some(checkpoints) = resume(&sinks, &store, &name, &stats, &thread_stop) else {
+                return;
+            };
+            let tailer = match Tailer::new(config.tailer.clone(), checkpoints) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(source = %name, error = %e, "the log source cannot start");
+                    return;
+                }
+            };
+            let (done_tx, done_rx) = channel();
+            let mut run = Run {
+                positions: sinks.iter().any(|s| s.positions),
+                sinks,
+                tailer,
+                builder: BatchBuilder::new(
+                    Arc::new(config.info.clone()),
+                    BATCH_BYTES.min(config.max_in_flight_bytes),
+                ),
+                in_flight: VecDeque::new(),
+                in_flight_bytes: 0,
+                done_tx,
+                done_rx,
+                store,
+                stats,
+                stop: thread_stop,
+                config,
+                last_errors: Vec::new(),
+            };
+            run.run();
+        })
         .map_err(StartError::Spawn)?;
     Ok(RunningSource { stop, thread })
+}
+
+/// Where the source resumes: from the offsets a sink keeps, once it has
+/// read them (a broker that is down makes the source wait, checking for a
+/// stop), or from the checkpoint file. `None` if told to stop while
+/// waiting.
+fn resume(
+    sinks: &[LogInput],
+    store: &CheckpointFile,
+    name: &str,
+    stats: &LogStats,
+    stop: &AtomicBool,
+) -> Option<Option<Checkpoints>> {
+    if let Some(rx) = sinks.iter().find_map(|s| s.restored.as_ref()) {
+        let mut waited = false;
+        loop {
+            match rx.recv_timeout(MAX_WAIT) {
+                Ok(Some(c)) => {
+                    tracing::info!(source = %name, files = c.files.len(), "resuming from the offsets the sink keeps");
+                    return Some(Some(c));
+                }
+                // The sink holds no offsets for this source yet.
+                Ok(None) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    if stop.load(Relaxed) {
+                        return None;
+                    }
+                    if !waited {
+                        tracing::info!(source = %name, "waiting for the sink to read the offsets it keeps");
+                        waited = true;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    tracing::error!(source = %name, "the sink stopped before it read its offsets; resuming from the checkpoint file");
+                    break;
+                }
+            }
+        }
+    }
+    Some(load(store, name, stats))
 }
 
 /// The saved checkpoints; a file that cannot be trusted is reported,
@@ -232,7 +283,6 @@ struct Run {
 
 impl Run {
     fn run(&mut self) {
-        crate::priority::enter_background();
         let name = self.config.info.name.clone();
         let mut watcher = match Watcher::start(&self.config.tailer) {
             Ok((w, refused)) => {
@@ -728,9 +778,9 @@ mod tests {
             Arc::clone(&stats),
         )
         .unwrap();
+        let batches = receive_lines(&rx, 3);
         assert_eq!(stats.corrupt_checkpoints.load(Relaxed), 1);
         assert!(dir.join("app.checkpoint.corrupt").exists());
-        let batches = receive_lines(&rx, 3);
         assert_eq!(texts(&batches)[0], "line 000000");
         batches.iter().for_each(|b| b.ack());
         running.stop();
@@ -757,6 +807,40 @@ mod tests {
         let last = batches.last().unwrap();
         let positions = last.positions().expect("positions on the last batch");
         assert_eq!(positions.files[0].offset, 60);
+        batches.iter().for_each(|b| b.ack());
+        running.stop();
+    }
+
+    #[test]
+    fn a_source_waits_for_the_offsets_a_sink_keeps_and_resumes_from_them() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        append(&log, &numbered(0, 5));
+        // Where a first run stopped: after 3 lines.
+        let mut tailer = Tailer::new(config(logs.path(), data.path(), 1).tailer, None).unwrap();
+        tailer.rescan(Instant::now());
+        let mut builder = BatchBuilder::new(Arc::new(info()), 1 << 20);
+        tailer.poll(Instant::now(), &mut builder);
+        let mut kept = tailer.positions();
+        kept.files[0].offset = 36;
+        let (offsets_tx, offsets_rx) = channel();
+        let (tx, rx) = channel();
+        let input = LogInput {
+            tx,
+            restored: Some(offsets_rx),
+            positions: true,
+        };
+        let running = spawn(
+            config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES),
+            vec![input],
+            Arc::new(LogStats::new("app".into())),
+        )
+        .unwrap();
+        // Nothing is read before the sink says where to resume.
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+        offsets_tx.send(Some(kept)).unwrap();
+        let batches = receive_lines(&rx, 2);
+        assert_eq!(texts(&batches), ["line 000003", "line 000004"]);
         batches.iter().for_each(|b| b.ack());
         running.stop();
     }
