@@ -62,7 +62,7 @@ pub enum ReadFrom {
 }
 
 /// How a [`Tailer`] finds and reads files.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TailerConfig {
     /// Absolute glob patterns of the files to read; `*` stays within one
     /// path component, `**` crosses any number of them.

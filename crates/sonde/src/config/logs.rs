@@ -72,7 +72,7 @@ pub struct LogSection {
 }
 
 /// A log source, validated.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogSource {
     /// Its name.
     pub name: String,

@@ -67,6 +67,14 @@ pub fn no_own_keys(_: &mut Sink) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// This host's name (the kernel's node name): OTLP's `host.name`, the
+/// `host` of log records.
+pub fn hostname() -> Option<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let h = h.trim();
+    (!h.is_empty()).then(|| h.to_string())
+}
+
 /// The sink type called `name`.
 pub fn lookup(name: &str) -> Option<&'static SinkType> {
     REGISTRY.iter().copied().find(|t| t.name == name)
