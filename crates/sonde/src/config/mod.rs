@@ -955,4 +955,64 @@ mod tests {
         ))
         .unwrap();
     }
+
+    #[test]
+    fn logs_md_examples_parse_and_its_mistake_is_reported_as_shown() {
+        let doc = include_str!("../../../../docs/LOGS.md");
+        let (mut good, mut bad) = (0, 0);
+        for block in doc.split("```toml\n").skip(1) {
+            let (toml, after) = block.split_once("```\n").unwrap();
+            let shown = after
+                .trim_start()
+                .strip_prefix("```\n$ sonde validate --config sonde.toml\n")
+                .and_then(|r| r.split("```").next());
+            match (parse(toml), shown) {
+                (Ok(_), None) => good += 1,
+                (Err(e), Some(shown)) => {
+                    assert_eq!(
+                        shown,
+                        format!("sonde: invalid config file sonde.toml: {e}\n")
+                    );
+                    bad += 1;
+                }
+                (Ok(_), Some(_)) => {
+                    panic!("docs/LOGS.md shows an error for a valid config:\n{toml}")
+                }
+                (Err(e), None) => panic!("docs/LOGS.md block fails: {e}\n{toml}"),
+            }
+        }
+        assert!(
+            good >= 1 && bad >= 1,
+            "docs/LOGS.md's examples were not found"
+        );
+    }
+
+    #[test]
+    fn logs_md_names_the_types_that_take_log_lines() {
+        use crate::sinks::{Input, REGISTRY};
+        let doc = include_str!("../../../../docs/LOGS.md");
+        let listed = |start: &str| -> Vec<&str> {
+            let (_, rest) = doc.split_once(start).expect(start);
+            let para = rest.split("\n\n").next().unwrap();
+            para.split('`').skip(1).step_by(2).collect()
+        };
+        let takes = |logs: bool| -> Vec<&str> {
+            REGISTRY
+                .iter()
+                .filter(|t| t.accepts.contains(&Input::Logs) == logs)
+                .map(|t| t.name)
+                .collect()
+        };
+        let mut doc_logs = listed("Types that take log lines:");
+        let mut doc_metrics = listed("The other types (");
+        let (mut logs, mut metrics) = (takes(true), takes(false));
+        for v in [&mut doc_logs, &mut doc_metrics, &mut logs, &mut metrics] {
+            v.sort_unstable();
+        }
+        assert_eq!(doc_logs, logs, "docs/LOGS.md: types that take log lines");
+        assert_eq!(
+            doc_metrics, metrics,
+            "docs/LOGS.md: types that take metrics only"
+        );
+    }
 }
