@@ -140,6 +140,22 @@ fn one(src: Source<'_>, i: usize, s: &LogSection) -> Result<LogSource, ConfigErr
         ));
     }
     let exclude: &[Spanned<String>] = s.exclude.as_ref().map_or(&[], |e| e.get_ref());
+    for (j, p) in exclude.iter().enumerate() {
+        let pattern = p.get_ref();
+        // A pattern with a `/` is matched against the whole (absolute)
+        // path, so one that starts with a plain character, like
+        // "old/*.log", could never match anything.
+        if pattern.contains('/')
+            && pattern.starts_with(|c: char| c.is_alphanumeric() || "._-".contains(c))
+        {
+            return Err(src.error(
+                p.span(),
+                format!("logs[{i}].exclude[{j}]"),
+                format!("{pattern:?} has a `/` but does not start at the root, so it matches no path"),
+                format!("write the whole path, like \"/var/log/app/{pattern}\" or \"**/{pattern}\", or a file name alone without `/`"),
+            ));
+        }
+    }
     let mut tailer = TailerConfig::new(include.iter().map(|p| p.get_ref().clone()).collect());
     tailer.exclude = exclude.iter().map(|p| p.get_ref().clone()).collect();
     if let Some(r) = &s.read_from {
@@ -450,7 +466,14 @@ mod tests {
             key("logs[0].exclude[1]", 4)
         );
         // Excludes may be bare file names: they match the name alone.
-        source(&format!("{APP}exclude = [\"*.gz\"]\n")).unwrap();
+        source(&format!(
+            "{APP}exclude = [\"*.gz\", \"**/old/*\", \"/a/b\"]\n"
+        ))
+        .unwrap();
+        // A path that does not start at the root would match nothing.
+        let e = err(&format!("{APP}exclude = [\"*.gz\", \"old/*.log\"]\n"));
+        assert_eq!((e.key.as_str(), e.line), ("logs[0].exclude[1]", Some(4)));
+        assert!(e.fix.contains("\"**/old/*.log\""), "{e}");
     }
 
     #[test]
