@@ -24,8 +24,8 @@ pub const MAX_NAME_BYTES: usize = 64;
 /// The name `inputs` gives the metric windows, so no source may take it.
 pub const METRICS_INPUT: &str = "metrics";
 
-/// The keys of a JSON record ([`sonde_logs`] lines as the Kafka sink's
-/// `json` format writes them); `fields` may not shadow them.
+/// The keys a log record has of its own in the `json` format; `fields`
+/// may not shadow them.
 pub const RECORD_KEYS: &[&str] = &["message", "file", "offset", "host", "source"];
 
 /// `read_from` as written.

@@ -214,7 +214,8 @@ impl From<(SinkHandle, JoinHandle<()>)> for Running {
 pub struct SinkType {
     /// The value of `type`.
     pub name: &'static str,
-    /// What it takes from the flusher.
+    /// What its sinks' `inputs` may name: metric windows, log lines or
+    /// both.
     pub accepts: &'static [Input],
     /// How it reaches its backend.
     pub transport: Transport,
@@ -228,7 +229,8 @@ pub struct SinkType {
     /// Keys of its own, besides `type` and its transport's.
     pub keys: &'static [&'static str],
     /// Checks its own keys, kept in [`Sink::options`], and fills in what
-    /// they decide (a name, a target, a listen address). Errors name the
+    /// they decide (a name, a target, a listen address, whether it takes
+    /// its log sources alone: [`Sink::exclusive_logs`]). Errors name the
     /// key relative to the sink (`database`); the caller places them.
     pub check: fn(&mut Sink) -> Result<(), ConfigError>,
     /// Starts a validated sink of this type.
