@@ -815,8 +815,9 @@ mod own_transport {
     }
 }
 
-/// Sink types that take log lines, for the tests of `inputs`: the registry
-/// has none of its own yet.
+/// Sink types the registry lacks, for the tests of `inputs`: one that
+/// takes log lines only, and one that can be made to take its sources
+/// alone.
 #[cfg(test)]
 pub(crate) mod log_types {
     use super::*;
