@@ -290,13 +290,15 @@ pub(crate) fn check(
     src: Source<'_>,
     sections: &[Spanned<LogSection>],
 ) -> Result<Vec<LogSource>, ConfigError> {
+    // Where each name is first written; its line is counted only for an
+    // error, as counting lines costs a pass over the text.
     let mut names: HashMap<&str, usize> = HashMap::new();
     let mut sources = Vec::with_capacity(sections.len());
     for (i, s) in sections.iter().enumerate() {
         let s = s.get_ref();
         let source = one(src, i, s)?;
-        let line = src.line_of(s.name.span().start);
-        if let Some(first) = names.insert(s.name.get_ref(), line) {
+        if let Some(first) = names.insert(s.name.get_ref(), s.name.span().start) {
+            let first = src.line_of(first);
             return Err(src.error(
                 s.name.span(),
                 format!("logs[{i}].name"),

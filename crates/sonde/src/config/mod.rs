@@ -15,7 +15,7 @@ pub mod logs;
 pub mod receivers;
 pub mod units;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use sonde_aggregate::AggregateConfig;
@@ -226,12 +226,13 @@ fn routes(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let known: HashSet<&str> = logs.iter().map(|l| l.name.as_str()).collect();
     // Which sink took each source first, to refuse sharing an exclusive one.
     let mut taken: HashMap<&str, usize> = HashMap::new();
     for (i, sink) in sinks.iter().enumerate() {
         for (j, input) in sink.inputs.iter().enumerate() {
             if let SinkInput::Logs(name) = input {
-                if !logs.iter().any(|l| &l.name == name) {
+                if !known.contains(name.as_str()) {
                     let fix = if logs.is_empty() {
                         "write \"metrics\", or add a [[logs]] source of this name".to_string()
                     } else {

@@ -502,6 +502,7 @@ fn inputs(kind: &SinkType, value: Option<&toml::Value>) -> Result<Vec<SinkInput>
         ));
     }
     let mut seen = Vec::with_capacity(list.len());
+    let mut at: HashMap<&str, usize> = HashMap::with_capacity(list.len());
     for (j, v) in list.iter().enumerate() {
         let Some(name) = v.as_str() else {
             return Err(ConfigError::new(
@@ -510,19 +511,18 @@ fn inputs(kind: &SinkType, value: Option<&toml::Value>) -> Result<Vec<SinkInput>
                 format!("write {example}"),
             ));
         };
-        let input = if name == METRICS_INPUT {
-            SinkInput::Metrics
-        } else {
-            SinkInput::Logs(name.to_string())
-        };
-        if let Some(first) = seen.iter().position(|i| i == &input) {
+        if let Some(first) = at.insert(name, j) {
             return Err(ConfigError::new(
                 format!("inputs[{j}]"),
                 format!("{name:?} is listed twice, as inputs[{first}] too"),
                 "list each input once",
             ));
         }
-        seen.push(input);
+        seen.push(if name == METRICS_INPUT {
+            SinkInput::Metrics
+        } else {
+            SinkInput::Logs(name.to_string())
+        });
     }
     Ok(seen)
 }
