@@ -274,6 +274,12 @@ fn tailer_error(
                 "start the pattern with `/`, like \"/var/log/app/*.log\": a relative one would depend on the agent's working directory",
             )
         }
+        BuildError::Set(source) => src.error(
+            s.include.span(),
+            format!("logs[{i}].include"),
+            format!("the patterns together are too large to match: {source}"),
+            "use fewer or simpler patterns, or split them over two sources",
+        ),
         BuildError::Zero { key } => src.error(
             s.max_line_bytes
                 .as_ref()
