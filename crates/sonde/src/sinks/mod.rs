@@ -602,7 +602,7 @@ pub(crate) fn check(
                 ));
             }
         }
-        if sink.net.is_some() {
+        if sink.net.is_some() || sink.kind.keys.contains(&"name") {
             if let Some(j) = names.insert(sink.name.clone(), i) {
                 return Err(place(
                     src,
