@@ -1,0 +1,596 @@
+//! `delivery = "exactly_once"`: per source, one transactional producer
+//! and one thread; the lines and the source's read positions are
+//! committed together, and Kafka holds the positions a restart resumes
+//! from.
+//!
+//! # Transactions
+//!
+//! A transaction holds whole batches and ends after a batch that carries
+//! the source's read positions ([`LogBatch::positions`]): its records go
+//! to `topic`, the positions (the source's `Checkpoints` as JSON) to
+//! `offsets_topic` under the key `{host}/{source}`. It is committed once a
+//! second has passed since it began or [`COMMIT_BYTES`] of lines are in it,
+//! whichever comes first; only then are its batches acknowledged to the
+//! source.
+//!
+//! On an error that requires an abort, the transaction is aborted and the
+//! same batches are produced again in a new one. On a fatal error (the
+//! producer fenced by another with the same `transactional.id`, say), the
+//! producer is replaced, which aborts whatever its predecessor left open,
+//! and the batches are produced again. Either way nothing is acknowledged
+//! before a commit succeeded, and an aborted transaction is invisible to a
+//! `read_committed` consumer.
+//!
+//! # Start
+//!
+//! The `transactional.id` is `sonde-{host}-{source}`: the same at every
+//! start of the same host and source. Each source's thread creates
+//! `offsets_topic` (compacted) if it is missing, starts its producer (whose
+//! `init_transactions` aborts a transaction a killed predecessor left
+//! open), then reads `offsets_topic` with `read_committed` up to its high
+//! watermark; the source's last positions there are where it resumes,
+//! whatever its checkpoint file says. Until that succeeds (the broker may
+//! be down) the source waits, and the thread tries again.
+//!
+//! # Stopping
+//!
+//! Once the source dropped its sender, a transaction that ends on
+//! positions is committed (within `shutdown_grace`); one that does not is
+//! aborted, and its lines are read again at the next start.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode as Code;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use sonde_io::logs::{LogBatch, LogInput, SourceInfo};
+use sonde_io::sink::{SinkDrop, SinkStats};
+use sonde_logs::Checkpoints;
+
+use super::record::Encoder;
+use super::{producer_config, Settings};
+use crate::sinks::{NetSink, Running, Start};
+
+/// A transaction is committed once it holds this many bytes of lines, or
+/// once it is a second old ([`COMMIT_EVERY`]).
+pub const COMMIT_BYTES: usize = 4 << 20;
+
+/// How long a transaction stays open at most (when it ends on positions).
+pub const COMMIT_EVERY: Duration = Duration::from_secs(1);
+
+/// `transaction.timeout.ms`: how long the broker keeps a transaction of a
+/// producer that died open. While it is open, `read_committed` readers of
+/// its partitions (other hosts' sinks at their start included) wait, so it
+/// is short; a transaction here lives about a second.
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long starting waits for the broker: creating the offsets topic,
+/// initialising the producers, reading the positions back (which may wait
+/// for another producer's transaction to time out).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one commit or abort call may take before it is retried.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the thread waits for a batch when no transaction is open.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+
+type Kafka = BaseProducer;
+
+/// The `transactional.id` of `source`.
+pub fn transactional_id(source: &SourceInfo) -> String {
+    format!("sonde-{}-{}", source.host, source.name)
+}
+
+/// The key of `source`'s positions in the offsets topic.
+pub fn positions_key(source: &SourceInfo) -> String {
+    format!("{}/{}", source.host, source.name)
+}
+
+fn create(k: &Settings, net: &NetSink, source: &SourceInfo) -> anyhow::Result<Kafka> {
+    let mut c = producer_config(k, net);
+    c.set("transactional.id", transactional_id(source)).set(
+        "transaction.timeout.ms",
+        TRANSACTION_TIMEOUT.as_millis().to_string(),
+    );
+    let p: Kafka = c
+        .create()
+        .with_context(|| format!("creating the kafka producer of source {}", source.name))?;
+    p.init_transactions(START_TIMEOUT).with_context(|| {
+        format!(
+            "initialising the kafka transactions of {} (is a broker of {} up?)",
+            transactional_id(source),
+            k.brokers.join(",")
+        )
+    })?;
+    Ok(p)
+}
+
+/// Runs a future of rdkafka's admin client to its end on this thread
+/// (the client's own thread completes it).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+/// Creates `offsets_topic` if it does not exist: one partition, compacted
+/// (only each source's last positions matter), the broker's replication
+/// factor.
+fn create_offsets_topic(k: &Settings) -> anyhow::Result<()> {
+    let mut c = rdkafka::ClientConfig::new();
+    c.set("bootstrap.servers", k.brokers.join(","));
+    let admin: AdminClient<DefaultClientContext> =
+        c.create().context("creating a kafka admin client")?;
+    let options = AdminOptions::new()
+        .request_timeout(Some(START_TIMEOUT))
+        .operation_timeout(Some(START_TIMEOUT));
+    let topic = NewTopic::new(&k.offsets_topic, 1, TopicReplication::Fixed(-1))
+        .set("cleanup.policy", "compact");
+    let results = block_on(admin.create_topics([&topic], &options))
+        .with_context(|| format!("creating the offsets topic {}", k.offsets_topic))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, Code::TopicAlreadyExists)) => {}
+            Err((name, code)) => anyhow::bail!("creating the offsets topic {name}: {code}"),
+        }
+    }
+    Ok(())
+}
+
+/// The last committed positions under each key of the offsets topic, read
+/// with `read_committed` up to the high watermark of every partition.
+fn read_positions(k: &Settings) -> anyhow::Result<HashMap<String, Checkpoints>> {
+    let topic = k.offsets_topic.as_str();
+    let mut c = rdkafka::ClientConfig::new();
+    c.set("bootstrap.servers", k.brokers.join(","))
+        .set("group.id", "sonde-offsets-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed");
+    let consumer: BaseConsumer = c.create().context("creating a kafka consumer")?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), START_TIMEOUT)
+        .with_context(|| format!("reading the partitions of {topic}"))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    // The end of each partition to reach: its high watermark now, so a
+    // commit made before this start is read even while another producer's
+    // transaction holds the partition's stable offset back.
+    let mut ends = HashMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for &p in &partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, START_TIMEOUT)
+            .with_context(|| format!("reading the end of {topic} partition {p}"))?;
+        if high > low {
+            ends.insert(p, high);
+            assignment.add_partition_offset(topic, p, Offset::Beginning)?;
+        }
+    }
+    let mut last = HashMap::new();
+    if ends.is_empty() {
+        return Ok(last);
+    }
+    consumer.assign(&assignment)?;
+    while !ends.is_empty() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "reading {topic} up to its end took over {START_TIMEOUT:?} (an open transaction of another producer?)"
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(m)) => {
+                if let (Some(key), Some(value)) = (m.key(), m.payload()) {
+                    let key = String::from_utf8_lossy(key).into_owned();
+                    match serde_json::from_slice::<Checkpoints>(value) {
+                        Ok(c) => {
+                            last.insert(key, c);
+                        }
+                        Err(e) => {
+                            tracing::warn!(topic, %key, offset = m.offset(), error = %e, "positions in the offsets topic do not parse; not trusted");
+                        }
+                    }
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(e)) => return Err(e).with_context(|| format!("reading {topic}")),
+        }
+        let positions = consumer.position()?;
+        ends.retain(
+            |&p, &mut high| match positions.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(at)) => at < high,
+                _ => true,
+            },
+        );
+    }
+    Ok(last)
+}
+
+/// Starts one thread per source. Each connects (see [`connect`]), hands
+/// the source the positions `offsets_topic` holds for it, and then runs its
+/// transactions. The agent starts whether or not the broker is up: the
+/// source waits for its positions.
+///
+/// # Errors
+///
+/// A thread could not be spawned.
+pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<Running> {
+    let stats = Arc::clone(&st.stats);
+    let mut logs = Vec::new();
+    let mut threads = Vec::new();
+    for source in st.sources {
+        let (tx, rx) = channel();
+        let (restore_tx, restore_rx) = channel();
+        logs.push((
+            source.name.clone(),
+            LogInput {
+                tx,
+                restored: Some(restore_rx),
+                positions: true,
+            },
+        ));
+        let (k, net, source, stats) = (k.clone(), net.clone(), source.clone(), Arc::clone(&stats));
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("sink {} {}", stats.name, source.name))
+                .spawn(move || {
+                    let Some((producer, positions)) = connect(&k, &net, &source, &stats, &rx) else {
+                        return;
+                    };
+                    tracing::info!(sink = %stats.name, source = %source.name, restored = positions.is_some(), "kafka sink sending lines, exactly once");
+                    // A source that stopped meanwhile no longer listens.
+                    let _ = restore_tx.send(positions);
+                    let encoder = Encoder::new(k.format);
+                    let mut t = Transactions {
+                        producer,
+                        k,
+                        net,
+                        source,
+                        stats,
+                        encoder,
+                        open: Vec::new(),
+                        bytes: 0,
+                        began: None,
+                        rx,
+                        stash: VecDeque::new(),
+                        closed_at: None,
+                    };
+                    t.run();
+                })
+                .context("starting a kafka sink thread")?,
+        );
+    }
+    Ok(Running {
+        windows: None,
+        logs,
+        threads,
+    })
+}
+
+/// How long [`connect`] waits between attempts, at most.
+const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Creates `offsets_topic` if it is missing, starts the source's
+/// transactional producer (whose `init_transactions` aborts a transaction
+/// a killed predecessor left open) and reads the source's last positions;
+/// tries again with a growing pause until it succeeds, or returns `None`
+/// once the source has gone (its sender dropped).
+fn connect(
+    k: &Settings,
+    net: &NetSink,
+    source: &SourceInfo,
+    stats: &SinkStats,
+    rx: &Receiver<Arc<LogBatch>>,
+) -> Option<(Kafka, Option<Checkpoints>)> {
+    let mut pause = Duration::from_millis(250);
+    let mut logged = false;
+    loop {
+        let attempt = create_offsets_topic(k).and_then(|()| {
+            let producer = create(k, net, source)?;
+            let mut positions = read_positions(k)?;
+            Ok((producer, positions.remove(&positions_key(source))))
+        });
+        match attempt {
+            Ok(connected) => return Some(connected),
+            Err(e) if !logged => {
+                tracing::warn!(sink = %stats.name, source = %source.name, error = format!("{e:#}"), "kafka not reachable; the source waits and sonde keeps trying");
+                logged = true;
+            }
+            Err(e) => {
+                tracing::debug!(sink = %stats.name, source = %source.name, error = format!("{e:#}"), "kafka still not reachable")
+            }
+        }
+        match rx.recv_timeout(pause) {
+            // Nothing is sent before the positions; a batch means a bug,
+            // and it is kept by nobody: its lines are read again.
+            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+        pause = (pause * 2).min(CONNECT_BACKOFF_MAX);
+    }
+}
+
+/// Why a transaction could not go on.
+enum Failed {
+    /// Abort it and produce its batches again.
+    Abort(String),
+    /// Replace the producer and produce the batches again.
+    Fatal(String),
+}
+
+impl Failed {
+    fn of(e: &KafkaError) -> Failed {
+        match e {
+            KafkaError::Transaction(t) if t.txn_requires_abort() => Failed::Abort(e.to_string()),
+            KafkaError::Transaction(t) if !t.is_fatal() => Failed::Abort(e.to_string()),
+            _ => Failed::Fatal(e.to_string()),
+        }
+    }
+}
+
+/// One source's thread.
+struct Transactions {
+    producer: Kafka,
+    k: Settings,
+    net: NetSink,
+    source: SourceInfo,
+    stats: Arc<SinkStats>,
+    encoder: Encoder,
+    /// The batches of the open transaction.
+    open: Vec<Arc<LogBatch>>,
+    /// Their bytes.
+    bytes: usize,
+    /// When it began; `None` when none is open.
+    began: Option<Instant>,
+    rx: Receiver<Arc<LogBatch>>,
+    /// Batches received while a commit was being retried.
+    stash: VecDeque<Arc<LogBatch>>,
+    /// When the source dropped its sender.
+    closed_at: Option<Instant>,
+}
+
+impl Transactions {
+    fn run(&mut self) {
+        loop {
+            let wait = match self.began {
+                Some(at) => COMMIT_EVERY.saturating_sub(at.elapsed()),
+                None => IDLE_WAIT,
+            };
+            let next = match self.stash.pop_front() {
+                Some(b) => Ok(b),
+                None if self.closed_at.is_some() => Err(RecvTimeoutError::Disconnected),
+                None => self.rx.recv_timeout(wait),
+            };
+            match next {
+                Ok(batch) => {
+                    if let Err(f) = self.add(batch) {
+                        self.recover(f);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.closed_at.get_or_insert_with(Instant::now);
+                }
+            }
+            self.producer.poll(Duration::ZERO);
+            let closing = self.closed_at.is_some() && self.stash.is_empty();
+            let due = self.began.is_some_and(|at| at.elapsed() >= COMMIT_EVERY)
+                || self.bytes >= COMMIT_BYTES
+                || closing;
+            if due && self.ends_on_positions() {
+                self.commit();
+            }
+            if closing || self.give_up() {
+                if !self.open.is_empty() {
+                    let lines: usize = self.open.iter().map(|b| b.len()).sum();
+                    tracing::warn!(sink = %self.stats.name, source = %self.source.name, lines, "stopping with lines not committed to kafka; aborting, they will be read and sent again at the next start");
+                    let _ = self.producer.abort_transaction(CALL_TIMEOUT);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Whether the source stopped and `shutdown_grace` has passed since:
+    /// then a commit that keeps failing is given up. Batches that arrive
+    /// meanwhile wait in `stash`.
+    fn give_up(&mut self) -> bool {
+        if self.closed_at.is_none() {
+            loop {
+                match self.rx.try_recv() {
+                    Ok(b) => self.stash.push_back(b),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                        self.closed_at = Some(Instant::now());
+                        break;
+                    }
+                }
+            }
+        }
+        self.closed_at
+            .is_some_and(|at| at.elapsed() >= self.net.delivery.shutdown_grace)
+    }
+
+    fn ends_on_positions(&self) -> bool {
+        self.open.last().is_some_and(|b| b.positions().is_some())
+    }
+
+    /// Adds a batch to the open transaction (beginning one if none is).
+    fn add(&mut self, batch: Arc<LogBatch>) -> Result<(), Failed> {
+        self.bytes += batch.bytes();
+        self.open.push(Arc::clone(&batch));
+        if self.began.is_none() {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| Failed::of(&e))?;
+            self.began = Some(Instant::now());
+        }
+        self.produce(&batch)
+    }
+
+    /// Produces a batch's records, and its positions if it has them.
+    fn produce(&mut self, batch: &LogBatch) -> Result<(), Failed> {
+        let source = batch.source();
+        let headers = self.encoder.headers(source);
+        for line in batch.lines() {
+            let value = self.encoder.value(source, &line);
+            let mut record = BaseRecord::<[u8], [u8]>::to(&self.k.topic).payload(value);
+            if let Some(h) = &headers {
+                record = record.headers(h.clone());
+            }
+            send(&self.producer, record, &self.stats, &self.source.name)?;
+        }
+        if let Some(p) = batch.positions() {
+            let value = serde_json::to_vec(p).map_err(|e| Failed::Abort(e.to_string()))?;
+            let key = positions_key(source);
+            let record = BaseRecord::to(&self.k.offsets_topic)
+                .key(key.as_bytes())
+                .payload(&value[..]);
+            send(&self.producer, record, &self.stats, &self.source.name)?;
+        }
+        Ok(())
+    }
+
+    /// Commits the open transaction, recovering and committing again until
+    /// it succeeds or [`Self::give_up`]; acknowledges its batches once it did.
+    fn commit(&mut self) {
+        loop {
+            match self.producer.commit_transaction(CALL_TIMEOUT) {
+                Ok(()) => {
+                    let records: usize = self.open.iter().map(|b| b.len()).sum();
+                    self.stats
+                        .batches
+                        .fetch_add(self.open.len() as u64, Relaxed);
+                    self.stats.records.fetch_add(records as u64, Relaxed);
+                    self.stats.bytes_raw.fetch_add(self.bytes as u64, Relaxed);
+                    for b in self.open.drain(..) {
+                        b.ack();
+                    }
+                    self.bytes = 0;
+                    self.began = None;
+                    return;
+                }
+                Err(KafkaError::Transaction(t)) if t.is_retriable() => {
+                    tracing::warn!(sink = %self.stats.name, source = %self.source.name, error = %t, "kafka commit timed out; trying again");
+                }
+                Err(e) => self.recover(Failed::of(&e)),
+            }
+            if self.give_up() {
+                return;
+            }
+        }
+    }
+
+    /// Aborts (or replaces the producer) and produces the open batches
+    /// again in a new transaction, until that works or [`Self::give_up`].
+    fn recover(&mut self, mut failed: Failed) {
+        loop {
+            match &failed {
+                Failed::Abort(why) => {
+                    tracing::warn!(sink = %self.stats.name, source = %self.source.name, error = %why, "kafka transaction failed; aborting it and sending its lines again");
+                    self.stats.retries.fetch_add(1, Relaxed);
+                    if let Err(e) = self.producer.abort_transaction(CALL_TIMEOUT) {
+                        failed = match e {
+                            KafkaError::Transaction(t) if t.is_retriable() => {
+                                Failed::Abort(t.to_string())
+                            }
+                            e => Failed::Fatal(e.to_string()),
+                        };
+                        if self.give_up() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+                Failed::Fatal(why) => {
+                    tracing::error!(sink = %self.stats.name, source = %self.source.name, error = %why, "kafka producer failed for good; replacing it and sending the open transaction's lines again");
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    match create(&self.k, &self.net, &self.source) {
+                        Ok(p) => self.producer = p,
+                        Err(e) => {
+                            tracing::error!(sink = %self.stats.name, source = %self.source.name, error = %format!("{e:#}"), "cannot replace the kafka producer; trying again");
+                            if self.give_up() {
+                                return;
+                            }
+                            std::thread::sleep(self.net.delivery.backoff_max);
+                            continue;
+                        }
+                    }
+                }
+            }
+            match self.replay() {
+                Ok(()) => return,
+                Err(f) => failed = f,
+            }
+            if self.give_up() {
+                return;
+            }
+        }
+    }
+
+    /// Begins a transaction and produces the open batches into it.
+    fn replay(&mut self) -> Result<(), Failed> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| Failed::of(&e))?;
+        self.began = Some(Instant::now());
+        for b in self.open.clone() {
+            self.produce(&b)?;
+        }
+        Ok(())
+    }
+}
+
+/// Queues a record, serving reports while librdkafka's queue is full. A
+/// record librdkafka refuses at once (larger than `message.max.bytes`) is
+/// counted and dropped, which leaves the transaction intact.
+fn send(
+    producer: &Kafka,
+    mut record: BaseRecord<'_, [u8], [u8]>,
+    stats: &SinkStats,
+    source: &str,
+) -> Result<(), Failed> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(50));
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                stats.dropped_records[SinkDrop::Rejected as usize].fetch_add(1, Relaxed);
+                tracing::error!(sink = %stats.name, source, "a record is larger than kafka's message.max.bytes; it is dropped");
+                return Ok(());
+            }
+            Err((e, _)) => return Err(Failed::of(&e)),
+        }
+    }
+}

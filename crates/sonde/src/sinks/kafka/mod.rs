@@ -1,0 +1,446 @@
+//! `kafka`: log lines (one record per line) to a Kafka topic through
+//! librdkafka, with `acks=all` and the idempotent producer.
+//!
+//! * [`at_least_once`]: one producer for every source of the sink; a batch
+//!   is acknowledged to its source once Kafka acknowledged each of its
+//!   records.
+//! * [`exactly_once`]: one transactional producer per source; the records
+//!   of whole batches and the source's read positions go into Kafka in one
+//!   transaction, and the positions are read back from Kafka at start.
+//! * [`record`]: what a record holds (`format`).
+//!
+//! # How the common network keys map
+//!
+//! librdkafka batches, compresses and retries itself, so the common keys
+//! become its settings: `max_batch_bytes` → `batch.size`,
+//! `max_batch_points` → `batch.num.messages`, `max_batch_age` →
+//! `linger.ms`, `request_timeout` → `request.timeout.ms`,
+//! `retry_min_backoff` / `retry_max_backoff` → `retry.backoff.ms` /
+//! `retry.backoff.max.ms`, a memory `buffer`'s `max_size` →
+//! `queue.buffering.max.kbytes`, `compression` → `compression.type` and
+//! `compression_level` → `compression.level`. `shutdown_grace` bounds the
+//! flush at shutdown. A disk buffer is refused: lines wait in their files
+//! (the source stops reading while Kafka is away), so a second copy on disk
+//! would buy nothing.
+
+pub mod at_least_once;
+pub mod exactly_once;
+pub mod record;
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use sonde_encode::compress::Compression;
+
+use super::{Buffer, Input, NetSink, Running, Sink, SinkType, Start, Transport};
+use crate::config::ConfigError;
+
+/// `type = "kafka"`: `brokers` and `topic` (required), `format`,
+/// `delivery`, `offsets_topic`.
+pub static TYPE: SinkType = SinkType {
+    name: "kafka",
+    accepts: &[Input::Logs],
+    transport: Transport::Own,
+    // lz4 first: of Kafka's codecs it costs the producer the least CPU per
+    // byte (log lines compress about 3x with it, zstd 1 does a little
+    // better for about twice the CPU), and shipping is CPU on the
+    // monitored host, while broker disk is the cheaper resource.
+    compressions: &["lz4", "zstd", "gzip", "snappy", "none"],
+    headers: &[],
+    keys: &["brokers", "topic", "format", "delivery", "offsets_topic"],
+    check,
+    start,
+    reloads: true,
+};
+
+/// What a record's value holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The line's bytes; the source's `fields` as headers.
+    Raw,
+    /// `{"message","file","offset","host","source", fields...}`.
+    Json,
+}
+
+/// What the sink promises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every line at least once: batches are acknowledged once Kafka
+    /// acknowledged their records.
+    AtLeastOnce,
+    /// Every line exactly once, as a `read_committed` consumer sees it.
+    ExactlyOnce,
+}
+
+/// A kafka sink's own keys, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `brokers`: `host:port` each.
+    pub brokers: Vec<String>,
+    /// `topic`.
+    pub topic: String,
+    /// `format`: default raw.
+    pub format: Format,
+    /// `delivery`: default at least once.
+    pub mode: Mode,
+    /// `offsets_topic`: default `"sonde-offsets"`.
+    pub offsets_topic: String,
+}
+
+/// The offsets topic when `offsets_topic` is not set.
+pub const DEFAULT_OFFSETS_TOPIC: &str = "sonde-offsets";
+
+fn string_choice<'a>(
+    s: &'a Sink,
+    key: &str,
+    choices: &[&'a str],
+) -> Result<Option<&'a str>, ConfigError> {
+    let list = choices
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    match s.options.get(key) {
+        None => Ok(None),
+        Some(toml::Value::String(v)) => match choices.iter().find(|c| **c == v.as_str()) {
+            Some(c) => Ok(Some(c)),
+            None => Err(ConfigError::new(
+                key,
+                format!("{v:?} is not a {key} of kafka"),
+                format!("write {key} = {list}"),
+            )),
+        },
+        Some(_) => Err(ConfigError::new(
+            key,
+            format!("`{key}` is not a string"),
+            format!("write {key} = {list}"),
+        )),
+    }
+}
+
+/// A Kafka topic name: 1 to 249 of letters, digits, `.`, `_` and `-`, and
+/// neither `.` nor `..` (the broker's own rule).
+fn topic_named(key: &str, t: &str) -> Result<String, ConfigError> {
+    let ok = !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(t.to_string())
+    } else {
+        Err(ConfigError::new(
+            key,
+            format!("{t:?} cannot name a Kafka topic"),
+            "use 1 to 249 letters, digits, `.`, `_` and `-`",
+        ))
+    }
+}
+
+/// Reads the sink's own keys.
+///
+/// # Errors
+///
+/// A [`ConfigError`] naming the key (relative to the sink).
+pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
+    let example = "[\"127.0.0.1:9092\"]";
+    let brokers = match s.options.get("brokers") {
+        None => {
+            return Err(ConfigError::new(
+                "brokers",
+                "kafka needs `brokers`",
+                format!("add brokers = {example}"),
+            ))
+        }
+        Some(toml::Value::Array(list)) if !list.is_empty() => {
+            let mut brokers = Vec::new();
+            for (i, b) in list.iter().enumerate() {
+                let valid = b.as_str().filter(|b| match b.rsplit_once(':') {
+                    Some((h, p)) => !h.is_empty() && !h.contains(',') && p.parse::<u16>().is_ok(),
+                    None => false,
+                });
+                match valid {
+                    Some(b) => brokers.push(b.to_string()),
+                    None => {
+                        return Err(ConfigError::new(
+                            format!("brokers[{i}]"),
+                            match b.as_str() {
+                                Some(b) => format!("{b:?} is not \"HOST:PORT\""),
+                                None => "a broker is not a string".to_string(),
+                            },
+                            format!("write each broker as a string, like {example}"),
+                        ))
+                    }
+                }
+            }
+            brokers
+        }
+        Some(_) => {
+            return Err(ConfigError::new(
+                "brokers",
+                "`brokers` is not a list of \"HOST:PORT\"",
+                format!("write brokers = {example}"),
+            ))
+        }
+    };
+    let topic = topic_named("topic", s.required("topic", "\"logs\"")?)?;
+    let format = match string_choice(s, "format", &["raw", "json"])? {
+        Some("json") => Format::Json,
+        _ => Format::Raw,
+    };
+    let mode = match string_choice(s, "delivery", &["at_least_once", "exactly_once"])? {
+        Some("exactly_once") => Mode::ExactlyOnce,
+        _ => Mode::AtLeastOnce,
+    };
+    let offsets_topic = match s.options.get("offsets_topic") {
+        None => DEFAULT_OFFSETS_TOPIC.to_string(),
+        Some(_) if mode == Mode::AtLeastOnce => {
+            return Err(ConfigError::new(
+                "offsets_topic",
+                "only delivery = \"exactly_once\" keeps offsets in Kafka",
+                "remove `offsets_topic`, or write delivery = \"exactly_once\"",
+            ))
+        }
+        Some(_) => topic_named(
+            "offsets_topic",
+            s.required("offsets_topic", "\"sonde-offsets\"")?,
+        )?,
+    };
+    if offsets_topic == topic {
+        return Err(ConfigError::new(
+            "offsets_topic",
+            "the offsets would share the topic of the lines",
+            "give `offsets_topic` a topic of its own",
+        ));
+    }
+    Ok(Settings {
+        brokers,
+        topic,
+        format,
+        mode,
+        offsets_topic,
+    })
+}
+
+/// Checks the keys of the sink and of librdkafka's side of the common ones.
+fn check(s: &mut Sink) -> Result<(), ConfigError> {
+    let k = settings(s)?;
+    let Some(net) = s.net.as_mut() else {
+        return Ok(());
+    };
+    match net.compression {
+        // librdkafka's `compression.level` goes from 0 to 12 (zstd's
+        // levels above 12 are out of its reach).
+        Compression::Zstd { level } if !(0..=12).contains(&level) => {
+            return Err(ConfigError::new(
+                "compression_level",
+                format!("librdkafka takes zstd levels 0 to 12, not {level}"),
+                "write a level from 0 to 12, or leave it out for 1",
+            ))
+        }
+        _ => {}
+    }
+    if let Buffer::Disk { .. } = net.buffer {
+        return Err(ConfigError::new(
+            "buffer",
+            "kafka keeps no disk buffer: the lines wait in their files while Kafka is away",
+            "remove `buffer`, or write buffer = { type = \"memory\", max_size = \"64MiB\" } to bound librdkafka's queue",
+        ));
+    }
+    net.target = format!("{}/{}", k.brokers.join(","), k.topic);
+    Ok(())
+}
+
+fn millis(d: Duration) -> String {
+    d.as_millis().clamp(0, i32::MAX as u128).to_string()
+}
+
+/// The settings every producer of the sink shares: the brokers, `acks=all`
+/// and the idempotent producer, compression, batching and bounds from the
+/// common keys (see the module docs).
+pub fn producer_config(k: &Settings, net: &NetSink) -> ClientConfig {
+    let d = &net.delivery;
+    // librdkafka takes whole milliseconds up to 300 s for both backoffs.
+    let backoff_min = d
+        .backoff_min
+        .clamp(Duration::from_millis(1), Duration::from_secs(300));
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", k.brokers.join(","))
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("compression.type", net.compression.name())
+        .set(
+            "batch.size",
+            d.max_batch_bytes.clamp(1, i32::MAX as usize).to_string(),
+        )
+        .set(
+            "batch.num.messages",
+            d.max_batch_points.clamp(1, 1_000_000).to_string(),
+        )
+        .set("linger.ms", millis(d.max_batch_age))
+        .set(
+            "request.timeout.ms",
+            millis(d.request_timeout.max(Duration::from_millis(1))),
+        )
+        .set("retry.backoff.ms", millis(backoff_min))
+        .set(
+            "retry.backoff.max.ms",
+            millis(d.backoff_max.clamp(backoff_min, Duration::from_secs(300))),
+        );
+    match net.compression {
+        Compression::Zstd { level } => {
+            c.set("compression.level", level.to_string());
+        }
+        Compression::Gzip { level } => {
+            c.set("compression.level", level.to_string());
+        }
+        _ => {}
+    }
+    if let Buffer::Memory(max) = net.buffer {
+        c.set(
+            "queue.buffering.max.kbytes",
+            (max / 1024).clamp(1, i32::MAX as u64).to_string(),
+        );
+    }
+    c
+}
+
+fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
+    let k = settings(s).map_err(|e| anyhow::anyhow!("sink {}: {e}", s.name))?;
+    let net = s
+        .net
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("sink {} has no network settings", s.name))?;
+    match k.mode {
+        Mode::AtLeastOnce => at_least_once::start(&k, net, st),
+        Mode::ExactlyOnce => exactly_once::start(&k, net, st),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    const HEAD: &str = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"kafka\"\n";
+
+    fn sink(keys: &str) -> Result<Sink, ConfigError> {
+        parse(&format!("{HEAD}{keys}")).map(|mut c| c.sinks.remove(0))
+    }
+
+    #[test]
+    fn defaults_are_raw_at_least_once_and_lz4() {
+        let s = sink("brokers = [\"k1:9092\", \"k2:9092\"]\ntopic = \"logs\"\n").unwrap();
+        assert_eq!(
+            settings(&s).unwrap(),
+            Settings {
+                brokers: vec!["k1:9092".into(), "k2:9092".into()],
+                topic: "logs".into(),
+                format: Format::Raw,
+                mode: Mode::AtLeastOnce,
+                offsets_topic: DEFAULT_OFFSETS_TOPIC.into(),
+            }
+        );
+        let net = s.net.as_ref().unwrap();
+        assert_eq!(net.compression, Compression::Lz4);
+        assert_eq!(net.target, "k1:9092,k2:9092/logs");
+        let c = producer_config(&settings(&s).unwrap(), net);
+        for (k, v) in [
+            ("bootstrap.servers", "k1:9092,k2:9092"),
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+            ("compression.type", "lz4"),
+            ("linger.ms", "1000"),
+            ("queue.buffering.max.kbytes", "65536"),
+            ("retry.backoff.ms", "250"),
+            ("retry.backoff.max.ms", "30000"),
+        ] {
+            assert_eq!(c.get(k), Some(v), "{k}");
+        }
+    }
+
+    #[test]
+    fn exactly_once_json_with_an_offsets_topic_and_zstd() {
+        let s = sink("brokers = [\"k:9092\"]\ntopic = \"logs\"\nformat = \"json\"\ndelivery = \"exactly_once\"\noffsets_topic = \"pos\"\ncompression = \"zstd\"\ncompression_level = 3\n").unwrap();
+        let k = settings(&s).unwrap();
+        assert_eq!((k.format, k.mode), (Format::Json, Mode::ExactlyOnce));
+        assert_eq!(k.offsets_topic, "pos");
+        let c = producer_config(&k, s.net.as_ref().unwrap());
+        assert_eq!(c.get("compression.type"), Some("zstd"));
+        assert_eq!(c.get("compression.level"), Some("3"));
+    }
+
+    #[test]
+    fn every_bad_key_is_named_at_its_line() {
+        let ok = "brokers = [\"k:9092\"]\ntopic = \"logs\"\n";
+        for (keys, key, line) in [
+            ("topic = \"logs\"\n", "sinks[0].brokers", 4),
+            (
+                "brokers = \"k:9092\"\ntopic = \"logs\"\n",
+                "sinks[0].brokers",
+                6,
+            ),
+            ("brokers = []\ntopic = \"logs\"\n", "sinks[0].brokers", 6),
+            (
+                "brokers = [\"k:9092\", \"nope\"]\ntopic = \"logs\"\n",
+                "sinks[0].brokers[1]",
+                6,
+            ),
+            (
+                "brokers = [9092]\ntopic = \"logs\"\n",
+                "sinks[0].brokers[0]",
+                6,
+            ),
+            ("brokers = [\"k:9092\"]\n", "sinks[0].topic", 4),
+            (
+                "brokers = [\"k:9092\"]\ntopic = \"a b\"\n",
+                "sinks[0].topic",
+                7,
+            ),
+            (&format!("{ok}format = \"xml\"\n"), "sinks[0].format", 8),
+            (
+                &format!("{ok}delivery = \"twice\"\n"),
+                "sinks[0].delivery",
+                8,
+            ),
+            (&format!("{ok}delivery = 1\n"), "sinks[0].delivery", 8),
+            (
+                &format!("{ok}offsets_topic = \"pos\"\n"),
+                "sinks[0].offsets_topic",
+                8,
+            ),
+            (
+                &format!("{ok}delivery = \"exactly_once\"\noffsets_topic = \"logs\"\n"),
+                "sinks[0].offsets_topic",
+                9,
+            ),
+            (
+                &format!("{ok}compression = \"brotli\"\n"),
+                "sinks[0].compression",
+                8,
+            ),
+            (
+                &format!("{ok}compression = \"zstd\"\ncompression_level = 19\n"),
+                "sinks[0].compression_level",
+                9,
+            ),
+            (
+                &format!("{ok}buffer = {{ type = \"disk\" }}\n"),
+                "sinks[0].buffer",
+                8,
+            ),
+            (&format!("{ok}url = \"http://k\"\n"), "sinks[0].url", 8),
+            (&format!("{ok}address = \"k:1\"\n"), "sinks[0].address", 8),
+            (
+                &format!("{ok}max_batch_age = \"soon\"\n"),
+                "sinks[0].max_batch_age",
+                8,
+            ),
+        ] {
+            let e = sink(keys).unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{keys}\n{e}");
+            assert!(!e.fix.is_empty(), "{e}");
+        }
+    }
+}
