@@ -62,7 +62,7 @@ pub enum ReadFrom {
 }
 
 /// How a [`Tailer`] finds and reads files.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TailerConfig {
     /// Absolute glob patterns of the files to read; `*` stays within one
     /// path component, `**` crosses any number of them.
@@ -117,6 +117,10 @@ pub enum BuildError {
         /// The pattern.
         pattern: String,
     },
+    /// The patterns parse one by one but not as one set (the regex they
+    /// make together is too large).
+    #[error("the glob patterns together are too large to match: {0}")]
+    Set(#[source] globset::Error),
     /// `max_line_bytes` or `read_buffer_bytes` is 0.
     #[error("{key} must be at least 1 byte")]
     Zero {
@@ -376,7 +380,7 @@ impl Tailer {
                     source,
                 })
         };
-        let set = |b: GlobSetBuilder| b.build().expect("a set of valid globs builds");
+        let set = |b: GlobSetBuilder| b.build().map_err(BuildError::Set);
         let mut include = GlobSetBuilder::new();
         let mut roots = Vec::new();
         for pattern in &config.include {
@@ -400,9 +404,9 @@ impl Tailer {
             buf: vec![0; config.read_buffer_bytes],
             config,
             roots,
-            include: set(include),
-            exclude_path: set(exclude_path),
-            exclude_name: set(exclude_name),
+            include: set(include)?,
+            exclude_path: set(exclude_path)?,
+            exclude_name: set(exclude_name)?,
             files: Vec::new(),
             fresh: checkpoints.is_none(),
             restored: checkpoints

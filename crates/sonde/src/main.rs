@@ -97,11 +97,12 @@ fn main() -> ExitCode {
         }
         Command::Validate { config } => load(&config).map(|c| {
             println!(
-                "{}: ok ({} receivers, {} sinks, {:?} windows)",
+                "{}: ok ({} receivers, {} sinks, {:?} windows, {} log sources)",
                 config.display(),
                 c.receivers.len(),
                 c.sinks.len(),
-                c.aggregate.interval
+                c.aggregate.interval,
+                c.logs.len()
             );
         }),
         Command::DefaultConfig => {

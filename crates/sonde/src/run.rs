@@ -11,12 +11,15 @@
 //! hands its open window to the flusher first; a sink delivers what it has,
 //! its disk buffer staying for later); added ones start, and a new sink gets
 //! every window flushed from the moment the reload began. `[agent]`,
-//! `[histograms]` and `prometheus_exporter` sinks apply at the next start;
-//! a reload that changes them says so in the log.
+//! `[histograms]`, `[[logs]]`, `prometheus_exporter` sinks and sinks that
+//! take log sources apply at the next start; a reload that changes them
+//! says so in the log.
 //!
 //! # Clean shutdown
 //!
-//! On SIGTERM or SIGINT the flusher closes the open window early and
+//! On SIGTERM or SIGINT the log sources stop reading, wait up to 10 s for
+//! their sinks to acknowledge what was sent, and save their checkpoints;
+//! then the flusher closes the open window early and
 //! flushes it; the workers hand over their last shards and exit (removing
 //! their unix socket files); the sinks deliver what is queued, for up to
 //! their `shutdown_grace`, and exit; then `run` returns.
@@ -34,6 +37,7 @@ use sonde::sinks::Start;
 use sonde_aggregate::AggregateConfig;
 use sonde_io::flusher::{self, Flusher, FlusherCommand};
 use sonde_io::http::{self, Site};
+use sonde_io::logs::{self, LogInput, LogStats, RunningSource, SourceInfo};
 use sonde_io::receiver::{self, Bound, Control, Handoff, Ingest, ReceiverStats};
 use sonde_io::sink::{SinkHandle, SinkStats};
 use sonde_io::telemetry::Telemetry;
@@ -139,31 +143,97 @@ fn retire(r: RunningReceiver, telemetry: &Telemetry) {
     tracing::info!(receiver = %r.config.listen, "receiver stopped");
 }
 
+/// A started sink: where the flusher sends it windows (if it takes
+/// them), its ends for the log sources it takes, and what the agent keeps.
+struct Started {
+    windows: Option<SinkHandle>,
+    logs: Vec<(String, LogInput)>,
+    running: RunningSink,
+}
+
 /// Starts a sink as its type says (an exporter's listener goes to
-/// `sites`). `stats` carries the counters of the sink it replaces, if any.
+/// `sites`). `stats` carries the counters of the sink it replaces, if any;
+/// `sources` describes every log source of the config.
 fn start_sink(
     s: &Sink,
     sites: &mut Vec<(std::net::TcpListener, Site)>,
     stats: Option<Arc<SinkStats>>,
-) -> anyhow::Result<(SinkHandle, RunningSink)> {
+    sources: &[SourceInfo],
+) -> anyhow::Result<Started> {
     let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(s.name.clone())));
+    let taken: Vec<SourceInfo> = s
+        .log_sources()
+        .filter_map(|name| sources.iter().find(|i| i.name == name).cloned())
+        .collect();
     let mut start = Start {
         stats: Arc::clone(&stats),
         sites,
-        sources: &[],
+        sources: &taken,
     };
     let running = (s.kind.start)(s, &mut start)?;
-    let handle = running
-        .windows
-        .with_context(|| format!("sink {} started without its window input", s.name))?;
-    Ok((
-        handle,
-        RunningSink {
+    let windows = if s.takes_metrics() {
+        Some(
+            running
+                .windows
+                .with_context(|| format!("sink {} started without its window input", s.name))?,
+        )
+    } else {
+        // Dropping the handle ends the sink's window thread, if it has one.
+        None
+    };
+    Ok(Started {
+        windows,
+        logs: running.logs,
+        running: RunningSink {
             config: s.clone(),
             stats,
             threads: running.threads,
         },
-    ))
+    })
+}
+
+/// What records of each log source carry besides the line.
+fn source_infos(config: &Config) -> Vec<SourceInfo> {
+    let host = sonde::sinks::hostname().unwrap_or_else(|| "localhost".into());
+    config
+        .logs
+        .iter()
+        .map(|l| SourceInfo {
+            name: l.name.clone(),
+            host: host.clone(),
+            fields: l.fields.clone(),
+        })
+        .collect()
+}
+
+/// Starts every log source, each with the ends its sinks handed out.
+fn start_sources(
+    config: &Config,
+    infos: &[SourceInfo],
+    mut inputs: Vec<(String, LogInput)>,
+    telemetry: &Telemetry,
+) -> anyhow::Result<Vec<RunningSource>> {
+    let mut running = Vec::new();
+    for (l, info) in config.logs.iter().zip(infos) {
+        let (mine, rest): (Vec<_>, Vec<_>) = inputs.into_iter().partition(|(n, _)| *n == l.name);
+        inputs = rest;
+        let stats = Arc::new(LogStats::new(l.name.clone()));
+        lock(&telemetry.logs).push(Arc::clone(&stats));
+        let source = logs::SourceConfig {
+            info: info.clone(),
+            tailer: l.tailer.clone(),
+            rescan_interval: l.rescan_interval,
+            checkpoint_dir: config.agent.data_dir.join("checkpoints"),
+            max_in_flight_bytes: logs::source::MAX_IN_FLIGHT_BYTES,
+        };
+        let sinks = mine.into_iter().map(|(_, i)| i).collect();
+        running.push(
+            logs::spawn(source, sinks, stats)
+                .with_context(|| format!("starting log source {:?}", l.name))?,
+        );
+        tracing::info!(source = %l.name, include = ?l.tailer.include, "log source running");
+    }
+    Ok(running)
 }
 
 /// Runs the agent until SIGTERM or SIGINT; SIGHUP reloads `path`.
@@ -196,14 +266,18 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         tracing::info!(address = %admin, "admin listening on /health and /metrics");
         sites.push((l, Site::Admin(Arc::clone(&telemetry))));
     }
+    let infos = source_infos(&config);
     let mut handles = Vec::new();
     let mut sinks = Vec::new();
+    let mut log_inputs = Vec::new();
     for s in &config.sinks {
-        let (handle, running) = start_sink(s, &mut sites, None)?;
-        lock(&telemetry.sinks).push(Arc::clone(&running.stats));
-        handles.push(handle);
-        sinks.push(running);
+        let started = start_sink(s, &mut sites, None, &infos)?;
+        lock(&telemetry.sinks).push(Arc::clone(&started.running.stats));
+        handles.extend(started.windows);
+        log_inputs.extend(started.logs);
+        sinks.push(started.running);
     }
+    let sources = start_sources(&config, &infos, log_inputs, &telemetry)?;
 
     let (shard_tx, shard_rx) = sync_channel(SHARD_QUEUE);
     let ctx = Ctx {
@@ -257,6 +331,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         tracing::info!(signal = sig, "stopping: flushing the open window");
         break;
     }
+    // Sources first: each waits for its sinks to acknowledge what it sent,
+    // saves its checkpoints and lets go of the sinks.
+    for source in sources {
+        source.stop();
+    }
     let _ = cmd_tx.send(FlusherCommand::Shutdown);
     let _ = flusher.join();
     for r in receivers {
@@ -289,8 +368,12 @@ fn reload(
     {
         tracing::warn!("SIGHUP: changes to [agent] and [histograms] apply at the next start");
     }
-    // Sinks whose type does not reload stay as they are.
-    let changes = |s: &Sink| s.kind.reloads;
+    if new.logs != old.logs {
+        tracing::warn!("SIGHUP: changes to [[logs]] apply at the next start");
+    }
+    // Sinks whose type does not reload stay as they are, and so do sinks
+    // that take log sources (the sources keep running with them).
+    let changes = |s: &Sink| s.kind.reloads && s.log_sources().next().is_none();
     let fixed =
         |c: &Config| -> Vec<Sink> { c.sinks.iter().filter(|s| !changes(s)).cloned().collect() };
     let (fixed_old, fixed_new) = (fixed(old), fixed(new));
@@ -385,11 +468,11 @@ fn reload(
         let name = s.name.clone();
         // The same name keeps its counters.
         let stats = old_stats.iter().find(|o| o.name == name).cloned();
-        match start_sink(s, &mut Vec::new(), stats) {
-            Ok((handle, running)) => {
-                lock(&ctx.telemetry.sinks).push(Arc::clone(&running.stats));
-                handles.push(handle);
-                sinks.push(running);
+        match start_sink(s, &mut Vec::new(), stats, &[]) {
+            Ok(started) => {
+                lock(&ctx.telemetry.sinks).push(Arc::clone(&started.running.stats));
+                handles.extend(started.windows);
+                sinks.push(started.running);
             }
             Err(e) => {
                 tracing::error!(sink = %name, error = format!("{e:#}"), "SIGHUP: cannot start sink");

@@ -308,6 +308,23 @@ fn append(path: &std::path::Path, from: usize, to: usize) {
     f.write_all(text.as_bytes()).unwrap();
 }
 
+/// The positions the sink hands its first source, read off the channel
+/// and put back on a new one for the source.
+fn restored(running: &mut Running) -> Option<sonde_logs::Checkpoints> {
+    let input = &mut running.logs[0].1;
+    let rx = input
+        .restored
+        .take()
+        .expect("an exactly-once sink hands positions");
+    let positions = rx
+        .recv_timeout(TIMEOUT)
+        .expect("the sink read its positions");
+    let (tx, rx) = std::sync::mpsc::channel();
+    tx.send(positions.clone()).unwrap();
+    input.restored = Some(rx);
+    positions
+}
+
 fn spawn_source(
     dir: &std::path::Path,
     source: &SourceInfo,
@@ -320,6 +337,7 @@ fn spawn_source(
             tailer: TailerConfig::new(vec![format!("{}/*.log", dir.display())]),
             rescan_interval: Duration::from_secs(1),
             checkpoint_dir: dir.join("checkpoints"),
+            max_in_flight_bytes: sonde_io::logs::source::MAX_IN_FLIGHT_BYTES,
         },
         vec![input],
         Arc::new(LogStats::new(source.name.clone())),
@@ -341,7 +359,7 @@ fn exactly_once_lines_are_committed_with_their_positions_and_a_restart_resumes_t
 
     let (mut running, stats) = start(&config, &source);
     assert!(running.logs[0].1.positions);
-    assert_eq!(running.logs[0].1.restored, None);
+    assert_eq!(restored(&mut running), None);
     let src = spawn_source(dir.path(), &source, &mut running);
     let records = kafka.consume("eo", Isolation::ReadCommitted, 3000, TIMEOUT);
     let want: Vec<String> = (0..3000).map(|i| format!("line-{i}")).collect();
@@ -363,7 +381,7 @@ fn exactly_once_lines_are_committed_with_their_positions_and_a_restart_resumes_t
     std::fs::remove_dir_all(dir.path().join("checkpoints")).unwrap();
     append(&log, 3000, 4000);
     let (mut running, _) = start(&config, &source);
-    assert_eq!(running.logs[0].1.restored.as_ref(), Some(mine));
+    assert_eq!(restored(&mut running).as_ref(), Some(mine));
     let src = spawn_source(dir.path(), &source, &mut running);
     let records = kafka.consume("eo", Isolation::ReadCommitted, 4000, TIMEOUT);
     let want: Vec<String> = (0..4000).map(|i| format!("line-{i}")).collect();
@@ -399,8 +417,8 @@ fn a_transaction_never_committed_is_invisible_to_read_committed() {
 
     // A new instance with the same transactional.id starts clean: nothing
     // of the interrupted transaction is visible, no positions were stored.
-    let (running, _) = start(&config, &source);
-    assert_eq!(running.logs[0].1.restored, None);
+    let (mut running, _) = start(&config, &source);
+    assert_eq!(restored(&mut running), None);
     stop(running);
     let committed = kafka.consume("torn", Isolation::ReadCommitted, 0, TIMEOUT);
     assert!(committed.is_empty(), "{} records visible", committed.len());

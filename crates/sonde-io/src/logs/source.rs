@@ -12,7 +12,8 @@
 //!    ([`SAVE_EVERY`]), so a SIGKILL after a quiet second re-reads nothing.
 //! 3. Rescan when inotify saw files come and go, or every
 //!    `rescan_interval` as the safety net.
-//! 4. Read, if fewer than [`MAX_IN_FLIGHT_BYTES`] are sent and not yet
+//! 4. Read, if fewer than [`MAX_IN_FLIGHT_BYTES`] (the
+//!    [`SourceConfig::max_in_flight_bytes`]) are sent and not yet
 //!    acknowledged: that bound is the backpressure. A slow or absent sink
 //!    stops the reading, with the files held open by the tailer until what
 //!    was read from them is acknowledged, and memory bounded whatever the
@@ -30,7 +31,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -69,10 +70,12 @@ const ACK_WAIT: Duration = Duration::from_millis(10);
 pub struct LogInput {
     /// Where the source sends its batches.
     pub tx: Sender<Arc<LogBatch>>,
-    /// Checkpoints the sink keeps itself (Kafka transactions hold the
-    /// offsets committed with the records); when set, the source resumes
-    /// from them instead of its checkpoint file.
-    pub restored: Option<Checkpoints>,
+    /// For a sink that keeps the offsets itself (Kafka transactions hold
+    /// them with the records): where it sends, once it has read them, the
+    /// checkpoints to resume from, or `None` if it holds none for this
+    /// source. The source waits for it before reading, and resumes from its
+    /// checkpoint file on `None`.
+    pub restored: Option<Receiver<Option<Checkpoints>>>,
     /// Whether the sink needs the read positions on the last batch of each
     /// read round ([`LogBatch::positions`]).
     pub positions: bool,
@@ -89,6 +92,9 @@ pub struct SourceConfig {
     pub rescan_interval: Duration,
     /// Where its checkpoint file lives (`{data_dir}/checkpoints`).
     pub checkpoint_dir: PathBuf,
+    /// Bytes of lines sent and not yet acknowledged at which reading
+    /// stops; [`MAX_IN_FLIGHT_BYTES`] in the agent.
+    pub max_in_flight_bytes: usize,
 }
 
 /// A running source.
@@ -144,38 +150,90 @@ pub fn spawn(
         source,
     })?;
     let store = CheckpointFile::new(&config.checkpoint_dir, &config.info.name)?;
+    // The globs are checked here, so that a bad one fails the start; the
+    // tailer that reads is built on the thread, once it knows where to
+    // resume.
+    Tailer::new(config.tailer.clone(), None)?;
     let name = config.info.name.clone();
-    let restored = sinks.iter().find_map(|s| s.restored.clone());
-    let checkpoints = match restored {
-        Some(c) => {
-            tracing::info!(source = %name, files = c.files.len(), "resuming from the offsets a sink keeps");
-            Some(c)
-        }
-        None => load(&store, &name, &stats),
-    };
-    let tailer = Tailer::new(config.tailer.clone(), checkpoints)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let (done_tx, done_rx) = channel();
-    let mut run = Run {
-        positions: sinks.iter().any(|s| s.positions),
-        sinks,
-        tailer,
-        builder: BatchBuilder::new(Arc::new(config.info.clone()), BATCH_BYTES),
-        in_flight: VecDeque::new(),
-        in_flight_bytes: 0,
-        done_tx,
-        done_rx,
-        store,
-        stats,
-        stop: Arc::clone(&stop),
-        config,
-        last_errors: Vec::new(),
-    };
+    let thread_stop = Arc::clone(&stop);
     let thread = std::thread::Builder::new()
         .name(format!("logs {name}"))
-        .spawn(move || run.run())
+        .spawn(move || {
+            crate::priority::enter_background();
+            let Some(checkpoints) = resume(&sinks, &store, &name, &stats, &thread_stop) else {
+                return;
+            };
+            let tailer = match Tailer::new(config.tailer.clone(), checkpoints) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(source = %name, error = %e, "the log source cannot start");
+                    return;
+                }
+            };
+            let (done_tx, done_rx) = channel();
+            let mut run = Run {
+                positions: sinks.iter().any(|s| s.positions),
+                sinks,
+                tailer,
+                builder: BatchBuilder::new(
+                    Arc::new(config.info.clone()),
+                    BATCH_BYTES.min(config.max_in_flight_bytes),
+                ),
+                in_flight: VecDeque::new(),
+                in_flight_bytes: 0,
+                done_tx,
+                done_rx,
+                store,
+                stats,
+                stop: thread_stop,
+                config,
+                last_errors: Vec::new(),
+            };
+            run.run();
+        })
         .map_err(StartError::Spawn)?;
     Ok(RunningSource { stop, thread })
+}
+
+/// Where the source resumes: from the offsets a sink keeps, once it has
+/// read them (a broker that is down makes the source wait, checking for a
+/// stop), or from the checkpoint file. `None` if told to stop while
+/// waiting.
+fn resume(
+    sinks: &[LogInput],
+    store: &CheckpointFile,
+    name: &str,
+    stats: &LogStats,
+    stop: &AtomicBool,
+) -> Option<Option<Checkpoints>> {
+    if let Some(rx) = sinks.iter().find_map(|s| s.restored.as_ref()) {
+        let mut waited = false;
+        loop {
+            match rx.recv_timeout(MAX_WAIT) {
+                Ok(Some(c)) => {
+                    tracing::info!(source = %name, files = c.files.len(), "resuming from the offsets the sink keeps");
+                    return Some(Some(c));
+                }
+                // The sink holds no offsets for this source yet.
+                Ok(None) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    if stop.load(Relaxed) {
+                        return None;
+                    }
+                    if !waited {
+                        tracing::info!(source = %name, "waiting for the sink to read the offsets it keeps");
+                        waited = true;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    tracing::error!(source = %name, "the sink stopped before it read its offsets; resuming from the checkpoint file");
+                    break;
+                }
+            }
+        }
+    }
+    Some(load(store, name, stats))
 }
 
 /// The saved checkpoints; a file that cannot be trusted is reported,
@@ -225,7 +283,6 @@ struct Run {
 
 impl Run {
     fn run(&mut self) {
-        crate::priority::enter_background();
         let name = self.config.info.name.clone();
         let mut watcher = match Watcher::start(&self.config.tailer) {
             Ok((w, refused)) => {
@@ -289,7 +346,7 @@ impl Run {
             if watcher.is_none() && now >= last_read + POLL_WITHOUT_INOTIFY {
                 read_now = true;
             }
-            let room = self.in_flight_bytes < MAX_IN_FLIGHT_BYTES;
+            let room = self.in_flight_bytes < self.config.max_in_flight_bytes;
             let mut more = false;
             if read_now && room {
                 last_read = now;
@@ -301,7 +358,7 @@ impl Run {
             }
             self.stats
                 .store(&self.tailer.counters(), self.tailer.bytes_behind());
-            if more && self.in_flight_bytes < MAX_IN_FLIGHT_BYTES {
+            if more && self.in_flight_bytes < self.config.max_in_flight_bytes {
                 continue;
             }
             // Wait for whichever comes first: inotify, an acknowledgement,
@@ -321,7 +378,7 @@ impl Run {
                 // When reading waits for acknowledgements, only they
                 // matter; else wait on the channel briefly, and the next
                 // round's drain reads what inotify has.
-                let blocked = self.in_flight_bytes >= MAX_IN_FLIGHT_BYTES;
+                let blocked = self.in_flight_bytes >= self.config.max_in_flight_bytes;
                 let wait = if blocked { wait } else { wait.min(ACK_WAIT) };
                 if let Ok(seq) = self.done_rx.recv_timeout(wait) {
                     self.mark_done(seq);
@@ -472,5 +529,319 @@ impl Run {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::path::Path;
+    use std::sync::mpsc::Receiver as Rx;
+
+    use super::*;
+
+    fn info() -> SourceInfo {
+        SourceInfo {
+            name: "app".into(),
+            host: "h".into(),
+            fields: Vec::new(),
+        }
+    }
+
+    fn config(logs: &Path, data: &Path, max_in_flight_bytes: usize) -> SourceConfig {
+        let mut tailer = TailerConfig::new(vec![format!("{}/*.log", logs.display())]);
+        tailer.read_buffer_bytes = 4096;
+        SourceConfig {
+            info: info(),
+            tailer,
+            rescan_interval: Duration::from_millis(100),
+            checkpoint_dir: data.join("checkpoints"),
+            max_in_flight_bytes,
+        }
+    }
+
+    /// A sink that keeps what it gets and acknowledges nothing by itself.
+    fn sink() -> (LogInput, Rx<Arc<LogBatch>>) {
+        let (tx, rx) = channel();
+        let input = LogInput {
+            tx,
+            restored: None,
+            positions: false,
+        };
+        (input, rx)
+    }
+
+    fn append(path: &Path, text: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    fn numbered(from: usize, to: usize) -> String {
+        (from..to).map(|n| format!("line {n:06}\n")).collect()
+    }
+
+    /// Waits up to 10 s for `cond`.
+    fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Receives batches until `n` lines came; returns the batches.
+    fn receive_lines(rx: &Rx<Arc<LogBatch>>, n: usize) -> Vec<Arc<LogBatch>> {
+        let mut got = Vec::new();
+        let mut lines = 0;
+        while lines < n {
+            let b = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("timed out waiting for lines");
+            lines += b.len();
+            got.push(b);
+        }
+        got
+    }
+
+    fn texts(batches: &[Arc<LogBatch>]) -> Vec<String> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                b.lines()
+                    .map(|l| String::from_utf8(l.bytes.to_vec()).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn saved(data: &Path) -> Option<Checkpoints> {
+        CheckpointFile::new(&data.join("checkpoints"), "app")
+            .unwrap()
+            .load()
+            .unwrap()
+    }
+
+    fn saved_offset(data: &Path) -> u64 {
+        saved(data).map_or(0, |c| c.files.iter().map(|f| f.offset).sum())
+    }
+
+    #[test]
+    fn checkpoints_move_only_past_batches_every_sink_acknowledged_in_order() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        let stats = Arc::new(LogStats::new("app".into()));
+        let (first, rx1) = sink();
+        let (second, rx2) = sink();
+        let cfg = config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES);
+        let running = spawn(cfg, vec![first, second], Arc::clone(&stats)).unwrap();
+        append(&log, &numbered(0, 10));
+        let a1 = receive_lines(&rx1, 10);
+        let a2 = receive_lines(&rx2, 10);
+        append(&log, &numbered(10, 20));
+        let b1 = receive_lines(&rx1, 10);
+        let b2 = receive_lines(&rx2, 10);
+        assert_eq!(texts(&a1).len() + texts(&b1).len(), 20);
+        // The later batch delivered by both sinks, the earlier by one: the
+        // checkpoint must not pass the earlier batch's lines.
+        b1.iter().chain(&b2).for_each(|b| b.ack());
+        a1.iter().for_each(|b| b.ack());
+        // Saves happen every second: over 1.5 s one would have come.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(saved_offset(data.path()), 0);
+        assert_eq!(stats.bytes_behind.load(Relaxed), 240);
+        // Now both batches are delivered by both sinks.
+        a2.iter().for_each(|b| b.ack());
+        wait_for("the checkpoint at the end", || {
+            saved_offset(data.path()) == 240
+        });
+        wait_for("nothing behind", || stats.bytes_behind.load(Relaxed) == 0);
+        assert_eq!(stats.lines_read.load(Relaxed), 20);
+        running.stop();
+    }
+
+    #[test]
+    fn a_sink_that_does_not_acknowledge_stops_the_reading_and_memory_stays_bounded() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        // 20,000 lines of 12 bytes (240 KB), 16 KiB may be in flight.
+        append(&log, &numbered(0, 20_000));
+        let stats = Arc::new(LogStats::new("app".into()));
+        let (input, rx) = sink();
+        let cfg = config(logs.path(), data.path(), 16 << 10);
+        let running = spawn(cfg, vec![input], Arc::clone(&stats)).unwrap();
+        wait_for("reading to stop", || stats.bytes_read.load(Relaxed) > 0);
+        std::thread::sleep(Duration::from_millis(500));
+        let held: Vec<Arc<LogBatch>> = rx.try_iter().collect();
+        let bytes: usize = held.iter().map(|b| b.bytes()).sum();
+        // The bound plus the batch that crossed it.
+        assert!(bytes <= 2 * (16 << 10), "{bytes} bytes in flight");
+        let read = stats.bytes_read.load(Relaxed);
+        assert!(read < 240_000 / 2, "read {read} of 240000 bytes");
+        // Acknowledging lets it go on, to the end, each line once.
+        let mut all = held.clone();
+        held.iter().for_each(|b| b.ack());
+        let mut lines: usize = held.iter().map(|b| b.len()).sum();
+        while lines < 20_000 {
+            let b = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("more lines");
+            b.ack();
+            lines += b.len();
+            all.push(b);
+        }
+        let got = texts(&all);
+        assert_eq!(got.len(), 20_000);
+        assert!(got
+            .iter()
+            .enumerate()
+            .all(|(i, t)| *t == format!("line {i:06}")));
+        wait_for("the checkpoint at the end", || {
+            saved_offset(data.path()) == 240_000
+        });
+        running.stop();
+    }
+
+    #[test]
+    fn a_clean_stop_waits_for_acknowledgements_and_a_restart_resends_nothing() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        append(&log, &numbered(0, 100));
+        let stats = Arc::new(LogStats::new("app".into()));
+        let (tx, rx) = channel::<Arc<LogBatch>>();
+        let input = LogInput {
+            tx,
+            restored: None,
+            positions: false,
+        };
+        // A sink that acknowledges after a delay, and ends when its input
+        // is dropped.
+        let slow = std::thread::spawn(move || {
+            let mut lines = 0;
+            for b in rx {
+                std::thread::sleep(Duration::from_millis(50));
+                lines += b.len();
+                b.ack();
+            }
+            lines
+        });
+        let running = spawn(
+            config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES),
+            vec![input],
+            Arc::clone(&stats),
+        )
+        .unwrap();
+        wait_for("the lines read", || stats.lines_read.load(Relaxed) == 100);
+        running.stop();
+        assert_eq!(slow.join().unwrap(), 100);
+        assert_eq!(saved_offset(data.path()), 1200);
+        // Restarted: only the new lines come.
+        append(&log, &numbered(100, 105));
+        let (input, rx) = sink();
+        let running = spawn(
+            config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES),
+            vec![input],
+            Arc::new(LogStats::new("app".into())),
+        )
+        .unwrap();
+        let batches = receive_lines(&rx, 5);
+        let want: Vec<String> = (100..105).map(|n| format!("line {n:06}")).collect();
+        assert_eq!(texts(&batches), want);
+        batches.iter().for_each(|b| b.ack());
+        // A second line would come with the first: 300 ms is many rounds.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(rx.try_recv().is_err(), "nothing more");
+        drop(rx);
+        running.stop();
+    }
+
+    #[test]
+    fn a_corrupt_checkpoint_file_is_set_aside_counted_and_files_are_read_from_the_start() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        append(&log, &numbered(0, 3));
+        let dir = data.path().join("checkpoints");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("app.checkpoint"),
+            "sonde-checkpoint 1 crc32=00000000 len=2\n{}",
+        )
+        .unwrap();
+        let stats = Arc::new(LogStats::new("app".into()));
+        let (input, rx) = sink();
+        let running = spawn(
+            config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES),
+            vec![input],
+            Arc::clone(&stats),
+        )
+        .unwrap();
+        let batches = receive_lines(&rx, 3);
+        assert_eq!(stats.corrupt_checkpoints.load(Relaxed), 1);
+        assert!(dir.join("app.checkpoint.corrupt").exists());
+        assert_eq!(texts(&batches)[0], "line 000000");
+        batches.iter().for_each(|b| b.ack());
+        running.stop();
+    }
+
+    #[test]
+    fn positions_ride_on_the_last_batch_of_a_round_for_a_sink_that_asks() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        append(&log, &numbered(0, 5));
+        let (tx, rx) = channel();
+        let input = LogInput {
+            tx,
+            restored: None,
+            positions: true,
+        };
+        let running = spawn(
+            config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES),
+            vec![input],
+            Arc::new(LogStats::new("app".into())),
+        )
+        .unwrap();
+        let batches = receive_lines(&rx, 5);
+        let last = batches.last().unwrap();
+        let positions = last.positions().expect("positions on the last batch");
+        assert_eq!(positions.files[0].offset, 60);
+        batches.iter().for_each(|b| b.ack());
+        running.stop();
+    }
+
+    #[test]
+    fn a_source_waits_for_the_offsets_a_sink_keeps_and_resumes_from_them() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        append(&log, &numbered(0, 5));
+        // Where a first run stopped: after 3 lines.
+        let mut tailer = Tailer::new(config(logs.path(), data.path(), 1).tailer, None).unwrap();
+        tailer.rescan(Instant::now());
+        let mut builder = BatchBuilder::new(Arc::new(info()), 1 << 20);
+        tailer.poll(Instant::now(), &mut builder);
+        let mut kept = tailer.positions();
+        kept.files[0].offset = 36;
+        let (offsets_tx, offsets_rx) = channel();
+        let (tx, rx) = channel();
+        let input = LogInput {
+            tx,
+            restored: Some(offsets_rx),
+            positions: true,
+        };
+        let running = spawn(
+            config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES),
+            vec![input],
+            Arc::new(LogStats::new("app".into())),
+        )
+        .unwrap();
+        // Nothing is read before the sink says where to resume.
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+        offsets_tx.send(Some(kept)).unwrap();
+        let batches = receive_lines(&rx, 2);
+        assert_eq!(texts(&batches), ["line 000003", "line 000004"]);
+        batches.iter().for_each(|b| b.ack());
+        running.stop();
     }
 }

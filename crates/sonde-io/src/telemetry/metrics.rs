@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::flusher::FlushStats;
+use crate::logs::LogStats;
 use crate::receiver::ReceiverStats;
 use crate::sink::{SinkDrop, SinkStats};
 
@@ -62,6 +63,8 @@ pub enum Source {
     /// One sample per sink and [`SinkDrop`], labelled `sink` and `reason`:
     /// the counters indexed by the drop.
     SinkDrops(fn(&SinkStats) -> &[AtomicU64; SinkDrop::ALL.len()]),
+    /// One sample per log source, labelled `source`.
+    Log(fn(&LogStats) -> u64),
 }
 
 /// A metric's descriptor: one row of [`METRICS`].
@@ -260,5 +263,66 @@ pub const METRICS: &[Metric] = &[
         "sonde_sink_dropped_points_total",
         "Points a sink let go undelivered, by reason.",
         Source::SinkDrops(|s| &s.dropped_points),
+    ),
+    counter(
+        "sonde_sink_records_total",
+        "Log records a sink delivered (acknowledged by its backend).",
+        Source::Sink(|s| s.records.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_dropped_records_total",
+        "Log records a sink let go undelivered, by reason.",
+        Source::SinkDrops(|s| &s.dropped_records),
+    ),
+    // Log sources.
+    gauge(
+        "sonde_log_files_watched",
+        "Files a log source has open.",
+        Source::Log(|l| l.files_watched.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_bytes_read_total",
+        "Bytes a log source read from its files.",
+        Source::Log(|l| l.bytes_read.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_lines_read_total",
+        "Lines a log source read.",
+        Source::Log(|l| l.lines_read.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_lines_truncated_total",
+        "Lines cut at max_line_bytes; the rest of each was dropped.",
+        Source::Log(|l| l.lines_truncated.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_truncations_total",
+        "Files found truncated (or with a changed head) and read again from offset 0.",
+        Source::Log(|l| l.truncations.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_rotations_total",
+        "Files found renamed, or gone from the globs while still existing.",
+        Source::Log(|l| l.rotations.load(Relaxed)),
+    ),
+    gauge(
+        "sonde_log_bytes_behind",
+        "Bytes of the open files not yet acknowledged by every sink of the source (file sizes minus checkpoints).",
+        Source::Log(|l| l.bytes_behind.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_checkpoint_errors_total",
+        "Checkpoint saves that failed (the last saved checkpoints stay).",
+        Source::Log(|l| l.checkpoint_errors.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_corrupt_checkpoints_total",
+        "Checkpoint files found unreadable or corrupt at start; set aside, every file read from its beginning.",
+        Source::Log(|l| l.corrupt_checkpoints.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_watch_overflows_total",
+        "inotify queue overflows, each followed by a rescan.",
+        Source::Log(|l| l.watch_overflows.load(Relaxed)),
     ),
 ];

@@ -21,6 +21,7 @@ use crate::receiver::drops::DropLabel;
 use sonde_aggregate::SeriesCount;
 
 use crate::flusher::FlushStats;
+use crate::logs::LogStats;
 use crate::receiver::ReceiverStats;
 use crate::sink::{FailReason, SinkDrop, SinkStats};
 
@@ -31,6 +32,8 @@ pub struct Telemetry {
     pub receivers: Mutex<Vec<Arc<ReceiverStats>>>,
     /// One per running sink; a config reload adds and removes some.
     pub sinks: Mutex<Vec<Arc<SinkStats>>>,
+    /// One per log source.
+    pub logs: Mutex<Vec<Arc<LogStats>>>,
     /// The flusher's counters.
     pub flush: Arc<FlushStats>,
     /// Live series of the receive workers, which `agent.max_series` limits.
@@ -55,6 +58,7 @@ impl Telemetry {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let logs = self.logs.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut o = String::new();
         for m in METRICS {
             let host = match m.source {
@@ -128,6 +132,11 @@ impl Telemetry {
                                 v,
                             );
                         }
+                    }
+                }
+                Source::Log(get) => {
+                    for l in &logs {
+                        sample(&mut o, m.name, &[("source", &l.source)], get(l));
                     }
                 }
             }
@@ -211,9 +220,23 @@ mod tests {
         s.corrupt_segments.store(1, Relaxed);
         s.failures[FailReason::ServerError as usize].store(2, Relaxed);
         s.count_drop(SinkDrop::BufferFull, 1, 100);
+        s.records.store(77, Relaxed);
+        s.dropped_records[SinkDrop::Rejected as usize].store(2, Relaxed);
+        let l = Arc::new(LogStats::new("app".into()));
+        l.files_watched.store(3, Relaxed);
+        l.bytes_read.store(15_000, Relaxed);
+        l.lines_read.store(100, Relaxed);
+        l.lines_truncated.store(1, Relaxed);
+        l.truncations.store(2, Relaxed);
+        l.rotations.store(4, Relaxed);
+        l.bytes_behind.store(150, Relaxed);
+        l.checkpoint_errors.store(1, Relaxed);
+        l.corrupt_checkpoints.store(1, Relaxed);
+        l.watch_overflows.store(5, Relaxed);
         let t = Telemetry {
             receivers: Mutex::new(vec![r, r2]),
             sinks: Mutex::new(vec![s, Arc::new(SinkStats::new("console".into()))]),
+            logs: Mutex::new(vec![l]),
             max_series: 100_000,
             ..Telemetry::default()
         };

@@ -4,14 +4,18 @@
 //! Parsing and validation are one pure step ([`parse`]) that returns a
 //! [`Config`]; building the agent from it does the I/O and checks nothing
 //! again. Each section has its module: [`agent`], [`receivers`],
-//! [`histograms`], and the sinks theirs in [`crate::sinks`], where each
-//! sink type's keys are described once.
+//! [`logs`], [`histograms`], and the sinks theirs in [`crate::sinks`],
+//! where each sink type's keys are described once. What ties sections
+//! together (which sink takes which source) is checked here, in [`parse`].
 
 pub mod agent;
 mod error;
 pub mod histograms;
+pub mod logs;
 pub mod receivers;
 pub mod units;
+
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use sonde_aggregate::AggregateConfig;
@@ -21,9 +25,11 @@ pub use self::agent::AgentSection;
 pub use self::error::ConfigError;
 pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
+pub use self::logs::{LogSection, LogSource};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
 pub use self::units::{HostPort, HumanDuration, HumanSize, Listen, UnitError};
-pub use crate::sinks::{Buffer, NetSink, Sink};
+use crate::sinks::SinkType;
+pub use crate::sinks::{Buffer, NetSink, Sink, SinkInput};
 
 /// The configuration `sonde run` uses when no file is given.
 pub const DEFAULT_CONFIG: &str = r#"# sonde's embedded defaults: what `sonde run` does without --config.
@@ -57,6 +63,8 @@ struct File {
     #[serde(default)]
     receivers: Vec<Spanned<ReceiverSection>>,
     #[serde(default)]
+    logs: Vec<Spanned<LogSection>>,
+    #[serde(default)]
     sinks: Vec<Spanned<toml::Table>>,
     #[serde(default)]
     histograms: HistogramSection,
@@ -69,6 +77,8 @@ pub struct Config {
     pub agent: AgentSection,
     /// Receivers, in file order.
     pub receivers: Vec<Receiver>,
+    /// Log sources, in file order.
+    pub logs: Vec<LogSource>,
     /// Sinks, in file order.
     pub sinks: Vec<Sink>,
     /// What the aggregator needs.
@@ -106,13 +116,23 @@ pub(crate) fn check_loopback(allowed: bool, addr: std::net::SocketAddr) -> Resul
 /// The first problem found, as a [`ConfigError`] naming the key, its line
 /// and the fix: TOML syntax, unknown keys, bad durations or addresses,
 /// duplicate listen addresses, a protocol on a transport it cannot use, a
-/// sink type or key the registry does not know, no receivers or no sinks,
-/// bad histogram bounds.
+/// sink type or key the registry does not know, no receivers and no log
+/// sources, receivers and no sinks, bad log source names or globs, sinks'
+/// `inputs` that name nothing or a source their type does not take, a
+/// source no sink takes, bad histogram bounds.
 pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    parse_with(text, crate::sinks::REGISTRY)
+}
+
+/// [`parse`] with the sink types of `registry`.
+fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, ConfigError> {
     let src = Source { text };
     let file: File = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     let agent = file.agent;
     let max_key_bytes = agent::check(src, &agent)?;
+    if file.receivers.is_empty() && file.logs.is_empty() {
+        return Err(receivers::none());
+    }
     if file.sinks.is_empty() && !file.receivers.is_empty() {
         return Err(crate::sinks::none());
     }
@@ -128,7 +148,14 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             )
         })?;
     }
-    let sinks = crate::sinks::check(src, &file.sinks, &agent)?;
+    let logs = logs::check(src, &file.logs)?;
+    let sinks = crate::sinks::check(src, registry, &file.sinks, &agent)?;
+    let tables = Tables {
+        logs: &file.logs,
+        sinks: &file.sinks,
+        receivers: &file.receivers,
+    };
+    routes(src, registry, tables, &logs, &sinks)?;
     let histograms = histograms::check(src, &file.histograms)?;
     let aggregate = AggregateConfig {
         interval: agent.interval.get_ref().0,
@@ -142,9 +169,154 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     Ok(Config {
         agent,
         receivers,
+        logs,
         sinks,
         aggregate,
     })
+}
+
+/// [`parse`] with sink types that take log lines besides the registry's,
+/// for tests.
+#[cfg(test)]
+pub(crate) fn parse_with_log_sinks(text: &str) -> Result<Config, ConfigError> {
+    parse_with(text, &crate::sinks::log_types::registry())
+}
+
+/// The tables [`routes`] places its errors in.
+#[derive(Clone, Copy)]
+struct Tables<'a> {
+    logs: &'a [Spanned<LogSection>],
+    sinks: &'a [Spanned<toml::Table>],
+    receivers: &'a [Spanned<ReceiverSection>],
+}
+
+/// Checks what the sinks' `inputs` name against the sources and the sink
+/// types: every name is `metrics` or a source, every sink's type accepts
+/// what it takes, every source goes somewhere, a source that must go to
+/// one sink alone ([`Sink::exclusive_logs`]) does, and the windows of
+/// receivers reach a sink.
+fn routes(
+    src: Source<'_>,
+    registry: &[&'static SinkType],
+    file: Tables<'_>,
+    logs: &[LogSource],
+    sinks: &[Sink],
+) -> Result<(), ConfigError> {
+    use crate::sinks::{accepting, place, Input};
+    // Errors about an entry of `inputs` are at its line, or at the sink's
+    // table when `inputs` is left out (the default).
+    let at = |i: usize, key: String, problem: String, fix: String| {
+        place(
+            src,
+            i,
+            &file.sinks[i].span(),
+            ConfigError::new(key, problem, fix),
+        )
+    };
+    let entry = |i: usize, j: usize| {
+        if file.sinks[i].get_ref().contains_key("inputs") {
+            format!("inputs[{j}]")
+        } else {
+            "inputs".into()
+        }
+    };
+    let source_names = || {
+        logs.iter()
+            .map(|l| format!("\"{}\"", l.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let known: HashSet<&str> = logs.iter().map(|l| l.name.as_str()).collect();
+    // Which sink took each source first, to refuse sharing an exclusive one.
+    let mut taken: HashMap<&str, usize> = HashMap::new();
+    for (i, sink) in sinks.iter().enumerate() {
+        for (j, input) in sink.inputs.iter().enumerate() {
+            if let SinkInput::Logs(name) = input {
+                if !known.contains(name.as_str()) {
+                    let fix = if logs.is_empty() {
+                        "write \"metrics\", or add a [[logs]] source of this name".to_string()
+                    } else {
+                        format!("write \"metrics\" or one of {}", source_names())
+                    };
+                    return Err(at(
+                        i,
+                        entry(i, j),
+                        format!("{name:?} is neither \"metrics\" nor a [[logs]] source"),
+                        fix,
+                    ));
+                }
+            }
+            let kind = input.kind();
+            if !sink.kind.accepts.contains(&kind) {
+                let (what, fix) = match kind {
+                    Input::Logs => (
+                        format!("log source \"{input}\""),
+                        format!(
+                            "send it to a sink of a type that takes log lines ({}), or remove it from `inputs`",
+                            accepting(registry, Input::Logs)
+                        ),
+                    ),
+                    Input::Metrics => (
+                        "metric windows".to_string(),
+                        format!(
+                            "list the log sources it takes, like inputs = [\"app\"]; metrics go to {}",
+                            accepting(registry, Input::Metrics)
+                        ),
+                    ),
+                };
+                return Err(at(
+                    i,
+                    entry(i, j),
+                    format!("{} sinks do not take {what}", sink.kind.name),
+                    fix,
+                ));
+            }
+            if let SinkInput::Logs(name) = input {
+                if let Some(k) = taken.get(name.as_str()).copied() {
+                    let other = &sinks[k];
+                    if sink.exclusive_logs || other.exclusive_logs {
+                        let alone = if sink.exclusive_logs { i } else { k };
+                        return Err(at(
+                            i,
+                            entry(i, j),
+                            format!(
+                                "source {name:?} is taken by sinks[{k}] and sinks[{i}], and sinks[{alone}] ({}) must take it alone",
+                                sinks[alone].name
+                            ),
+                            "send the source to one of them only, or define a second [[logs]] source for the other".into(),
+                        ));
+                    }
+                } else {
+                    taken.insert(name, i);
+                }
+            }
+        }
+    }
+    for (i, l) in file.logs.iter().enumerate() {
+        let name = l.get_ref().name.get_ref();
+        if !taken.contains_key(name.as_str()) {
+            return Err(src.error(
+                l.get_ref().name.span(),
+                format!("logs[{i}].name"),
+                format!("no sink takes source {name:?}: its lines would go nowhere"),
+                format!(
+                    "add \"{name}\" to the `inputs` of a sink of a type that takes log lines ({})",
+                    accepting(registry, Input::Logs)
+                ),
+            ));
+        }
+    }
+    if let Some(r) = file.receivers.first() {
+        if !sinks.iter().any(Sink::takes_metrics) {
+            return Err(src.error(
+                r.span(),
+                "receivers[0]",
+                "no sink's `inputs` has \"metrics\": the windows of the receivers would go nowhere",
+                "add \"metrics\" to the `inputs` of a sink, or remove the [[receivers]]",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -619,5 +791,229 @@ mod tests {
             ("receivers[0].receive_buffer", Some(4))
         );
         assert!(e.fix.contains("MiB"), "{e}");
+    }
+
+    /// One source, "app", on lines 1-3, then `rest`.
+    fn with_app(rest: &str) -> Result<Config, ConfigError> {
+        parse_with_log_sinks(&format!(
+            "[[logs]]\nname = \"app\"\ninclude = [\"/var/log/app/*.log\"]\n{rest}"
+        ))
+    }
+
+    fn app_err(rest: &str) -> ConfigError {
+        match with_app(rest) {
+            Ok(_) => panic!("accepted:\n{rest}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn inputs_default_to_metrics_and_keep_their_order() {
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.sinks[0].inputs, [SinkInput::Metrics]);
+        assert!(c.sinks[0].takes_metrics());
+        assert!(!c.sinks[0].exclusive_logs);
+        assert!(c.logs.is_empty());
+        let c = with_app(&format!(
+            "{MIN}[[sinks]]\ntype = \"both\"\ninputs = [\"app\", \"metrics\"]\n[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.sinks[1].inputs,
+            [SinkInput::Logs("app".into()), SinkInput::Metrics]
+        );
+        assert!(!c.sinks[2].takes_metrics());
+        assert_eq!(c.sinks[2].log_sources().collect::<Vec<_>>(), ["app"]);
+        // Every transport takes `inputs`.
+        let (s, _) = net("type = \"tcp\"\naddress = \"a:1\"\ninputs = [\"metrics\"]\n");
+        assert_eq!(s.inputs, [SinkInput::Metrics]);
+    }
+
+    #[test]
+    fn a_log_only_agent_needs_no_receivers() {
+        let c = with_app("[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app\"]\n").unwrap();
+        assert!(c.receivers.is_empty());
+        assert_eq!(c.logs.len(), 1);
+        // A source that no sink takes, with no sinks at all.
+        let e = app_err("");
+        assert_eq!((e.key.as_str(), e.line), ("logs[0].name", Some(2)));
+        assert!(e.fix.contains("\"both\", \"logs_only\""), "{e}");
+    }
+
+    #[test]
+    fn a_log_source_sent_to_a_metrics_only_sink_names_the_types_that_take_logs() {
+        // The sink's table starts on line 4, `inputs` is on line 7 (8
+        // after a key of the type's own).
+        for (ty, own) in [
+            ("console", ""),
+            ("file", "path = \"p\"\n"),
+            ("prometheus_remote_write", "url = \"http://a:1/\"\n"),
+        ] {
+            let e = app_err(&format!(
+                "[[sinks]]\ntype = \"{ty}\"\n{own}\ninputs = [\"metrics\", \"app\"]\n"
+            ));
+            let line = 7 + usize::from(!own.is_empty());
+            assert_eq!(
+                (e.key.as_str(), e.line),
+                ("sinks[0].inputs[1]", Some(line)),
+                "{ty}"
+            );
+            assert!(e.problem.contains("\"app\""), "{e}");
+            assert!(e.fix.contains("\"both\", \"logs_only\""), "{e}");
+            assert!(!e.fix.contains("\"console\""), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_input_that_names_nothing_lists_what_exists() {
+        let e = app_err("[[sinks]]\ntype = \"both\"\ninputs = [\"ap\"]\n");
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[0]", Some(6)));
+        assert!(e.problem.contains("\"ap\""), "{e}");
+        assert!(e.fix.contains("\"metrics\" or one of \"app\""), "{e}");
+        // Without sources, the fix says how to add one.
+        let e = err(&format!("{MIN}inputs = [\"metric\"]\n"));
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[0]", Some(6)));
+        assert!(e.fix.contains("[[logs]]"), "{e}");
+    }
+
+    #[test]
+    fn inputs_must_be_a_non_empty_list_of_distinct_names() {
+        assert_eq!(
+            at(&format!("{MIN}inputs = []\n")),
+            key("sinks[0].inputs", 6)
+        );
+        assert_eq!(
+            at(&format!("{MIN}inputs = \"metrics\"\n")),
+            key("sinks[0].inputs", 6)
+        );
+        assert_eq!(
+            at(&format!("{MIN}inputs = [\"metrics\", 1]\n")),
+            key("sinks[0].inputs[1]", 6)
+        );
+        let e = app_err("[[sinks]]\ntype = \"both\"\ninputs = [\"app\", \"metrics\", \"app\"]\n");
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[2]", Some(6)));
+        assert!(e.problem.contains("inputs[0]"), "{e}");
+        assert_eq!(
+            at(&format!("{MIN}inputs = [\"metrics\", \"metrics\"]\n")),
+            key("sinks[0].inputs[1]", 6)
+        );
+    }
+
+    #[test]
+    fn receivers_need_a_sink_that_takes_metrics() {
+        let e = parse_with_log_sinks(&format!(
+            "[[logs]]\nname = \"app\"\ninclude = [\"/a/*\"]\n{}",
+            MIN.replace(
+                "type = \"console\"\n",
+                "type = \"both\"\ninputs = [\"app\"]\n"
+            )
+        ))
+        .unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0]", Some(4)));
+        assert!(e.fix.contains("\"metrics\""), "{e}");
+        // No sinks at all keeps its own message.
+        let e = err("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:1\"\n");
+        assert_eq!((e.key.as_str(), e.line), ("sinks", None));
+        assert!(e.problem.contains("no [[sinks]]"), "{e}");
+    }
+
+    #[test]
+    fn a_sink_type_without_metrics_needs_inputs() {
+        // `inputs` left out: the error is at the sink's table.
+        let e = app_err(
+            "[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app\"]\n[[sinks]]\ntype = \"logs_only\"\n",
+        );
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].inputs", Some(7)));
+        assert!(e.problem.contains("metric windows"), "{e}");
+        let e = app_err("[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app\", \"metrics\"]\n");
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[1]", Some(6)));
+    }
+
+    #[test]
+    fn a_source_an_exclusive_sink_takes_goes_to_it_alone() {
+        let alone = "[[sinks]]\ntype = \"both\"\nalone = true\ninputs = [\"app\"]\n";
+        let other = "[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app\"]\n";
+        let c = with_app(alone).unwrap();
+        assert!(c.sinks[0].exclusive_logs);
+        // Either order: the error is at the second sink's entry.
+        let e = app_err(&format!("{alone}{other}"));
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].inputs[0]", Some(10)));
+        assert!(e.problem.contains("sinks[0]"), "{e}");
+        let e = app_err(&format!("{other}{alone}"));
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].inputs[0]", Some(10)));
+        assert!(e.problem.contains("sinks[1]"), "{e}");
+        // Two sinks that do not need it alone share a source.
+        let c = with_app(&format!(
+            "{other}{}",
+            alone.replace("alone = true", "alone = false")
+        ))
+        .unwrap();
+        assert_eq!(c.sinks.len(), 2);
+        // An exclusive sink may take several sources and metrics.
+        with_app(&format!(
+            "[[logs]]\nname = \"b\"\ninclude = [\"/b/*\"]\n{}",
+            alone.replace("[\"app\"]", "[\"app\", \"b\", \"metrics\"]")
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn logs_md_examples_parse_and_its_mistake_is_reported_as_shown() {
+        let doc = include_str!("../../../../docs/LOGS.md");
+        let (mut good, mut bad) = (0, 0);
+        for block in doc.split("```toml\n").skip(1) {
+            let (toml, after) = block.split_once("```\n").unwrap();
+            let shown = after
+                .trim_start()
+                .strip_prefix("```\n$ sonde validate --config sonde.toml\n")
+                .and_then(|r| r.split("```").next());
+            match (parse(toml), shown) {
+                (Ok(_), None) => good += 1,
+                (Err(e), Some(shown)) => {
+                    assert_eq!(
+                        shown,
+                        format!("sonde: invalid config file sonde.toml: {e}\n")
+                    );
+                    bad += 1;
+                }
+                (Ok(_), Some(_)) => {
+                    panic!("docs/LOGS.md shows an error for a valid config:\n{toml}")
+                }
+                (Err(e), None) => panic!("docs/LOGS.md block fails: {e}\n{toml}"),
+            }
+        }
+        assert!(
+            good >= 1 && bad >= 1,
+            "docs/LOGS.md's examples were not found"
+        );
+    }
+
+    #[test]
+    fn logs_md_names_the_types_that_take_log_lines() {
+        use crate::sinks::{Input, REGISTRY};
+        let doc = include_str!("../../../../docs/LOGS.md");
+        let listed = |start: &str| -> Vec<&str> {
+            let (_, rest) = doc.split_once(start).expect(start);
+            let para = rest.split("\n\n").next().unwrap();
+            para.split('`').skip(1).step_by(2).collect()
+        };
+        let takes = |logs: bool| -> Vec<&str> {
+            REGISTRY
+                .iter()
+                .filter(|t| t.accepts.contains(&Input::Logs) == logs)
+                .map(|t| t.name)
+                .collect()
+        };
+        let mut doc_logs = listed("Types that take log lines:");
+        let mut doc_metrics = listed("The other types (");
+        let (mut logs, mut metrics) = (takes(true), takes(false));
+        for v in [&mut doc_logs, &mut doc_metrics, &mut logs, &mut metrics] {
+            v.sort_unstable();
+        }
+        assert_eq!(doc_logs, logs, "docs/LOGS.md: types that take log lines");
+        assert_eq!(
+            doc_metrics, metrics,
+            "docs/LOGS.md: types that take metrics only"
+        );
     }
 }

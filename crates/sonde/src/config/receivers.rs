@@ -79,6 +79,15 @@ fn socket_mode(src: Source<'_>, m: &Spanned<String>, key: String) -> Result<u32,
     }
 }
 
+/// The error for a file with neither receivers nor log sources.
+pub(crate) fn none() -> ConfigError {
+    ConfigError::new(
+        "receivers",
+        "no [[receivers]]: the agent would receive nothing",
+        "add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nor a [[logs]] source to tail files",
+    )
+}
+
 /// Validates the receivers: distinct addresses, a transport each protocol
 /// can use, options that apply to the socket kind.
 pub(crate) fn check(
@@ -86,13 +95,6 @@ pub(crate) fn check(
     sections: &[Spanned<ReceiverSection>],
     allow_non_loopback: bool,
 ) -> Result<Vec<Receiver>, ConfigError> {
-    if sections.is_empty() {
-        return Err(ConfigError::new(
-            "receivers",
-            "no [[receivers]]: the agent would receive nothing",
-            "add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"",
-        ));
-    }
     let mut seen: HashMap<ListenAddr, usize> = HashMap::new();
     let mut receivers = Vec::new();
     for (i, r) in sections.iter().enumerate() {

@@ -20,6 +20,7 @@
 //! The encoders stay in `sonde-encode` and the senders in `sonde-io`; a
 //! sink type's file only names which it uses.
 
+pub mod blackhole;
 pub mod console;
 pub mod file;
 pub mod graphite;
@@ -44,6 +45,7 @@ use sonde_io::sink::SinkHandle;
 use sonde_io::sink::SinkStats;
 use toml::Spanned;
 
+use crate::config::logs::METRICS_INPUT;
 use crate::config::{AgentSection, ConfigError, Source};
 pub use net::{Buffer, BufferSection, NetSink, NetSinkSection};
 
@@ -58,6 +60,7 @@ pub static REGISTRY: &[&SinkType] = &[
     &graphite::TYPE,
     &http::TYPE,
     &tcp::TYPE,
+    &blackhole::TYPE,
     &kafka::TYPE,
 ];
 
@@ -66,18 +69,55 @@ pub fn no_own_keys(_: &mut Sink) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// This host's name (the kernel's node name): OTLP's `host.name`, the
+/// `host` of log records.
+pub fn hostname() -> Option<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let h = h.trim();
+    (!h.is_empty()).then(|| h.to_string())
+}
+
 /// The sink type called `name`.
 pub fn lookup(name: &str) -> Option<&'static SinkType> {
     REGISTRY.iter().copied().find(|t| t.name == name)
 }
 
-/// What a sink takes from the flusher.
+/// What a sink type can take: what its `inputs` may name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Input {
     /// Flushed metric windows.
     Metrics,
     /// The lines of log sources.
     Logs,
+}
+
+/// One entry of a sink's `inputs`, validated.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SinkInput {
+    /// `"metrics"`: the flushed metric windows.
+    Metrics,
+    /// The lines of the `[[logs]]` source of this name.
+    Logs(String),
+}
+
+impl SinkInput {
+    /// What a sink type must accept to take this input.
+    pub fn kind(&self) -> Input {
+        match self {
+            SinkInput::Metrics => Input::Metrics,
+            SinkInput::Logs(_) => Input::Logs,
+        }
+    }
+}
+
+impl fmt::Display for SinkInput {
+    /// As written in `inputs`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SinkInput::Metrics => f.write_str(METRICS_INPUT),
+            SinkInput::Logs(name) => f.write_str(name),
+        }
+    }
 }
 
 /// How a sink reaches its backend; this decides which common keys it takes
@@ -98,6 +138,10 @@ pub enum Transport {
     Local,
 }
 
+/// Keys every sink takes, whatever its transport: what it takes
+/// (`inputs`).
+const COMMON_KEYS: &[&str] = &["inputs"];
+
 /// Keys of every network sink: its name, compression, batching, retries
 /// and buffer (see [`NetSinkSection`]).
 const NET_KEYS: &[&str] = &[
@@ -117,12 +161,17 @@ const NET_KEYS: &[&str] = &[
 impl Transport {
     /// The keys every sink of this transport takes, besides `type`.
     pub fn keys(self) -> Vec<&'static str> {
-        match self {
-            Transport::Http => ["url", "headers"].iter().chain(NET_KEYS).copied().collect(),
-            Transport::Tcp => ["address"].iter().chain(NET_KEYS).copied().collect(),
-            Transport::Own => NET_KEYS.to_vec(),
-            Transport::Local => Vec::new(),
-        }
+        let own: &[&str] = match self {
+            Transport::Http => &["url", "headers"],
+            Transport::Tcp => &["address"],
+            Transport::Own | Transport::Local => &[],
+        };
+        let net = if self == Transport::Local {
+            &[]
+        } else {
+            NET_KEYS
+        };
+        COMMON_KEYS.iter().chain(own).chain(net).copied().collect()
     }
 }
 
@@ -167,7 +216,8 @@ impl From<(SinkHandle, JoinHandle<()>)> for Running {
 pub struct SinkType {
     /// The value of `type`.
     pub name: &'static str,
-    /// What it takes from the flusher.
+    /// What its sinks' `inputs` may name: metric windows, log lines or
+    /// both.
     pub accepts: &'static [Input],
     /// How it reaches its backend.
     pub transport: Transport,
@@ -181,7 +231,8 @@ pub struct SinkType {
     /// Keys of its own, besides `type` and its transport's.
     pub keys: &'static [&'static str],
     /// Checks its own keys, kept in [`Sink::options`], and fills in what
-    /// they decide (a name, a target, a listen address). Errors name the
+    /// they decide (a name, a target, a listen address, whether it takes
+    /// its log sources alone: [`Sink::exclusive_logs`]). Errors name the
     /// key relative to the sink (`database`); the caller places them.
     pub check: fn(&mut Sink) -> Result<(), ConfigError>,
     /// Starts a validated sink of this type.
@@ -224,9 +275,29 @@ pub struct Sink {
     pub listen: Option<SocketAddr>,
     /// A network sink's target, compression, batching and buffer.
     pub net: Option<NetSink>,
+    /// What it takes, in the order of `inputs` (default `["metrics"]`),
+    /// without duplicates.
+    pub inputs: Vec<SinkInput>,
+    /// True when a log source it takes must go to it alone (its type's
+    /// `check` decides: a delivery that commits a source's offsets with
+    /// its records cannot share the source). Default false.
+    pub exclusive_logs: bool,
 }
 
 impl Sink {
+    /// True when the flusher sends it metric windows.
+    pub fn takes_metrics(&self) -> bool {
+        self.inputs.contains(&SinkInput::Metrics)
+    }
+
+    /// The names of the log sources it takes, in `inputs` order.
+    pub fn log_sources(&self) -> impl Iterator<Item = &str> {
+        self.inputs.iter().filter_map(|i| match i {
+            SinkInput::Logs(name) => Some(name.as_str()),
+            SinkInput::Metrics => None,
+        })
+    }
+
     /// The string value of one of its own keys.
     pub fn option(&self, key: &str) -> Option<&str> {
         self.options.get(key).and_then(toml::Value::as_str)
@@ -255,13 +326,27 @@ impl Sink {
     }
 }
 
-/// The names in [`REGISTRY`], for messages.
-fn names() -> String {
-    REGISTRY
+/// The names in `registry`, for messages.
+fn names(registry: &[&SinkType]) -> String {
+    registry
         .iter()
         .map(|t| format!("\"{}\"", t.name))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The types in `registry` that accept `input`, for messages.
+pub(crate) fn accepting(registry: &[&SinkType], input: Input) -> String {
+    let types: Vec<String> = registry
+        .iter()
+        .filter(|t| t.accepts.contains(&input))
+        .map(|t| format!("\"{}\"", t.name))
+        .collect();
+    if types.is_empty() {
+        "none yet".into()
+    } else {
+        types.join(", ")
+    }
 }
 
 /// The error for a file with receivers and no sinks.
@@ -275,7 +360,12 @@ pub(crate) fn none() -> ConfigError {
 
 /// Places an error about a key of `sinks[i]`, given relative to the sink,
 /// at that key's line.
-fn place(src: Source<'_>, i: usize, span: &std::ops::Range<usize>, e: ConfigError) -> ConfigError {
+pub(crate) fn place(
+    src: Source<'_>,
+    i: usize,
+    span: &std::ops::Range<usize>,
+    e: ConfigError,
+) -> ConfigError {
     let first = e.key.split(['.', '[']).next().unwrap_or("");
     let line = if first.is_empty() {
         src.line(span)
@@ -291,31 +381,39 @@ fn place(src: Source<'_>, i: usize, span: &std::ops::Range<usize>, e: ConfigErro
 }
 
 /// Validates one `[[sinks]]` table, with errors relative to it.
-fn one(table: &toml::Table, agent: &AgentSection) -> Result<Sink, ConfigError> {
+fn one(
+    registry: &[&'static SinkType],
+    table: &toml::Table,
+    agent: &AgentSection,
+) -> Result<Sink, ConfigError> {
     let ty = match table.get("type") {
         Some(toml::Value::String(t)) => t.as_str(),
         Some(_) => {
             return Err(ConfigError::new(
                 "type",
                 "`type` is not a string",
-                format!("write one of {}", names()),
+                format!("write one of {}", names(registry)),
             ))
         }
         None => {
             return Err(ConfigError::new(
                 "",
                 "a sink needs a `type`",
-                format!("add type = one of {}", names()),
+                format!("add type = one of {}", names(registry)),
             ))
         }
     };
-    let kind = lookup(ty).ok_or_else(|| {
-        ConfigError::new(
-            "type",
-            format!("{ty:?} is not a sink type"),
-            format!("write one of {}", names()),
-        )
-    })?;
+    let kind = registry
+        .iter()
+        .copied()
+        .find(|t| t.name == ty)
+        .ok_or_else(|| {
+            ConfigError::new(
+                "type",
+                format!("{ty:?} is not a sink type"),
+                format!("write one of {}", names(registry)),
+            )
+        })?;
     build(kind, table, agent)
 }
 
@@ -330,7 +428,7 @@ fn build(
     let mut own = toml::Table::new();
     let mut rest = toml::Table::new();
     for (k, v) in table {
-        if k == "type" {
+        if k == "type" || k == "inputs" {
             continue;
         }
         if kind.keys.contains(&k.as_str()) {
@@ -351,6 +449,8 @@ fn build(
         options: own,
         listen: None,
         net: None,
+        inputs: inputs(kind, table.get("inputs"))?,
+        exclusive_logs: false,
     };
     if kind.transport != Transport::Local {
         let section: NetSinkSection = toml::Value::Table(rest.clone()).try_into().map_err(|e| {
@@ -376,6 +476,57 @@ fn build(
     }
     (kind.check)(&mut sink)?;
     Ok(sink)
+}
+
+/// Validates `inputs` (absent: `["metrics"]`): a non-empty list of
+/// distinct names. Whether each names a source, and whether the type
+/// accepts it, is checked with the sources ([`crate::config::parse`]).
+fn inputs(kind: &SinkType, value: Option<&toml::Value>) -> Result<Vec<SinkInput>, ConfigError> {
+    let example = "inputs = [\"metrics\"], or the names of [[logs]] sources";
+    let Some(value) = value else {
+        return Ok(vec![SinkInput::Metrics]);
+    };
+    let Some(list) = value.as_array() else {
+        return Err(ConfigError::new(
+            "inputs",
+            "`inputs` is not a list",
+            format!("write {example}"),
+        ));
+    };
+    if list.is_empty() {
+        return Err(ConfigError::new(
+            "inputs",
+            format!(
+                "`inputs` is empty: the {} sink would take nothing",
+                kind.name
+            ),
+            format!("write {example}, or remove the sink"),
+        ));
+    }
+    let mut seen = Vec::with_capacity(list.len());
+    let mut at: HashMap<&str, usize> = HashMap::with_capacity(list.len());
+    for (j, v) in list.iter().enumerate() {
+        let Some(name) = v.as_str() else {
+            return Err(ConfigError::new(
+                format!("inputs[{j}]"),
+                format!("a {} where a name was expected", v.type_str()),
+                format!("write {example}"),
+            ));
+        };
+        if let Some(first) = at.insert(name, j) {
+            return Err(ConfigError::new(
+                format!("inputs[{j}]"),
+                format!("{name:?} is listed twice, as inputs[{first}] too"),
+                "list each input once",
+            ));
+        }
+        seen.push(if name == METRICS_INPUT {
+            SinkInput::Metrics
+        } else {
+            SinkInput::Logs(name.to_string())
+        });
+    }
+    Ok(seen)
 }
 
 /// The fix for a key the type does not take.
@@ -410,16 +561,15 @@ fn not_taken_fix(kind: &SinkType, key: &str, common: &[&str]) -> String {
     }
 }
 
-/// Validates the `[[sinks]]` tables: a known type each, the keys that type
-/// takes, distinct names and listen addresses.
+/// Validates the `[[sinks]]` tables: a type of `registry` each, the keys
+/// that type takes, distinct names and listen addresses. What their
+/// `inputs` name is checked against the sources by the caller.
 pub(crate) fn check(
     src: Source<'_>,
+    registry: &[&'static SinkType],
     tables: &[Spanned<toml::Table>],
     agent: &AgentSection,
 ) -> Result<Vec<Sink>, ConfigError> {
-    if tables.is_empty() {
-        return Err(none());
-    }
     let mut listeners: HashMap<SocketAddr, String> = HashMap::new();
     if let Some(a) = agent.admin() {
         listeners.insert(a, "agent.admin_listen".into());
@@ -428,7 +578,7 @@ pub(crate) fn check(
     let mut sinks = Vec::new();
     for (i, t) in tables.iter().enumerate() {
         let span = t.span();
-        let sink = one(t.get_ref(), agent).map_err(|e| place(src, i, &span, e))?;
+        let sink = one(registry, t.get_ref(), agent).map_err(|e| place(src, i, &span, e))?;
         if let Some(addr) = sink.listen {
             crate::config::check_loopback(agent.allow_non_loopback, addr).map_err(|e| {
                 place(
@@ -454,7 +604,7 @@ pub(crate) fn check(
                 ));
             }
         }
-        if sink.net.is_some() {
+        if sink.net.is_some() || sink.kind.keys.contains(&"name") {
             if let Some(j) = names.insert(sink.name.clone(), i) {
                 return Err(place(
                     src,
@@ -664,5 +814,68 @@ mod own_transport {
             let e = build(&QUEUE, &table(text), &agent).unwrap_err();
             assert_eq!(e.key, key, "{e}");
         }
+    }
+}
+
+/// Sink types the registry lacks, for the tests of `inputs`: one that
+/// takes log lines only, and one that can be made to take its sources
+/// alone.
+#[cfg(test)]
+pub(crate) mod log_types {
+    use super::*;
+
+    /// Takes metrics and logs; `alone = true` makes it take its sources
+    /// alone, as a transactional delivery would.
+    pub(crate) static BOTH: SinkType = SinkType {
+        name: "both",
+        accepts: &[Input::Metrics, Input::Logs],
+        transport: Transport::Local,
+        compressions: &[],
+        headers: &[],
+        keys: &["alone"],
+        check: check_both,
+        start,
+        reloads: true,
+    };
+
+    /// Takes log lines only.
+    pub(crate) static LOGS_ONLY: SinkType = SinkType {
+        name: "logs_only",
+        accepts: &[Input::Logs],
+        transport: Transport::Local,
+        compressions: &[],
+        headers: &[],
+        keys: &[],
+        check: no_own_keys,
+        start,
+        reloads: true,
+    };
+
+    fn check_both(s: &mut Sink) -> Result<(), ConfigError> {
+        match s.options.get("alone") {
+            None => Ok(()),
+            Some(toml::Value::Boolean(b)) => {
+                s.exclusive_logs = *b;
+                Ok(())
+            }
+            Some(_) => Err(ConfigError::new(
+                "alone",
+                "`alone` is not a boolean",
+                "write alone = true",
+            )),
+        }
+    }
+
+    fn start(_: &Sink, _: &mut Start<'_>) -> anyhow::Result<Running> {
+        anyhow::bail!("not started in tests")
+    }
+
+    /// [`REGISTRY`] and these types.
+    pub(crate) fn registry() -> Vec<&'static SinkType> {
+        REGISTRY
+            .iter()
+            .copied()
+            .chain([&BOTH, &LOGS_ONLY])
+            .collect()
     }
 }

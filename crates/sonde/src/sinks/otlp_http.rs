@@ -21,16 +21,8 @@ pub static TYPE: SinkType = SinkType {
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut e = Otlp::new();
-    if let Some(host) = hostname() {
+    if let Some(host) = super::hostname() {
         e = e.with_resource([("host.name", host)]);
     }
     net::start(s, e, st)
-}
-
-/// This host's name (the kernel's node name), for the OTLP resource's
-/// `host.name`.
-fn hostname() -> Option<String> {
-    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
-    let h = h.trim();
-    (!h.is_empty()).then(|| h.to_string())
 }

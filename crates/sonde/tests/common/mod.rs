@@ -100,6 +100,35 @@ impl Agent {
         agent
     }
 
+    /// Starts sonde with the whole config `config(admin_port, dir)`
+    /// writes (the dir is the agent's temp dir; put `data_dir` in it), and
+    /// waits until `/health` answers. `points()` reads nothing unless the
+    /// config has a file sink at `path("points.jsonl")`.
+    pub fn start_config(config: impl FnOnce(u16, &Path) -> String) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = free_port();
+        let out = dir.path().join("points.jsonl");
+        let cfg_path = dir.path().join("sonde.toml");
+        std::fs::write(&cfg_path, config(admin, dir.path())).unwrap();
+        let stderr_path = dir.path().join("stderr.log");
+        let child = Agent::spawn(&cfg_path, &stderr_path);
+        let mut agent = Agent {
+            child,
+            dir,
+            admin,
+            out,
+            stderr_path,
+        };
+        agent.wait_healthy();
+        agent
+    }
+
+    /// Kills the agent with SIGKILL and waits for it to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn spawn(cfg_path: &Path, stderr_path: &Path) -> Child {
         let stderr = std::fs::OpenOptions::new()
             .create(true)

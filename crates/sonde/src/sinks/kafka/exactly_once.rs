@@ -24,12 +24,13 @@
 //! # Start
 //!
 //! The `transactional.id` is `sonde-{host}-{source}`: the same at every
-//! start of the same host and source. [`start`] creates `offsets_topic`
-//! (compacted) if it is missing, starts each source's producer (whose
+//! start of the same host and source. Each source's thread creates
+//! `offsets_topic` (compacted) if it is missing, starts its producer (whose
 //! `init_transactions` aborts a transaction a killed predecessor left
 //! open), then reads `offsets_topic` with `read_committed` up to its high
-//! watermark; the last positions of each source are where the source
-//! resumes, whatever its checkpoint file says.
+//! watermark; the source's last positions there are where it resumes,
+//! whatever its checkpoint file says. Until that succeeds (the broker may
+//! be down) the source waits, and the thread tries again.
 //!
 //! # Stopping
 //!
@@ -233,62 +234,57 @@ fn read_positions(k: &Settings) -> anyhow::Result<HashMap<String, Checkpoints>> 
     Ok(last)
 }
 
-/// Starts one thread and one transactional producer per source, each
-/// resuming from the positions the offsets topic holds for it.
+/// Starts one thread per source. Each connects (see [`connect`]), hands
+/// the source the positions `offsets_topic` holds for it, and then runs its
+/// transactions. The agent starts whether or not the broker is up: the
+/// source waits for its positions.
 ///
 /// # Errors
 ///
-/// The broker did not answer within a minute, the offsets topic could not
-/// be created or read, or librdkafka refused the configuration.
+/// A thread could not be spawned.
 pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let stats = Arc::clone(&st.stats);
-    if st.sources.is_empty() {
-        return Ok(Running {
-            windows: None,
-            logs: Vec::new(),
-            threads: Vec::new(),
-        });
-    }
-    create_offsets_topic(k)?;
-    // The producers first: initialising one aborts what its killed
-    // predecessor left open, which would hold back the read below.
-    let mut producers = Vec::new();
-    for source in st.sources {
-        producers.push(create(k, net, source)?);
-    }
-    let mut restored = read_positions(k)?;
     let mut logs = Vec::new();
     let mut threads = Vec::new();
-    for (source, producer) in st.sources.iter().zip(producers) {
+    for source in st.sources {
         let (tx, rx) = channel();
-        let positions = restored.remove(&positions_key(source));
-        tracing::info!(sink = %stats.name, source = %source.name, restored = positions.is_some(), "kafka sink sending lines, exactly once");
+        let (restore_tx, restore_rx) = channel();
         logs.push((
             source.name.clone(),
             LogInput {
                 tx,
-                restored: positions,
+                restored: Some(restore_rx),
                 positions: true,
             },
         ));
-        let mut t = Transactions {
-            producer,
-            k: k.clone(),
-            net: net.clone(),
-            source: source.clone(),
-            stats: Arc::clone(&stats),
-            encoder: Encoder::new(k.format),
-            open: Vec::new(),
-            bytes: 0,
-            began: None,
-            rx,
-            stash: VecDeque::new(),
-            closed_at: None,
-        };
+        let (k, net, source, stats) = (k.clone(), net.clone(), source.clone(), Arc::clone(&stats));
         threads.push(
             std::thread::Builder::new()
                 .name(format!("sink {} {}", stats.name, source.name))
-                .spawn(move || t.run())
+                .spawn(move || {
+                    let Some((producer, positions)) = connect(&k, &net, &source, &stats, &rx) else {
+                        return;
+                    };
+                    tracing::info!(sink = %stats.name, source = %source.name, restored = positions.is_some(), "kafka sink sending lines, exactly once");
+                    // A source that stopped meanwhile no longer listens.
+                    let _ = restore_tx.send(positions);
+                    let encoder = Encoder::new(k.format);
+                    let mut t = Transactions {
+                        producer,
+                        k,
+                        net,
+                        source,
+                        stats,
+                        encoder,
+                        open: Vec::new(),
+                        bytes: 0,
+                        began: None,
+                        rx,
+                        stash: VecDeque::new(),
+                        closed_at: None,
+                    };
+                    t.run();
+                })
                 .context("starting a kafka sink thread")?,
         );
     }
@@ -297,6 +293,49 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         logs,
         threads,
     })
+}
+
+/// How long [`connect`] waits between attempts, at most.
+const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Creates `offsets_topic` if it is missing, starts the source's
+/// transactional producer (whose `init_transactions` aborts a transaction
+/// a killed predecessor left open) and reads the source's last positions;
+/// tries again with a growing pause until it succeeds, or returns `None`
+/// once the source has gone (its sender dropped).
+fn connect(
+    k: &Settings,
+    net: &NetSink,
+    source: &SourceInfo,
+    stats: &SinkStats,
+    rx: &Receiver<Arc<LogBatch>>,
+) -> Option<(Kafka, Option<Checkpoints>)> {
+    let mut pause = Duration::from_millis(250);
+    let mut logged = false;
+    loop {
+        let attempt = create_offsets_topic(k).and_then(|()| {
+            let producer = create(k, net, source)?;
+            let mut positions = read_positions(k)?;
+            Ok((producer, positions.remove(&positions_key(source))))
+        });
+        match attempt {
+            Ok(connected) => return Some(connected),
+            Err(e) if !logged => {
+                tracing::warn!(sink = %stats.name, source = %source.name, error = format!("{e:#}"), "kafka not reachable; the source waits and sonde keeps trying");
+                logged = true;
+            }
+            Err(e) => {
+                tracing::debug!(sink = %stats.name, source = %source.name, error = format!("{e:#}"), "kafka still not reachable")
+            }
+        }
+        match rx.recv_timeout(pause) {
+            // Nothing is sent before the positions; a batch means a bug,
+            // and it is kept by nobody: its lines are read again.
+            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+        pause = (pause * 2).min(CONNECT_BACKOFF_MAX);
+    }
 }
 
 /// Why a transaction could not go on.

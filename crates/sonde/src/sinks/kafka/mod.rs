@@ -265,6 +265,9 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
 /// Checks the keys of the sink and of librdkafka's side of the common ones.
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
     let k = settings(s)?;
+    // A transaction commits a source's positions with its lines: another
+    // sink of the same source would move the source on by its own acks.
+    s.exclusive_logs = k.mode == Mode::ExactlyOnce;
     let Some(net) = s.net.as_mut() else {
         return Ok(());
     };
@@ -387,6 +390,7 @@ mod tests {
                 metrics_format: PointFormat::Json,
             }
         );
+        assert!(!s.exclusive_logs);
         let net = s.net.as_ref().unwrap();
         assert_eq!(net.compression, Compression::Lz4);
         assert_eq!(net.target, "k1:9092,k2:9092/logs");
@@ -410,6 +414,7 @@ mod tests {
         let s = sink("brokers = [\"k:9092\"]\ntopic = \"logs\"\nformat = \"json\"\ndelivery = \"exactly_once\"\noffsets_topic = \"pos\"\ncompression = \"zstd\"\ncompression_level = 3\n").unwrap();
         let k = settings(&s).unwrap();
         assert_eq!((k.format, k.mode), (Format::Json, Mode::ExactlyOnce));
+        assert!(s.exclusive_logs);
         assert_eq!(k.offsets_topic, "pos");
         let c = producer_config(&k, s.net.as_ref().unwrap());
         assert_eq!(c.get("compression.type"), Some("zstd"));

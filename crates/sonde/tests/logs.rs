@@ -1,0 +1,175 @@
+//! Log sources in the real `sonde` binary, with the blackhole sink: what a
+//! source reads, acknowledges and checkpoints, seen on `/metrics`, in the
+//! checkpoint file and in the agent's log. The delivery promise against a
+//! real broker is in logs_kafka.rs.
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{wait_for, Agent};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn agent(logs: &Path, extra: &str) -> Agent {
+    let include = format!("{}/*.log*", logs.display());
+    Agent::start_config(|admin, dir| {
+        format!(
+            r#"[agent]
+admin_listen = "127.0.0.1:{admin}"
+data_dir = "{data}"
+
+[[logs]]
+name = "app"
+include = ["{include}"]
+rescan_interval = "500ms"
+rotate_wait = "1s"
+
+[[sinks]]
+type = "blackhole"
+inputs = ["app"]
+{extra}
+"#,
+            data = dir.join("data").display(),
+        )
+    })
+}
+
+fn append(path: &Path, from: u32, to: u32) {
+    let text: String = (from..to).map(|n| format!("line {n:06}\n")).collect();
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+}
+
+/// Waits until the blackhole has counted `n` records and every byte is
+/// acknowledged.
+fn wait_records(agent: &Agent, n: u32) {
+    wait_for(&format!("{n} records"), TIMEOUT, || {
+        let records = agent.metric("sonde_sink_records_total{sink=\"blackhole\"}")?;
+        let behind = agent.metric("sonde_log_bytes_behind{source=\"app\"}")?;
+        (records == f64::from(n) && behind == 0.0).then_some(())
+    });
+}
+
+#[test]
+fn lines_reach_the_sink_and_the_source_counts_them_on_metrics() {
+    let logs = tempfile::tempdir().unwrap();
+    append(&logs.path().join("a.log"), 0, 100);
+    let agent = agent(logs.path(), "");
+    append(&logs.path().join("b.log"), 0, 50);
+    wait_records(&agent, 150);
+    assert_eq!(
+        agent.metric("sonde_log_lines_read_total{source=\"app\"}"),
+        Some(150.0)
+    );
+    assert_eq!(
+        agent.metric("sonde_log_bytes_read_total{source=\"app\"}"),
+        Some(150.0 * 12.0)
+    );
+    assert_eq!(
+        agent.metric("sonde_log_files_watched{source=\"app\"}"),
+        Some(2.0)
+    );
+    let checkpoint = agent.path("data/checkpoints/app.checkpoint");
+    wait_for("the checkpoint file", TIMEOUT, || {
+        let text = std::fs::read_to_string(&checkpoint).ok()?;
+        (text.contains("\"offset\":1200") && text.contains("\"offset\":600")).then_some(())
+    });
+}
+
+#[test]
+fn a_clean_stop_and_a_kill_after_a_quiet_second_resend_nothing() {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("a.log");
+    append(&log, 0, 100);
+    let mut agent = agent(logs.path(), "");
+    wait_records(&agent, 100);
+    agent.stop();
+    append(&log, 100, 130);
+    agent.start_again();
+    // The counters start again at 0: only the new lines are sent.
+    wait_records(&agent, 30);
+    // The checkpoint reaches disk within a second of the acknowledgement.
+    let checkpoint = agent.path("data/checkpoints/app.checkpoint");
+    wait_for("the checkpoint at the end", TIMEOUT, || {
+        let text = std::fs::read_to_string(&checkpoint).ok()?;
+        text.contains("\"offset\":1560").then_some(())
+    });
+    agent.kill();
+    append(&log, 130, 140);
+    agent.start_again();
+    wait_records(&agent, 10);
+}
+
+#[test]
+fn rotation_and_truncation_are_logged_and_counted() {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("a.log");
+    append(&log, 0, 10);
+    let agent = agent(logs.path(), "");
+    wait_records(&agent, 10);
+    std::fs::rename(&log, logs.path().join("a.log.1")).unwrap();
+    append(&log, 10, 20);
+    wait_records(&agent, 20);
+    OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    append(&log, 20, 23);
+    wait_records(&agent, 23);
+    assert_eq!(
+        agent.metric("sonde_log_rotations_total{source=\"app\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        agent.metric("sonde_log_truncations_total{source=\"app\"}"),
+        Some(1.0)
+    );
+    let log_text = agent.stderr();
+    assert!(log_text.contains("file rotated"), "{log_text}");
+    assert!(log_text.contains("file truncated"), "{log_text}");
+}
+
+#[test]
+fn one_blackhole_takes_metric_windows_and_log_lines() {
+    let logs = tempfile::tempdir().unwrap();
+    append(&logs.path().join("a.log"), 0, 5);
+    let port = common::free_port();
+    let include = format!("{}/*.log", logs.path().display());
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            r#"[agent]
+interval = "1s"
+admin_listen = "127.0.0.1:{admin}"
+data_dir = "{data}"
+
+{receiver}
+[[logs]]
+name = "app"
+include = ["{include}"]
+
+[[sinks]]
+type = "blackhole"
+inputs = ["metrics", "app"]
+"#,
+            data = dir.join("data").display(),
+            receiver = common::statsd_receiver(port),
+        )
+    });
+    common::udp_send(port, b"hits:1|c\nhits:2|c\n");
+    wait_records(&agent, 5);
+    wait_for("the window's point", TIMEOUT, || {
+        let points = agent.metric("sonde_sink_points_total{sink=\"blackhole\"}")?;
+        (points >= 1.0).then_some(())
+    });
+}
