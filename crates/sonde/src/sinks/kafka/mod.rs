@@ -354,13 +354,22 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
         .net
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("sink {} has no network settings", s.name))?;
+    // Each side has producers of its own: only the sides the sink takes
+    // start.
     let mut running = match k.mode {
+        _ if st.sources.is_empty() => Running {
+            windows: None,
+            logs: Vec::new(),
+            threads: Vec::new(),
+        },
         Mode::AtLeastOnce => at_least_once::start(&k, net, st)?,
         Mode::ExactlyOnce => exactly_once::start(&k, net, st)?,
     };
-    let windows = metrics::start(s, &k, k.metrics_format, net, st)?;
-    running.windows = windows.windows;
-    running.threads.extend(windows.threads);
+    if s.takes_metrics() {
+        let windows = metrics::start(s, &k, k.metrics_format, net, st)?;
+        running.windows = windows.windows;
+        running.threads.extend(windows.threads);
+    }
     Ok(running)
 }
 
