@@ -521,3 +521,37 @@ fn exactly_once_survives_a_killed_broker_without_loss_or_duplicates() {
     src.stop();
     stop(running);
 }
+
+#[test]
+fn a_record_kafka_refuses_is_counted_and_its_batch_still_acknowledged() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("big", 1);
+    let source = info(&[]);
+    let (running, stats) = start(&sink(&kafka, "topic = \"big\""), &source);
+    let (done, acked) = channel();
+    // Over librdkafka's message.max.bytes (1 MB): refused before it leaves.
+    let huge = vec![b'x'; 2 << 20];
+    let lines: &[(&str, u64, &[u8])] = &[
+        ("/var/log/a.log", 0, b"before"),
+        ("/var/log/a.log", 7, &huge),
+        ("/var/log/a.log", 7 + huge.len() as u64 + 1, b"after"),
+    ];
+    running.logs[0]
+        .1
+        .tx
+        .send(Arc::new(LogBatch::for_test(source, 0, lines, 1, done)))
+        .unwrap();
+    assert_eq!(acks(&acked, 1), [0]);
+    stop(running);
+    use sonde_io::sink::SinkDrop;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        stats.dropped_records[SinkDrop::Rejected as usize].load(Relaxed),
+        1
+    );
+    assert_eq!(stats.records.load(Relaxed), 2);
+    let records = kafka.consume("big", Isolation::ReadUncommitted, 2, TIMEOUT);
+    assert_eq!(values(&records), ["before", "after"]);
+}
