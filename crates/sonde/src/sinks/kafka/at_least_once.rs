@@ -329,3 +329,47 @@ impl Sender {
         self.producer = producer;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_io::logs::SourceInfo;
+
+    fn batch(lines: usize) -> (Arc<LogBatch>, std::sync::mpsc::Receiver<u64>) {
+        let (done, acked) = channel();
+        let info = SourceInfo {
+            name: "app".into(),
+            host: "h".into(),
+            fields: Vec::new(),
+        };
+        let text: Vec<(&str, u64, &[u8])> =
+            (0..lines).map(|i| ("/a", i as u64, &b"x"[..])).collect();
+        (Arc::new(LogBatch::for_test(info, 7, &text, 1, done)), acked)
+    }
+
+    #[test]
+    fn a_batch_is_acknowledged_once_when_its_last_record_settles() {
+        let stats = SinkStats::new("k".into());
+        let (b, acked) = batch(3);
+        let p = Pending::new(b);
+        p.settle(&stats);
+        p.reject(
+            &stats,
+            &KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+        );
+        assert!(
+            acked.try_recv().is_err(),
+            "acknowledged before its last record"
+        );
+        assert!(!p.done());
+        p.settle(&stats);
+        assert!(p.done());
+        assert_eq!(acked.try_iter().collect::<Vec<_>>(), [7]);
+        assert_eq!(stats.records.load(Relaxed), 2);
+        assert_eq!(
+            stats.dropped_records[SinkDrop::Rejected as usize].load(Relaxed),
+            1
+        );
+        assert_eq!(stats.batches.load(Relaxed), 1);
+    }
+}
