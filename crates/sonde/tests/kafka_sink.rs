@@ -555,3 +555,39 @@ fn a_record_kafka_refuses_is_counted_and_its_batch_still_acknowledged() {
     let records = kafka.consume("big", Isolation::ReadUncommitted, 2, TIMEOUT);
     assert_eq!(values(&records), ["before", "after"]);
 }
+
+#[test]
+fn exactly_once_drops_and_counts_a_refused_record_and_commits_the_rest() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("eo-big", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("a.log");
+    // Below the source's max_line_bytes (1 MiB), above librdkafka's
+    // message.max.bytes (1 MB).
+    let big = "x".repeat(1_040_000);
+    std::fs::write(&log, format!("line-0\n{big}\nline-2\n")).unwrap();
+    let source = info(&[]);
+    let config = sink(&kafka, "topic = \"eo-big\"\ndelivery = \"exactly_once\"");
+    let (mut running, stats) = start(&config, &source);
+    let src = spawn_source(dir.path(), &source, &mut running);
+    let records = kafka.consume("eo-big", Isolation::ReadCommitted, 2, TIMEOUT);
+    assert_eq!(values(&records), ["line-0", "line-2"]);
+    use sonde_io::sink::SinkDrop;
+    use std::sync::atomic::Ordering::Relaxed;
+    common::wait_for("the commit counted", TIMEOUT, || {
+        (stats.records.load(Relaxed) == 2).then_some(())
+    });
+    assert_eq!(
+        stats.dropped_records[SinkDrop::Rejected as usize].load(Relaxed),
+        1
+    );
+    src.stop();
+    stop(running);
+    let size = std::fs::metadata(&log).unwrap().len();
+    assert_eq!(
+        committed_positions(&kafka)["web-1/app"].files[0].offset,
+        size
+    );
+}

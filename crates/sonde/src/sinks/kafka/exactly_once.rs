@@ -278,6 +278,7 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
                         encoder,
                         open: Vec::new(),
                         bytes: 0,
+                        refused: Vec::new(),
                         began: None,
                         rx,
                         stash: VecDeque::new(),
@@ -368,6 +369,8 @@ struct Transactions {
     open: Vec<Arc<LogBatch>>,
     /// Their bytes.
     bytes: usize,
+    /// Per open batch, its records librdkafka refused.
+    refused: Vec<usize>,
     /// When it began; `None` when none is open.
     began: Option<Instant>,
     rx: Receiver<Arc<LogBatch>>,
@@ -447,17 +450,24 @@ impl Transactions {
     fn add(&mut self, batch: Arc<LogBatch>) -> Result<(), Failed> {
         self.bytes += batch.bytes();
         self.open.push(Arc::clone(&batch));
+        self.refused.push(0);
         if self.began.is_none() {
             self.producer
                 .begin_transaction()
                 .map_err(|e| Failed::of(&e))?;
             self.began = Some(Instant::now());
         }
-        self.produce(&batch)
+        let refused = self.produce(&batch)?;
+        if let Some(r) = self.refused.last_mut() {
+            *r = refused;
+        }
+        Ok(())
     }
 
-    /// Produces a batch's records, and its positions if it has them.
-    fn produce(&mut self, batch: &LogBatch) -> Result<(), Failed> {
+    /// Produces a batch's records, and its positions if it has them;
+    /// returns how many records librdkafka refused.
+    fn produce(&mut self, batch: &LogBatch) -> Result<usize, Failed> {
+        let mut refused = 0;
         let source = batch.source();
         let headers = self.encoder.headers(source);
         for line in batch.lines() {
@@ -466,7 +476,9 @@ impl Transactions {
             if let Some(h) = &headers {
                 record = record.headers(h.clone());
             }
-            send(&self.producer, record, &self.stats, &self.source.name)?;
+            if !send(&self.producer, record)? {
+                refused += 1;
+            }
         }
         if let Some(p) = batch.positions() {
             let value = serde_json::to_vec(p).map_err(|e| Failed::Abort(e.to_string()))?;
@@ -474,9 +486,15 @@ impl Transactions {
             let record = BaseRecord::to(&self.k.offsets_topic)
                 .key(key.as_bytes())
                 .payload(&value[..]);
-            send(&self.producer, record, &self.stats, &self.source.name)?;
+            if !send(&self.producer, record)? {
+                // The positions would be lost with the lines' record: the
+                // transaction cannot commit them.
+                return Err(Failed::Abort(
+                    "the positions record is larger than message.max.bytes".into(),
+                ));
+            }
         }
-        Ok(())
+        Ok(refused)
     }
 
     /// Commits the open transaction, recovering and committing again until
@@ -485,7 +503,13 @@ impl Transactions {
         loop {
             match self.producer.commit_transaction(CALL_TIMEOUT) {
                 Ok(()) => {
-                    let records: usize = self.open.iter().map(|b| b.len()).sum();
+                    let refused: usize = self.refused.drain(..).sum();
+                    if refused > 0 {
+                        self.stats.dropped_records[SinkDrop::Rejected as usize]
+                            .fetch_add(refused as u64, Relaxed);
+                        tracing::error!(sink = %self.stats.name, source = %self.source.name, records = refused, "records larger than kafka's message.max.bytes were dropped");
+                    }
+                    let records: usize = self.open.iter().map(|b| b.len()).sum::<usize>() - refused;
                     self.stats
                         .batches
                         .fetch_add(self.open.len() as u64, Relaxed);
@@ -562,33 +586,27 @@ impl Transactions {
             .begin_transaction()
             .map_err(|e| Failed::of(&e))?;
         self.began = Some(Instant::now());
-        for b in self.open.clone() {
-            self.produce(&b)?;
+        for (i, b) in self.open.clone().iter().enumerate() {
+            self.refused[i] = self.produce(b)?;
         }
         Ok(())
     }
 }
 
-/// Queues a record, serving reports while librdkafka's queue is full. A
-/// record librdkafka refuses at once (larger than `message.max.bytes`) is
-/// counted and dropped, which leaves the transaction intact.
-fn send(
-    producer: &Kafka,
-    mut record: BaseRecord<'_, [u8], [u8]>,
-    stats: &SinkStats,
-    source: &str,
-) -> Result<(), Failed> {
+/// Queues a record, serving reports while librdkafka's queue is full;
+/// false when librdkafka refuses it at once (larger than
+/// `message.max.bytes`), which leaves the transaction intact: the record is
+/// dropped, and counted once its transaction commits.
+fn send(producer: &Kafka, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<bool, Failed> {
     loop {
         match producer.send(record) {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(true),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
                 producer.poll(Duration::from_millis(50));
             }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
-                stats.dropped_records[SinkDrop::Rejected as usize].fetch_add(1, Relaxed);
-                tracing::error!(sink = %stats.name, source, "a record is larger than kafka's message.max.bytes; it is dropped");
-                return Ok(());
+                return Ok(false)
             }
             Err((e, _)) => return Err(Failed::of(&e)),
         }
