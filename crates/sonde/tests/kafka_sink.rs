@@ -591,3 +591,46 @@ fn exactly_once_drops_and_counts_a_refused_record_and_commits_the_rest() {
         size
     );
 }
+
+/// Not a check: prints how long 300,000 lines of 150 bytes from one file
+/// take to be acknowledged, per delivery mode (run with `--ignored
+/// --nocapture`).
+#[test]
+#[ignore]
+fn throughput_probe() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    // The first round also warms the broker up.
+    for (round, delivery) in ["at_least_once", "at_least_once", "exactly_once"]
+        .into_iter()
+        .enumerate()
+    {
+        let topic = format!("tp-{round}");
+        kafka.create_topic(&topic, 2);
+        let dir = tempfile::tempdir().unwrap();
+        let filler = "y".repeat(140);
+        let mut text = String::new();
+        for i in 0..300_000 {
+            text.push_str(&format!("{i:08} {filler}\n"));
+        }
+        std::fs::write(dir.path().join("a.log"), text).unwrap();
+        let source = info(&[]);
+        let config = sink(
+            &kafka,
+            &format!("topic = \"{topic}\"\ndelivery = \"{delivery}\""),
+        );
+        let t = Instant::now();
+        let (mut running, stats) = start(&config, &source);
+        let src = spawn_source(dir.path(), &source, &mut running);
+        common::wait_for("every line acknowledged", Duration::from_secs(300), || {
+            (stats.records.load(std::sync::atomic::Ordering::Relaxed) >= 300_000).then_some(())
+        });
+        eprintln!(
+            "round {round}, {delivery}: 300,000 lines acknowledged in {:?}",
+            t.elapsed()
+        );
+        src.stop();
+        stop(running);
+    }
+}

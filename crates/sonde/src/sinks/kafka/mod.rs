@@ -13,8 +13,8 @@
 //!
 //! librdkafka batches, compresses and retries itself, so the common keys
 //! become its settings: `max_batch_bytes` → `batch.size`,
-//! `max_batch_points` → `batch.num.messages`, `max_batch_age` →
-//! `linger.ms`, `request_timeout` → `request.timeout.ms`,
+//! `max_batch_points` → `batch.num.messages`, `request_timeout` →
+//! `request.timeout.ms`,
 //! `retry_min_backoff` / `retry_max_backoff` → `retry.backoff.ms` /
 //! `retry.backoff.max.ms`, a memory `buffer`'s `max_size` →
 //! `queue.buffering.max.kbytes`, `compression` → `compression.type` and
@@ -22,6 +22,13 @@
 //! flush at shutdown. A disk buffer is refused: lines wait in their files
 //! (the source stops reading while Kafka is away), so a second copy on disk
 //! would buy nothing.
+//!
+//! `max_batch_age` batches metric windows (the network sender's requests)
+//! only. librdkafka lingers [`LINGER`] on every producer: log lines come
+//! in batches of up to 1 MiB already, and the source waits for their
+//! acknowledgement once 16 MiB are in flight, so a longer linger only
+//! idles the pipeline at each batch's tail (300,000 lines of 150 bytes to
+//! a local broker: 4.2 s with a 1 s linger, 0.8 s with 5 ms, debug build).
 
 pub mod at_least_once;
 pub mod exactly_once;
@@ -294,6 +301,10 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// How long librdkafka waits for more records before it sends a partial
+/// batch (librdkafka's own default); see the module docs.
+pub const LINGER: Duration = Duration::from_millis(5);
+
 fn millis(d: Duration) -> String {
     d.as_millis().clamp(0, i32::MAX as u128).to_string()
 }
@@ -320,7 +331,7 @@ pub fn producer_config(k: &Settings, net: &NetSink) -> ClientConfig {
             "batch.num.messages",
             d.max_batch_points.clamp(1, 1_000_000).to_string(),
         )
-        .set("linger.ms", millis(d.max_batch_age))
+        .set("linger.ms", millis(LINGER))
         .set(
             "request.timeout.ms",
             millis(d.request_timeout.max(Duration::from_millis(1))),
@@ -409,7 +420,7 @@ mod tests {
             ("acks", "all"),
             ("enable.idempotence", "true"),
             ("compression.type", "lz4"),
-            ("linger.ms", "1000"),
+            ("linger.ms", "5"),
             ("queue.buffering.max.kbytes", "65536"),
             ("retry.backoff.ms", "250"),
             ("retry.backoff.max.ms", "30000"),
