@@ -48,8 +48,14 @@ use super::record::Encoder;
 use super::{producer_config, Settings};
 use crate::sinks::{NetSink, Running, Start};
 
-/// How long the thread waits for a batch when it has nothing to send.
+/// How long the thread waits for a batch when it has nothing to send and
+/// nothing in flight.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// How long it waits for a batch while records are in flight: their
+/// reports are served between waits, and each report that completes a
+/// batch lets its source read on.
+const REPORT_WAIT: Duration = Duration::from_millis(5);
 
 /// How long it serves reports before retrying a send that found
 /// librdkafka's queue full.
@@ -217,7 +223,12 @@ fn run(
         if closed_at.is_none() {
             let idle = s.backlog.is_empty() && s.cursor.is_none();
             let first = if idle {
-                rx.recv_timeout(IDLE_WAIT)
+                let wait = if s.in_flight.is_empty() {
+                    IDLE_WAIT
+                } else {
+                    REPORT_WAIT
+                };
+                rx.recv_timeout(wait)
             } else {
                 rx.try_recv().map_err(|e| match e {
                     std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
