@@ -157,9 +157,24 @@ fn digits(s: &[u8]) -> Option<(u64, &[u8])> {
 /// Reads `f` and `s` from a shipped record: the raw line, or a JSON object
 /// whose `"message"` holds it. Leading whitespace before `f=` is skipped
 /// (some shippers' templates add a space).
+///
+/// # Design
+///
+/// A JSON record is first searched for `"message":"f=`: the numbers hold
+/// no characters JSON escapes, so they can be read in place. This keeps a
+/// checker at hundreds of thousands of records per second even in a debug
+/// build; a full JSON parse, about ten times slower, is the fallback for
+/// records the search does not fit (spaces around the colon, an escaped
+/// key).
 pub fn parse_record(value: &[u8]) -> Option<(u32, u64)> {
     let trimmed = value.trim_ascii_start();
     if trimmed.first() == Some(&b'{') {
+        const KEY: &[u8] = b"\"message\":\"";
+        if let Some(at) = memchr::memmem::find(trimmed, KEY) {
+            if let Some(found) = parse_line(trimmed[at + KEY.len()..].trim_ascii_start()) {
+                return Some(found);
+            }
+        }
         #[derive(serde::Deserialize)]
         struct Record<'a> {
             #[serde(borrow)]
@@ -738,6 +753,11 @@ mod tests {
     fn a_json_record_is_read_from_its_message() {
         let v = br#"{"file":"/x/app-1.log","message":"f=1 s=77 abc"}"#;
         assert_eq!(parse_record(v), Some((1, 77)));
+        // Not the fast path's spelling: read by the full parse.
+        let v = br#"{"file": "f=9 s=9", "message" : "f=1 s=78 abc"}"#;
+        assert_eq!(parse_record(v), Some((1, 78)));
+        let v = br#"{"\u006dessage":"f=1 s=79"}"#;
+        assert_eq!(parse_record(v), Some((1, 79)));
         assert_eq!(parse_record(b" f=2 s=3 z"), Some((2, 3)));
     }
 

@@ -8,7 +8,7 @@
 //! A record is the raw line, or a JSON object whose `"message"` holds it.
 //! Reading stops when every expected line was seen and every partition is
 //! at its end (so duplicates already in the topic are counted too), or when
-//! nothing new arrived for `--idle`. The verdict is printed as JSON; the
+//! no record arrived for `--idle` (only then with `--until-idle`). The verdict is printed as JSON; the
 //! exit status is 0 when nothing was lost (and, with `--exactly-once`,
 //! nothing duplicated), 1 otherwise, 2 when the check could not run.
 
@@ -45,6 +45,16 @@ struct Args {
     /// for the topic to exist).
     #[arg(long, default_value = "5s", value_parser = logs::parse_duration)]
     idle: Duration,
+    /// Read until no record arrived for --idle even when every line was
+    /// seen, to count duplicates a shipper sends late (after a restart).
+    #[arg(long)]
+    until_idle: bool,
+    /// Before reading, wait until the topic's end offsets add up to the
+    /// expected line count (or stop growing for --idle), and report when:
+    /// a timing that costs the checker nothing per record, so a benchmark
+    /// is not bounded by the checker's own speed.
+    #[arg(long)]
+    wait_offsets: bool,
     /// Fail (exit 1) on duplicates too, not only on lost lines.
     #[arg(long)]
     exactly_once: bool,
@@ -60,6 +70,9 @@ struct Report {
     /// Seconds from the start of the check until the last record that
     /// added a line not seen before.
     last_new_line_s: f64,
+    /// With --wait-offsets: seconds from the start until the topic held as
+    /// many records as lines expected (`null` if it never did).
+    offsets_reached_s: Option<f64>,
     /// Seconds the check ran.
     seconds: f64,
     /// Whether every expected line was seen.
@@ -137,6 +150,11 @@ fn main() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
+    let offsets_reached_s = if args.wait_offsets {
+        wait_offsets(&consumer, &args, &partitions, tally.expected(), start)
+    } else {
+        None
+    };
     let mut assignment = rdkafka::TopicPartitionList::new();
     for &p in &partitions {
         assignment
@@ -153,7 +171,7 @@ fn main() {
     let mut last_activity = Instant::now();
     let mut last_new_line = start;
     loop {
-        if tally.complete() && at_end.len() == partitions.len() {
+        if !args.until_idle && tally.complete() && at_end.len() == partitions.len() {
             break;
         }
         if last_activity.elapsed() > args.idle {
@@ -187,6 +205,7 @@ fn main() {
         records,
         partitions: partitions.len(),
         last_new_line_s: (last_new_line - start).as_secs_f64(),
+        offsets_reached_s,
         seconds: start.elapsed().as_secs_f64(),
         complete: tally.complete(),
         consumer_errors,
@@ -196,4 +215,38 @@ fn main() {
         serde_json::to_string_pretty(&report).expect("a report serialises")
     );
     std::process::exit(if ok { 0 } else { 1 });
+}
+
+/// Polls the end offsets of `partitions` until they add up to `expected`
+/// records; returns the seconds since `start` then, or `None` when their
+/// sum did not grow for `--idle`. The start offsets are taken as 0: the
+/// topic is fresh and nothing is deleted from it during a run.
+fn wait_offsets(
+    consumer: &BaseConsumer,
+    args: &Args,
+    partitions: &[i32],
+    expected: u64,
+    start: Instant,
+) -> Option<f64> {
+    let mut last = 0u64;
+    let mut last_growth = Instant::now();
+    loop {
+        let mut sum = 0u64;
+        for &p in partitions {
+            match consumer.fetch_watermarks(&args.topic, p, Duration::from_secs(5)) {
+                Ok((_, high)) => sum += u64::try_from(high).unwrap_or(0),
+                Err(e) => eprintln!("sonde-logcheck: end offset of partition {p}: {e}"),
+            }
+        }
+        if sum >= expected {
+            return Some(start.elapsed().as_secs_f64());
+        }
+        if sum > last {
+            last = sum;
+            last_growth = Instant::now();
+        } else if last_growth.elapsed() > args.idle {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
