@@ -21,8 +21,8 @@
 #
 # --kill N (the SIGKILL case): the writer runs at --kill-rate with rename
 # rotation every --rotate-bytes (5 generations kept) while the agent is
-# SIGKILLed N times at random moments and restarted after a random pause
-# of up to a second; once the writer is done the agent runs until the topic
+# SIGKILLed N times at random moments of the writing time and restarted
+# after a random pause of up to a second; once the writer is done the agent runs until the topic
 # has been quiet for 30 s, and the checker counts lines lost and
 # duplicated. --follow active (the default) gives the agent the 4 active
 # paths (app-<i>.log, what rsyslog's imfile documentation shows); rotated
@@ -304,14 +304,20 @@ killrun() {
   local span
   span=$(echo "scale=3; $(numfmt --from=auto "${kill_total%B}") / $(numfmt --from=auto "${kill_rate%B}")" | bc)
   echo "bench-logs: $agent: $kills SIGKILLs over ~${span%.*} s of writing at $kill_rate with rename rotation every $rotate_bytes (follow $follow)" >&2
-  local k pause down
-  for ((k = 1; k <= kills; k++)); do
-    # Uniform in [0.2 s, 2 × span / kills], and a pause in [0, 1 s].
-    pause=$(echo "scale=3; 0.2 + $RANDOM / 32767 * (2 * $span / $kills - 0.2)" | bc)
-    down=$(echo "scale=3; $RANDOM / 32767" | bc)
-    sleep "$pause"
+  # The kill moments: N uniform random times in [0.5 s, span - 0.5 s],
+  # sorted; after each kill the agent stays down for up to a second.
+  local moments k at down started
+  moments=$(for ((k = 0; k < kills; k++)); do
+    echo "scale=3; 0.5 + $RANDOM / 32767 * ($span - 1)" | bc
+  done | sort -n)
+  started=$(now)
+  k=0
+  for at in $moments; do
+    k=$((k + 1))
+    sleep "$(echo "scale=3; d = $started + $at - $(now); if (d < 0) d = 0; d" | bc)"
     kill -KILL "$AGENT_PID" 2>/dev/null || true
     wait "$AGENT_PID" 2>/dev/null || true
+    down=$(echo "scale=3; $RANDOM / 32767" | bc)
     sleep "$down"
     "agent_${agent}_start" "$run"
     kill -0 "$writer" 2>/dev/null || echo "bench-logs: kill $k came after the writer finished" >&2
