@@ -247,6 +247,6 @@ fn wait_offsets(
         } else if last_growth.elapsed() > args.idle {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
