@@ -22,7 +22,8 @@
 # --kill N (the SIGKILL case): the writer runs at --kill-rate with rename
 # rotation every --rotate-bytes (5 generations kept) while the agent is
 # SIGKILLed N times at random moments of the writing time and restarted
-# after a random pause of up to a second; once the writer is done the agent runs until the topic
+# after a random pause of up to a second (--kill 0 is the control: the
+# same writing and rotation without a kill); once the writer is done the agent runs until the topic
 # has been quiet for 30 s, and the checker counts lines lost and
 # duplicated. --follow active (the default) gives the agent the 4 active
 # paths (app-<i>.log, what rsyslog's imfile documentation shows); rotated
@@ -49,7 +50,7 @@ total=1GiB
 files=4
 line_bytes=150
 port=19092
-kills=0
+kills=
 kill_total=512MiB
 kill_rate=16MB
 rotate_bytes=8MiB
@@ -76,6 +77,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$follow" in active | rotated) ;; *) echo "bench-logs: --follow active or rotated" >&2; exit 2 ;; esac
+case "$kills" in "" | *[!0-9]*) [ -z "$kills" ] || { echo "bench-logs: --kill takes a count" >&2; exit 2; } ;; esac
 
 if [ "$install" = 1 ]; then
   apt-get update
@@ -334,7 +336,7 @@ killrun() {
 }
 
 echo "bench-logs: $(nproc) CPUs, $(uname -r), work dir $work" >&2
-if [ "$kills" -gt 0 ]; then
+if [ -n "$kills" ]; then
   printf '%-8s %6s %10s %10s %10s %10s\n' agent kills expected lost duplicated follow >"$work/results"
   for agent in $agents; do killrun "$agent"; done
 else
