@@ -80,9 +80,13 @@ LOG
   local jvm=(-Xms128m -Xmx1g -Djava.awt.headless=true
     "-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$libs/*")
   if [ ! -f "$dir/data/meta.properties" ]; then
-    # A random cluster id: 16 bytes in URL-safe base64 without padding.
-    local id
-    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    # A random cluster id: 16 bytes in URL-safe base64 without padding,
+    # drawn again when it starts with '-' (the formatter would read it as
+    # an option), as Kafka's own Uuid.randomUuid does.
+    local id=-
+    while [ "${id#-}" != "$id" ]; do
+      id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    done
     java "${jvm[@]}" kafka.tools.StorageTool format --cluster-id "$id" \
       --config "$dir/server.properties" >>"$dir/kafka.log" 2>&1 ||
       { echo "kafka-broker: formatting $dir/data failed:" >&2; tail -20 "$dir/kafka.log" >&2; exit 1; }
