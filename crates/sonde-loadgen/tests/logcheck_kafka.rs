@@ -219,9 +219,11 @@ fn the_checker_finds_every_line_and_names_the_one_left_out() {
         &broker,
         "all",
         &summary,
-        &["--idle", "20s", "--exactly-once"],
+        &["--idle", "20s", "--exactly-once", "--wait-offsets"],
     );
     assert_eq!(code, 0, "{v:#}");
+    // The end offset already held every line when the check started.
+    assert!(v["offsets_reached_s"].as_f64().unwrap() < 20.0, "{v:#}");
     assert_eq!(
         (
             v["expected"].as_u64(),
@@ -247,8 +249,15 @@ fn the_checker_finds_every_line_and_names_the_one_left_out() {
         .map(|(_, l)| &l[..])
         .collect();
     produce(&broker.bootstrap(), "but-one", &but_one);
-    let (code, v) = check(&broker, "but-one", &summary, &["--idle", "3s"]);
+    let (code, v) = check(
+        &broker,
+        "but-one",
+        &summary,
+        &["--idle", "3s", "--wait-offsets"],
+    );
     assert_eq!(code, 1, "{v:#}");
+    // One record short: the end offset never reaches the line count.
+    assert_eq!(v["offsets_reached_s"], serde_json::Value::Null, "{v:#}");
     assert_eq!(v["lost"], 1, "{v:#}");
     assert_eq!(
         v["lost_ranges"],
