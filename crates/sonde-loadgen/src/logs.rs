@@ -348,10 +348,13 @@ impl Output {
     fn rotate(&mut self, plan: &WritePlan) -> Result<(), WriteError> {
         let dir = &plan.dir;
         let i = self.index;
+        if plan.rotate == Rotate::None {
+            return Ok(());
+        }
         if plan.keep == 0 {
             // Nothing kept: the rotated copy would be deleted at once.
             match plan.rotate {
-                Rotate::None => return Ok(()),
+                Rotate::None => {}
                 Rotate::Rename => {
                     std::fs::remove_file(&self.path).map_err(io_err("removing", &self.path))?;
                     self.file = open_append(&self.path)?;
@@ -384,7 +387,7 @@ impl Output {
         }
         let first = rotated_path(dir, i, 1);
         match plan.rotate {
-            Rotate::None => return Ok(()),
+            Rotate::None => {}
             Rotate::Rename => {
                 std::fs::rename(&self.path, &first).map_err(io_err("renaming", &self.path))?;
                 self.file = open_append(&self.path)?;
@@ -859,6 +862,21 @@ mod tests {
         let want: Vec<(u32, u64)> = (600..1000).map(|s| (1, s)).collect();
         assert_eq!(got, want);
         assert!(!rotated_path(dir.path(), 1, 3).exists());
+    }
+
+    #[test]
+    fn with_nothing_kept_a_rotation_leaves_only_the_newest_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        for rotate in [Rotate::Rename, Rotate::CopyTruncate] {
+            let sub = dir.path().join(format!("{rotate:?}"));
+            let mut p = plan(&sub, rotate, 0);
+            p.amount = Amount::LinesPerFile(1050);
+            let summary = write(&p, &AtomicBool::new(false)).unwrap();
+            assert_eq!(summary.files[1].rotations, 5);
+            assert!(!rotated_path(&sub, 1, 1).exists());
+            let want: Vec<(u32, u64)> = (1000..1050).map(|s| (1, s)).collect();
+            assert_eq!(lines_on_disk(&sub, 1, 0), want, "{rotate:?}");
+        }
     }
 
     #[test]
