@@ -27,7 +27,9 @@
 # has been quiet for 30 s, and the checker counts lines lost and
 # duplicated. --follow active (the default) gives the agent the 4 active
 # paths (app-<i>.log, what rsyslog's imfile documentation shows); rotated
-# gives it a glob covering rotated names too (app-<i>.log*).
+# gives it a glob covering rotated names too (app-<i>.log*), which an
+# agent needs to find a file renamed while it was down (sonde's contract
+# asks for it; with the active paths alone such a file's tail is lost).
 #
 # --install installs Debian's rsyslog and rsyslog-kafka (apt-get update
 # once, then apt-get install -y). The broker is scripts/kafka-broker.sh on
