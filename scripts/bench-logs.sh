@@ -6,6 +6,7 @@
 #       [--compression "lz4 zstd"] [--total 1GiB] [--files 4] [--line-bytes 150]
 #   scripts/bench-logs.sh --kill 20 [--agents rsyslog] [--kill-total 512MiB]
 #       [--kill-rate 16MB] [--follow active|rotated]
+#   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
 #
 # Throughput (the default): sonde-logwrite writes --total bytes of
 # --line-bytes lines into --files files first; then the agent starts and
@@ -23,13 +24,17 @@
 # rotation every --rotate-bytes (5 generations kept) while the agent is
 # SIGKILLed N times at random moments of the writing time and restarted
 # after a random pause of up to a second (--kill 0 is the control: the
-# same writing and rotation without a kill); once the writer is done the agent runs until the topic
-# has been quiet for 30 s, and the checker counts lines lost and
-# duplicated. --follow active (the default) gives the agent the 4 active
+# same writing and rotation without a kill); once the writer is done the
+# agent runs until the topic has been quiet for 30 s, and the checker
+# counts lines lost and duplicated. --follow active (the default) gives the agent the 4 active
 # paths (app-<i>.log, what rsyslog's imfile documentation shows); rotated
 # gives it a glob covering rotated names too (app-<i>.log*), which an
 # agent needs to find a file renamed while it was down (sonde's contract
 # asks for it; with the active paths alone such a file's tail is lost).
+#
+# --delivery is the sonde sink's delivery mode; with exactly_once the
+# checker reads read_committed, as the mode's promise is stated (rsyslog
+# has no such mode: its runs are the same either way).
 #
 # --install installs Debian's rsyslog and rsyslog-kafka (apt-get update
 # once, then apt-get install -y). The broker is scripts/kafka-broker.sh on
@@ -57,6 +62,7 @@ kill_total=512MiB
 kill_rate=16MB
 rotate_bytes=8MiB
 follow=active
+delivery=at_least_once
 keep_dir=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,6 +78,7 @@ while [ $# -gt 0 ]; do
     --kill-rate) kill_rate=$2; shift ;;
     --rotate-bytes) rotate_bytes=$2; shift ;;
     --follow) follow=$2; shift ;;
+    --delivery) delivery=$2; shift ;;
     --keep-dir) keep_dir=1 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-logs: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -79,6 +86,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$follow" in active | rotated) ;; *) echo "bench-logs: --follow active or rotated" >&2; exit 2 ;; esac
+case "$delivery" in
+  at_least_once) isolation=read_uncommitted ;;
+  exactly_once) isolation=read_committed ;;
+  *) echo "bench-logs: --delivery at_least_once or exactly_once" >&2; exit 2 ;;
+esac
 case "$kills" in "" | *[!0-9]*) [ -z "$kills" ] || { echo "bench-logs: --kill takes a count" >&2; exit 2; } ;; esac
 
 if [ "$install" = 1 ]; then
@@ -215,7 +227,7 @@ brokers = ["127.0.0.1:$port"]
 topic = "$topic"
 format = "raw"
 compression = "$compression"
-delivery = "at_least_once"
+delivery = "$delivery"
 TOML
   local out
   out=$("$SONDE_BIN" validate --config "$run/sonde.toml" 2>&1) ||
@@ -264,7 +276,7 @@ throughput() {
   # the checker's own speed does not bound it); then every record is read
   # and counted.
   "$logcheck" --brokers "127.0.0.1:$port" --topic "$topic" --expect "$run/summary.json" \
-    --wait-offsets --idle 60s >"$run/verdict.json" || rc=$?
+    --isolation "$isolation" --wait-offsets --idle 60s >"$run/verdict.json" || rc=$?
   cpu=$(cpu_seconds "$AGENT_PID")
   rss=$(peak_rss_mb "$AGENT_PID")
   stop_agent
@@ -330,7 +342,7 @@ killrun() {
   echo "bench-logs: writer done: $(tail -1 "$run/write.log")" >&2
   local rc=0
   "$logcheck" --brokers "127.0.0.1:$port" --topic "$topic" --expect "$run/summary.json" \
-    --idle 30s --until-idle >"$run/verdict.json" || rc=$?
+    --isolation "$isolation" --idle 30s --until-idle >"$run/verdict.json" || rc=$?
   stop_agent
   jq -c '{expected, unique, lost, duplicated, unexpected, unparsed, lost_ranges}' "$run/verdict.json" >&2
   printf '%-8s %6s %10s %10s %10s %10s\n' "$agent" "$kills" "$(jq .expected "$run/verdict.json")" \
