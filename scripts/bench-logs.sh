@@ -5,7 +5,7 @@
 #   scripts/bench-logs.sh [--install] [--agents "rsyslog sonde"]
 #       [--compression "lz4 zstd"] [--total 1GiB] [--files 4] [--line-bytes 150]
 #   scripts/bench-logs.sh --kill 20 [--agents rsyslog] [--kill-total 512MiB]
-#       [--kill-rate 16MB] [--follow active|rotated]
+#       [--kill-rate 16MB] [--follow active|rotated] [--rotate rename|copytruncate]
 #   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
 #
 # Throughput (the default): sonde-logwrite writes --total bytes of
@@ -26,7 +26,10 @@
 # after a random pause of up to a second (--kill 0 is the control: the
 # same writing and rotation without a kill); once the writer is done the
 # agent runs until the topic has been quiet for 30 s, and the checker
-# counts lines lost and duplicated. --follow active (the default) gives the agent the 4 active
+# counts lines lost and duplicated. --rotate copytruncate copies each
+# file to .1 and truncates it instead (writes paused during the copy);
+# the copies then must not match the agent's paths, so use it with
+# --follow active. --follow active (the default) gives the agent the 4 active
 # paths (app-<i>.log, what rsyslog's imfile documentation shows); rotated
 # gives it a glob covering rotated names too (app-<i>.log*), which an
 # agent needs to find a file renamed while it was down (sonde's contract
@@ -63,6 +66,7 @@ kill_rate=16MB
 rotate_bytes=8MiB
 follow=active
 delivery=at_least_once
+rotate=rename
 keep_dir=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -79,6 +83,7 @@ while [ $# -gt 0 ]; do
     --rotate-bytes) rotate_bytes=$2; shift ;;
     --follow) follow=$2; shift ;;
     --delivery) delivery=$2; shift ;;
+    --rotate) rotate=$2; shift ;;
     --keep-dir) keep_dir=1 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-logs: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -86,6 +91,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$follow" in active | rotated) ;; *) echo "bench-logs: --follow active or rotated" >&2; exit 2 ;; esac
+case "$rotate" in rename | copytruncate) ;; *) echo "bench-logs: --rotate rename or copytruncate" >&2; exit 2 ;; esac
 case "$delivery" in
   at_least_once) isolation=read_uncommitted ;;
   exactly_once) isolation=read_committed ;;
@@ -312,14 +318,14 @@ killrun() {
   for ((i = 0; i < files; i++)); do : >"$run/logs/app-$i.log"; done
   "agent_${agent}_start" "$run"
   "$logwrite" --dir "$run/logs" --files "$files" --line-bytes "$line_bytes" --total "$kill_total" \
-    --rate "$kill_rate" --rotate rename --rotate-bytes "$rotate_bytes" --keep 5 \
+    --rate "$kill_rate" --rotate "$rotate" --rotate-bytes "$rotate_bytes" --keep 5 \
     --summary "$run/summary.json" >/dev/null 2>"$run/write.log" &
   local writer=$!
   # Spread the kills over the writing time, total / rate seconds
   # (numfmt reads 512Mi as 2^20 units and 16M as 10^6, like sonde-logwrite).
   local span
   span=$(echo "scale=3; $(numfmt --from=auto "${kill_total%B}") / $(numfmt --from=auto "${kill_rate%B}")" | bc)
-  echo "bench-logs: $agent: $kills SIGKILLs over ~${span%.*} s of writing at $kill_rate with rename rotation every $rotate_bytes (follow $follow)" >&2
+  echo "bench-logs: $agent: $kills SIGKILLs over ~${span%.*} s of writing at $kill_rate with $rotate rotation every $rotate_bytes (follow $follow)" >&2
   # The kill moments: N uniform random times in [0.5 s, span - 0.5 s],
   # sorted; after each kill the agent stays down for up to a second.
   local moments k at down started
@@ -345,13 +351,13 @@ killrun() {
     --isolation "$isolation" --idle 30s --until-idle >"$run/verdict.json" || rc=$?
   stop_agent
   jq -c '{expected, unique, lost, duplicated, unexpected, unparsed, lost_ranges}' "$run/verdict.json" >&2
-  printf '%-8s %6s %10s %10s %10s %10s\n' "$agent" "$kills" "$(jq .expected "$run/verdict.json")" \
-    "$(jq .lost "$run/verdict.json")" "$(jq .duplicated "$run/verdict.json")" "$follow" >>"$work/results"
+  printf '%-8s %6s %10s %10s %10s %8s %12s %14s\n' "$agent" "$kills" "$(jq .expected "$run/verdict.json")" \
+    "$(jq .lost "$run/verdict.json")" "$(jq .duplicated "$run/verdict.json")" "$follow" "$rotate" "$delivery" >>"$work/results"
 }
 
 echo "bench-logs: $(nproc) CPUs, $(uname -r), work dir $work" >&2
 if [ -n "$kills" ]; then
-  printf '%-8s %6s %10s %10s %10s %10s\n' agent kills expected lost duplicated follow >"$work/results"
+  printf '%-8s %6s %10s %10s %10s %8s %12s %14s\n' agent kills expected lost duplicated follow rotate delivery >"$work/results"
   for agent in $agents; do killrun "$agent"; done
 else
   printf '%-8s %-5s %8s %8s %8s %9s %10s %8s %6s\n' agent codec seconds MB/s CPU-s CPU-s/GB peakRSS-MB lost dup >"$work/results"
