@@ -190,9 +190,12 @@ agent_rsyslog_prepare() {
     echo "         confParam=[\"compression.codec=$compression\", \"enable.idempotence=true\"]"
     echo '         topicConfParam=["acks=all"])'
     echo '}'
-    local i=0 path
+    # reopenOnTruncate: imfile's documented setting for copytruncate (off
+    # by default, when it ignores a file that shrank); set for those runs.
+    local i=0 path truncate=
+    [ "$rotate" = copytruncate ] && truncate=' reopenOnTruncate="on"'
     while read -r path; do
-      echo "input(type=\"imfile\" File=\"$path\" Tag=\"app$i\" addMetadata=\"on\" ruleset=\"tokafka\")"
+      echo "input(type=\"imfile\" File=\"$path\" Tag=\"app$i\" addMetadata=\"on\" ruleset=\"tokafka\"$truncate)"
       i=$((i + 1))
     done < <(follow_paths "$logs")
   } >"$run/rsyslog.conf"
