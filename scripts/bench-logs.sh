@@ -27,7 +27,10 @@
 # same writing and rotation without a kill); once the writer is done the
 # agent runs until the topic has been quiet for 30 s, and the checker
 # counts lines lost and duplicated. --rotate copytruncate copies each
-# file to .1 and truncates it instead (writes paused during the copy);
+# file to .1 and truncates it instead, with no write for
+# --copytruncate-pause (1s) before each copy so the agent can catch up
+# (what logrotate's caveat asks; lines unread at the truncation are
+# only in the copy);
 # the copies then must not match the agent's paths, so use it with
 # --follow active. --follow active (the default) gives the agent the 4 active
 # paths (app-<i>.log, what rsyslog's imfile documentation shows); rotated
@@ -67,6 +70,7 @@ rotate_bytes=8MiB
 follow=active
 delivery=at_least_once
 rotate=rename
+ct_pause=1s
 keep_dir=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -84,6 +88,7 @@ while [ $# -gt 0 ]; do
     --follow) follow=$2; shift ;;
     --delivery) delivery=$2; shift ;;
     --rotate) rotate=$2; shift ;;
+    --copytruncate-pause) ct_pause=$2; shift ;;
     --keep-dir) keep_dir=1 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-logs: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -322,6 +327,7 @@ killrun() {
   "agent_${agent}_start" "$run"
   "$logwrite" --dir "$run/logs" --files "$files" --line-bytes "$line_bytes" --total "$kill_total" \
     --rate "$kill_rate" --rotate "$rotate" --rotate-bytes "$rotate_bytes" --keep 5 \
+    --copytruncate-pause "$ct_pause" \
     --summary "$run/summary.json" >/dev/null 2>"$run/write.log" &
   local writer=$!
   # Spread the kills over the writing time, total / rate seconds

@@ -265,6 +265,12 @@ pub struct WritePlan {
     pub keep: u32,
     /// Bytes handed to one `write` call per file.
     pub chunk_bytes: usize,
+    /// With copytruncate: how long no file is written before a copy, so
+    /// that a shipper can read what was written last. Lines written after
+    /// a shipper's last read and before the truncation exist only in the
+    /// copy, which a shipper must not follow (it would read it as a new
+    /// file): this is the pause logrotate's documentation asks for.
+    pub copytruncate_pause: Duration,
 }
 
 /// What one file got.
@@ -360,6 +366,7 @@ impl Output {
                     self.file = open_append(&self.path)?;
                 }
                 Rotate::CopyTruncate => {
+                    std::thread::sleep(plan.copytruncate_pause);
                     self.file
                         .set_len(0)
                         .map_err(io_err("truncating", &self.path))?;
@@ -393,8 +400,9 @@ impl Output {
                 self.file = open_append(&self.path)?;
             }
             Rotate::CopyTruncate => {
-                // Single-threaded: no line is written between the copy and
-                // the truncation, the pause logrotate users must arrange.
+                // Single-threaded: no line is written during the pause, nor
+                // between the copy and the truncation.
+                std::thread::sleep(plan.copytruncate_pause);
                 std::fs::copy(&self.path, &first).map_err(io_err("copying", &self.path))?;
                 self.file
                     .set_len(0)
@@ -822,6 +830,7 @@ mod tests {
             rotate_bytes: 10_000,
             keep,
             chunk_bytes: 4096,
+            copytruncate_pause: Duration::ZERO,
         }
     }
 
@@ -894,6 +903,20 @@ mod tests {
             std::fs::metadata(active_path(dir.path(), 0)).unwrap().len(),
             5000
         );
+    }
+
+    #[test]
+    fn copytruncate_pauses_before_each_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = plan(dir.path(), Rotate::CopyTruncate, 2);
+        p.files = 1;
+        p.amount = Amount::LinesPerFile(600);
+        p.copytruncate_pause = Duration::from_millis(100);
+        let start = Instant::now();
+        let summary = write(&p, &AtomicBool::new(false)).unwrap();
+        // 600 lines × 50 B rotated every 10 kB: 3 copies, 3 pauses.
+        assert_eq!(summary.files[0].rotations, 3);
+        assert!(start.elapsed() >= Duration::from_millis(300));
     }
 
     #[test]

@@ -50,6 +50,11 @@ struct Args {
     /// Rotated generations kept (app-<i>.log.1 .. .<keep>).
     #[arg(long, default_value_t = 5)]
     keep: u32,
+    /// With copytruncate: how long to write nothing before each copy, so
+    /// that a shipper catches up (lines it has not read at the truncation
+    /// are only in the copy).
+    #[arg(long, default_value = "0s", value_parser = logs::parse_duration)]
+    copytruncate_pause: std::time::Duration,
     /// Bytes per write call.
     #[arg(long, default_value = "1MiB", value_parser = logs::parse_bytes)]
     chunk_bytes: u64,
@@ -82,6 +87,7 @@ fn main() {
         rotate_bytes: args.rotate_bytes,
         keep: args.keep,
         chunk_bytes: args.chunk_bytes as usize,
+        copytruncate_pause: args.copytruncate_pause,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
