@@ -22,7 +22,7 @@ use sonde_loadgen::logs::{self, Amount, Rotate, WritePlan};
     about = "Write numbered log lines (f=<file> s=<seq> filler) into rotating files"
 )]
 struct Args {
-    /// Directory for app-<i>.log (created if missing; the files must be
+    /// Directory for `app-<i>.log` (created if missing; the files must be
     /// absent or empty).
     #[arg(long)]
     dir: PathBuf,
@@ -47,7 +47,7 @@ struct Args {
     /// Rotate a file once it holds this many bytes.
     #[arg(long, default_value = "64MiB", value_parser = logs::parse_bytes)]
     rotate_bytes: u64,
-    /// Rotated generations kept (app-<i>.log.1 .. .<keep>).
+    /// Rotated generations kept (`app-<i>.log.1` to `.<keep>`).
     #[arg(long, default_value_t = 5)]
     keep: u32,
     /// With copytruncate: how long to write nothing before each copy, so
