@@ -13,8 +13,13 @@
 //!
 //! The method follows docs/BENCHMARKS.md, "How the peers were measured",
 //! so figures for sonde and its peers compare.
+//!
+//! For log shipping, [`logs`] writes numbered lines into rotating files
+//! (`sonde-logwrite`) and counts which came back through Kafka
+//! (`sonde-logcheck`): lines lost and duplicated, per file.
 #![deny(missing_docs)]
 
+pub mod logs;
 pub mod procfs;
 pub mod shape;
 

@@ -569,6 +569,46 @@ impl Tailer {
         }
     }
 
+    /// Moves files forward to `checkpoints` where they are further on: for
+    /// each checkpoint naming an open file (same device and inode, and a
+    /// head that still matches) at a later offset within the file, reading
+    /// resumes there, as if the lines before were read and acknowledged.
+    /// Checkpoints behind where a file is, or naming no open file, change
+    /// nothing (before the first rescan they are kept for it). Meant to be
+    /// called before the first poll, with offsets a sink stored together
+    /// with the lines it delivered (Kafka transactions), which may be ahead
+    /// of the checkpoint file. Returns how many files moved.
+    pub fn advance(&mut self, checkpoints: &Checkpoints) -> usize {
+        let mut moved = 0;
+        for c in &checkpoints.files {
+            let Some(w) = self.files.iter_mut().find(|w| w.id == c.identity.id) else {
+                if !self.scanned {
+                    let ahead = self
+                        .restored
+                        .get(&c.identity.id)
+                        .is_none_or(|r| r.identity != c.identity || r.offset < c.offset);
+                    if ahead {
+                        self.restored.insert(c.identity.id, c.clone());
+                    }
+                }
+                continue;
+            };
+            let Ok(head) = read_head(&w.file, &mut self.head_buf) else {
+                continue;
+            };
+            if c.identity.recognise(w.id, head).is_none() {
+                continue;
+            }
+            let size = w.file.metadata().map_or(0, |m| m.len());
+            if c.offset > w.splitter.offset() && c.offset <= size {
+                w.splitter.reset(c.offset);
+                w.acked = c.offset;
+                moved += 1;
+            }
+        }
+        moved
+    }
+
     /// What the tailer has done so far.
     pub fn counters(&self) -> Counters {
         self.counters
@@ -1076,6 +1116,37 @@ mod tests {
         let mut rest = Collect::default();
         drain(&mut resumed, now, &mut rest);
         assert_eq!(rest.texts(), ["three"]);
+    }
+
+    #[test]
+    fn advance_moves_a_file_forward_to_a_later_checkpoint_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        append(&log, numbered(0, 10).as_bytes());
+        // Taken after 4 lines: where a sink's stored offsets would be.
+        let mut first = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
+        let now = Instant::now();
+        first.rescan(now);
+        let mut ahead = first.positions();
+        ahead.files[0].offset = 4 * 7;
+        let mut behind = ahead.clone();
+        behind.files[0].offset = 7;
+        // Another file at another inode is not touched.
+        let mut stranger = ahead.clone();
+        stranger.files[0].identity.id.ino += 1_000_000;
+
+        let mut t = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
+        t.rescan(now);
+        assert_eq!(t.advance(&stranger), 0);
+        assert_eq!(t.advance(&ahead), 1);
+        assert_eq!(t.advance(&behind), 0);
+        let mut sink = Collect::default();
+        drain(&mut t, now, &mut sink);
+        assert_eq!(
+            sink.texts(),
+            (4..10).map(|n| format!("line {n}")).collect::<Vec<_>>()
+        );
+        assert_eq!(t.checkpoints().files[0].offset, 28);
     }
 
     #[test]

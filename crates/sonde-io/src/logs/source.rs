@@ -31,7 +31,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -73,8 +73,9 @@ pub struct LogInput {
     /// For a sink that keeps the offsets itself (Kafka transactions hold
     /// them with the records): where it sends, once it has read them, the
     /// checkpoints to resume from, or `None` if it holds none for this
-    /// source. The source waits for it before reading, and resumes from its
-    /// checkpoint file on `None`.
+    /// source. The source opens its files from its checkpoint file at once
+    /// but reads nothing until they come; then each file the sink's offsets
+    /// find further on resumes there ([`Tailer::advance`]).
     pub restored: Option<Receiver<Option<Checkpoints>>>,
     /// Whether the sink needs the read positions on the last batch of each
     /// read round ([`LogBatch::positions`]).
@@ -161,9 +162,7 @@ pub fn spawn(
         .name(format!("logs {name}"))
         .spawn(move || {
             crate::priority::enter_background();
-            let Some(checkpoints) = resume(&sinks, &store, &name, &stats, &thread_stop) else {
-                return;
-            };
+            let checkpoints = load(&store, &name, &stats);
             let tailer = match Tailer::new(config.tailer.clone(), checkpoints) {
                 Ok(t) => t,
                 Err(e) => {
@@ -171,6 +170,8 @@ pub fn spawn(
                     return;
                 }
             };
+            let mut sinks = sinks;
+            let kept = sinks.iter_mut().find_map(|s| s.restored.take());
             let (done_tx, done_rx) = channel();
             let mut run = Run {
                 positions: sinks.iter().any(|s| s.positions),
@@ -189,51 +190,12 @@ pub fn spawn(
                 stop: thread_stop,
                 config,
                 last_errors: Vec::new(),
+                kept,
             };
             run.run();
         })
         .map_err(StartError::Spawn)?;
     Ok(RunningSource { stop, thread })
-}
-
-/// Where the source resumes: from the offsets a sink keeps, once it has
-/// read them (a broker that is down makes the source wait, checking for a
-/// stop), or from the checkpoint file. `None` if told to stop while
-/// waiting.
-fn resume(
-    sinks: &[LogInput],
-    store: &CheckpointFile,
-    name: &str,
-    stats: &LogStats,
-    stop: &AtomicBool,
-) -> Option<Option<Checkpoints>> {
-    if let Some(rx) = sinks.iter().find_map(|s| s.restored.as_ref()) {
-        let mut waited = false;
-        loop {
-            match rx.recv_timeout(MAX_WAIT) {
-                Ok(Some(c)) => {
-                    tracing::info!(source = %name, files = c.files.len(), "resuming from the offsets the sink keeps");
-                    return Some(Some(c));
-                }
-                // The sink holds no offsets for this source yet.
-                Ok(None) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    if stop.load(Relaxed) {
-                        return None;
-                    }
-                    if !waited {
-                        tracing::info!(source = %name, "waiting for the sink to read the offsets it keeps");
-                        waited = true;
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    tracing::error!(source = %name, "the sink stopped before it read its offsets; resuming from the checkpoint file");
-                    break;
-                }
-            }
-        }
-    }
-    Some(load(store, name, stats))
 }
 
 /// The saved checkpoints; a file that cannot be trusted is reported,
@@ -279,6 +241,9 @@ struct Run {
     /// The scan and read errors logged last round, so that a lasting error
     /// is logged once rather than every round.
     last_errors: Vec<String>,
+    /// Where a sink that keeps offsets will send them
+    /// ([`LogInput::restored`]); nothing is read until they came.
+    kept: Option<Receiver<Option<Checkpoints>>>,
 }
 
 impl Run {
@@ -348,7 +313,8 @@ impl Run {
             }
             let room = self.in_flight_bytes < self.config.max_in_flight_bytes;
             let mut more = false;
-            if read_now && room {
+            let waiting = self.take_kept();
+            if read_now && room && !waiting {
                 last_read = now;
                 let report = self.tailer.poll(now, &mut self.builder);
                 more = report.more;
@@ -393,6 +359,30 @@ impl Run {
             }
         }
         self.finish();
+    }
+
+    /// Takes the offsets a sink keeps, if they came; true while they are
+    /// still awaited. The files are open meanwhile (rescans go on), so one
+    /// rotated away and deleted is still read once they come.
+    fn take_kept(&mut self) -> bool {
+        let Some(rx) = &self.kept else {
+            return false;
+        };
+        let name = &self.config.info.name;
+        match rx.try_recv() {
+            Ok(Some(c)) => {
+                let moved = self.tailer.advance(&c);
+                tracing::info!(source = %name, files = c.files.len(), moved, "resuming from the offsets the sink keeps");
+            }
+            // The sink holds no offsets for this source yet.
+            Ok(None) => {}
+            Err(TryRecvError::Empty) => return true,
+            Err(TryRecvError::Disconnected) => {
+                tracing::error!(source = %name, "the sink stopped before it read its offsets; resuming from the checkpoint file");
+            }
+        }
+        self.kept = None;
+        false
     }
 
     /// Sends the batches the last poll filled to every sink.

@@ -29,8 +29,10 @@
 //! `init_transactions` aborts a transaction a killed predecessor left
 //! open), then reads `offsets_topic` with `read_committed` up to its high
 //! watermark; the source's last positions there are where it resumes,
-//! whatever its checkpoint file says. Until that succeeds (the broker may
-//! be down) the source waits, and the thread tries again.
+//! wherever its checkpoint file (saved after commits, so never ahead)
+//! says otherwise. Until that succeeds (the broker may be down) the thread
+//! tries again, and the source holds its files open without reading, so
+//! that a file rotated away and deleted meanwhile is still read.
 //!
 //! # Stopping
 //!
@@ -237,7 +239,7 @@ fn read_positions(k: &Settings) -> anyhow::Result<HashMap<String, Checkpoints>> 
 /// Starts one thread per source. Each connects (see [`connect`]), hands
 /// the source the positions `offsets_topic` holds for it, and then runs its
 /// transactions. The agent starts whether or not the broker is up: the
-/// source waits for its positions.
+/// source holds its files open and reads once the positions came.
 ///
 /// # Errors
 ///
