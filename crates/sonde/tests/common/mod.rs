@@ -77,27 +77,13 @@ impl Agent {
     /// Starts sonde with `receivers_and_more` (TOML) plus an `[agent]`
     /// section and a file sink, and waits until `/health` answers.
     pub fn start(interval: &str, extra: &str) -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let admin = free_port();
-        let out = dir.path().join("points.jsonl");
-        let config = format!(
-            "[agent]\ninterval = \"{interval}\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{extra}\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
-            dir.path().join("data").display(),
-            out.display()
-        );
-        let cfg_path = dir.path().join("sonde.toml");
-        std::fs::write(&cfg_path, config).unwrap();
-        let stderr_path = dir.path().join("stderr.log");
-        let child = Agent::spawn(&cfg_path, &stderr_path);
-        let mut agent = Agent {
-            child,
-            dir,
-            admin,
-            out,
-            stderr_path,
-        };
-        agent.wait_healthy();
-        agent
+        Agent::start_config(|admin, dir| {
+            format!(
+                "[agent]\ninterval = \"{interval}\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{extra}\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+                dir.join("data").display(),
+                dir.join("points.jsonl").display()
+            )
+        })
     }
 
     /// Starts sonde with the whole config `config(admin_port, dir)`
