@@ -236,7 +236,7 @@ fn read_positions(k: &Settings) -> anyhow::Result<HashMap<String, Checkpoints>> 
     Ok(last)
 }
 
-/// Starts one thread per source. Each connects (see [`connect`]), hands
+/// Starts one thread per source. Each connects (see `connect`), hands
 /// the source the positions `offsets_topic` holds for it, and then runs its
 /// transactions. The agent starts whether or not the broker is up: the
 /// source holds its files open and reads once the positions came.
