@@ -569,17 +569,18 @@ impl Tailer {
         }
     }
 
-    /// Moves files forward to `checkpoints` where they are further on: for
-    /// each checkpoint naming an open file (same device and inode, and a
-    /// head that still matches) at a later offset within the file, reading
-    /// resumes there, as if the lines before were read and acknowledged.
-    /// Checkpoints behind where a file is, or naming no open file, change
-    /// nothing (before the first rescan they are kept for it). Meant to be
-    /// called before the first poll, with offsets a sink stored together
-    /// with the lines it delivered (Kafka transactions), which may be ahead
-    /// of the checkpoint file. Returns how many files moved.
-    pub fn advance(&mut self, checkpoints: &Checkpoints) -> usize {
-        let mut moved = 0;
+    /// Takes up `checkpoints` that are further on than this tailer: offsets
+    /// a sink stored together with the lines it delivered (Kafka
+    /// transactions), which may be ahead of the checkpoint file. For each
+    /// checkpoint naming an open file (same device and inode, and a head
+    /// that still matches) at an offset within the file, the lines before
+    /// that offset count as acknowledged, and reading skips to it if it is
+    /// not there yet. Returns those files and offsets: lines of them read
+    /// already and starting below the offset were delivered before, and the
+    /// caller drops them. Checkpoints naming no open file change nothing
+    /// (before the first rescan they are kept for it).
+    pub fn advance(&mut self, checkpoints: &Checkpoints) -> Vec<(FileKey, u64)> {
+        let mut floors = Vec::new();
         for c in &checkpoints.files {
             let Some(w) = self.files.iter_mut().find(|w| w.id == c.identity.id) else {
                 if !self.scanned {
@@ -600,13 +601,16 @@ impl Tailer {
                 continue;
             }
             let size = w.file.metadata().map_or(0, |m| m.len());
-            if c.offset > w.splitter.offset() && c.offset <= size {
-                w.splitter.reset(c.offset);
-                w.acked = c.offset;
-                moved += 1;
+            if c.offset > size || c.offset <= w.acked {
+                continue;
             }
+            if c.offset > w.splitter.offset() {
+                w.splitter.reset(c.offset);
+            }
+            w.acked = c.offset;
+            floors.push((w.key, c.offset));
         }
-        moved
+        floors
     }
 
     /// What the tailer has done so far.
@@ -1135,11 +1139,14 @@ mod tests {
         let mut stranger = ahead.clone();
         stranger.files[0].identity.id.ino += 1_000_000;
 
+        // Not read yet: reading skips to the offset.
         let mut t = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
         t.rescan(now);
-        assert_eq!(t.advance(&stranger), 0);
-        assert_eq!(t.advance(&ahead), 1);
-        assert_eq!(t.advance(&behind), 0);
+        assert!(t.advance(&stranger).is_empty());
+        let floors = t.advance(&ahead);
+        assert_eq!(floors.len(), 1);
+        assert_eq!(floors[0].1, 28);
+        assert!(t.advance(&behind).is_empty());
         let mut sink = Collect::default();
         drain(&mut t, now, &mut sink);
         assert_eq!(
@@ -1147,6 +1154,20 @@ mod tests {
             (4..10).map(|n| format!("line {n}")).collect::<Vec<_>>()
         );
         assert_eq!(t.checkpoints().files[0].offset, 28);
+
+        // Read already: the lines below the offset are the caller's to
+        // drop, reading goes on where it was.
+        let mut t = Tailer::new(config(dir.path(), "app.log"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.0.len(), 10);
+        let floors = t.advance(&ahead);
+        assert_eq!(floors, [(sink.0[0].key, 28)]);
+        assert_eq!(t.checkpoints().files[0].offset, 28);
+        append(&log, b"line 10\n");
+        let mut more = Collect::default();
+        drain(&mut t, now, &mut more);
+        assert_eq!(more.texts(), ["line 10"]);
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct LogBatch {
     data: Vec<u8>,
     spans: Vec<Span>,
     paths: Vec<Arc<str>>,
+    /// The file of each entry of `paths`.
+    keys: Vec<Option<FileKey>>,
     /// Per file in the batch, the end offset of its last line.
     ends: Vec<(FileKey, u64)>,
     positions: Option<Checkpoints>,
@@ -125,6 +127,16 @@ impl LogBatch {
     pub(crate) fn ends(&self) -> &[(FileKey, u64)] {
         &self.ends
     }
+
+    /// Drops the lines of each file of `floors` that start below its
+    /// offset (they were delivered before; see `Tailer::advance`).
+    pub(crate) fn drop_below(&mut self, floors: &[(FileKey, u64)]) {
+        let keys = &self.keys;
+        self.spans.retain(|s| {
+            let floor = keys[s.path].and_then(|k| floors.iter().find(|(f, _)| *f == k));
+            floor.is_none_or(|&(_, at)| s.offset >= at)
+        });
+    }
 }
 
 /// Collects the lines a tailer pushes into batches of about `max_bytes`
@@ -144,6 +156,7 @@ struct Parts {
     data: Vec<u8>,
     spans: Vec<Span>,
     paths: Vec<Arc<str>>,
+    keys: Vec<Option<FileKey>>,
     ends: Vec<(FileKey, u64)>,
     /// The file of the last line, whose path the next line of the same file
     /// shares.
@@ -181,6 +194,7 @@ impl BatchBuilder {
             data: parts.data,
             spans: parts.spans,
             paths: parts.paths,
+            keys: parts.keys,
             ends: parts.ends,
             positions: None,
             pending: AtomicUsize::new(0),
@@ -194,6 +208,7 @@ impl LineSink for BatchBuilder {
         let c = &mut self.current;
         if c.last != Some(origin.key) {
             c.paths.push(Arc::from(origin.path.to_string_lossy()));
+            c.keys.push(Some(origin.key));
             c.last = Some(origin.key);
         }
         c.spans.push(Span {
@@ -260,6 +275,7 @@ impl LogBatch {
             seq,
             data,
             spans,
+            keys: vec![None; paths.len()],
             paths,
             ends: Vec::new(),
             positions: None,

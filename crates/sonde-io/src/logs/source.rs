@@ -23,7 +23,8 @@
 //! # Stopping
 //!
 //! Once told to stop, the source reads nothing more, waits up to
-//! [`STOP_GRACE`] for the batches in flight to be acknowledged, saves the
+//! [`STOP_GRACE`] for the batches in flight to be acknowledged (and for
+//! lines held while a sink's offsets were awaited to be sent), saves the
 //! checkpoints and drops its ends of the sinks' channels (which lets the
 //! sinks stop). A clean stop therefore re-sends nothing at the next start
 //! unless a sink could not deliver within the grace.
@@ -191,6 +192,8 @@ pub fn spawn(
                 config,
                 last_errors: Vec::new(),
                 kept,
+                held: Vec::new(),
+                held_bytes: 0,
             };
             run.run();
         })
@@ -244,6 +247,9 @@ struct Run {
     /// Where a sink that keeps offsets will send them
     /// ([`LogInput::restored`]); nothing is read until they came.
     kept: Option<Receiver<Option<Checkpoints>>>,
+    /// Batches read while `kept` is awaited, and their bytes.
+    held: Vec<LogBatch>,
+    held_bytes: usize,
 }
 
 impl Run {
@@ -311,10 +317,10 @@ impl Run {
             if watcher.is_none() && now >= last_read + POLL_WITHOUT_INOTIFY {
                 read_now = true;
             }
-            let room = self.in_flight_bytes < self.config.max_in_flight_bytes;
+            let room = self.in_flight_bytes + self.held_bytes < self.config.max_in_flight_bytes;
             let mut more = false;
-            let waiting = self.take_kept();
-            if read_now && room && !waiting {
+            self.take_kept();
+            if read_now && room {
                 last_read = now;
                 let report = self.tailer.poll(now, &mut self.builder);
                 more = report.more;
@@ -324,7 +330,7 @@ impl Run {
             }
             self.stats
                 .store(&self.tailer.counters(), self.tailer.bytes_behind());
-            if more && self.in_flight_bytes < self.config.max_in_flight_bytes {
+            if more && self.in_flight_bytes + self.held_bytes < self.config.max_in_flight_bytes {
                 continue;
             }
             // Wait for whichever comes first: inotify, an acknowledgement,
@@ -361,45 +367,71 @@ impl Run {
         self.finish();
     }
 
-    /// Takes the offsets a sink keeps, if they came; true while they are
-    /// still awaited. The files are open meanwhile (rescans go on), so one
-    /// rotated away and deleted is still read once they come.
-    fn take_kept(&mut self) -> bool {
+    /// Takes the offsets a sink keeps, if they came. Until then the source
+    /// reads and holds its batches (counted against the in-flight bound),
+    /// so a file truncated or deleted meanwhile is read first; once they
+    /// come, the held lines they cover are dropped (they were delivered
+    /// before) and the rest are sent.
+    fn take_kept(&mut self) {
         let Some(rx) = &self.kept else {
-            return false;
+            return;
         };
-        let name = &self.config.info.name;
-        match rx.try_recv() {
+        let name = self.config.info.name.clone();
+        let floors = match rx.try_recv() {
             Ok(Some(c)) => {
-                let moved = self.tailer.advance(&c);
-                tracing::info!(source = %name, files = c.files.len(), moved, "resuming from the offsets the sink keeps");
+                let floors = self.tailer.advance(&c);
+                tracing::info!(source = %name, files = c.files.len(), moved = floors.len(), "resuming from the offsets the sink keeps");
+                floors
             }
             // The sink holds no offsets for this source yet.
-            Ok(None) => {}
-            Err(TryRecvError::Empty) => return true,
+            Ok(None) => Vec::new(),
+            Err(TryRecvError::Empty) => return,
             Err(TryRecvError::Disconnected) => {
                 tracing::error!(source = %name, "the sink stopped before it read its offsets; resuming from the checkpoint file");
+                Vec::new()
             }
-        }
+        };
         self.kept = None;
-        false
+        let mut held = std::mem::take(&mut self.held);
+        self.held_bytes = 0;
+        for b in &mut held {
+            b.drop_below(&floors);
+        }
+        self.dispatch(held);
     }
 
-    /// Sends the batches the last poll filled to every sink.
+    /// Sends the batches the last poll filled to every sink; holds them
+    /// while a sink's offsets are awaited.
     fn send(&mut self) {
         let batches = self.builder.take();
-        let last = batches.len().saturating_sub(1);
+        if self.kept.is_some() {
+            self.held_bytes += batches.iter().map(LogBatch::bytes).sum::<usize>();
+            self.held.extend(batches);
+        } else {
+            self.dispatch(batches);
+        }
+    }
+
+    /// Sends `batches` to every sink, the read positions on the last one
+    /// with lines if a sink asked for them. A batch left without lines is
+    /// acknowledged at once.
+    fn dispatch(&mut self, batches: Vec<LogBatch>) {
+        let last = batches.iter().rposition(|b| !b.is_empty());
         for (i, mut batch) in batches.into_iter().enumerate() {
-            let positions = (self.positions && i == last).then(|| self.tailer.positions());
+            let positions = (self.positions && Some(i) == last).then(|| self.tailer.positions());
             batch.arm(self.sinks.len(), &self.done_tx, positions);
             let batch = Arc::new(batch);
             self.in_flight_bytes += batch.bytes();
+            let empty = batch.is_empty();
             self.in_flight.push_back(InFlight {
                 batch: Arc::clone(&batch),
                 // With no sink (which the config refuses) nothing would
                 // ever acknowledge it.
-                done: self.sinks.is_empty(),
+                done: empty || self.sinks.is_empty(),
             });
+            if empty {
+                continue;
+            }
             for s in &self.sinks {
                 // A sink that stopped never acknowledges: its lines stay
                 // unacknowledged and are read again at the next start.
@@ -447,16 +479,19 @@ impl Run {
     fn finish(&mut self) {
         let deadline = Instant::now() + STOP_GRACE;
         loop {
+            // Lines read while a sink's offsets were awaited go out once
+            // they come, within the same grace.
+            self.take_kept();
             self.take_acks();
-            if self.in_flight.is_empty() {
+            if self.in_flight.is_empty() && self.held.is_empty() {
                 break;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 tracing::warn!(
                     source = %self.config.info.name,
-                    batches = self.in_flight.len(),
-                    bytes = self.in_flight_bytes,
+                    batches = self.in_flight.len() + self.held.len(),
+                    bytes = self.in_flight_bytes + self.held_bytes,
                     "stopping with lines not acknowledged: they are read again at the next start"
                 );
                 break;
