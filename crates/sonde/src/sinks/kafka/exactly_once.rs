@@ -31,8 +31,8 @@
 //! watermark; the source's last positions there are where it resumes,
 //! wherever its checkpoint file (saved after commits, so never ahead)
 //! says otherwise. Until that succeeds (the broker may be down) the thread
-//! tries again, and the source holds its files open without reading, so
-//! that a file rotated away and deleted meanwhile is still read.
+//! tries again, and the source reads and holds its lines meanwhile; once
+//! the positions come it drops the held lines they cover.
 //!
 //! # Stopping
 //!
@@ -239,7 +239,7 @@ fn read_positions(k: &Settings) -> anyhow::Result<HashMap<String, Checkpoints>> 
 /// Starts one thread per source. Each connects (see `connect`), hands
 /// the source the positions `offsets_topic` holds for it, and then runs its
 /// transactions. The agent starts whether or not the broker is up: the
-/// source holds its files open and reads once the positions came.
+/// source reads and holds its lines until the positions came.
 ///
 /// # Errors
 ///
