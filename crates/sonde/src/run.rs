@@ -194,7 +194,10 @@ fn start_sink(
 
 /// What records of each log source carry besides the line.
 fn source_infos(config: &Config) -> Vec<SourceInfo> {
-    let host = sonde::sinks::hostname().unwrap_or_else(|| "localhost".into());
+    let host = match &config.agent.hostname {
+        Some(h) => h.get_ref().clone(),
+        None => sonde::sinks::hostname().unwrap_or_else(|| "localhost".into()),
+    };
     config
         .logs
         .iter()

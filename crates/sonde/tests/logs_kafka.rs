@@ -96,6 +96,7 @@ fn agent(
             r#"[agent]
 admin_listen = "127.0.0.1:{admin}"
 data_dir = "{data}"
+hostname = "test-{topic}"
 
 [[logs]]
 name = "app"

@@ -71,6 +71,11 @@ pub struct AgentSection {
     /// 0 runs every thread alike. Default 10.
     #[serde(default = "default_background_nice")]
     pub background_nice: Spanned<i64>,
+    /// The host name that log records carry (`host` in a json record) and
+    /// that names the Kafka sink's `transactional.id` and stored positions
+    /// with `delivery = "exactly_once"`, which must be unique per agent.
+    /// Default: the machine's host name.
+    pub hostname: Option<Spanned<String>>,
 }
 
 /// `admin_listen = ""` turns the admin listener off.
@@ -98,6 +103,7 @@ impl Default for AgentSection {
             allow_non_loopback: false,
             max_key_size: None,
             background_nice: default_background_nice(),
+            hostname: None,
         }
     }
 }
@@ -111,6 +117,20 @@ impl AgentSection {
 
 /// Checks `[agent]`'s values; returns the largest series key in bytes.
 pub(crate) fn check(src: Source<'_>, agent: &AgentSection) -> Result<usize, ConfigError> {
+    if let Some(h) = &agent.hostname {
+        let name = h.get_ref();
+        if name.is_empty()
+            || name.len() > 253
+            || name.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(src.error(
+                h.span(),
+                "agent.hostname",
+                format!("{name:?} cannot name a host"),
+                "write 1 to 253 characters without spaces, or remove the key for the machine's host name",
+            ));
+        }
+    }
     let interval = agent.interval.get_ref().0;
     if interval < Duration::from_millis(100) || interval > Duration::from_secs(86_400) {
         return Err(src.error(

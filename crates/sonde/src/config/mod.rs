@@ -358,6 +358,23 @@ mod tests {
     }
 
     #[test]
+    fn a_hostname_is_one_word_of_1_to_253_characters() {
+        let c = parse(&format!("[agent]\nhostname = \"web-1\"\n{MIN}")).unwrap();
+        assert_eq!(
+            c.agent.hostname.as_ref().map(|h| h.get_ref().as_str()),
+            Some("web-1")
+        );
+        assert!(parse(MIN).unwrap().agent.hostname.is_none());
+        for bad in ["\"\"", "\"web 1\"", "\"a\\tb\""] {
+            assert_eq!(
+                at(&format!("[agent]\nhostname = {bad}\n{MIN}")),
+                key("agent.hostname", 2),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn network_sinks_default_to_what_their_backend_accepts() {
         let (s, rw) = net(
             "type = \"prometheus_remote_write\"\nurl = \"http://127.0.0.1:9090/api/v1/write\"\n",
