@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sonde_logs::{Checkpoints, FileKey, Line, LineSink, Origin};
 
@@ -32,7 +32,7 @@ pub struct LogLine<'a> {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Span {
+pub(crate) struct Span {
     /// Index into `LogBatch::paths`.
     path: usize,
     /// Where the line's bytes start in `LogBatch::data`.
@@ -47,7 +47,8 @@ struct Span {
 /// which then advances the files' checkpoints past its lines.
 ///
 /// The lines' bytes sit in one buffer, so a batch costs two allocations
-/// however many lines it holds.
+/// however many lines it holds, and those two go back to the source's
+/// [`Pool`] when the batch's last holder drops it.
 #[derive(Debug)]
 pub struct LogBatch {
     source: Arc<SourceInfo>,
@@ -62,6 +63,63 @@ pub struct LogBatch {
     positions: Option<Checkpoints>,
     pending: AtomicUsize,
     done: Option<Sender<u64>>,
+    pool: Option<Arc<Pool>>,
+}
+
+impl Drop for LogBatch {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.give(
+                std::mem::take(&mut self.data),
+                std::mem::take(&mut self.spans),
+            );
+        }
+    }
+}
+
+/// How many batches' buffers a [`Pool`] keeps.
+const POOL_KEEP: usize = 4;
+
+/// The buffers of batches that were dropped, for the next batches to fill.
+///
+/// # Design
+///
+/// A new buffer's pages are mapped on first write, one page fault each
+/// (and jemalloc, run with `dirty_decay_ms:0`, unmaps freed pages at once):
+/// faulting in a fresh 1 MiB batch per MiB read took half the source's CPU
+/// on the blackhole path (docs/BENCHMARKS.md, "log batches in reused
+/// buffers"). Reused buffers are already mapped. The pool keeps
+/// [`POOL_KEEP`] batches' buffers (about 5 MiB), enough while batches are
+/// delivered as fast as they are read; the source empties it when it goes
+/// idle ([`BatchBuilder::trim`]). A lock per batch, not per line.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    free: Mutex<Vec<(Vec<u8>, Vec<Span>)>>,
+}
+
+impl Pool {
+    fn give(&self, mut data: Vec<u8>, mut spans: Vec<Span>) {
+        if data.capacity() == 0 {
+            return;
+        }
+        data.clear();
+        spans.clear();
+        if let Ok(mut free) = self.free.lock() {
+            if free.len() < POOL_KEEP {
+                free.push((data, spans));
+            }
+        }
+    }
+
+    fn take(&self) -> Option<(Vec<u8>, Vec<Span>)> {
+        self.free.lock().ok()?.pop()
+    }
+
+    fn clear(&self) {
+        if let Ok(mut free) = self.free.lock() {
+            free.clear();
+        }
+    }
 }
 
 impl LogBatch {
@@ -149,6 +207,7 @@ pub(crate) struct BatchBuilder {
     current: Parts,
     /// Batches filled during the current poll, ready to go.
     full: Vec<LogBatch>,
+    pool: Arc<Pool>,
 }
 
 #[derive(Default)]
@@ -171,6 +230,33 @@ impl BatchBuilder {
             next_seq: 0,
             current: Parts::default(),
             full: Vec::new(),
+            pool: Arc::default(),
+        }
+    }
+
+    /// Frees the buffers kept for the next batches: for a source with
+    /// nothing in flight and nothing read.
+    pub(crate) fn trim(&mut self) {
+        self.pool.clear();
+    }
+
+    /// Readies the current batch's buffers for its first line: reused
+    /// ones from the pool, or new ones sized for a whole batch so that
+    /// they do not grow (and copy) line by line.
+    #[cold]
+    fn open(&mut self) {
+        let c = &mut self.current;
+        match self.pool.take() {
+            Some((data, spans)) => {
+                c.data = data;
+                c.spans = spans;
+            }
+            None => {
+                // A batch closes after the line that reaches max_bytes:
+                // room for one more line of a usual length.
+                c.data = Vec::with_capacity(self.max_bytes + (64 << 10));
+                c.spans = Vec::with_capacity(self.max_bytes / 128);
+            }
         }
     }
 
@@ -199,12 +285,16 @@ impl BatchBuilder {
             positions: None,
             pending: AtomicUsize::new(0),
             done: None,
+            pool: Some(Arc::clone(&self.pool)),
         });
     }
 }
 
 impl LineSink for BatchBuilder {
     fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>) {
+        if self.current.data.capacity() == 0 {
+            self.open();
+        }
         let c = &mut self.current;
         if c.last != Some(origin.key) {
             c.paths.push(Arc::from(origin.path.to_string_lossy()));
@@ -281,6 +371,78 @@ impl LogBatch {
             positions: None,
             pending: AtomicUsize::new(pending),
             done: Some(done),
+            pool: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::time::Instant;
+
+    use sonde_logs::{Tailer, TailerConfig};
+
+    use super::*;
+
+    fn info() -> Arc<SourceInfo> {
+        Arc::new(SourceInfo {
+            name: "app".into(),
+            host: "h".into(),
+            fields: Vec::new(),
+        })
+    }
+
+    /// Where a batch's bytes live: its first line's first byte.
+    fn base(b: &LogBatch) -> *const u8 {
+        b.lines().next().unwrap().bytes.as_ptr()
+    }
+
+    #[test]
+    fn a_dropped_batch_gives_its_buffer_to_a_later_one_until_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let write = |file: &mut std::fs::File, from: usize| {
+            let text: String = (from..from + 1000)
+                .map(|n| format!("line {n:06}\n"))
+                .collect();
+            file.write_all(text.as_bytes()).unwrap();
+        };
+        let mut tailer = Tailer::new(
+            TailerConfig::new(vec![format!("{}/*.log", dir.path().display())]),
+            None,
+        )
+        .unwrap();
+        tailer.rescan(Instant::now());
+        // Batches of about 4 KiB: each poll of 12 KiB fills three.
+        let mut builder = BatchBuilder::new(info(), 4096);
+        write(&mut file, 0);
+        tailer.poll(Instant::now(), &mut builder);
+        let first = builder.take();
+        assert_eq!(first.len(), 3);
+        let bases: Vec<*const u8> = first.iter().map(base).collect();
+        drop(first);
+
+        write(&mut file, 1000);
+        tailer.poll(Instant::now(), &mut builder);
+        let second = builder.take();
+        assert!(
+            second.iter().all(|b| bases.contains(&base(b))),
+            "a batch got a new buffer while dropped ones were kept"
+        );
+        let lines: Vec<&[u8]> = second
+            .iter()
+            .flat_map(|b| b.lines())
+            .map(|l| l.bytes)
+            .collect();
+        assert_eq!(lines.len(), 1000);
+        assert_eq!(lines[0], b"line 001000");
+        assert_eq!(lines[999], b"line 001999");
+        drop(second);
+
+        assert_eq!(builder.pool.free.lock().unwrap().len(), 3);
+        builder.trim();
+        assert!(builder.pool.free.lock().unwrap().is_empty());
     }
 }

@@ -324,9 +324,15 @@ impl Run {
                 last_read = now;
                 let report = self.tailer.poll(now, &mut self.builder);
                 more = report.more;
+                let quiet = report.lines == 0;
                 self.report_poll(report);
                 self.send();
                 read_now = more;
+                if quiet && self.in_flight.is_empty() {
+                    // Nothing coming: the buffers kept for the next
+                    // batches are memory held for nothing.
+                    self.builder.trim();
+                }
             }
             self.stats
                 .store(&self.tailer.counters(), self.tailer.bytes_behind());
