@@ -4,6 +4,7 @@
 #
 #   scripts/bench-logs.sh [--install] [--agents "rsyslog sonde"]
 #       [--compression "lz4 zstd"] [--total 1GiB] [--files 4] [--line-bytes 150]
+#   scripts/bench-logs.sh --sink blackhole [--agents "rsyslog sonde"] [--total 1GiB]
 #   scripts/bench-logs.sh --kill 20 [--agents rsyslog] [--kill-total 512MiB]
 #       [--kill-rate 16MB] [--follow active|rotated] [--rotate rename|copytruncate]
 #   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
@@ -19,6 +20,13 @@
 # (utime + stime of all its threads, /proc/PID/stat) and peak RSS (VmHWM)
 # are read before it is stopped. Printed per run: MB/s (line bytes written,
 # newlines included, per second), CPU-s/GB and peak RSS, then a table.
+#
+# --sink blackhole: the same throughput run with no output, to measure
+# reading and splitting alone (no broker is started): sonde ships into its
+# `blackhole` sink (the time is when `sonde_sink_records_total` on its
+# admin listener reaches the line count); rsyslog, which has no discarding
+# output that tells when it is done, writes each line's message to one
+# file with omfile (the time is when that file holds every byte).
 #
 # --kill N (the SIGKILL case): the writer runs at --kill-rate with rename
 # rotation every --rotate-bytes (5 generations kept) while the agent is
@@ -63,12 +71,14 @@ total=1GiB
 files=4
 line_bytes=150
 port=19092
+admin_port=18686
 kills=
 kill_total=512MiB
 kill_rate=16MB
 rotate_bytes=8MiB
 follow=active
 delivery=at_least_once
+sink=kafka
 rotate=rename
 ct_pause=1s
 keep_dir=0
@@ -87,6 +97,7 @@ while [ $# -gt 0 ]; do
     --rotate-bytes) rotate_bytes=$2; shift ;;
     --follow) follow=$2; shift ;;
     --delivery) delivery=$2; shift ;;
+    --sink) sink=$2; shift ;;
     --rotate) rotate=$2; shift ;;
     --copytruncate-pause) ct_pause=$2; shift ;;
     --keep-dir) keep_dir=1 ;;
@@ -96,6 +107,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$follow" in active | rotated) ;; *) echo "bench-logs: --follow active or rotated" >&2; exit 2 ;; esac
+case "$sink" in kafka | blackhole) ;; *) echo "bench-logs: --sink kafka or blackhole" >&2; exit 2 ;; esac
+[ "$sink" = kafka ] || [ -z "$kills" ] || { echo "bench-logs: --kill runs into kafka" >&2; exit 2; }
+[ "$sink" = kafka ] || compressions=none
 case "$rotate" in rename | copytruncate) ;; *) echo "bench-logs: --rotate rename or copytruncate" >&2; exit 2 ;; esac
 case "$delivery" in
   at_least_once) isolation=read_uncommitted ;;
@@ -186,14 +200,19 @@ agent_rsyslog_prepare() {
     echo '  property(outname="message" name="msg" format="jsonf")'
     echo '  property(outname="file" name="$!metadata!filename" format="jsonf")'
     echo '}'
+    echo 'template(name="line" type="string" string="%msg%\n")'
     echo 'ruleset(name="tokafka") {'
-    echo "  action(type=\"omkafka\" broker=[\"127.0.0.1:$port\"] topic=\"$topic\" template=\"kafkajson\""
-    # resubmitOnFailure: without it omkafka drops a line librdkafka refuses
-    # with "Queue full" (its in-memory queue holds 100,000 messages; a
-    # 64 MiB run lost 2 lines that way).
-    echo "         resubmitOnFailure=\"on\""
-    echo "         confParam=[\"compression.codec=$compression\", \"enable.idempotence=true\"]"
-    echo '         topicConfParam=["acks=all"])'
+    if [ "$sink" = blackhole ]; then
+      echo "  action(type=\"omfile\" file=\"$run/out.log\" template=\"line\")"
+    else
+      echo "  action(type=\"omkafka\" broker=[\"127.0.0.1:$port\"] topic=\"$topic\" template=\"kafkajson\""
+      # resubmitOnFailure: without it omkafka drops a line librdkafka refuses
+      # with "Queue full" (its in-memory queue holds 100,000 messages; a
+      # 64 MiB run lost 2 lines that way).
+      echo "         resubmitOnFailure=\"on\""
+      echo "         confParam=[\"compression.codec=$compression\", \"enable.idempotence=true\"]"
+      echo '         topicConfParam=["acks=all"])'
+    fi
     echo '}'
     # reopenOnTruncate: imfile's documented setting for copytruncate (off
     # by default, when it ignores a file that shrank); set for those runs.
@@ -207,6 +226,11 @@ agent_rsyslog_prepare() {
   local out
   out=$(rsyslogd -N1 -f "$run/rsyslog.conf" 2>&1) || { echo "rsyslogd -N1 refused the config: $out"; return 1; }
   RSYSLOG_VERSION=$(rsyslogd -v | head -1)
+}
+
+# agent_rsyslog_done RUN_DIR LINES BYTES: whether the blackhole run is done.
+agent_rsyslog_done() {
+  [ "$(stat -c %s "$1/out.log" 2>/dev/null || echo 0)" -ge "$3" ]
 }
 
 agent_rsyslog_start() {
@@ -224,7 +248,23 @@ agent_sonde_prepare() {
   [ -x "$SONDE_BIN" ] || { echo "no sonde binary at $SONDE_BIN (cargo build -p sonde, or set SONDE_BIN)"; return 1; }
   local include
   include=$(follow_paths "$logs" | sed 's/.*/"&"/' | paste -sd, -)
-  cat >"$run/sonde.toml" <<TOML
+  if [ "$sink" = blackhole ]; then
+    cat >"$run/sonde.toml" <<TOML
+[agent]
+data_dir = "$run/sonde-data"
+admin_listen = "127.0.0.1:$admin_port"
+
+[[logs]]
+name = "app"
+include = [$include]
+
+[[sinks]]
+name = "null"
+type = "blackhole"
+inputs = ["app"]
+TOML
+  else
+    cat >"$run/sonde.toml" <<TOML
 [agent]
 data_dir = "$run/sonde-data"
 admin_listen = ""
@@ -243,9 +283,18 @@ format = "raw"
 compression = "$compression"
 delivery = "$delivery"
 TOML
+  fi
   local out
   out=$("$SONDE_BIN" validate --config "$run/sonde.toml" 2>&1) ||
     { echo "this sonde cannot ship logs to Kafka yet (sonde validate: $out)"; return 1; }
+}
+
+# agent_sonde_done RUN_DIR LINES BYTES: whether the blackhole run is done.
+agent_sonde_done() {
+  local n
+  n=$(curl -s "http://127.0.0.1:$admin_port/metrics" |
+    awk '/^sonde_sink_records_total\{.*sink="null"/ { print $NF }')
+  [ -n "$n" ] && [ "${n%.*}" -ge "$2" ]
 }
 
 agent_sonde_start() {
@@ -264,7 +313,7 @@ stop_agent() {
   fi
 }
 
-"$root/scripts/kafka-broker.sh" start "$broker_dir" "$port"
+[ "$sink" = blackhole ] || "$root/scripts/kafka-broker.sh" start "$broker_dir" "$port"
 
 # throughput AGENT COMPRESSION: one run; appends a row to $work/results.
 throughput() {
@@ -285,6 +334,28 @@ throughput() {
   t0=$(now)
   "agent_${agent}_start" "$run"
   tc=$(now)
+  if [ "$sink" = blackhole ]; then
+    local lines deadline secs mbs cpugb
+    lines=$(jq .lines "$run/summary.json")
+    deadline=$(echo "$t0 + 600" | bc)
+    until "agent_${agent}_done" "$run" "$lines" "$bytes"; do
+      if [ "$(echo "$(now) > $deadline" | bc)" = 1 ] || ! kill -0 "$AGENT_PID" 2>/dev/null; then
+        echo "bench-logs: $agent did not get through the lines within 600 s" >&2
+        stop_agent
+        return 1
+      fi
+      sleep 0.02
+    done
+    secs=$(echo "scale=2; ($(now) - $t0) / 1" | bc)
+    cpu=$(cpu_seconds "$AGENT_PID")
+    rss=$(peak_rss_mb "$AGENT_PID")
+    stop_agent
+    mbs=$(echo "scale=1; $bytes / $secs / 1000000" | bc)
+    cpugb=$(echo "scale=2; $cpu / ($bytes / 1000000000)" | bc)
+    printf '%-8s %-5s %8s %8s %8s %9s %10s %8s %6s\n' "$agent" blackhole "$secs" "$mbs" "$cpu" "$cpugb" "$rss" - - >>"$work/results"
+    tail -1 "$work/results" >&2
+    return 0
+  fi
   # --wait-offsets: the time is when the topic holds as many records as
   # lines were written (polling end offsets costs nothing per record, so
   # the checker's own speed does not bound it); then every record is read
