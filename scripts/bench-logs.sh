@@ -248,31 +248,28 @@ agent_sonde_prepare() {
   [ -x "$SONDE_BIN" ] || { echo "no sonde binary at $SONDE_BIN (cargo build -p sonde, or set SONDE_BIN)"; return 1; }
   local include
   include=$(follow_paths "$logs" | sed 's/.*/"&"/' | paste -sd, -)
-  if [ "$sink" = blackhole ]; then
-    cat >"$run/sonde.toml" <<TOML
+  # The admin listener tells when a blackhole run is done.
+  local admin=""
+  [ "$sink" = blackhole ] && admin="127.0.0.1:$admin_port"
+  cat >"$run/sonde.toml" <<TOML
 [agent]
 data_dir = "$run/sonde-data"
-admin_listen = "127.0.0.1:$admin_port"
+admin_listen = "$admin"
 
 [[logs]]
 name = "app"
 include = [$include]
 
+TOML
+  if [ "$sink" = blackhole ]; then
+    cat >>"$run/sonde.toml" <<TOML
 [[sinks]]
 name = "null"
 type = "blackhole"
 inputs = ["app"]
 TOML
   else
-    cat >"$run/sonde.toml" <<TOML
-[agent]
-data_dir = "$run/sonde-data"
-admin_listen = ""
-
-[[logs]]
-name = "app"
-include = [$include]
-
+    cat >>"$run/sonde.toml" <<TOML
 [[sinks]]
 name = "kafka"
 type = "kafka"
