@@ -48,7 +48,7 @@ pub(crate) struct Span {
 ///
 /// The lines' bytes sit in one buffer, so a batch costs two allocations
 /// however many lines it holds, and those two go back to the source's
-/// [`Pool`] when the batch's last holder drops it.
+/// pool when the batch's last holder drops it.
 #[derive(Debug)]
 pub struct LogBatch {
     source: Arc<SourceInfo>,
