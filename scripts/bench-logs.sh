@@ -327,12 +327,12 @@ throughput() {
   local bytes
   bytes=$(jq .bytes "$run/summary.json")
   echo "bench-logs: $agent, $compression: $(jq .lines "$run/summary.json") lines, $bytes bytes in $files files ($(tail -1 "$run/write.log"))" >&2
-  local t0 tc cpu rss rc=0
+  local t0 tc cpu rss secs mbs cpugb lost=- dup=- rc=0
   t0=$(now)
   "agent_${agent}_start" "$run"
   tc=$(now)
   if [ "$sink" = blackhole ]; then
-    local lines deadline secs mbs cpugb
+    local lines deadline
     lines=$(jq .lines "$run/summary.json")
     deadline=$(echo "$t0 + 600" | bc)
     until "agent_${agent}_done" "$run" "$lines" "$bytes"; do
@@ -344,37 +344,28 @@ throughput() {
       sleep 0.02
     done
     secs=$(echo "scale=2; ($(now) - $t0) / 1" | bc)
-    cpu=$(cpu_seconds "$AGENT_PID")
-    rss=$(peak_rss_mb "$AGENT_PID")
-    stop_agent
-    mbs=$(echo "scale=1; $bytes / $secs / 1000000" | bc)
-    cpugb=$(echo "scale=2; $cpu / ($bytes / 1000000000)" | bc)
-    printf '%-8s %-5s %8s %8s %8s %9s %10s %8s %6s\n' "$agent" blackhole "$secs" "$mbs" "$cpu" "$cpugb" "$rss" - - >>"$work/results"
-    tail -1 "$work/results" >&2
-    return 0
+  else
+    # --wait-offsets: the time is when the topic holds as many records as
+    # lines were written (polling end offsets costs nothing per record, so
+    # the checker's own speed does not bound it); then every record is read
+    # and counted.
+    "$logcheck" --brokers "127.0.0.1:$port" --topic "$topic" --expect "$run/summary.json" \
+      --isolation "$isolation" --wait-offsets --idle 60s >"$run/verdict.json" || rc=$?
+    local reached
+    reached=$(jq '.offsets_reached_s // empty' "$run/verdict.json")
+    secs=n/a
+    [ -z "$reached" ] || secs=$(echo "scale=2; ($tc - $t0 + $reached) / 1" | bc)
+    lost=$(jq .lost "$run/verdict.json")
+    dup=$(jq .duplicated "$run/verdict.json")
+    [ "$rc" = 0 ] || echo "bench-logs: $agent, $compression: the checker found lines missing: $(jq -c '{lost, lost_ranges, unparsed}' "$run/verdict.json")" >&2
   fi
-  # --wait-offsets: the time is when the topic holds as many records as
-  # lines were written (polling end offsets costs nothing per record, so
-  # the checker's own speed does not bound it); then every record is read
-  # and counted.
-  "$logcheck" --brokers "127.0.0.1:$port" --topic "$topic" --expect "$run/summary.json" \
-    --isolation "$isolation" --wait-offsets --idle 60s >"$run/verdict.json" || rc=$?
   cpu=$(cpu_seconds "$AGENT_PID")
   rss=$(peak_rss_mb "$AGENT_PID")
   stop_agent
-  local reached secs mbs cpugb lost dup
-  reached=$(jq '.offsets_reached_s // empty' "$run/verdict.json")
-  if [ -n "$reached" ]; then
-    secs=$(echo "scale=2; ($tc - $t0 + $reached) / 1" | bc)
-    mbs=$(echo "scale=1; $bytes / $secs / 1000000" | bc)
-  else
-    secs=n/a mbs=n/a
-  fi
+  mbs=n/a
+  [ "$secs" = n/a ] || mbs=$(echo "scale=1; $bytes / $secs / 1000000" | bc)
   cpugb=$(echo "scale=2; $cpu / ($bytes / 1000000000)" | bc)
-  lost=$(jq .lost "$run/verdict.json")
-  dup=$(jq .duplicated "$run/verdict.json")
-  [ "$rc" = 0 ] || echo "bench-logs: $agent, $compression: the checker found lines missing: $(jq -c '{lost, lost_ranges, unparsed}' "$run/verdict.json")" >&2
-  printf '%-8s %-5s %8s %8s %8s %9s %10s %8s %6s\n' "$agent" "$compression" "$secs" "$mbs" "$cpu" "$cpugb" "$rss" "$lost" "$dup" >>"$work/results"
+  printf '%-8s %-5s %8s %8s %8s %9s %10s %8s %6s\n' "$agent" "${sink/kafka/$compression}" "$secs" "$mbs" "$cpu" "$cpugb" "$rss" "$lost" "$dup" >>"$work/results"
   tail -1 "$work/results" >&2
 }
 

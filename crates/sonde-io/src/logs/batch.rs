@@ -32,7 +32,7 @@ pub struct LogLine<'a> {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Span {
+struct Span {
     /// Index into `LogBatch::paths`.
     path: usize,
     /// Where the line's bytes start in `LogBatch::data`.
@@ -93,7 +93,7 @@ const POOL_KEEP: usize = 4;
 /// delivered as fast as they are read; the source empties it when it goes
 /// idle ([`BatchBuilder::trim`]). A lock per batch, not per line.
 #[derive(Debug, Default)]
-pub(crate) struct Pool {
+struct Pool {
     free: Mutex<Vec<(Vec<u8>, Vec<Span>)>>,
 }
 
