@@ -32,14 +32,16 @@
 //! again at the next start.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DeliveryResult, Partitioner, Producer, ProducerContext,
+};
 use rdkafka::ClientContext;
 use sonde_io::logs::{LogBatch, LogInput};
 use sonde_io::sink::{SinkDrop, SinkStats};
@@ -110,15 +112,62 @@ impl Pending {
     }
 }
 
-/// Serves delivery reports (on the sink's thread, inside `poll`).
+/// Puts every record of a batch into one partition, and each batch into
+/// the next partition: the batches librdkafka builds stay as large as a
+/// log batch allows, as with its sticky partitioner.
+///
+/// # Design
+///
+/// librdkafka's sticky partitioner reads the clock for every record to
+/// decide when to move on (10% of the sink's CPU in `clock_gettime` when
+/// shipping 150-byte lines; docs/BENCHMARKS.md, "a partition per log
+/// batch"); this one reads an atomic the sending thread moves once per
+/// batch. A partition without a leader is skipped while another has one.
+#[derive(Debug, Default)]
+pub struct BatchPartitioner {
+    /// The batch being sent: its records go to partition `batch % count`.
+    batch: AtomicU32,
+}
+
+impl BatchPartitioner {
+    /// The records sent from now on belong to the next batch.
+    fn next_batch(&self) {
+        self.batch.fetch_add(1, Relaxed);
+    }
+}
+
+impl Partitioner for BatchPartitioner {
+    fn partition(
+        &self,
+        _topic: &str,
+        _key: Option<&[u8]>,
+        count: i32,
+        available: impl Fn(i32) -> bool,
+    ) -> i32 {
+        let count = count.max(1);
+        let first = (self.batch.load(Relaxed) % count.unsigned_abs()) as i32;
+        (0..count)
+            .map(|i| (first + i) % count)
+            .find(|&p| available(p))
+            .unwrap_or(first)
+    }
+}
+
+/// Serves delivery reports (on the sink's thread, inside `poll`) and
+/// chooses the records' partitions.
 pub struct Reports {
     stats: Arc<SinkStats>,
+    partitioner: BatchPartitioner,
 }
 
 impl ClientContext for Reports {}
 
-impl ProducerContext for Reports {
+impl ProducerContext<BatchPartitioner> for Reports {
     type DeliveryOpaque = Arc<Pending>;
+
+    fn get_custom_partitioner(&self) -> Option<&BatchPartitioner> {
+        Some(&self.partitioner)
+    }
 
     fn delivery(&self, result: &DeliveryResult<'_>, pending: Arc<Pending>) {
         if pending.abandoned.load(Relaxed) {
@@ -140,14 +189,18 @@ impl ProducerContext for Reports {
     }
 }
 
-type Kafka = BaseProducer<Reports>;
+type Kafka = BaseProducer<Reports, BatchPartitioner>;
 
 fn create(k: &Settings, net: &NetSink, stats: &Arc<SinkStats>) -> anyhow::Result<Kafka> {
     let mut c = producer_config(k, net);
     // 0: no timeout; a record is retried until Kafka takes it.
     c.set("message.timeout.ms", "0");
+    // Records without a key reach the custom partitioner only with the
+    // sticky one off.
+    c.set("sticky.partitioning.linger.ms", "0");
     c.create_with_context(Reports {
         stats: Arc::clone(stats),
+        partitioner: BatchPartitioner::default(),
     })
     .with_context(|| format!("creating the kafka producer of sink {}", stats.name))
 }
@@ -289,6 +342,7 @@ impl Sender {
                         p.batch.ack();
                         continue;
                     }
+                    self.producer.context().partitioner.next_batch();
                     self.in_flight.push(Arc::clone(&p));
                     (p, 0)
                 }
@@ -356,6 +410,35 @@ mod tests {
         let text: Vec<(&str, u64, &[u8])> =
             (0..lines).map(|i| ("/a", i as u64, &b"x"[..])).collect();
         (Arc::new(LogBatch::for_test(info, 7, &text, 1, done)), acked)
+    }
+
+    #[test]
+    fn a_batchs_records_share_a_partition_and_the_next_batch_takes_the_next() {
+        let p = BatchPartitioner::default();
+        let all = |_: i32| true;
+        let first = p.partition("t", None, 3, all);
+        assert_eq!(
+            p.partition("t", None, 3, all),
+            first,
+            "one batch, one partition"
+        );
+        let mut seen = vec![first];
+        for _ in 0..2 {
+            p.next_batch();
+            seen.push(p.partition("t", None, 3, all));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, [0, 1, 2], "three batches over three partitions");
+        p.next_batch();
+        let due = p.partition("t", None, 3, all);
+        let without_leader = |q: i32| q != due;
+        assert_eq!(p.partition("t", None, 3, without_leader), (due + 1) % 3);
+        assert_eq!(
+            p.partition("t", None, 3, |_| false),
+            due,
+            "none has a leader"
+        );
+        assert_eq!(p.partition("t", None, 1, all), 0);
     }
 
     #[test]

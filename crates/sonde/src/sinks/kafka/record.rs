@@ -9,8 +9,9 @@
 //!   those five. A field named like one of the five is left out of the
 //!   object (the line's own value wins); no headers.
 //!
-//! Records have no key: librdkafka's sticky partitioner fills one
-//! partition's batch at a time, which gives the largest batches. Order is
+//! Records have no key: a log batch goes to one partition at a time
+//! (at least once: `at_least_once::BatchPartitioner`; exactly once:
+//! librdkafka's sticky partitioner), which gives the largest batches. Order is
 //! kept per partition, so the lines of a file stay in order only on a
 //! one-partition topic; a consumer that needs file order on more
 //! partitions sorts by `offset` per `file` (json format).
