@@ -153,7 +153,15 @@ impl<'a> Source<'a> {
                 table = format!("{name}[{n}]");
                 *n += 1;
             } else if let Some(h) = l.strip_prefix('[').and_then(|r| r.split_once(']')) {
-                table = h.0.trim().to_string();
+                // A table inside the last element of an array of tables
+                // (`[logs.multiline]` after the first `[[logs]]`) is
+                // `logs[0].multiline`.
+                let name = h.0.trim();
+                let within = name.rmatch_indices('.').find_map(|(dot, _)| {
+                    let n = counts.get(&name[..dot])?;
+                    Some(format!("{}[{}]{}", &name[..dot], n - 1, &name[dot..]))
+                });
+                table = within.unwrap_or_else(|| name.to_string());
             } else if i + 1 == line {
                 key = l
                     .split_once('=')
