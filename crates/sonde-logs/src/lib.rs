@@ -23,6 +23,9 @@
 //! * [`lines`]: the [`Splitter`](lines::Splitter) turns chunks into lines
 //!   (`\n` ends a line, a `\r` before it is dropped, a last line waits for
 //!   its newline, a line over `max_line_bytes` is cut and counted).
+//! * [`multiline`]: joining the lines of one event (a stack trace) into one
+//!   record, by a start pattern or a preset, so that a checkpoint never
+//!   falls inside a record.
 //! * [`checkpoint`]: the acknowledged offsets of a source's files, in one
 //!   file written atomically and loaded only if its checksum agrees.
 //! * [`tailer`]: the files of one source, followed through rename and
@@ -94,6 +97,7 @@
 pub mod checkpoint;
 pub mod identity;
 pub mod lines;
+pub mod multiline;
 pub mod tailer;
 #[cfg(target_os = "linux")]
 pub mod watch;

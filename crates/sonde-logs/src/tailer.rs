@@ -47,6 +47,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use crate::checkpoint::{Checkpoints, FileCheckpoint};
 use crate::identity::{read_head, FileId, Fingerprint, Head, Identity, FINGERPRINT_BYTES};
 use crate::lines::{Line, Splitter};
+use crate::multiline::{Joiner, Matcher, Multiline};
 
 /// Where a file found by the first rescan of a fresh tailer starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,6 +84,9 @@ pub struct TailerConfig {
     /// The most bytes read from one file by one [`Tailer::poll`], and the
     /// size of the one read buffer all files share. Default 256 KiB.
     pub read_buffer_bytes: usize,
+    /// How lines are joined into multiline records; `None` (the default)
+    /// makes every line a record.
+    pub multiline: Option<Multiline>,
 }
 
 impl TailerConfig {
@@ -95,6 +99,7 @@ impl TailerConfig {
             max_line_bytes: 1024 * 1024,
             rotate_wait: Duration::from_secs(5),
             read_buffer_bytes: 256 * 1024,
+            multiline: None,
         }
     }
 }
@@ -121,11 +126,19 @@ pub enum BuildError {
     /// make together is too large).
     #[error("the glob patterns together are too large to match: {0}")]
     Set(#[source] globset::Error),
-    /// `max_line_bytes` or `read_buffer_bytes` is 0.
-    #[error("{key} must be at least 1 byte")]
+    /// `max_line_bytes`, `read_buffer_bytes` or a multiline limit is 0.
+    #[error("{key} must be at least 1")]
     Zero {
         /// The setting.
         key: &'static str,
+    },
+    /// `multiline`'s start pattern is not a regular expression.
+    #[error("invalid multiline start pattern {pattern:?}: {source}")]
+    Regex {
+        /// The pattern.
+        pattern: String,
+        /// What is wrong with it.
+        source: regex::Error,
     },
 }
 
@@ -200,6 +213,11 @@ pub struct Counters {
     pub truncations: u64,
     /// Files found renamed, or gone from the globs while still existing.
     pub rotations: u64,
+    /// Records made of more than one line ([`TailerConfig::multiline`]).
+    pub multiline_records: u64,
+    /// Multiline records handed on at `max_lines` or `max_bytes`, before
+    /// their end: the lines after them start another record.
+    pub multiline_limited: u64,
 }
 
 /// Something that happened to a file, worth a log line.
@@ -287,6 +305,9 @@ pub struct PollReport {
     pub errors: Vec<ReadError>,
     /// Truncations and closes, in the order they happened.
     pub events: Vec<Event>,
+    /// When the earliest multiline record being built times out: poll
+    /// again by then.
+    pub flush_at: Option<Instant>,
 }
 
 /// Where an include glob can match: the directory to walk and how deep.
@@ -300,7 +321,7 @@ pub(crate) struct Root {
 /// What [`Tailer::open`] found at a path.
 enum Opened {
     /// A file not open yet, now open.
-    New(Watched),
+    New(Box<Watched>),
     /// The open file at this index.
     Known(usize),
     /// No regular file.
@@ -318,6 +339,8 @@ struct Watched {
     /// Renamed, or gone from the globs, since it was found.
     rotated: bool,
     splitter: Splitter,
+    /// The multiline record being built, with [`TailerConfig::multiline`].
+    joiner: Joiner,
     /// File offset just after the last acknowledged line.
     acked: u64,
     /// Size and modification time at the last poll, to skip the head check
@@ -333,6 +356,7 @@ struct Watched {
 pub struct Tailer {
     config: TailerConfig,
     roots: Vec<Root>,
+    multiline: Option<Matcher>,
     include: GlobSet,
     exclude_path: GlobSet,
     exclude_name: GlobSet,
@@ -371,6 +395,26 @@ impl Tailer {
                 key: "read_buffer_bytes",
             });
         }
+        let multiline = match &config.multiline {
+            None => None,
+            Some(m) if m.max_lines == 0 => {
+                return Err(BuildError::Zero {
+                    key: "multiline.max_lines",
+                })
+            }
+            Some(m) if m.max_bytes == 0 => {
+                return Err(BuildError::Zero {
+                    key: "multiline.max_bytes",
+                })
+            }
+            Some(m) => Some(Matcher::new(m).map_err(|source| BuildError::Regex {
+                pattern: match &m.rule {
+                    crate::multiline::Rule::Start(p) => p.clone(),
+                    crate::multiline::Rule::Preset(p) => format!("{p:?}"),
+                },
+                source,
+            })?),
+        };
         let glob = |pattern: &str| {
             GlobBuilder::new(pattern)
                 .literal_separator(true)
@@ -404,6 +448,7 @@ impl Tailer {
             buf: vec![0; config.read_buffer_bytes],
             config,
             roots,
+            multiline,
             include: set(include)?,
             exclude_path: set(exclude_path)?,
             exclude_name: set(exclude_name)?,
@@ -449,7 +494,7 @@ impl Tailer {
                 continue;
             }
             match self.open(&path, now, &by_id) {
-                Ok(Opened::New(w)) => self.files.push(w),
+                Ok(Opened::New(w)) => self.files.push(*w),
                 Ok(Opened::Known(i)) => {
                     seen.insert(i);
                     self.relink(i, path, now);
@@ -503,6 +548,7 @@ impl Tailer {
             counters,
             config,
             next_key,
+            multiline,
             ..
         } = self;
         files.retain_mut(|w| {
@@ -513,6 +559,7 @@ impl Tailer {
                 next_key,
                 now,
                 rotate_wait: config.rotate_wait,
+                multiline: multiline.as_ref(),
                 report: &mut report,
             };
             ctx.poll_file(w, sink)
@@ -562,7 +609,11 @@ impl Tailer {
                 head: w.head,
             },
             path: w.path.to_string_lossy().into_owned(),
-            offset: w.splitter.waiting().unwrap_or(w.splitter.offset()),
+            offset: w
+                .joiner
+                .start()
+                .or(w.splitter.waiting())
+                .unwrap_or(w.splitter.offset()),
         });
         Checkpoints {
             files: open.chain(self.restored.values().cloned()).collect(),
@@ -608,6 +659,7 @@ impl Tailer {
                 w.splitter.reset(c.offset);
             }
             w.acked = c.offset;
+            w.joiner.drop_below(c.offset);
             floors.push((w.key, c.offset));
         }
         floors
@@ -690,7 +742,7 @@ impl Tailer {
         });
         let key = FileKey(self.next_key);
         self.next_key += 1;
-        Ok(Opened::New(Watched {
+        Ok(Opened::New(Box::new(Watched {
             key,
             file,
             id,
@@ -699,12 +751,13 @@ impl Tailer {
             linked: true,
             rotated: false,
             splitter: Splitter::new(offset, self.config.max_line_bytes),
+            joiner: Joiner::default(),
             acked: offset,
             last_size: size,
             // Never a real time: the first poll checks the head.
             last_mtime: (i64::MIN, 0),
             active_at: now,
-        }))
+        })))
     }
 
     /// The regular files under the roots that match, one path per file.
@@ -776,10 +829,52 @@ struct PollCtx<'a> {
     next_key: &'a mut u64,
     now: Instant,
     rotate_wait: Duration,
+    multiline: Option<&'a Matcher>,
     report: &'a mut PollReport,
 }
 
+/// Where a poll's lines go: counted, then through the file's joiner with
+/// multiline, to the sink.
+struct Hand<'c, S> {
+    counters: &'c mut Counters,
+    report: &'c mut PollReport,
+    multiline: Option<&'c Matcher>,
+    now: Instant,
+    sink: &'c mut S,
+}
+
+impl<S: LineSink> Hand<'_, S> {
+    fn line(&mut self, joiner: &mut Joiner, origin: &Origin<'_>, line: &Line<'_>) {
+        count(self.counters, self.report, line);
+        let sink = &mut *self.sink;
+        match self.multiline {
+            None => sink.line(origin, line),
+            Some(m) => joiner.push(m, line, self.now, self.counters, |record| {
+                sink.line(origin, record);
+            }),
+        }
+    }
+
+    /// Hands on the record `joiner` is building, if any.
+    fn flush(&mut self, joiner: &mut Joiner, origin: &Origin<'_>) {
+        let sink = &mut *self.sink;
+        joiner.flush(self.counters, &mut |record: &Line<'_>| {
+            sink.line(origin, record);
+        });
+    }
+}
+
 impl PollCtx<'_> {
+    fn hand<'c, S>(&'c mut self, sink: &'c mut S) -> Hand<'c, S> {
+        Hand {
+            counters: self.counters,
+            report: self.report,
+            multiline: self.multiline,
+            now: self.now,
+            sink,
+        }
+    }
+
     /// Polls one file; returns whether to keep it open.
     fn poll_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> bool {
         if let Err(source) = self.read_file(w, sink) {
@@ -790,18 +885,31 @@ impl PollCtx<'_> {
             return true;
         }
         let quiet = self.now.saturating_duration_since(w.active_at) >= self.rotate_wait;
-        if w.rotated && quiet && w.splitter.waiting().is_some() {
-            let origin = Origin {
-                key: w.key,
-                path: &w.path,
-            };
-            let (counters, report) = (&mut *self.counters, &mut *self.report);
-            w.splitter.flush(|line| {
-                count(counters, report, line);
-                sink.line(&origin, line);
-            });
+        let origin = Origin {
+            key: w.key,
+            path: &w.path,
+        };
+        let now = self.now;
+        let multiline = self.multiline;
+        let mut hand = self.hand(sink);
+        let done_with = w.rotated && quiet;
+        if done_with && w.splitter.waiting().is_some() {
+            let joiner = &mut w.joiner;
+            w.splitter.flush(|line| hand.line(joiner, &origin, line));
         }
-        let drained = w.splitter.offset() >= w.last_size && w.splitter.waiting().is_none();
+        if let Some(m) = multiline {
+            let timed_out = w.joiner.due(m).is_some_and(|due| now >= due);
+            if timed_out || done_with {
+                hand.flush(&mut w.joiner, &origin);
+            }
+            if let Some(due) = w.joiner.due(m) {
+                let at = &mut self.report.flush_at;
+                *at = Some(at.map_or(due, |at| at.min(due)));
+            }
+        }
+        let drained = w.splitter.offset() >= w.last_size
+            && w.splitter.waiting().is_none()
+            && w.joiner.start().is_none();
         let close = !w.linked && drained && quiet && w.acked >= w.splitter.offset();
         if close {
             self.report.events.push(Event::Closed {
@@ -852,26 +960,32 @@ impl PollCtx<'_> {
             key: w.key,
             path: &w.path,
         };
-        let (counters, report) = (&mut *self.counters, &mut *self.report);
-        w.splitter.push(&self.buf[..n], |line| {
-            count(counters, report, line);
-            sink.line(&origin, line);
-        });
+        let mut hand = Hand {
+            counters: self.counters,
+            report: self.report,
+            multiline: self.multiline,
+            now: self.now,
+            sink,
+        };
+        let joiner = &mut w.joiner;
+        w.splitter
+            .push(&self.buf[..n], |line| hand.line(joiner, &origin, line));
         Ok(())
     }
 
-    /// The file was truncated: what it held is gone, so its waiting line is
-    /// handed back as it is, and it is read again from 0 under a new key.
+    /// The file was truncated: what it held is gone, so its waiting line
+    /// and record are handed back as they are, and it is read again from 0
+    /// under a new key.
     fn restart(&mut self, w: &mut Watched, sink: &mut impl LineSink) {
         let origin = Origin {
             key: w.key,
             path: &w.path,
         };
-        let (counters, report) = (&mut *self.counters, &mut *self.report);
-        w.splitter.flush(|line| {
-            count(counters, report, line);
-            sink.line(&origin, line);
-        });
+        let mut hand = self.hand(sink);
+        let joiner = &mut w.joiner;
+        w.splitter.flush(|line| hand.line(joiner, &origin, line));
+        hand.flush(&mut w.joiner, &origin);
+        w.joiner.reset();
         self.counters.truncations += 1;
         self.report.events.push(Event::Truncated {
             path: w.path.clone(),
@@ -1876,6 +1990,210 @@ mod tests {
         ) {
             run_model(ops, "app.log", true)?;
         }
+    }
+
+    /// The text of record `n` of the multiline model: a start line and
+    /// `n % 4` indented continuation lines.
+    fn record(n: usize) -> String {
+        let mut r = format!("S{n}");
+        for i in 0..n % 4 {
+            r.push_str(&format!("\n  at frame {n}.{i}"));
+        }
+        r
+    }
+
+    fn multiline_config(dir: &Path) -> TailerConfig {
+        let mut cfg = config(dir, "app.log");
+        cfg.multiline = Some(Multiline::new(crate::multiline::Rule::Start("^S".into())));
+        cfg
+    }
+
+    #[derive(Debug, Clone)]
+    enum MlOp {
+        /// Appends the next bytes of the file, up to `percent` of what is
+        /// left of `records` more records: any cut, mid-line included.
+        Write {
+            records: usize,
+            percent: usize,
+        },
+        Poll,
+        Ack {
+            percent: usize,
+        },
+        Restart {
+            acked_percent: usize,
+        },
+    }
+
+    fn ml_op() -> impl Strategy<Value = MlOp> {
+        prop_oneof![
+            3 => (1usize..6, 1usize..=100).prop_map(|(records, percent)| MlOp::Write { records, percent }),
+            3 => Just(MlOp::Poll),
+            1 => (0usize..=100).prop_map(|percent| MlOp::Ack { percent }),
+            1 => (0usize..=100).prop_map(|acked_percent| MlOp::Restart { acked_percent }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Whatever the cuts between writes, reads, acknowledgements and
+        /// restarts, every multiline record is delivered whole, once, in
+        /// order; and the position a sink would store is always the start
+        /// of a record.
+        #[test]
+        fn multiline_records_are_never_split_by_reads_or_restarts(
+            ops in proptest::collection::vec(ml_op(), 1..40)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let state = tempfile::tempdir().unwrap();
+            let store = CheckpointFile::new(state.path(), "app").unwrap();
+            let log = dir.path().join("app.log");
+            let mut cfg = multiline_config(dir.path());
+            cfg.read_buffer_bytes = 16;
+            let text: String = (0..200).map(|n| record(n) + "\n").collect();
+            let mut written = 0;
+            let now = Instant::now();
+            let mut t = Tailer::new(cfg.clone(), None).unwrap();
+            t.rescan(now);
+            let mut pending = Collect::default();
+            let mut delivered: Vec<String> = Vec::new();
+            let ack = |t: &mut Tailer, pending: &mut Collect, delivered: &mut Vec<String>, percent: usize| {
+                let acked = pending.0.len() * percent / 100;
+                for g in pending.0.drain(..acked) {
+                    t.ack(g.key, g.end);
+                    delivered.push(g.text);
+                }
+            };
+            for op in ops {
+                match op {
+                    MlOp::Write { records, percent } => {
+                        let rest = &text[written..];
+                        let span: usize = rest.split_inclusive('\n').take(records * 4).map(str::len).sum();
+                        let n = span * percent / 100;
+                        append(&log, &rest.as_bytes()[..n]);
+                        written += n;
+                    }
+                    MlOp::Poll => {
+                        t.rescan(now);
+                        prop_assert!(t.poll(now, &mut pending).errors.is_empty());
+                        if let Some(p) = t.positions().files.first() {
+                            let at = p.offset as usize;
+                            prop_assert!(at == 0 || (text.as_bytes()[at - 1] == b'\n' && text.as_bytes()[at] == b'S'),
+                                "position {} is inside a record", at);
+                        }
+                    }
+                    MlOp::Ack { percent } => ack(&mut t, &mut pending, &mut delivered, percent),
+                    MlOp::Restart { acked_percent } => {
+                        ack(&mut t, &mut pending, &mut delivered, acked_percent);
+                        store.save(&t.checkpoints()).unwrap();
+                        pending = Collect::default();
+                        t = Tailer::new(cfg.clone(), store.load().unwrap()).unwrap();
+                        t.rescan(now);
+                    }
+                }
+            }
+            // The rest of the records up to the last one begun, then the
+            // last record's timeout.
+            let end = text[written..].find("\nS").map_or(text.len(), |i| written + i + 1);
+            append(&log, &text.as_bytes()[written..end]);
+            drain(&mut t, now, &mut pending);
+            t.poll(now + Duration::from_secs(1), &mut pending);
+            ack(&mut t, &mut pending, &mut delivered, 100);
+            let expected: Vec<String> = text[..end].lines().filter(|l| l.starts_with('S'))
+                .map(|l| record(l[1..].parse().unwrap())).collect();
+            prop_assert_eq!(delivered, expected);
+            prop_assert_eq!(t.bytes_behind(), 0);
+        }
+    }
+
+    #[test]
+    fn a_quiet_record_is_flushed_at_its_timeout_and_the_poll_says_when() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(multiline_config(dir.path()), None).unwrap();
+        let mut sink = Collect::default();
+        let t0 = Instant::now();
+        append(&log, b"S1\n  a\n");
+        t.rescan(t0);
+        let report = t.poll(t0, &mut sink);
+        assert!(sink.0.is_empty(), "the record may go on");
+        assert_eq!(report.flush_at, Some(t0 + Duration::from_secs(1)));
+        assert_eq!(t.positions().files[0].offset, 0);
+        // A continuation within the timeout joins; the timeout restarts.
+        let t1 = t0 + Duration::from_millis(900);
+        append(&log, b"  b\n");
+        let report = t.poll(t1, &mut sink);
+        assert_eq!(report.flush_at, Some(t1 + Duration::from_secs(1)));
+        assert!(t
+            .poll(t1 + Duration::from_millis(999), &mut sink)
+            .flush_at
+            .is_some());
+        let report = t.poll(t1 + Duration::from_secs(1), &mut sink);
+        assert_eq!(report.flush_at, None);
+        assert_eq!(sink.texts(), ["S1\n  a\n  b"]);
+        assert_eq!((sink.0[0].start, sink.0[0].end), (0, 11));
+        assert_eq!(t.counters().lines_read, 3);
+        assert_eq!(t.counters().multiline_records, 1);
+        assert_eq!(t.positions().files[0].offset, 11);
+    }
+
+    #[test]
+    fn a_rotated_files_last_record_is_flushed_once_it_is_quiet() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut cfg = multiline_config(dir.path());
+        cfg.include = vec![format!("{}/app.log*", dir.path().display())];
+        cfg.multiline.as_mut().unwrap().timeout = Duration::from_secs(3600);
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let t0 = Instant::now();
+        append(&log, b"S1\n  a\nS2\n  b");
+        drain(&mut t, t0, &mut sink);
+        assert_eq!(sink.texts(), ["S1\n  a"]);
+        fs::rename(&log, dir.path().join("app.log.1")).unwrap();
+        drain(&mut t, t0, &mut sink);
+        t.poll(t0 + Duration::from_secs(5), &mut sink);
+        assert_eq!(sink.texts(), ["S1\n  a", "S2\n  b"]);
+        ack_all(&mut t, &sink);
+        assert_eq!(t.bytes_behind(), 0);
+    }
+
+    #[test]
+    fn a_truncated_files_record_is_handed_on_before_it_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("app.log");
+        let mut t = Tailer::new(multiline_config(dir.path()), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        append(&log, b"S1\n  a\n");
+        drain(&mut t, now, &mut sink);
+        fs::write(&log, b"S9\n").unwrap();
+        drain(&mut t, now, &mut sink);
+        t.poll(now + Duration::from_secs(1), &mut sink);
+        assert_eq!(sink.texts(), ["S1\n  a", "S9"]);
+        assert_ne!(sink.0[0].key, sink.0[1].key);
+    }
+
+    #[test]
+    fn a_bad_multiline_pattern_or_a_zero_limit_is_refused() {
+        let mut cfg = TailerConfig::new(vec!["/var/log/*.log".into()]);
+        cfg.multiline = Some(Multiline::new(crate::multiline::Rule::Start("^(".into())));
+        let err = Tailer::new(cfg.clone(), None).err().unwrap();
+        assert!(
+            matches!(&err, BuildError::Regex { pattern, .. } if pattern == "^("),
+            "{err}"
+        );
+        let mut m = Multiline::new(crate::multiline::Rule::Start("^S".into()));
+        m.max_lines = 0;
+        cfg.multiline = Some(m);
+        let err = Tailer::new(cfg, None).err().unwrap();
+        assert!(matches!(
+            err,
+            BuildError::Zero {
+                key: "multiline.max_lines"
+            }
+        ));
     }
 
     #[test]

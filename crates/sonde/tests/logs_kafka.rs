@@ -760,3 +760,146 @@ fn checkpoint_after_kill_and_corrupt(delivery: Delivery) {
     assert_delivered(kafka, &agent, &topic, delivery, &[("app", w.next)], false);
 }
 both_modes!(checkpoint_after_kill_and_corrupt);
+
+/// Runs a generator from `tests/multiline/` with the real runtime
+/// (`python3` or `java`) and returns the log text it wrote and the
+/// records it formatted, one per logged event.
+fn generated(runtime: &str, script: &str, events: usize) -> (String, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (text, records) = (dir.path().join("text"), dir.path().join("records"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/multiline")
+        .join(script);
+    let out = std::process::Command::new(runtime)
+        .arg(&script)
+        .args([&text, &records])
+        .arg(events.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("running {runtime}: {e}"));
+    assert!(
+        out.status.success(),
+        "{runtime} {}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records = fs::read_to_string(records).unwrap();
+    (
+        fs::read_to_string(text).unwrap(),
+        records.split('\0').map(str::to_string).collect(),
+    )
+}
+
+/// Appends `text` to `f` in pieces of 1 to 700 bytes (the same cuts in
+/// every run), so that reads end mid-line and mid-record.
+fn write_in_pieces(f: &mut File, text: &[u8], seed: u64) {
+    let mut at = 0;
+    let mut round = seed;
+    while at < text.len() {
+        round += 1;
+        let n = (1 + fastrand_ms(round) as usize * 7 / 8).min(text.len() - at);
+        f.write_all(&text[at..at + n]).unwrap();
+        at += n;
+    }
+}
+
+/// Case 12: stack traces that real runtimes wrote, joined by a multiline
+/// preset into one record per logged event; the agent is killed in the
+/// middle of a trace it has read, and the trace still arrives as one
+/// record (once with exactly_once).
+fn multiline(delivery: Delivery, preset: &str) {
+    let Some(kafka) = shared_broker() else {
+        return;
+    };
+    let (text, expected) = match preset {
+        "python" => generated("python3", "gen_python.py", 150),
+        _ => generated("java", "Gen.java", 150),
+    };
+    let joined = expected.iter().filter(|r| r.contains('\n')).count();
+    assert!(joined >= 20, "the generator wrote {joined} traces");
+    let logs = tempfile::tempdir().unwrap();
+    let topic = topic(&format!("multiline-{preset}"), delivery);
+    kafka.create_topic(&topic, 1);
+    // The timeout is longer than any pause of the writes below, so only
+    // the last record waits for it.
+    let extra = format!("[logs.multiline]\npreset = \"{preset}\"\ntimeout = \"10s\"");
+    let source = Source {
+        extra: &extra,
+        ..Source::default()
+    };
+    let mut agent = agent(kafka, logs.path(), &topic, delivery, &source);
+    let mut f = Writer::open(&logs.path().join("app.log"));
+    // The kill comes after the first three lines of the third trace.
+    let third = expected
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.contains('\n'))
+        .nth(2)
+        .map(|(i, _)| i)
+        .unwrap();
+    let start: usize = expected[..third].iter().map(|r| r.len() + 1).sum();
+    let kill_at = start
+        + text[start..]
+            .match_indices('\n')
+            .nth(2)
+            .map(|(i, _)| i + 1)
+            .unwrap();
+    let head = &text.as_bytes()[..kill_at];
+    write_in_pieces(&mut f, head, 1);
+    let lines = head.iter().filter(|&&b| b == b'\n').count() as f64;
+    wait_for("the trace's first lines read", DELIVERY_TIMEOUT, || {
+        (agent.metric("sonde_log_lines_read_total{source=\"app\"}") >= Some(lines)).then_some(())
+    });
+    // Every event before the trace delivered (with exactly_once, committed
+    // with the positions that say where reading resumes): only the
+    // trace's lines are unacknowledged.
+    let behind = (kill_at - start) as f64;
+    wait_for(
+        "the events before the trace delivered",
+        DELIVERY_TIMEOUT,
+        || (agent.metric("sonde_log_bytes_behind{source=\"app\"}") == Some(behind)).then_some(()),
+    );
+    agent.kill();
+    write_in_pieces(&mut f, &text.as_bytes()[kill_at..], 2);
+    agent.start_again();
+    wait_for("every byte acknowledged", DELIVERY_TIMEOUT, || {
+        (agent.metric("sonde_log_bytes_behind{source=\"app\"}") == Some(0.0)).then_some(())
+    });
+    let known: std::collections::HashSet<&[u8]> = expected.iter().map(|r| r.as_bytes()).collect();
+    let records = kafka.consume(
+        &topic,
+        delivery.isolation(),
+        expected.len(),
+        DELIVERY_TIMEOUT,
+    );
+    let mut first_seen = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for r in &records {
+        assert!(
+            known.contains(&r.value[..]),
+            "a record that is no logged event (a trace split?): {:?}",
+            String::from_utf8_lossy(&r.value)
+        );
+        if seen.insert(r.value.clone()) {
+            first_seen.push(String::from_utf8(r.value.clone()).unwrap());
+        }
+    }
+    assert_eq!(first_seen, expected, "every event once, in order");
+    if delivery == Delivery::ExactlyOnce {
+        assert_eq!(records.len(), expected.len(), "no event twice");
+    }
+    assert!(
+        agent.metric("sonde_log_multiline_records_total{source=\"app\"}") >= Some(1.0),
+        "{}",
+        agent.stderr()
+    );
+}
+
+fn multiline_python(delivery: Delivery) {
+    multiline(delivery, "python");
+}
+both_modes!(multiline_python);
+
+fn multiline_java(delivery: Delivery) {
+    multiline(delivery, "java");
+}
+both_modes!(multiline_java);

@@ -273,8 +273,11 @@ impl Run {
         let mut dirty = false;
         let mut read_now = true;
         let mut last_read = now;
+        // When the earliest multiline record being built times out.
+        let mut flush_at: Option<Instant> = None;
         while !self.stop.load(Relaxed) {
             let now = Instant::now();
+            read_now |= flush_at.is_some_and(|at| now >= at);
             dirty |= self.take_acks();
             if dirty && now >= next_save {
                 self.save();
@@ -324,6 +327,7 @@ impl Run {
                 last_read = now;
                 let report = self.tailer.poll(now, &mut self.builder);
                 more = report.more;
+                flush_at = report.flush_at;
                 let quiet = report.lines == 0;
                 self.report_poll(report);
                 self.send();
@@ -347,6 +351,9 @@ impl Run {
             }
             if watcher.is_none() {
                 until = until.min(last_read + POLL_WITHOUT_INOTIFY);
+            }
+            if let Some(at) = flush_at {
+                until = until.min(at);
             }
             let wait = until
                 .saturating_duration_since(Instant::now())
@@ -570,6 +577,7 @@ mod tests {
     use std::sync::mpsc::Receiver as Rx;
 
     use super::*;
+    use sonde_logs::multiline::{Multiline, Rule};
 
     fn info() -> SourceInfo {
         SourceInfo {
@@ -658,6 +666,31 @@ mod tests {
 
     fn saved_offset(data: &Path) -> u64 {
         saved(data).map_or(0, |c| c.files.iter().map(|f| f.offset).sum())
+    }
+
+    #[test]
+    fn a_quiet_multiline_record_is_sent_at_its_timeout_without_other_activity() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let stats = Arc::new(LogStats::new("app".into()));
+        let (input, rx) = sink();
+        let mut cfg = config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES);
+        // No rescan wakes the source: only the record's timeout can.
+        cfg.rescan_interval = Duration::from_secs(3600);
+        let mut multiline = Multiline::new(Rule::Start("^S".into()));
+        multiline.timeout = Duration::from_millis(100);
+        cfg.tailer.multiline = Some(multiline);
+        let log = logs.path().join("a.log");
+        append(&log, "S1\n  at one\n");
+        let running = spawn(cfg, vec![input], Arc::clone(&stats)).unwrap();
+        let got = receive_lines(&rx, 1);
+        assert_eq!(texts(&got), ["S1\n  at one"]);
+        got[0].ack();
+        wait_for("the record acknowledged", || {
+            stats.bytes_behind.load(Relaxed) == 0 && saved_offset(data.path()) == 12
+        });
+        assert_eq!(stats.multiline_records.load(Relaxed), 1);
+        assert_eq!(stats.lines_read.load(Relaxed), 2);
+        running.stop();
     }
 
     #[test]

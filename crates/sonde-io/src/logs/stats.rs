@@ -19,6 +19,10 @@ pub struct LogStats {
     pub lines_read: AtomicU64,
     /// Lines cut at `max_line_bytes`.
     pub lines_truncated: AtomicU64,
+    /// Records joined from more than one line (`multiline`).
+    pub multiline_records: AtomicU64,
+    /// Multiline records handed on at `max_lines` or `max_bytes`.
+    pub multiline_limited: AtomicU64,
     /// Files found truncated and read again from 0.
     pub truncations: AtomicU64,
     /// Files found renamed, or gone from the globs while still existing.
@@ -42,6 +46,8 @@ impl LogStats {
             bytes_read: AtomicU64::new(0),
             lines_read: AtomicU64::new(0),
             lines_truncated: AtomicU64::new(0),
+            multiline_records: AtomicU64::new(0),
+            multiline_limited: AtomicU64::new(0),
             truncations: AtomicU64::new(0),
             rotations: AtomicU64::new(0),
             bytes_behind: AtomicU64::new(0),
@@ -57,6 +63,8 @@ impl LogStats {
         self.bytes_read.store(c.bytes_read, Relaxed);
         self.lines_read.store(c.lines_read, Relaxed);
         self.lines_truncated.store(c.lines_truncated, Relaxed);
+        self.multiline_records.store(c.multiline_records, Relaxed);
+        self.multiline_limited.store(c.multiline_limited, Relaxed);
         self.truncations.store(c.truncations, Relaxed);
         self.rotations.store(c.rotations, Relaxed);
         self.bytes_behind.store(bytes_behind, Relaxed);

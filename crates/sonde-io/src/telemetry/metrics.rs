@@ -296,6 +296,16 @@ pub const METRICS: &[Metric] = &[
         Source::Log(|l| l.lines_truncated.load(Relaxed)),
     ),
     counter(
+        "sonde_log_multiline_records_total",
+        "Records a log source joined from more than one line (multiline).",
+        Source::Log(|l| l.multiline_records.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_multiline_limited_total",
+        "Multiline records handed on at max_lines or max_bytes; the lines after each started another record.",
+        Source::Log(|l| l.multiline_limited.load(Relaxed)),
+    ),
+    counter(
         "sonde_log_truncations_total",
         "Files found truncated (or with a changed head) and read again from offset 0.",
         Source::Log(|l| l.truncations.load(Relaxed)),

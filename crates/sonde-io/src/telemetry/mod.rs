@@ -227,6 +227,8 @@ mod tests {
         l.bytes_read.store(15_000, Relaxed);
         l.lines_read.store(100, Relaxed);
         l.lines_truncated.store(1, Relaxed);
+        l.multiline_records.store(6, Relaxed);
+        l.multiline_limited.store(7, Relaxed);
         l.truncations.store(2, Relaxed);
         l.rotations.store(4, Relaxed);
         l.bytes_behind.store(150, Relaxed);

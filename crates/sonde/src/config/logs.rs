@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use sonde_logs::multiline::{Multiline, Preset, Rule};
 use sonde_logs::tailer::{BuildError, ReadFrom};
 use sonde_logs::{CheckpointFile, Tailer, TailerConfig};
 use toml::Spanned;
@@ -36,6 +37,33 @@ pub enum ReadFromName {
     Beginning,
     /// Read files found at the first start from their end.
     End,
+}
+
+/// `multiline.preset` as written.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PresetName {
+    /// Java stack traces.
+    Java,
+    /// Python tracebacks.
+    Python,
+}
+
+/// `[logs.multiline]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MultilineSection {
+    /// A regular expression: a line matching it starts a record, the
+    /// others continue it. Either this or `preset`.
+    pub start: Option<Spanned<String>>,
+    /// Built-in rules: `"java"` or `"python"`. Either this or `start`.
+    pub preset: Option<Spanned<PresetName>>,
+    /// The most lines in one record. Default 500.
+    pub max_lines: Option<Spanned<i64>>,
+    /// The most bytes in one record. Default `"1MiB"`.
+    pub max_bytes: Option<Spanned<HumanSize>>,
+    /// How long a record waits for its next line. Default `"1s"`.
+    pub timeout: Option<Spanned<HumanDuration>>,
 }
 
 /// `[[logs]]` as written.
@@ -69,6 +97,9 @@ pub struct LogSection {
     /// Added to every record: top-level keys in the `json` format, Kafka
     /// headers in `raw`. Default none.
     pub fields: Option<Spanned<BTreeMap<String, String>>>,
+    /// Joins the lines of one event (a stack trace) into one record.
+    /// Default: every line is a record.
+    pub multiline: Option<Spanned<MultilineSection>>,
 }
 
 /// A log source, validated.
@@ -179,6 +210,9 @@ fn one(src: Source<'_>, i: usize, s: &LogSection) -> Result<LogSource, ConfigErr
     if let Some(w) = &s.rotate_wait {
         tailer.rotate_wait = w.get_ref().0;
     }
+    if let Some(m) = &s.multiline {
+        tailer.multiline = Some(multiline(src, i, m)?);
+    }
     let rescan_interval = match &s.rescan_interval {
         Some(r) if r.get_ref().0.is_zero() => {
             return Err(src.error(
@@ -236,6 +270,77 @@ fn one(src: Source<'_>, i: usize, s: &LogSection) -> Result<LogSource, ConfigErr
     })
 }
 
+/// Validates `[logs.multiline]` of the `i`th source; the start pattern is
+/// compiled by [`Tailer::new`].
+fn multiline(
+    src: Source<'_>,
+    i: usize,
+    section: &Spanned<MultilineSection>,
+) -> Result<Multiline, ConfigError> {
+    let key = |k: &str| format!("logs[{i}].multiline.{k}");
+    let m = section.get_ref();
+    let rule = match (&m.start, &m.preset) {
+        (Some(start), None) => Rule::Start(start.get_ref().clone()),
+        (None, Some(p)) => Rule::Preset(match p.get_ref() {
+            PresetName::Java => Preset::Java,
+            PresetName::Python => Preset::Python,
+        }),
+        (Some(_), Some(p)) => {
+            return Err(src.error(
+                p.span(),
+                key("preset"),
+                "both `start` and `preset`: a record would have two rules",
+                "keep one: `start` for a pattern of your own, `preset` for \"java\" or \"python\"",
+            ))
+        }
+        (None, None) => {
+            return Err(src.error(
+                section.span(),
+                format!("logs[{i}].multiline"),
+                "no `start` and no `preset`: nothing says where a record starts",
+                "add start = '^\\d{4}-\\d{2}-\\d{2}' (a line beginning with a date starts a record) or preset = \"java\" or \"python\"",
+            ))
+        }
+    };
+    let mut out = Multiline::new(rule);
+    if let Some(n) = &m.max_lines {
+        out.max_lines = match usize::try_from(*n.get_ref()) {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(src.error(
+                    n.span(),
+                    key("max_lines"),
+                    format!("{} lines: a record holds at least one", n.get_ref()),
+                    "write a count above 0, like 500 (the default)",
+                ))
+            }
+        };
+    }
+    if let Some(b) = &m.max_bytes {
+        if b.get_ref().0 == 0 {
+            return Err(src.error(
+                b.span(),
+                key("max_bytes"),
+                "0 bytes: no record would fit",
+                "write a size above 0, like \"1MiB\" (the default)",
+            ));
+        }
+        out.max_bytes = usize::try_from(b.get_ref().0).unwrap_or(usize::MAX);
+    }
+    if let Some(t) = &m.timeout {
+        if t.get_ref().0.is_zero() {
+            return Err(src.error(
+                t.span(),
+                key("timeout"),
+                "0s would hand on every record before its next line could come",
+                "write a duration above 0, like \"1s\" (the default)",
+            ));
+        }
+        out.timeout = t.get_ref().0;
+    }
+    Ok(out)
+}
+
 /// Places a refusal of [`Tailer::new`] at the pattern or key it is about.
 fn tailer_error(
     src: Source<'_>,
@@ -280,6 +385,18 @@ fn tailer_error(
             format!("the patterns together are too large to match: {source}"),
             "use fewer or simpler patterns, or split them over two sources",
         ),
+        BuildError::Regex { pattern, source } => {
+            let start = s
+                .multiline
+                .as_ref()
+                .and_then(|m| m.get_ref().start.as_ref());
+            src.error(
+                start.map_or_else(|| s.name.span(), Spanned::span),
+                format!("logs[{i}].multiline.start"),
+                format!("{pattern:?} is not a regular expression: {source}"),
+                "write a pattern in Rust regex syntax, like '^\\d{4}-\\d{2}-\\d{2}' (in single quotes, so that TOML keeps the backslashes)",
+            )
+        }
         BuildError::Zero { key } => src.error(
             s.max_line_bytes
                 .as_ref()
@@ -498,6 +615,61 @@ mod tests {
                 key(&format!("logs[0].{k}"), line),
                 "{k} = {v}"
             );
+        }
+    }
+
+    #[test]
+    fn multiline_takes_a_start_pattern_or_a_preset_and_its_limits() {
+        let c = source(&format!(
+            "{APP}[logs.multiline]\nstart = '^\\d{{4}}-'\nmax_lines = 20\nmax_bytes = \"64KiB\"\ntimeout = \"250ms\"\n"
+        ))
+        .unwrap();
+        let m = c.logs[0].tailer.multiline.as_ref().unwrap();
+        assert_eq!(m.rule, Rule::Start(r"^\d{4}-".into()));
+        assert_eq!(
+            (m.max_lines, m.max_bytes, m.timeout),
+            (20, 64 << 10, Duration::from_millis(250))
+        );
+        for (name, preset) in [("java", Preset::Java), ("python", Preset::Python)] {
+            let c = source(&format!("{APP}multiline = {{ preset = \"{name}\" }}\n")).unwrap();
+            let m = c.logs[0].tailer.multiline.as_ref().unwrap();
+            assert_eq!(m, &Multiline::new(Rule::Preset(preset)));
+        }
+        assert_eq!(source(APP).unwrap().logs[0].tailer.multiline, None);
+    }
+
+    #[test]
+    fn a_multiline_table_needs_one_rule_a_valid_pattern_and_limits_above_zero() {
+        let ml = |keys: &str| format!("{APP}[logs.multiline]\n{keys}");
+        let e = err(&ml("start = '^('\n"));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("logs[0].multiline.start", Some(5))
+        );
+        assert!(e.problem.contains("not a regular expression"), "{e}");
+        let e = err(&ml("start = '^S'\npreset = \"java\"\n"));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("logs[0].multiline.preset", Some(6))
+        );
+        let e = err(&ml("timeout = \"1s\"\n"));
+        assert_eq!(e.key, "logs[0].multiline");
+        assert!(e.fix.contains("preset = \"java\""), "{e}");
+        for (k, v) in [
+            ("max_lines", "0"),
+            ("max_lines", "-3"),
+            ("max_bytes", "\"0\""),
+            ("timeout", "\"0s\""),
+            ("preset", "\"go\""),
+            ("starts", "'^S'"),
+        ] {
+            let keys = if k == "preset" || k == "starts" {
+                format!("{k} = {v}\n")
+            } else {
+                format!("preset = \"java\"\n{k} = {v}\n")
+            };
+            let e = err(&ml(&keys));
+            assert_eq!(e.key, format!("logs[0].multiline.{k}"), "{k} = {v}: {e}");
         }
     }
 
