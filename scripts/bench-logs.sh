@@ -8,6 +8,7 @@
 #   scripts/bench-logs.sh --kill 20 [--agents rsyslog] [--kill-total 512MiB]
 #       [--kill-rate 16MB] [--follow active|rotated] [--rotate rename|copytruncate]
 #   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
+#       [--multiline REGEX]
 #
 # Throughput (the default): sonde-logwrite writes --total bytes of
 # --line-bytes lines into --files files first; then the agent starts and
@@ -46,6 +47,13 @@
 # agent needs to find a file renamed while it was down (sonde's contract
 # asks for it; with the active paths alone such a file's tail is lost).
 #
+# --multiline REGEX joins lines into records at lines matching REGEX
+# (a POSIX ERE that is also a Rust regex, like '^f=[0-9]', which starts a
+# record at every line the writer writes: the most work per byte): sonde's
+# [logs.multiline] start with timeout 100ms, rsyslog's imfile
+# startmsg.regex with readTimeout 1 (its least). Each file's last record
+# waits for that timeout, which the time includes.
+#
 # --delivery is the sonde sink's delivery mode; with exactly_once the
 # checker reads read_committed, as the mode's promise is stated (rsyslog
 # has no such mode: its runs are the same either way).
@@ -82,6 +90,7 @@ sink=kafka
 rotate=rename
 ct_pause=1s
 keep_dir=0
+multiline=
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) install=1 ;;
@@ -101,6 +110,7 @@ while [ $# -gt 0 ]; do
     --rotate) rotate=$2; shift ;;
     --copytruncate-pause) ct_pause=$2; shift ;;
     --keep-dir) keep_dir=1 ;;
+    --multiline) multiline=$2; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-logs: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -216,10 +226,11 @@ agent_rsyslog_prepare() {
     echo '}'
     # reopenOnTruncate: imfile's documented setting for copytruncate (off
     # by default, when it ignores a file that shrank); set for those runs.
-    local i=0 path truncate=
+    local i=0 path truncate= joined=
     [ "$rotate" = copytruncate ] && truncate=' reopenOnTruncate="on"'
+    [ -n "$multiline" ] && joined=" startmsg.regex=\"$multiline\" readTimeout=\"1\""
     while read -r path; do
-      echo "input(type=\"imfile\" File=\"$path\" Tag=\"app$i\" addMetadata=\"on\" ruleset=\"tokafka\"$truncate)"
+      echo "input(type=\"imfile\" File=\"$path\" Tag=\"app$i\" addMetadata=\"on\" ruleset=\"tokafka\"$truncate$joined)"
       i=$((i + 1))
     done < <(follow_paths "$logs")
   } >"$run/rsyslog.conf"
@@ -261,6 +272,14 @@ name = "app"
 include = [$include]
 
 TOML
+  if [ -n "$multiline" ]; then
+    cat >>"$run/sonde.toml" <<TOML
+[logs.multiline]
+start = '$multiline'
+timeout = "100ms"
+
+TOML
+  fi
   if [ "$sink" = blackhole ]; then
     cat >>"$run/sonde.toml" <<TOML
 [[sinks]]

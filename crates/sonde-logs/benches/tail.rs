@@ -1,16 +1,17 @@
 //! Log source benchmarks: splitting a read buffer into ~150-byte lines
 //! (next to `memchr_iter` finding the same newlines, the ceiling), and
 //! a tailer reading a file from the page cache into a sink that touches
-//! every line.
+//! every line, with and without multiline joining.
 //!
 //! Run: `cargo bench -p sonde-logs --bench tail`
 
 use std::hint::black_box;
 use std::io::Write;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sonde_logs::lines::Splitter;
+use sonde_logs::multiline::{Multiline, Preset, Rule};
 use sonde_logs::{Line, LineSink, Origin, Tailer, TailerConfig};
 
 /// `bytes` of lines of about 150 bytes, like an access log.
@@ -76,6 +77,30 @@ fn tail(c: &mut Criterion) {
             black_box(sink.0)
         })
     });
+    // The same file with multiline rules that make every line a record:
+    // the most joining work per byte (each line is tested, and kept until
+    // the next line shows it ended).
+    for (name, rule) in [
+        (
+            "read_64m_multiline_start",
+            Rule::Start(r"^\d{4}-\d{2}-\d{2}".into()),
+        ),
+        ("read_64m_multiline_java", Rule::Preset(Preset::Java)),
+    ] {
+        let mut config = config.clone();
+        config.multiline = Some(Multiline::new(rule));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut tailer = Tailer::new(config.clone(), None).unwrap();
+                let now = Instant::now();
+                tailer.rescan(now);
+                let mut sink = Touch(0);
+                while tailer.poll(now, &mut sink).more {}
+                tailer.poll(now + Duration::from_secs(1), &mut sink);
+                black_box(sink.0)
+            })
+        });
+    }
     group.finish();
 }
 
