@@ -173,3 +173,118 @@ inputs = ["metrics", "app"]
         (points >= 1.0).then_some(())
     });
 }
+
+/// The file sink takes a source and metrics into one file: every line of
+/// it is one JSON object, the records whole (a multiline one included)
+/// and in order, the points among them.
+#[test]
+fn the_file_sink_writes_log_records_and_metric_points_as_json_lines() {
+    let logs = tempfile::tempdir().unwrap();
+    let udp = common::free_port();
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            r#"[agent]
+admin_listen = "127.0.0.1:{admin}"
+data_dir = "{data}"
+interval = "1s"
+hostname = "web-1"
+
+[[receivers]]
+protocol = "statsd"
+listen = "udp://127.0.0.1:{udp}"
+
+[[logs]]
+name = "app"
+include = ["{logs}/*.log"]
+[logs.multiline]
+start = '^line'
+timeout = "200ms"
+
+[[sinks]]
+type = "file"
+path = "{out}"
+inputs = ["metrics", "app"]
+"#,
+            data = dir.join("data").display(),
+            logs = logs.path().display(),
+            out = dir.join("points.jsonl").display(),
+        )
+    });
+    let mut text: String = (0..2000).map(|n| format!("line {n:06}\n")).collect();
+    text.push_str("line 002000 failed\n  at one\n  at two\n");
+    std::fs::write(logs.path().join("a.log"), &text).unwrap();
+    common::udp_send(udp, b"hits:1|c\n");
+    let lines = wait_for("every record and a point", TIMEOUT, || {
+        let out = std::fs::read_to_string(&agent.out).ok()?;
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("every line is one JSON object"))
+            .collect();
+        let records = lines.iter().filter(|l| l.get("message").is_some()).count();
+        let points = lines.iter().filter(|l| l.get("message").is_none()).count();
+        (records == 2001 && points >= 1).then_some(lines)
+    });
+    let messages: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.get("message")?.as_str())
+        .collect();
+    assert_eq!(messages[0], "line 000000");
+    assert_eq!(messages[1999], "line 001999");
+    assert_eq!(messages[2000], "line 002000 failed\n  at one\n  at two");
+    let record = lines.iter().find(|l| l.get("message").is_some()).unwrap();
+    assert_eq!(record["host"], "web-1");
+    assert_eq!(record["source"], "app");
+    assert_eq!(record["offset"], 0);
+    assert!(lines.iter().any(|l| l["name"] == "hits"), "{lines:?}");
+    wait_for("every byte acknowledged", TIMEOUT, || {
+        (agent.metric("sonde_log_bytes_behind{source=\"app\"}") == Some(0.0)).then_some(())
+    });
+    assert_eq!(
+        agent.metric("sonde_log_multiline_records_total{source=\"app\"}"),
+        Some(1.0)
+    );
+}
+
+/// The console sink prints each record's text on standard output.
+#[test]
+fn the_console_sink_prints_log_records() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let logs = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let cfg = data.path().join("sonde.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\ndata_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{}\"\n\n[[logs]]\nname = \"app\"\ninclude = [\"{}/*.log\"]\n\n[[sinks]]\ntype = \"console\"\ninputs = [\"app\"]\n",
+            data.path().join("data").display(),
+            common::free_port(),
+            logs.path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        logs.path().join("a.log"),
+        "hello from a file\nsecond line\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut got = Vec::new();
+    // Each read blocks until the agent prints; if it never does, the
+    // test's own timeout is the harness's.
+    for _ in 0..2 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        got.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(got, ["hello from a file\n", "second line\n"]);
+}

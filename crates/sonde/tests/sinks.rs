@@ -596,3 +596,76 @@ fn sigterm_drops_and_counts_what_a_memory_buffer_could_not_deliver() {
         "{line} vs {produced} points"
     );
 }
+
+/// A log source's records over the http sink: JSON lines, compressed,
+/// held through an outage (the source waits, nothing is lost), and a
+/// refused request counted rather than retried.
+#[test]
+fn http_sink_posts_log_records_and_holds_them_through_an_outage() {
+    let server = Server::start(0, 503);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("app.log");
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"web-1\"\n\n\
+             [[logs]]\nname = \"app\"\ninclude = [\"{}/*.log\"]\nfields = {{ env = \"test\" }}\n\n\
+             [[sinks]]\ntype = \"http\"\ninputs = [\"app\"]\nurl = \"http://127.0.0.1:{}/logs\"\n\
+             compression = \"gzip\"\nmax_batch_points = 400\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"200ms\"\n",
+            dir.join("data").display(),
+            logs.path().display(),
+            server.port
+        )
+    });
+    let text: String = (0..1000).map(|n| format!("line {n:04}\n")).collect();
+    std::fs::write(&log, &text).unwrap();
+    let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
+    wait_for("two retries", Duration::from_secs(10), || {
+        (m("sonde_sink_retries_total{sink=\"http\"}") >= 2.0).then_some(())
+    });
+    assert_eq!(
+        m("sonde_log_bytes_behind{source=\"app\"}"),
+        text.len() as f64
+    );
+    server.status.store(200, Ordering::SeqCst);
+    wait_for("every line acknowledged", Duration::from_secs(10), || {
+        (m("sonde_log_bytes_behind{source=\"app\"}") == 0.0).then_some(())
+    });
+    let got = server.accepted();
+    assert!(got.len() >= 3, "1000 records in requests of at most 400");
+    let mut messages = Vec::new();
+    for g in &got {
+        assert_eq!(g.headers["content-type"], "application/x-ndjson");
+        assert_eq!(g.headers["content-encoding"], "gzip");
+        let records = json_lines(&g.body);
+        assert!(records.len() <= 400);
+        for r in records {
+            assert_eq!(r["host"], "web-1");
+            assert_eq!(r["source"], "app");
+            assert_eq!(r["env"], "test");
+            assert_eq!(r["file"], log.display().to_string());
+            messages.push(r["message"].as_str().unwrap().to_string());
+        }
+    }
+    let want: Vec<String> = text.lines().map(str::to_string).collect();
+    assert_eq!(messages, want, "every line once, in order");
+    assert_eq!(m("sonde_sink_records_total{sink=\"http\"}"), 1000.0);
+    // A refusal is not retried: the records are counted as dropped and
+    // the source goes on.
+    server.status.store(400, Ordering::SeqCst);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"refused\n"))
+        .unwrap();
+    wait_for(
+        "the refused record counted",
+        Duration::from_secs(10),
+        || {
+            (m("sonde_sink_dropped_records_total{sink=\"http\",reason=\"rejected\"}") == 1.0
+                && m("sonde_log_bytes_behind{source=\"app\"}") == 0.0)
+                .then_some(())
+        },
+    );
+    assert!(agent.stderr().contains("test server says: no thanks"));
+    server.stop();
+}

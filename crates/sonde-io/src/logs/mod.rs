@@ -13,6 +13,8 @@
 
 pub mod batch;
 pub mod blackhole;
+pub mod deliver;
+pub mod record;
 pub mod source;
 pub mod stats;
 

@@ -862,8 +862,8 @@ mod tests {
         // The sink's table starts on line 4, `inputs` is on line 7 (8
         // after a key of the type's own).
         for (ty, own) in [
-            ("console", ""),
-            ("file", "path = \"p\"\n"),
+            ("tcp", "address = \"a:1\"\n"),
+            ("graphite", "address = \"a:1\"\n"),
             ("prometheus_remote_write", "url = \"http://a:1/\"\n"),
         ] {
             let e = app_err(&format!(
@@ -877,7 +877,7 @@ mod tests {
             );
             assert!(e.problem.contains("\"app\""), "{e}");
             assert!(e.fix.contains("\"both\", \"logs_only\""), "{e}");
-            assert!(!e.fix.contains("\"console\""), "{e}");
+            assert!(!e.fix.contains("\"graphite\""), "{e}");
         }
     }
 

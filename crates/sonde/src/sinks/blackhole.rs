@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sonde_io::logs::{self, LogInput};
+use sonde_io::logs;
 use sonde_io::sink::{self, Discard};
 
 use crate::config::ConfigError;
@@ -35,15 +35,7 @@ fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut running: Running = sink::spawn(Discard, Arc::clone(&st.stats))?.into();
     if !st.sources.is_empty() {
         let (tx, thread) = logs::blackhole::spawn(Arc::clone(&st.stats))?;
-        for source in st.sources {
-            let input = LogInput {
-                tx: tx.clone(),
-                restored: None,
-                positions: false,
-            };
-            running.logs.push((source.name.clone(), input));
-        }
-        running.threads.push(thread);
+        running.add_logs(st, &tx, thread);
     }
     Ok(running)
 }

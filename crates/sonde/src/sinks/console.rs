@@ -1,7 +1,9 @@
-//! `console`: human-readable lines on standard output.
+//! `console`: human-readable lines on standard output: metric points as
+//! `TIME NAME{TAGS} VALUE`, log records as their text.
 
 use std::sync::Arc;
 
+use sonde_io::logs::deliver::{self, Text};
 use sonde_io::sink::{self, Console};
 
 use super::{Input, Running, Sink, SinkType, Start, Transport};
@@ -9,7 +11,7 @@ use super::{Input, Running, Sink, SinkType, Start, Transport};
 /// `type = "console"`.
 pub static TYPE: SinkType = SinkType {
     name: "console",
-    accepts: &[Input::Metrics],
+    accepts: &[Input::Metrics, Input::Logs],
     transport: Transport::Local,
     compressions: &[],
     headers: &[],
@@ -20,5 +22,14 @@ pub static TYPE: SinkType = SinkType {
 };
 
 fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
-    Ok(sink::spawn(Console::default(), Arc::clone(&st.stats))?.into())
+    let mut running: Running = sink::spawn(Console::default(), Arc::clone(&st.stats))?.into();
+    if !st.sources.is_empty() {
+        // Standard output's lock is taken per write of whole records, as
+        // the metric side takes it per window: the two never interleave
+        // inside a line.
+        let (tx, thread) =
+            deliver::spawn_local(std::io::stdout(), Text::Message, Arc::clone(&st.stats))?;
+        running.add_logs(st, &tx, thread);
+    }
+    Ok(running)
 }

@@ -1,9 +1,12 @@
-//! `file`: JSON lines appended to `path`.
+//! `file`: JSON lines appended to `path`: one object per metric point
+//! (ARCHITECTURE.md's format) and one per log record
+//! (`{"message","file","offset","host","source", fields...}`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use sonde_io::logs::deliver::{self, Text};
 use sonde_io::sink;
 
 use super::{Input, Running, Sink, SinkType, Start, Transport};
@@ -12,7 +15,7 @@ use crate::config::ConfigError;
 /// `type = "file"`: `path` (required) is the file.
 pub static TYPE: SinkType = SinkType {
     name: "file",
-    accepts: &[Input::Metrics],
+    accepts: &[Input::Metrics, Input::Logs],
     transport: Transport::Local,
     compressions: &[],
     headers: &[],
@@ -32,5 +35,18 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let path = Path::new(s.option("path").unwrap_or_default());
     let f =
         sink::File::open(path).with_context(|| format!("opening file sink {}", path.display()))?;
-    Ok(sink::spawn(f, Arc::clone(&st.stats))?.into())
+    let mut running: Running = sink::spawn(f, Arc::clone(&st.stats))?.into();
+    if !st.sources.is_empty() {
+        // A handle of its own in append mode: each write of whole records
+        // lands at the end of the file, after or before the metric side's,
+        // never inside one of its lines.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening file sink {}", path.display()))?;
+        let (tx, thread) = deliver::spawn_local(f, Text::Json, Arc::clone(&st.stats))?;
+        running.add_logs(st, &tx, thread);
+    }
+    Ok(running)
 }

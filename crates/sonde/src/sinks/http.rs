@@ -1,16 +1,24 @@
-//! `http`: a generic HTTP POST of JSON lines or msgpack to `url`.
+//! `http`: a generic HTTP POST to `url`: metric windows as JSON lines or
+//! msgpack, log records as JSON lines
+//! (`{"message","file","offset","host","source", fields...}`).
+
+use std::sync::Arc;
 
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
+use sonde_io::logs::deliver::{self, HttpLogs};
 
-use super::{net, Input, Running, Sink, SinkType, Start, Transport};
+use super::{net, Buffer, Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;
 
+/// The content type of a request of log records.
+pub const LOGS_CONTENT_TYPE: &str = "application/x-ndjson";
+
 /// `type = "http"`: `format` is `"json"` (JSON lines, the default) or
-/// `"msgpack"`.
+/// `"msgpack"` (metric windows only).
 pub static TYPE: SinkType = SinkType {
     name: "http",
-    accepts: &[Input::Metrics],
+    accepts: &[Input::Metrics, Input::Logs],
     transport: Transport::Http,
     compressions: &["zstd", "gzip", "snappy", "lz4", "none"],
     headers: &[],
@@ -21,23 +29,80 @@ pub static TYPE: SinkType = SinkType {
 };
 
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
+    let takes_logs = s.log_sources().next().is_some();
     match s.options.get("format") {
-        None => Ok(()),
-        Some(toml::Value::String(f)) if f == "json" || f == "msgpack" => Ok(()),
-        Some(f) => Err(ConfigError::new(
-            "format",
-            match f.as_str() {
-                Some(f) => format!("{f:?} is not a format"),
-                None => "is not a string".into(),
-            },
-            "write \"json\" or \"msgpack\"",
-        )),
+        None => {}
+        Some(toml::Value::String(f)) if f == "json" => {}
+        Some(toml::Value::String(f)) if f == "msgpack" && !takes_logs => {}
+        Some(toml::Value::String(f)) if f == "msgpack" => {
+            return Err(ConfigError::new(
+                "format",
+                "log records go as JSON lines; msgpack is for metric windows only",
+                "remove format = \"msgpack\", or send the log sources to a sink of their own",
+            ))
+        }
+        Some(f) => {
+            return Err(ConfigError::new(
+                "format",
+                match f.as_str() {
+                    Some(f) => format!("{f:?} is not a format"),
+                    None => "is not a string".into(),
+                },
+                "write \"json\" or \"msgpack\"",
+            ))
+        }
     }
+    if takes_logs && matches!(s.net.as_ref().map(|n| &n.buffer), Some(Buffer::Disk { .. })) {
+        return Err(ConfigError::new(
+            "buffer",
+            "a disk buffer does not take log records yet",
+            "remove `buffer` (log records wait in their files: the source stops reading while the sink is behind and resumes from its checkpoint), or send the log sources to a sink of their own",
+        ));
+    }
+    Ok(())
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
-    match s.option("format") {
-        Some("msgpack") => net::start(s, Msgpack::new(), st),
-        _ => net::start(s, Lines::default(), st),
+    let mut running = match s.option("format") {
+        Some("msgpack") => net::start(s, Msgpack::new(), st)?,
+        _ => net::start(s, Lines::default(), st)?,
+    };
+    if !st.sources.is_empty() {
+        let n = net::settings(s)?;
+        let logs = HttpLogs {
+            compression: n.compression,
+            max_records: n.delivery.max_batch_points,
+            max_bytes: n.delivery.max_batch_bytes,
+            backoff_min: n.delivery.backoff_min,
+            backoff_max: n.delivery.backoff_max,
+        };
+        let transport = net::http(s, LOGS_CONTENT_TYPE)?;
+        let (tx, thread) = deliver::spawn_http(transport, logs, Arc::clone(&st.stats))?;
+        running.add_logs(st, &tx, thread);
+    }
+    Ok(running)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    const SOURCE: &str = "[[logs]]\nname = \"app\"\ninclude = [\"/var/log/*.log\"]\n\n";
+
+    #[test]
+    fn log_records_go_as_json_lines_without_a_disk_buffer() {
+        let sink = |extra: &str| {
+            format!("{SOURCE}[[sinks]]\ntype = \"http\"\ninputs = [\"app\"]\nurl = \"http://127.0.0.1:9/\"\n{extra}")
+        };
+        assert!(parse(&sink("")).is_ok());
+        let e = parse(&sink("format = \"msgpack\"\n")).unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].format", Some(9)));
+        let e = parse(&sink("buffer = { type = \"disk\" }\n")).unwrap_err();
+        assert_eq!(e.key, "sinks[0].buffer");
+        assert!(e.fix.contains("checkpoint"), "{e}");
+        // Metric windows alone may still go as msgpack, through a disk
+        // buffer.
+        let metrics = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n\n[[sinks]]\ntype = \"http\"\nurl = \"http://127.0.0.1:9/\"\nformat = \"msgpack\"\nbuffer = { type = \"disk\" }\n";
+        assert!(parse(metrics).is_ok(), "{:?}", parse(metrics).err());
     }
 }

@@ -201,6 +201,26 @@ pub struct Running {
     pub threads: Vec<JoinHandle<()>>,
 }
 
+impl Running {
+    /// Adds a log thread taking every source of `st` through `tx`.
+    pub(crate) fn add_logs(
+        &mut self,
+        st: &Start<'_>,
+        tx: &std::sync::mpsc::Sender<Arc<sonde_io::logs::LogBatch>>,
+        thread: JoinHandle<()>,
+    ) {
+        for source in st.sources {
+            let input = LogInput {
+                tx: tx.clone(),
+                restored: None,
+                positions: false,
+            };
+            self.logs.push((source.name.clone(), input));
+        }
+        self.threads.push(thread);
+    }
+}
+
 /// A sink of windows only, as `sonde_io::sink::spawn` starts one.
 impl From<(SinkHandle, JoinHandle<()>)> for Running {
     fn from((windows, thread): (SinkHandle, JoinHandle<()>)) -> Self {

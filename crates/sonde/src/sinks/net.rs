@@ -341,26 +341,8 @@ pub(super) fn start<E: BatchEncoder>(
     let timeout = n.delivery.request_timeout;
     match s.kind.transport {
         Transport::Http => {
-            let mut headers = vec![(
-                "Content-Type".to_string(),
-                encoder.content_type().to_string(),
-            )];
-            if let Some(enc) = n.compression.content_encoding() {
-                headers.push(("Content-Encoding".into(), enc.into()));
-            }
-            headers.extend(
-                s.kind
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string())),
-            );
-            headers.extend(n.headers.iter().cloned());
-            spawn(
-                s,
-                encoder,
-                Http::new(n.target.clone(), headers, timeout),
-                st,
-            )
+            let http = http(s, encoder.content_type())?;
+            spawn(s, encoder, http, st)
         }
         Transport::Tcp => spawn(s, encoder, Tcp::new(n.target.clone(), timeout), st),
         Transport::Own | Transport::Local => anyhow::bail!(
@@ -368,6 +350,29 @@ pub(super) fn start<E: BatchEncoder>(
             s.kind.name
         ),
     }
+}
+
+/// The HTTP transport of sink `s` for bodies of `content_type`: its URL,
+/// its compression's `Content-Encoding`, its type's headers and the
+/// configured ones.
+pub(super) fn http(s: &Sink, content_type: &str) -> anyhow::Result<Http> {
+    let n = settings(s)?;
+    let mut headers = vec![("Content-Type".to_string(), content_type.to_string())];
+    if let Some(enc) = n.compression.content_encoding() {
+        headers.push(("Content-Encoding".into(), enc.into()));
+    }
+    headers.extend(
+        s.kind
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    headers.extend(n.headers.iter().cloned());
+    Ok(Http::new(
+        n.target.clone(),
+        headers,
+        n.delivery.request_timeout,
+    ))
 }
 
 /// Starts a network sink's sender with `encoder` over `transport`: its
@@ -386,7 +391,7 @@ pub fn spawn<E: BatchEncoder, T: sender::Transport>(
     Ok(sender::spawn(encoder, n.compression, transport, queue, n.delivery, stats)?.into())
 }
 
-fn settings(s: &Sink) -> anyhow::Result<&NetSink> {
+pub(super) fn settings(s: &Sink) -> anyhow::Result<&NetSink> {
     s.net
         .as_ref()
         .with_context(|| format!("sink type {} has no network settings", s.kind.name))

@@ -3,11 +3,8 @@
 //! * `raw`: the value is the line's bytes (no newline); each of the
 //!   source's `fields` is a header (key = the field, value = its text).
 //! * `json`: the value is one object,
-//!   `{"message","file","offset","host","source", fields...}`: `message`
-//!   is the line as a string (invalid UTF-8 replaced by U+FFFD), `offset`
-//!   the file offset of its first byte, the fields top-level keys after
-//!   those five. A field named like one of the five is left out of the
-//!   object (the line's own value wins); no headers.
+//!   `{"message","file","offset","host","source", fields...}`, as
+//!   [`sonde_io::logs::record`] writes it; no headers.
 //!
 //! Records have no key: a log batch goes to one partition at a time
 //! (at least once: `at_least_once::BatchPartitioner`; exactly once:
@@ -16,15 +13,10 @@
 //! one-partition topic; a consumer that needs file order on more
 //! partitions sorts by `offset` per `file` (json format).
 
-use std::io::Write as _;
-
 use rdkafka::message::{Header, OwnedHeaders};
-use sonde_io::logs::{LogLine, SourceInfo};
+use sonde_io::logs::{record, LogLine, SourceInfo};
 
 use super::Format;
-
-/// The keys of a json record that fields cannot take.
-const FIXED: [&str; 5] = ["message", "file", "offset", "host", "source"];
 
 /// Encodes lines of one source, reusing its buffer from line to line.
 #[derive(Debug)]
@@ -63,39 +55,12 @@ impl Encoder {
         match self.format {
             Format::Raw => line.bytes,
             Format::Json => {
-                let b = &mut self.buf;
-                b.clear();
-                b.extend_from_slice(b"{\"message\":");
-                string(b, &String::from_utf8_lossy(line.bytes));
-                b.extend_from_slice(b",\"file\":");
-                string(b, line.path);
-                b.extend_from_slice(b",\"offset\":");
-                // Writing into a Vec cannot fail.
-                let _ = write!(b, "{}", line.offset);
-                b.extend_from_slice(b",\"host\":");
-                string(b, &source.host);
-                b.extend_from_slice(b",\"source\":");
-                string(b, &source.name);
-                for (k, v) in &source.fields {
-                    if FIXED.contains(&k.as_str()) {
-                        continue;
-                    }
-                    b.push(b',');
-                    string(b, k);
-                    b.push(b':');
-                    string(b, v);
-                }
-                b.push(b'}');
+                self.buf.clear();
+                record::json(&mut self.buf, source, line);
                 &self.buf
             }
         }
     }
-}
-
-/// Appends `s` as a JSON string.
-fn string(out: &mut Vec<u8>, s: &str) {
-    // Writing a str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]
