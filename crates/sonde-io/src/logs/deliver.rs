@@ -76,6 +76,25 @@ impl Inbox {
     }
 }
 
+/// Starts the thread of a log sink, `run` taking its batches; the
+/// returned sender is where its sources send them.
+fn spawn_inbox(
+    name: &str,
+    run: impl FnOnce(Inbox) + Send + 'static,
+) -> io::Result<(Sender<Arc<LogBatch>>, JoinHandle<()>)> {
+    let (tx, rx) = channel::<Arc<LogBatch>>();
+    let thread = std::thread::Builder::new()
+        .name(format!("sink {name} logs"))
+        .spawn(move || {
+            crate::priority::enter_background();
+            run(Inbox {
+                rx,
+                held: VecDeque::new(),
+            });
+        })?;
+    Ok((tx, thread))
+}
+
 /// Starts a thread writing the records of the batches sent to the returned
 /// sender to `out`, as `text` says, flushing after each batch. Ends once
 /// every sender is dropped.
@@ -88,46 +107,38 @@ pub fn spawn_local(
     text: Text,
     stats: Arc<SinkStats>,
 ) -> io::Result<(Sender<Arc<LogBatch>>, JoinHandle<()>)> {
-    let (tx, rx) = channel::<Arc<LogBatch>>();
-    let thread = std::thread::Builder::new()
-        .name(format!("sink {} logs", stats.name))
-        .spawn(move || {
-            crate::priority::enter_background();
-            let mut inbox = Inbox {
-                rx,
-                held: VecDeque::new(),
-            };
-            let mut buf = Vec::with_capacity(WRITE_CHUNK + 4096);
-            let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
-            'batches: while let Some(batch) = inbox.next() {
-                let mut lines = batch.lines().peekable();
-                let mut written = 0u64;
-                while lines.peek().is_some() {
-                    buf.clear();
-                    while buf.len() < WRITE_CHUNK {
-                        let Some(line) = lines.next() else { break };
-                        encode_text(&mut buf, text, &batch, &line);
-                    }
-                    // A failed write is tried again whole: a file may hold
-                    // a chunk twice after a short write, never a gap.
-                    while let Err(e) = out.write_all(&buf).and_then(|()| out.flush()) {
-                        stats.errors.fetch_add(1, Relaxed);
-                        let delay = backoff.next_delay();
-                        tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "cannot write log records; will retry");
-                        if !inbox.pause(delay) {
-                            break 'batches;
-                        }
-                    }
-                    backoff.reset();
-                    written += buf.len() as u64;
+    let name = stats.name.clone();
+    spawn_inbox(&name, move |mut inbox| {
+        let mut buf = Vec::with_capacity(WRITE_CHUNK + 4096);
+        let mut backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
+        'batches: while let Some(batch) = inbox.next() {
+            let mut lines = batch.lines().peekable();
+            let mut written = 0u64;
+            while lines.peek().is_some() {
+                buf.clear();
+                while buf.len() < WRITE_CHUNK {
+                    let Some(line) = lines.next() else { break };
+                    encode_text(&mut buf, text, &batch, &line);
                 }
-                stats.batches.fetch_add(1, Relaxed);
-                stats.records.fetch_add(batch.len() as u64, Relaxed);
-                stats.bytes_raw.fetch_add(written, Relaxed);
-                batch.ack();
+                // A failed write is tried again whole: a file may hold
+                // a chunk twice after a short write, never a gap.
+                while let Err(e) = out.write_all(&buf).and_then(|()| out.flush()) {
+                    stats.errors.fetch_add(1, Relaxed);
+                    let delay = backoff.next_delay();
+                    tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "cannot write log records; will retry");
+                    if !inbox.pause(delay) {
+                        break 'batches;
+                    }
+                }
+                backoff.reset();
+                written += buf.len() as u64;
             }
-        })?;
-    Ok((tx, thread))
+            stats.batches.fetch_add(1, Relaxed);
+            stats.records.fetch_add(batch.len() as u64, Relaxed);
+            stats.bytes_raw.fetch_add(written, Relaxed);
+            batch.ack();
+        }
+    })
 }
 
 fn encode_text(buf: &mut Vec<u8>, text: Text, batch: &LogBatch, line: &LogLine<'_>) {
@@ -168,74 +179,66 @@ pub fn spawn_http<T: Transport>(
     http: HttpLogs,
     stats: Arc<SinkStats>,
 ) -> io::Result<(Sender<Arc<LogBatch>>, JoinHandle<()>)> {
-    let (tx, rx) = channel::<Arc<LogBatch>>();
-    let thread = std::thread::Builder::new()
-        .name(format!("sink {} logs", stats.name))
-        .spawn(move || {
-            crate::priority::enter_background();
-            let mut inbox = Inbox {
-                rx,
-                held: VecDeque::new(),
-            };
-            let mut raw = Vec::new();
-            let mut body = Vec::new();
-            let mut backoff = Backoff::new(http.backoff_min, http.backoff_max);
-            'batches: while let Some(batch) = inbox.next() {
-                let mut lines = batch.lines().peekable();
-                while lines.peek().is_some() {
-                    raw.clear();
-                    let mut records = 0;
-                    while raw.len() < http.max_bytes && records < http.max_records {
-                        let Some(line) = lines.next() else { break };
-                        record::json(&mut raw, batch.source(), &line);
-                        raw.push(b'\n');
-                        records += 1;
-                    }
-                    body.clear();
-                    if let Err(e) = http.compression.compress(&raw, &mut body) {
-                        stats.failures[FailReason::Encode as usize].fetch_add(1, Relaxed);
-                        stats.dropped_records[SinkDrop::Rejected as usize]
-                            .fetch_add(records as u64, Relaxed);
-                        tracing::error!(sink = %stats.name, error = %e, records, "cannot compress a request of log records; dropped");
-                        continue;
-                    }
-                    loop {
-                        match transport.send(&body) {
-                            Ok(()) => {
-                                if backoff.failures() > 0 {
-                                    tracing::info!(sink = %stats.name, after_failures = backoff.failures(), "backend reachable again");
-                                }
-                                backoff.reset();
-                                stats.records.fetch_add(records as u64, Relaxed);
-                                stats.bytes_raw.fetch_add(raw.len() as u64, Relaxed);
-                                stats.bytes_sent.fetch_add(body.len() as u64, Relaxed);
-                                break;
+    let name = stats.name.clone();
+    spawn_inbox(&name, move |mut inbox| {
+        let mut raw = Vec::new();
+        let mut body = Vec::new();
+        let mut backoff = Backoff::new(http.backoff_min, http.backoff_max);
+        'batches: while let Some(batch) = inbox.next() {
+            let mut lines = batch.lines().peekable();
+            while lines.peek().is_some() {
+                raw.clear();
+                let mut records = 0;
+                while raw.len() < http.max_bytes && records < http.max_records {
+                    let Some(line) = lines.next() else { break };
+                    record::json(&mut raw, batch.source(), &line);
+                    raw.push(b'\n');
+                    records += 1;
+                }
+                body.clear();
+                if let Err(e) = http.compression.compress(&raw, &mut body) {
+                    stats.failures[FailReason::Encode as usize].fetch_add(1, Relaxed);
+                    stats.dropped_records[SinkDrop::Rejected as usize]
+                        .fetch_add(records as u64, Relaxed);
+                    tracing::error!(sink = %stats.name, error = %e, records, "cannot compress a request of log records; dropped");
+                    continue;
+                }
+                loop {
+                    match transport.send(&body) {
+                        Ok(()) => {
+                            if backoff.failures() > 0 {
+                                tracing::info!(sink = %stats.name, after_failures = backoff.failures(), "backend reachable again");
                             }
-                            Err(e) if e.reason.retryable() => {
-                                stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-                                stats.retries.fetch_add(1, Relaxed);
-                                let delay = backoff.next_delay();
-                                tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "sending log records failed; will retry");
-                                if !inbox.pause(delay) {
-                                    tracing::warn!(sink = %stats.name, "stopping with log records not delivered: they are read again at the next start");
-                                    break 'batches;
-                                }
+                            backoff.reset();
+                            stats.records.fetch_add(records as u64, Relaxed);
+                            stats.bytes_raw.fetch_add(raw.len() as u64, Relaxed);
+                            stats.bytes_sent.fetch_add(body.len() as u64, Relaxed);
+                            break;
+                        }
+                        Err(e) if e.reason.retryable() => {
+                            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
+                            stats.retries.fetch_add(1, Relaxed);
+                            let delay = backoff.next_delay();
+                            tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "sending log records failed; will retry");
+                            if !inbox.pause(delay) {
+                                tracing::warn!(sink = %stats.name, "stopping with log records not delivered: they are read again at the next start");
+                                break 'batches;
                             }
-                            Err(e) => {
-                                stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-                                stats.dropped_records[SinkDrop::Rejected as usize]
-                                    .fetch_add(records as u64, Relaxed);
-                                tracing::error!(sink = %stats.name, error = %e, records, "backend refused a request of log records; dropped");
-                                break;
-                            }
+                        }
+                        Err(e) => {
+                            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
+                            stats.dropped_records[SinkDrop::Rejected as usize]
+                                .fetch_add(records as u64, Relaxed);
+                            tracing::error!(sink = %stats.name, error = %e, records, "backend refused a request of log records; dropped");
+                            break;
                         }
                     }
                 }
-                stats.batches.fetch_add(1, Relaxed);
-                batch.ack();
             }
-        })?;
-    Ok((tx, thread))
+            stats.batches.fetch_add(1, Relaxed);
+            batch.ack();
+        }
+    })
 }
 
 #[cfg(test)]
