@@ -48,6 +48,7 @@ pub mod influx;
 pub mod json;
 pub mod msgpack;
 pub mod otlp;
+pub mod otlp_logs;
 pub mod prometheus;
 pub mod remote_write;
 

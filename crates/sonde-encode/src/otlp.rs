@@ -63,8 +63,9 @@ use crate::BatchEncoder;
 
 /// The messages of the official OTLP `.proto` files that sonde sends, with
 /// the same field numbers and field order (prost encodes in declaration
-/// order, so these give the same bytes as the official definitions).
-mod proto {
+/// order, so these give the same bytes as the official definitions); the
+/// logs encoder ([`crate::otlp_logs`]) shares the common ones.
+pub(crate) mod proto {
     /// `opentelemetry.proto.common.v1.KeyValue`.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct KeyValue {
@@ -74,10 +75,11 @@ mod proto {
         pub value: Option<AnyValue>,
     }
 
-    /// `opentelemetry.proto.common.v1.AnyValue`, string values only.
+    /// `opentelemetry.proto.common.v1.AnyValue`, string and integer
+    /// values.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct AnyValue {
-        #[prost(oneof = "AnyValueKind", tags = "1")]
+        #[prost(oneof = "AnyValueKind", tags = "1, 3")]
         pub value: Option<AnyValueKind>,
     }
 
@@ -86,6 +88,8 @@ mod proto {
     pub enum AnyValueKind {
         #[prost(string, tag = "1")]
         StringValue(String),
+        #[prost(int64, tag = "3")]
+        IntValue(i64),
     }
 
     /// `opentelemetry.proto.common.v1.InstrumentationScope`.
@@ -143,7 +147,7 @@ const CUMULATIVE: i32 = 2;
 const SUM_FIELDS_LEN: usize = 4;
 
 /// The encoded size of a length-delimited field (`tag` < 16) holding `len` bytes.
-fn field_len(len: usize) -> usize {
+pub(crate) fn field_len(len: usize) -> usize {
     1 + encoded_len_varint(len as u64) + len
 }
 
@@ -297,7 +301,7 @@ impl Otlp {
 }
 
 /// Sets `kv` to a string attribute, reusing its strings.
-fn set_attribute(kv: &mut KeyValue, k: &str, v: &str) {
+pub(crate) fn set_attribute(kv: &mut KeyValue, k: &str, v: &str) {
     kv.key.clear();
     kv.key.push_str(k);
     if let Some(AnyValue {

@@ -16,7 +16,7 @@ mod common;
 use std::time::Duration;
 
 use common::backends::{
-    or_skip, unix_now, Carbon, Influx, OtelCollector, OtelKind, OtelPoint, Prometheus,
+    or_skip, unix_now, Carbon, Influx, OtelCollector, OtelKind, OtelLog, OtelPoint, Prometheus,
 };
 use common::*;
 
@@ -612,5 +612,61 @@ fn otlp_keeps_every_window_through_an_outage_and_a_restart() {
                 .map(|p| (p.unix_secs, p.value))
                 .collect()
         },
+    );
+}
+
+/// A log source over `otlp_http` into the real Collector: every record
+/// once, in order, its multiline body whole, with the resource and record
+/// attributes the docs promise; the logs endpoint found beside the
+/// metrics one.
+#[test]
+fn otlp_log_records_reach_the_opentelemetry_collector() {
+    let Some(col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("app.log");
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"web-1\"\n\n\
+             [[logs]]\nname = \"app\"\ninclude = [\"{}/*.log\"]\nfields = {{ \"service.name\" = \"api\" }}\n\
+             [logs.multiline]\nstart = '^line'\ntimeout = \"200ms\"\n\n\
+             [[sinks]]\ntype = \"otlp_http\"\ninputs = [\"app\"]\nurl = \"{}\"\nmax_batch_points = 100\n",
+            dir.join("data").display(),
+            logs.path().display(),
+            col.metrics_url()
+        )
+    });
+    let mut text: String = (0..300).map(|n| format!("line {n:04}\n")).collect();
+    text.push_str("line 0300 failed\n  at one\n\tat two\n");
+    std::fs::write(&log, &text).unwrap();
+    let got: Vec<OtelLog> = wait_for(
+        "301 records in the collector",
+        Duration::from_secs(20),
+        || {
+            let got = col.logs();
+            (got.len() >= 301).then_some(got)
+        },
+    );
+    let bodies: Vec<&str> = got.iter().map(|l| l.body.as_str()).collect();
+    let mut want: Vec<String> = (0..300).map(|n| format!("line {n:04}")).collect();
+    want.push("line 0300 failed\n  at one\n\tat two".into());
+    assert_eq!(bodies, want, "every record once, in order");
+    let last = got.last().unwrap();
+    assert_eq!(last.resource["host.name"], "web-1");
+    assert_eq!(last.resource["sonde.source"], "app");
+    assert_eq!(last.resource["service.name"], "api");
+    assert_eq!(last.attributes["log.file.path"], log.display().to_string());
+    assert_eq!(last.attributes["log.file.name"], "app.log");
+    assert_eq!(
+        last.attributes["log.file.record_offset"],
+        (text.len() - "line 0300 failed\n  at one\n\tat two\n".len()).to_string()
+    );
+    wait_for("every byte acknowledged", Duration::from_secs(10), || {
+        (agent.metric("sonde_log_bytes_behind{source=\"app\"}") == Some(0.0)).then_some(())
+    });
+    assert_eq!(
+        agent.metric("sonde_sink_records_total{sink=\"otlp_http\"}"),
+        Some(301.0)
     );
 }

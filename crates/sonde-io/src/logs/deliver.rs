@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use sonde_encode::compress::Compression;
 
-use super::{record, LogBatch, LogLine};
+use super::{record, LogBatch, LogLine, SourceInfo};
 use crate::sender::{Backoff, Transport};
 use crate::sink::{FailReason, SinkDrop, SinkStats};
 
@@ -149,6 +149,109 @@ fn encode_text(buf: &mut Vec<u8>, text: Text, batch: &LogBatch, line: &LogLine<'
     buf.push(b'\n');
 }
 
+/// How an HTTP log sink writes the body of a request: the records of one
+/// source, pushed one by one between [`LogEncoder::begin`] and
+/// [`LogEncoder::finish`].
+pub trait LogEncoder: Send + 'static {
+    /// The `Content-Type` of its bodies.
+    fn content_type(&self) -> &'static str;
+    /// Starts a request of records of `source`.
+    fn begin(&mut self, source: &SourceInfo);
+    /// Adds one record.
+    fn push(&mut self, source: &SourceInfo, line: &LogLine<'_>);
+    /// Records added since [`LogEncoder::begin`].
+    fn records(&self) -> usize;
+    /// The body's size so far, about.
+    fn bytes(&self) -> usize;
+    /// Appends the body to `out`.
+    fn finish(&mut self, out: &mut Vec<u8>);
+}
+
+/// JSON lines: one [`record::json`] object per line.
+#[derive(Debug, Default)]
+pub struct JsonLines {
+    buf: Vec<u8>,
+    records: usize,
+}
+
+impl LogEncoder for JsonLines {
+    fn content_type(&self) -> &'static str {
+        "application/x-ndjson"
+    }
+
+    fn begin(&mut self, _: &SourceInfo) {
+        self.buf.clear();
+        self.records = 0;
+    }
+
+    fn push(&mut self, source: &SourceInfo, line: &LogLine<'_>) {
+        record::json(&mut self.buf, source, line);
+        self.buf.push(b'\n');
+        self.records += 1;
+    }
+
+    fn records(&self) -> usize {
+        self.records
+    }
+
+    fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.buf);
+    }
+}
+
+/// OTLP/HTTP logs ([`sonde_encode::otlp_logs`]): the resource is the
+/// host (`host.name`), the source (`sonde.source`) and the source's
+/// fields; every record of a request is observed at the time the request
+/// began.
+#[derive(Debug, Default)]
+pub struct OtlpLogs {
+    enc: sonde_encode::otlp_logs::OtlpLogs,
+    observed: u64,
+}
+
+impl LogEncoder for OtlpLogs {
+    fn content_type(&self) -> &'static str {
+        "application/x-protobuf"
+    }
+
+    fn begin(&mut self, source: &SourceInfo) {
+        let resource = [
+            ("host.name", source.host.as_str()),
+            ("sonde.source", source.name.as_str()),
+        ];
+        let fields = source.fields.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        self.enc.begin(resource.into_iter().chain(fields));
+        self.observed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    fn push(&mut self, _: &SourceInfo, line: &LogLine<'_>) {
+        self.enc.push(&sonde_encode::otlp_logs::LogRecordIn {
+            body: line.bytes,
+            path: line.path,
+            offset: line.offset,
+            observed_unix_nano: self.observed,
+        });
+    }
+
+    fn records(&self) -> usize {
+        self.enc.records()
+    }
+
+    fn bytes(&self) -> usize {
+        self.enc.bytes()
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        self.enc.finish(out);
+    }
+}
+
 /// How an HTTP log sink cuts, encodes and sends requests.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpLogs {
@@ -166,7 +269,7 @@ pub struct HttpLogs {
 }
 
 /// Starts a thread sending the records of the batches sent to the
-/// returned sender as JSON lines, in requests of at most
+/// returned sender, encoded by `encoder`, in requests of at most
 /// [`HttpLogs::max_records`] records and about [`HttpLogs::max_bytes`]
 /// bytes, over `transport` (whose headers say the content type and
 /// encoding). Ends once every sender is dropped.
@@ -175,6 +278,7 @@ pub struct HttpLogs {
 ///
 /// The thread could not be spawned.
 pub fn spawn_http<T: Transport>(
+    mut encoder: impl LogEncoder,
     mut transport: T,
     http: HttpLogs,
     stats: Arc<SinkStats>,
@@ -187,14 +291,14 @@ pub fn spawn_http<T: Transport>(
         'batches: while let Some(batch) = inbox.next() {
             let mut lines = batch.lines().peekable();
             while lines.peek().is_some() {
-                raw.clear();
-                let mut records = 0;
-                while raw.len() < http.max_bytes && records < http.max_records {
+                encoder.begin(batch.source());
+                while encoder.bytes() < http.max_bytes && encoder.records() < http.max_records {
                     let Some(line) = lines.next() else { break };
-                    record::json(&mut raw, batch.source(), &line);
-                    raw.push(b'\n');
-                    records += 1;
+                    encoder.push(batch.source(), &line);
                 }
+                let records = encoder.records();
+                raw.clear();
+                encoder.finish(&mut raw);
                 body.clear();
                 if let Err(e) = http.compression.compress(&raw, &mut body) {
                     stats.failures[FailReason::Encode as usize].fetch_add(1, Relaxed);
@@ -244,7 +348,6 @@ pub fn spawn_http<T: Transport>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logs::SourceInfo;
     use crate::sender::SendError;
     use std::sync::Mutex;
 
@@ -391,7 +494,8 @@ mod tests {
             ]),
             got: Arc::clone(&got),
         };
-        let (tx, thread) = spawn_http(transport, http(2), Arc::clone(&stats)).unwrap();
+        let (tx, thread) =
+            spawn_http(JsonLines::default(), transport, http(2), Arc::clone(&stats)).unwrap();
         let (done_tx, done_rx) = channel();
         let lines: &[(&str, u64, &[u8])] = &[("/a", 0, b"1"), ("/a", 2, b"2"), ("/a", 4, b"3")];
         tx.send(batch(0, lines, &done_tx)).unwrap();
@@ -432,7 +536,7 @@ mod tests {
             answers: std::iter::repeat_n(Err(FailReason::Connect), 1000).collect(),
             got: Arc::default(),
         };
-        let (tx, thread) = spawn_http(transport, http(10), stats).unwrap();
+        let (tx, thread) = spawn_http(JsonLines::default(), transport, http(10), stats).unwrap();
         let (done_tx, done_rx) = channel();
         tx.send(batch(0, &[("/a", 0, b"1")], &done_tx)).unwrap();
         drop(tx);

@@ -2,17 +2,12 @@
 //! msgpack, log records as JSON lines
 //! (`{"message","file","offset","host","source", fields...}`).
 
-use std::sync::Arc;
-
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
-use sonde_io::logs::deliver::{self, HttpLogs};
+use sonde_io::logs::deliver::JsonLines;
 
 use super::{net, Buffer, Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;
-
-/// The content type of a request of log records.
-pub const LOGS_CONTENT_TYPE: &str = "application/x-ndjson";
 
 /// `type = "http"`: `format` is `"json"` (JSON lines, the default) or
 /// `"msgpack"` (metric windows only).
@@ -53,11 +48,7 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
         }
     }
     if takes_logs && matches!(s.net.as_ref().map(|n| &n.buffer), Some(Buffer::Disk { .. })) {
-        return Err(ConfigError::new(
-            "buffer",
-            "a disk buffer does not take log records yet",
-            "remove `buffer` (log records wait in their files: the source stops reading while the sink is behind and resumes from its checkpoint), or send the log sources to a sink of their own",
-        ));
+        return Err(super::logs_on_disk());
     }
     Ok(())
 }
@@ -68,17 +59,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
         _ => net::start(s, Lines::default(), st)?,
     };
     if !st.sources.is_empty() {
-        let n = net::settings(s)?;
-        let logs = HttpLogs {
-            compression: n.compression,
-            max_records: n.delivery.max_batch_points,
-            max_bytes: n.delivery.max_batch_bytes,
-            backoff_min: n.delivery.backoff_min,
-            backoff_max: n.delivery.backoff_max,
-        };
-        let transport = net::http(s, LOGS_CONTENT_TYPE)?;
-        let (tx, thread) = deliver::spawn_http(transport, logs, Arc::clone(&st.stats))?;
-        running.add_logs(st, &tx, thread);
+        net::start_logs(s, JsonLines::default(), None, st, &mut running)?;
     }
     Ok(running)
 }

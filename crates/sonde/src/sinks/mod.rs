@@ -77,6 +77,15 @@ pub fn hostname() -> Option<String> {
     (!h.is_empty()).then(|| h.to_string())
 }
 
+/// The refusal of a disk buffer on a sink that takes log sources.
+pub(crate) fn logs_on_disk() -> ConfigError {
+    ConfigError::new(
+        "buffer",
+        "a disk buffer does not take log records yet",
+        "remove `buffer` (log records wait in their files: the source stops reading while the sink is behind and resumes from its checkpoint), or send the log sources to a sink of their own",
+    )
+}
+
 /// The sink type called `name`.
 pub fn lookup(name: &str) -> Option<&'static SinkType> {
     REGISTRY.iter().copied().find(|t| t.name == name)

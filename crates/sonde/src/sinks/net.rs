@@ -8,6 +8,7 @@ use anyhow::Context;
 use serde::Deserialize;
 use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
+use sonde_io::logs::deliver::{self, HttpLogs, LogEncoder};
 use sonde_io::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
 use sonde_io::sink::SinkStats;
 
@@ -341,7 +342,7 @@ pub(super) fn start<E: BatchEncoder>(
     let timeout = n.delivery.request_timeout;
     match s.kind.transport {
         Transport::Http => {
-            let http = http(s, encoder.content_type())?;
+            let http = http(s, encoder.content_type(), None)?;
             spawn(s, encoder, http, st)
         }
         Transport::Tcp => spawn(s, encoder, Tcp::new(n.target.clone(), timeout), st),
@@ -352,10 +353,10 @@ pub(super) fn start<E: BatchEncoder>(
     }
 }
 
-/// The HTTP transport of sink `s` for bodies of `content_type`: its URL,
-/// its compression's `Content-Encoding`, its type's headers and the
-/// configured ones.
-pub(super) fn http(s: &Sink, content_type: &str) -> anyhow::Result<Http> {
+/// The HTTP transport of sink `s` for bodies of `content_type` to `url`
+/// (its `url` unless given): its compression's `Content-Encoding`, its
+/// type's headers and the configured ones.
+pub(super) fn http(s: &Sink, content_type: &str, url: Option<&str>) -> anyhow::Result<Http> {
     let n = settings(s)?;
     let mut headers = vec![("Content-Type".to_string(), content_type.to_string())];
     if let Some(enc) = n.compression.content_encoding() {
@@ -369,10 +370,36 @@ pub(super) fn http(s: &Sink, content_type: &str) -> anyhow::Result<Http> {
     );
     headers.extend(n.headers.iter().cloned());
     Ok(Http::new(
-        n.target.clone(),
+        url.unwrap_or(&n.target).to_string(),
         headers,
         n.delivery.request_timeout,
     ))
+}
+
+/// Starts the log side of HTTP sink `s`: a thread sending its sources'
+/// records encoded by `encoder` to `url` (its `url` unless given), with
+/// its compression, batch limits and backoff.
+pub(super) fn start_logs(
+    s: &Sink,
+    encoder: impl LogEncoder,
+    url: Option<&str>,
+    st: &Start<'_>,
+    running: &mut Running,
+) -> anyhow::Result<()> {
+    let n = settings(s)?;
+    let logs = HttpLogs {
+        compression: n.compression,
+        max_records: n.delivery.max_batch_points,
+        max_bytes: n.delivery.max_batch_bytes,
+        backoff_min: n.delivery.backoff_min,
+        backoff_max: n.delivery.backoff_max,
+    };
+    let transport = http(s, encoder.content_type(), url)?;
+    let target = url.unwrap_or(&n.target);
+    tracing::info!(sink = %s.name, target = %target, compression = n.compression.name(), "sink sending log records");
+    let (tx, thread) = deliver::spawn_http(encoder, transport, logs, Arc::clone(&st.stats))?;
+    running.add_logs(st, &tx, thread);
+    Ok(())
 }
 
 /// Starts a network sink's sender with `encoder` over `transport`: its

@@ -1,28 +1,111 @@
-//! `otlp_http`: OTLP/HTTP metrics to `url`.
+//! `otlp_http`: OTLP/HTTP metrics to `url`, and log records to the logs
+//! endpoint beside it.
 
 use sonde_encode::otlp::Otlp;
+use sonde_io::logs::deliver::OtlpLogs;
 
-use super::{net, Input, Running, Sink, SinkType, Start, Transport};
+use super::{net, Buffer, Input, Running, Sink, SinkType, Start, Transport};
+use crate::config::ConfigError;
 
-/// `type = "otlp_http"`.
+/// `type = "otlp_http"`: `url` is the metrics endpoint
+/// (`http://HOST:4318/v1/metrics`); `logs_url`, default `url` with its
+/// final `/v1/metrics` made `/v1/logs` (or `url` itself when it does not
+/// end so), the logs endpoint.
 pub static TYPE: SinkType = SinkType {
     name: "otlp_http",
-    accepts: &[Input::Metrics],
+    accepts: &[Input::Metrics, Input::Logs],
     transport: Transport::Http,
     // The OTLP specification requires receivers to take gzip; zstd only
     // some do.
     compressions: &["gzip", "zstd", "none"],
     headers: &[],
-    keys: &[],
-    check: super::no_own_keys,
+    keys: &["logs_url"],
+    check,
     start,
     reloads: true,
 };
+
+fn check(s: &mut Sink) -> Result<(), ConfigError> {
+    if s.options.contains_key("logs_url") {
+        let url = s.required("logs_url", "\"http://127.0.0.1:4318/v1/logs\"")?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ConfigError::new(
+                "logs_url",
+                format!("{url:?} is not an HTTP URL"),
+                "start it with http:// or https://",
+            ));
+        }
+    }
+    let takes_logs = s.log_sources().next().is_some();
+    if takes_logs && matches!(s.net.as_ref().map(|n| &n.buffer), Some(Buffer::Disk { .. })) {
+        return Err(super::logs_on_disk());
+    }
+    Ok(())
+}
+
+/// Where the log records of sink `s` go.
+fn logs_url(s: &Sink) -> Option<String> {
+    if let Some(url) = s.option("logs_url") {
+        return Some(url.to_string());
+    }
+    let url = &s.net.as_ref()?.target;
+    Some(match url.strip_suffix("/v1/metrics") {
+        Some(base) => format!("{base}/v1/logs"),
+        None => url.clone(),
+    })
+}
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut e = Otlp::new();
     if let Some(host) = super::hostname() {
         e = e.with_resource([("host.name", host)]);
     }
-    net::start(s, e, st)
+    let mut running = net::start(s, e, st)?;
+    if !st.sources.is_empty() {
+        let url = logs_url(s);
+        net::start_logs(s, OtlpLogs::default(), url.as_deref(), st, &mut running)?;
+    }
+    Ok(running)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    const SOURCE: &str = "[[logs]]\nname = \"app\"\ninclude = [\"/var/log/*.log\"]\n\n";
+
+    fn logs_url(sink: &str) -> Option<String> {
+        let c = parse(&format!(
+            "{SOURCE}[[sinks]]\ntype = \"otlp_http\"\ninputs = [\"app\"]\n{sink}"
+        ))
+        .unwrap();
+        super::logs_url(&c.sinks[0])
+    }
+
+    #[test]
+    fn logs_go_beside_the_metrics_endpoint_unless_told_otherwise() {
+        assert_eq!(
+            logs_url("url = \"http://c:4318/v1/metrics\"\n").as_deref(),
+            Some("http://c:4318/v1/logs")
+        );
+        assert_eq!(
+            logs_url("url = \"http://c:4318/otlp/v1/logs\"\n").as_deref(),
+            Some("http://c:4318/otlp/v1/logs")
+        );
+        assert_eq!(
+            logs_url("url = \"http://c:4318/v1/metrics\"\nlogs_url = \"https://l/ingest\"\n")
+                .as_deref(),
+            Some("https://l/ingest")
+        );
+        let e = parse(&format!(
+            "{SOURCE}[[sinks]]\ntype = \"otlp_http\"\ninputs = [\"app\"]\nurl = \"http://c/v1/metrics\"\nlogs_url = \"c:4318\"\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.key, "sinks[0].logs_url");
+        let e = parse(&format!(
+            "{SOURCE}[[sinks]]\ntype = \"otlp_http\"\ninputs = [\"app\"]\nurl = \"http://c/v1/metrics\"\nbuffer = {{ type = \"disk\" }}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.key, "sinks[0].buffer");
+    }
 }

@@ -943,7 +943,8 @@ pub struct OtelPoint {
 /// The OpenTelemetry Collector built by `scripts/build-otelcol.sh`
 /// (tools/otelcol/builder.yaml): the OTLP receiver, HTTP only, on a loopback
 /// port, and the debug exporter at `verbosity: detailed`, which prints
-/// every data point into the log that [`OtelCollector::points`] parses.
+/// every data point and log record into the log that
+/// [`OtelCollector::points`] and [`OtelCollector::logs`] parse.
 pub struct OtelCollector {
     proc: Process,
     port: u16,
@@ -1008,6 +1009,9 @@ service:
     metrics:
       receivers: [otlp]
       exporters: [debug]
+    logs:
+      receivers: [otlp]
+      exporters: [debug]
 "#
         );
         let config_path = dir.path().join("otelcol.yaml");
@@ -1039,6 +1043,11 @@ service:
     /// the value of an `otlp_http` sink's `url`.
     pub fn metrics_url(&self) -> String {
         format!("http://127.0.0.1:{}/v1/metrics", self.port)
+    }
+
+    /// Every log record received so far, in arrival order.
+    pub fn logs(&self) -> Vec<OtelLog> {
+        parse_debug_logs(&self.log())
     }
 
     /// The temp dir holding config and log.
@@ -1198,6 +1207,109 @@ pub fn parse_debug_output(log: &str) -> Vec<OtelPoint> {
             }
         } else if !t.starts_with("StartTimestamp:") && !t.is_empty() {
             // Resource and scope lines, the collector's own log lines.
+            section = Section::Other;
+        }
+    }
+    out
+}
+
+/// One OTLP log record as the collector received it, read back from the
+/// debug exporter's `detailed` output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtelLog {
+    /// Its resource's attributes.
+    pub resource: Labels,
+    /// `Body`, a string's text as it is (newlines included).
+    pub body: String,
+    /// Its attributes; `Str(x)` as `x`, `Int(3)` as `3`.
+    pub attributes: Labels,
+}
+
+/// Parses the debug exporter's `detailed` text for logs:
+///
+/// ```text
+/// Resource attributes:
+///      -> host.name: Str(web-1)
+/// ScopeLogs #0
+/// InstrumentationScope sonde 0.1.0
+/// LogRecord #0
+/// ObservedTimestamp: 2026-11-26 15:00:47.186896638 +0000 UTC
+/// Body: Str(line two
+///   at x)
+/// Attributes:
+///      -> log.file.record_offset: Int(9)
+/// Trace ID:
+/// ```
+///
+/// A body runs from `Body: Str(` to the line before `Attributes:` (or
+/// `Trace ID:`), its last `)` dropped; a record ends at `Trace ID:`.
+pub fn parse_debug_logs(log: &str) -> Vec<OtelLog> {
+    #[derive(PartialEq)]
+    enum Section {
+        Other,
+        Resource,
+        Body,
+        Attributes,
+    }
+    let mut out = Vec::new();
+    let mut section = Section::Other;
+    let mut resource = Labels::new();
+    let mut body = String::new();
+    let mut attributes = Labels::new();
+    let mut in_record = false;
+    for line in log.lines() {
+        let t = line.trim();
+        if section == Section::Body && t != "Attributes:" && !t.starts_with("Trace ID:") {
+            body.push('\n');
+            body.push_str(line);
+            continue;
+        }
+        if t == "Resource attributes:" {
+            section = Section::Resource;
+            resource.clear();
+        } else if t.starts_with("LogRecord #") {
+            section = Section::Other;
+            in_record = true;
+            body.clear();
+            attributes.clear();
+        } else if let Some(b) = line.strip_prefix("Body: Str(") {
+            section = Section::Body;
+            body = b.to_string();
+        } else if t == "Attributes:" {
+            if section == Section::Body {
+                body.pop();
+            }
+            section = Section::Attributes;
+        } else if t.starts_with("Trace ID:") {
+            if section == Section::Body {
+                body.pop();
+            }
+            if in_record {
+                out.push(OtelLog {
+                    resource: resource.clone(),
+                    body: body.clone(),
+                    attributes: attributes.clone(),
+                });
+            }
+            in_record = false;
+            section = Section::Other;
+        } else if let Some(arrow) = t.strip_prefix("-> ") {
+            let (key, value) = arrow.split_once(": ").unwrap_or((arrow, ""));
+            let value = ["Str(", "Int("]
+                .iter()
+                .find_map(|p| value.strip_prefix(p)?.strip_suffix(')'))
+                .unwrap_or(value)
+                .to_string();
+            match section {
+                Section::Resource => {
+                    resource.insert(key.to_string(), value);
+                }
+                Section::Attributes => {
+                    attributes.insert(key.to_string(), value);
+                }
+                _ => {}
+            }
+        } else if !line.starts_with(' ') && section == Section::Resource {
             section = Section::Other;
         }
     }

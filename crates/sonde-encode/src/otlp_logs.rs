@@ -1,0 +1,276 @@
+//! OTLP/HTTP logs: a protobuf `ExportLogsServiceRequest`, POSTed to
+//! `/v1/logs`.
+//!
+//! A request holds the records of one log source: one `ResourceLogs`
+//! whose resource attributes are given to [`OtlpLogs::begin`] (sonde
+//! passes `host.name`, `sonde.source` and the source's fields), one
+//! `ScopeLogs` whose scope is `sonde` and this crate's version, and one
+//! `LogRecord` per record:
+//!
+//! * `body`: the record's text as a string (invalid UTF-8 replaced by
+//!   U+FFFD; a multiline record's lines joined with `\n`);
+//! * `observed_time_unix_nano`: when the record was encoded (`time_unix_nano`
+//!   stays 0, "unknown": sonde does not parse timestamps out of lines);
+//! * attributes `log.file.path` and `log.file.name` (OpenTelemetry's
+//!   semantic conventions for log files) and `log.file.record_offset`, the
+//!   file offset of the record's first byte, as an integer (the name the
+//!   Collector's `filelog` receiver gives it).
+//!
+//! Each record is encoded once, when pushed, into the scope's buffer;
+//! [`OtlpLogs::finish`] writes the wrappers, whose lengths come first,
+//! around it.
+
+use prost::encoding::{encode_key, encode_varint, WireType};
+use prost::Message;
+
+use crate::otlp::proto::{self, AnyValue, AnyValueKind as Value, KeyValue};
+use crate::otlp::{field_len, set_attribute};
+
+/// `opentelemetry.proto.logs.v1.LogRecord`, the fields sonde sets (the
+/// common messages are the metrics encoder's).
+#[derive(Clone, PartialEq, prost::Message)]
+struct LogRecord {
+    #[prost(message, optional, tag = "5")]
+    body: Option<AnyValue>,
+    #[prost(message, repeated, tag = "6")]
+    attributes: Vec<KeyValue>,
+    #[prost(fixed64, tag = "11")]
+    observed_time_unix_nano: u64,
+}
+
+// Field numbers of the wrappers written by hand around the records.
+const REQUEST_RESOURCE_LOGS: u32 = 1;
+const RESOURCE_LOGS_RESOURCE: u32 = 1;
+const RESOURCE_LOGS_SCOPE_LOGS: u32 = 2;
+const SCOPE_LOGS_SCOPE: u32 = 1;
+const SCOPE_LOGS_LOG_RECORDS: u32 = 2;
+
+fn string(k: &str, v: &str) -> KeyValue {
+    let mut kv = KeyValue::default();
+    set_attribute(&mut kv, k, v);
+    kv
+}
+
+/// One record, as [`OtlpLogs::push`] takes it.
+#[derive(Clone, Copy, Debug)]
+pub struct LogRecordIn<'a> {
+    /// The record's bytes.
+    pub body: &'a [u8],
+    /// The path its file was read at.
+    pub path: &'a str,
+    /// The file offset of its first byte.
+    pub offset: u64,
+    /// When it was read or encoded, in nanoseconds since the Unix epoch.
+    pub observed_unix_nano: u64,
+}
+
+/// Encodes requests of OTLP log records; see the [module docs](self).
+#[derive(Debug)]
+pub struct OtlpLogs {
+    resource: proto::Resource,
+    scope: proto::InstrumentationScope,
+    /// The `log_records` fields of the scope, concatenated.
+    records: Vec<u8>,
+    count: usize,
+    /// The record being encoded, its strings reused from record to record.
+    record: LogRecord,
+}
+
+impl Default for OtlpLogs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OtlpLogs {
+    /// An encoder; [`OtlpLogs::begin`] starts its first request.
+    pub fn new() -> Self {
+        Self {
+            resource: proto::Resource::default(),
+            scope: proto::InstrumentationScope {
+                name: "sonde".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+            records: Vec::new(),
+            count: 0,
+            record: LogRecord {
+                body: Some(AnyValue {
+                    value: Some(Value::StringValue(String::new())),
+                }),
+                attributes: vec![
+                    string("log.file.path", ""),
+                    string("log.file.name", ""),
+                    KeyValue {
+                        key: "log.file.record_offset".to_owned(),
+                        value: Some(AnyValue {
+                            value: Some(Value::IntValue(0)),
+                        }),
+                    },
+                ],
+                observed_time_unix_nano: 0,
+            },
+        }
+    }
+
+    /// Starts a request (dropping records pushed since the last
+    /// [`OtlpLogs::finish`]) whose records share the resource `attributes`.
+    pub fn begin<'a>(&mut self, attributes: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        self.resource.attributes = attributes.into_iter().map(|(k, v)| string(k, v)).collect();
+        self.records.clear();
+        self.count = 0;
+    }
+
+    /// Adds one record to the request.
+    pub fn push(&mut self, r: &LogRecordIn<'_>) {
+        let set = |v: &mut Option<AnyValue>, text: &str| {
+            if let Some(AnyValue {
+                value: Some(Value::StringValue(s)),
+            }) = v
+            {
+                s.clear();
+                s.push_str(text);
+            }
+        };
+        set(&mut self.record.body, &String::from_utf8_lossy(r.body));
+        let name = r.path.rsplit('/').next().unwrap_or(r.path);
+        let [path, file, offset] = &mut self.record.attributes[..] else {
+            unreachable!("three attributes, set in new()");
+        };
+        set(&mut path.value, r.path);
+        set(&mut file.value, name);
+        offset.value = Some(AnyValue {
+            value: Some(Value::IntValue(i64::try_from(r.offset).unwrap_or(i64::MAX))),
+        });
+        self.record.observed_time_unix_nano = r.observed_unix_nano;
+        encode_key(
+            SCOPE_LOGS_LOG_RECORDS,
+            WireType::LengthDelimited,
+            &mut self.records,
+        );
+        encode_varint(self.record.encoded_len() as u64, &mut self.records);
+        // Encoding into a Vec cannot run out of room.
+        let _ = self.record.encode(&mut self.records);
+        self.count += 1;
+    }
+
+    /// Records in the request.
+    pub fn records(&self) -> usize {
+        self.count
+    }
+
+    /// The request's encoded size so far, give or take its wrappers' few
+    /// bytes.
+    pub fn bytes(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Appends the request to `out`; the next one starts empty with the
+    /// same resource.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        let scope_logs = field_len(self.scope.encoded_len()) + self.records.len();
+        let resource_logs = field_len(self.resource.encoded_len()) + field_len(scope_logs);
+        encode_key(REQUEST_RESOURCE_LOGS, WireType::LengthDelimited, out);
+        encode_varint(resource_logs as u64, out);
+        encode_key(RESOURCE_LOGS_RESOURCE, WireType::LengthDelimited, out);
+        encode_varint(self.resource.encoded_len() as u64, out);
+        let _ = self.resource.encode(out);
+        encode_key(RESOURCE_LOGS_SCOPE_LOGS, WireType::LengthDelimited, out);
+        encode_varint(scope_logs as u64, out);
+        encode_key(SCOPE_LOGS_SCOPE, WireType::LengthDelimited, out);
+        encode_varint(self.scope.encoded_len() as u64, out);
+        let _ = self.scope.encode(out);
+        out.extend_from_slice(&self.records);
+        self.records.clear();
+        self.count = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+
+    fn text(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> V {
+        v.as_ref().unwrap().value.clone().unwrap()
+    }
+
+    #[test]
+    fn records_decode_with_the_official_definitions() {
+        let mut e = OtlpLogs::new();
+        e.begin([("host.name", "web-1"), ("sonde.source", "app")]);
+        for (i, body) in [&b"GET / 200"[..], b"boom\n  at x", b"bad \xff"]
+            .iter()
+            .enumerate()
+        {
+            e.push(&LogRecordIn {
+                body,
+                path: "/var/log/app/a.log",
+                offset: 100 * i as u64,
+                observed_unix_nano: 1_700_000_000_000_000_000 + i as u64,
+            });
+        }
+        assert_eq!(e.records(), 3);
+        let mut out = Vec::new();
+        e.finish(&mut out);
+        let req = ExportLogsServiceRequest::decode(&out[..]).unwrap();
+        let [rl] = &req.resource_logs[..] else {
+            panic!("{req:?}")
+        };
+        let attrs: Vec<(String, V)> = rl
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes
+            .iter()
+            .map(|kv| (kv.key.clone(), text(&kv.value)))
+            .collect();
+        assert_eq!(
+            attrs,
+            [
+                ("host.name".to_string(), V::StringValue("web-1".into())),
+                ("sonde.source".to_string(), V::StringValue("app".into()))
+            ]
+        );
+        let [sl] = &rl.scope_logs[..] else {
+            panic!("{rl:?}")
+        };
+        assert_eq!(sl.scope.as_ref().unwrap().name, "sonde");
+        let bodies: Vec<V> = sl.log_records.iter().map(|r| text(&r.body)).collect();
+        assert_eq!(
+            bodies,
+            [
+                V::StringValue("GET / 200".into()),
+                V::StringValue("boom\n  at x".into()),
+                V::StringValue("bad \u{fffd}".into())
+            ]
+        );
+        let r = &sl.log_records[2];
+        assert_eq!(r.observed_time_unix_nano, 1_700_000_000_000_000_002);
+        assert_eq!(r.time_unix_nano, 0);
+        let attrs: Vec<(&str, V)> = r
+            .attributes
+            .iter()
+            .map(|kv| (kv.key.as_str(), text(&kv.value)))
+            .collect();
+        assert_eq!(
+            attrs,
+            [
+                ("log.file.path", V::StringValue("/var/log/app/a.log".into())),
+                ("log.file.name", V::StringValue("a.log".into())),
+                ("log.file.record_offset", V::IntValue(200)),
+            ]
+        );
+        // The encoder starts empty after a finish.
+        e.push(&LogRecordIn {
+            body: b"next",
+            path: "/a",
+            offset: 0,
+            observed_unix_nano: 1,
+        });
+        let mut next = Vec::new();
+        e.finish(&mut next);
+        let req = ExportLogsServiceRequest::decode(&next[..]).unwrap();
+        assert_eq!(req.resource_logs[0].scope_logs[0].log_records.len(), 1);
+    }
+}
