@@ -30,6 +30,15 @@
 //!   descriptor to its end; once every line read is acknowledged and it has
 //!   been quiet for `rotate_wait`, it is closed and forgotten, so the
 //!   filesystem may reuse its inode.
+//! * **Compressed** (it starts with gzip's magic bytes, as the older
+//!   generations logrotate compresses do): skipped, reported once as
+//!   [`Event::Skipped`] and counted, never read as text; a file that
+//!   starts empty and turns out to be gzip when its first bytes come is
+//!   skipped then. With [`TailerConfig::gzip`] set to [`Gzip::Read`], it is
+//!   decompressed and read instead, from its first line (offsets and
+//!   checkpoints count decompressed bytes); a gzip file still being
+//!   written is read again from its start, skipping what was read, until
+//!   it is whole.
 //! * A rotated file's last line without a newline is handed back as it is
 //!   once the file has been quiet for `rotate_wait`. Quiet counts from the
 //!   later of the last read and the rescan that saw the rotation, since a
@@ -87,6 +96,19 @@ pub struct TailerConfig {
     /// How lines are joined into multiline records; `None` (the default)
     /// makes every line a record.
     pub multiline: Option<Multiline>,
+    /// What to do with gzip-compressed files. Default [`Gzip::Skip`].
+    pub gzip: Gzip,
+}
+
+/// What a [`Tailer`] does with a gzip-compressed file its globs match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gzip {
+    /// Leave it unread: logrotate's `compress` makes one of a file that
+    /// was read already, so reading it would send its lines twice.
+    #[default]
+    Skip,
+    /// Decompress it and read its lines, for archives nobody read yet.
+    Read,
 }
 
 impl TailerConfig {
@@ -100,6 +122,7 @@ impl TailerConfig {
             rotate_wait: Duration::from_secs(5),
             read_buffer_bytes: 256 * 1024,
             multiline: None,
+            gzip: Gzip::Skip,
         }
     }
 }
@@ -218,6 +241,8 @@ pub struct Counters {
     /// Multiline records handed on at `max_lines` or `max_bytes`, before
     /// their end: the lines after them start another record.
     pub multiline_limited: u64,
+    /// Files skipped because they are gzip-compressed.
+    pub files_skipped: u64,
 }
 
 /// Something that happened to a file, worth a log line.
@@ -263,6 +288,11 @@ pub enum Event {
     /// closed.
     Closed {
         /// The path it was last seen at.
+        path: PathBuf,
+    },
+    /// A matching file is gzip-compressed: it is not read.
+    Skipped {
+        /// Its path.
         path: PathBuf,
     },
 }
@@ -324,6 +354,8 @@ enum Opened {
     New(Box<Watched>),
     /// The open file at this index.
     Known(usize),
+    /// A compressed file, now in [`Tailer`]'s skipped set.
+    Skipped,
     /// No regular file.
     NotAFile,
 }
@@ -341,6 +373,8 @@ struct Watched {
     splitter: Splitter,
     /// The multiline record being built, with [`TailerConfig::multiline`].
     joiner: Joiner,
+    /// A gzip file being read ([`Gzip::Read`]).
+    gz: Option<Gz>,
     /// File offset just after the last acknowledged line.
     acked: u64,
     /// Size and modification time at the last poll, to skip the head check
@@ -361,6 +395,9 @@ pub struct Tailer {
     exclude_path: GlobSet,
     exclude_name: GlobSet,
     files: Vec<Watched>,
+    /// Compressed files found by the globs, not read; kept while a rescan
+    /// finds them, so that they are not opened again every rescan.
+    skipped: HashSet<FileId>,
     /// Checkpoints given at build, by device and inode, consumed by the
     /// first rescan.
     restored: HashMap<FileId, FileCheckpoint>,
@@ -453,6 +490,7 @@ impl Tailer {
             exclude_path: set(exclude_path)?,
             exclude_name: set(exclude_name)?,
             files: Vec::new(),
+            skipped: HashSet::new(),
             fresh: checkpoints.is_none(),
             restored: checkpoints
                 .map(|c| c.files.into_iter().map(|f| (f.identity.id, f)).collect())
@@ -484,8 +522,13 @@ impl Tailer {
             .map(|(i, w)| (w.id, i))
             .collect();
         let mut seen = HashSet::new();
+        let mut skipped = HashSet::new();
         for (path, meta) in found {
             let id = FileId::of(&meta);
+            if self.skipped.contains(&id) {
+                skipped.insert(id);
+                continue;
+            }
             if let Some(&i) = by_id.get(&id) {
                 // An open file keeps its inode, so the same device and inode
                 // is the same file, wherever it is now.
@@ -499,9 +542,17 @@ impl Tailer {
                     seen.insert(i);
                     self.relink(i, path, now);
                 }
+                Ok(Opened::Skipped) => {
+                    skipped.insert(id);
+                }
                 Ok(Opened::NotAFile) => {}
                 Err(source) => errors.push(ScanError::Open { path, source }),
             }
+        }
+        // Compressed files no longer found are forgotten, so that a new file
+        // at a reused inode is looked at afresh.
+        if errors.is_empty() {
+            self.skipped.retain(|id| skipped.contains(id));
         }
         for (i, w) in self.files.iter_mut().enumerate() {
             if i < before && !seen.contains(&i) && w.linked {
@@ -549,6 +600,7 @@ impl Tailer {
             config,
             next_key,
             multiline,
+            skipped,
             ..
         } = self;
         files.retain_mut(|w| {
@@ -560,6 +612,8 @@ impl Tailer {
                 now,
                 rotate_wait: config.rotate_wait,
                 multiline: multiline.as_ref(),
+                gzip: config.gzip,
+                skipped,
                 report: &mut report,
             };
             ctx.poll_file(w, sink)
@@ -652,11 +706,14 @@ impl Tailer {
                 continue;
             }
             let size = w.file.metadata().map_or(0, |m| m.len());
-            if c.offset > size || c.offset <= w.acked {
+            if (c.offset > size && w.gz.is_none()) || c.offset <= w.acked {
                 continue;
             }
             if c.offset > w.splitter.offset() {
                 w.splitter.reset(c.offset);
+                if let Some(gz) = &mut w.gz {
+                    *gz = Gz::new(c.offset);
+                }
             }
             w.acked = c.offset;
             w.joiner.drop_below(c.offset);
@@ -675,7 +732,13 @@ impl Tailer {
     pub fn bytes_behind(&self) -> u64 {
         self.files
             .iter()
-            .map(|w| w.last_size.saturating_sub(w.acked))
+            .map(|w| match &w.gz {
+                // Decompressed offsets: the whole file until it is read
+                // and acknowledged.
+                Some(gz) if gz.done && w.acked >= w.splitter.offset() => 0,
+                Some(_) => w.last_size,
+                None => w.last_size.saturating_sub(w.acked),
+            })
             .sum()
     }
 
@@ -713,6 +776,15 @@ impl Tailer {
             return Ok(Opened::Known(i));
         }
         let head = read_head(&file, &mut self.head_buf)?;
+        let gz = is_gzip(head) && self.config.gzip == Gzip::Read;
+        if is_gzip(head) && !gz {
+            self.skipped.insert(id);
+            self.counters.files_skipped += 1;
+            self.events.push(Event::Skipped {
+                path: path.to_path_buf(),
+            });
+            return Ok(Opened::Skipped);
+        }
         let size = meta.len();
         let mut offset = 0;
         let mut from = Start::Beginning;
@@ -723,7 +795,8 @@ impl Tailer {
                 self.events.push(Event::Reused {
                     path: path.to_path_buf(),
                 });
-            } else if checkpoint.offset <= size {
+            } else if checkpoint.offset <= size || gz {
+                // A gzip file's offsets count decompressed bytes.
                 offset = checkpoint.offset;
                 from = Start::Checkpoint;
             } else {
@@ -731,7 +804,7 @@ impl Tailer {
                 self.counters.truncations += 1;
                 from = Start::Truncated;
             }
-        } else if self.fresh && !self.scanned && self.config.read_from == ReadFrom::End {
+        } else if self.fresh && !self.scanned && self.config.read_from == ReadFrom::End && !gz {
             offset = line_start_before(&file, size, &mut self.buf)?;
             from = Start::End;
         }
@@ -752,6 +825,7 @@ impl Tailer {
             rotated: false,
             splitter: Splitter::new(offset, self.config.max_line_bytes),
             joiner: Joiner::default(),
+            gz: gz.then(|| Gz::new(offset)),
             acked: offset,
             last_size: size,
             // Never a real time: the first poll checks the head.
@@ -830,6 +904,8 @@ struct PollCtx<'a> {
     now: Instant,
     rotate_wait: Duration,
     multiline: Option<&'a Matcher>,
+    gzip: Gzip,
+    skipped: &'a mut HashSet<FileId>,
     report: &'a mut PollReport,
 }
 
@@ -877,12 +953,23 @@ impl PollCtx<'_> {
 
     /// Polls one file; returns whether to keep it open.
     fn poll_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> bool {
-        if let Err(source) = self.read_file(w, sink) {
-            self.report.errors.push(ReadError {
-                path: w.path.clone(),
-                source,
-            });
-            return true;
+        match self.read_file(w, sink) {
+            Err(source) => {
+                self.report.errors.push(ReadError {
+                    path: w.path.clone(),
+                    source,
+                });
+                return true;
+            }
+            Ok(Read::Compressed) => {
+                self.skipped.insert(w.id);
+                self.counters.files_skipped += 1;
+                self.report.events.push(Event::Skipped {
+                    path: w.path.clone(),
+                });
+                return false;
+            }
+            Ok(Read::Text) => {}
         }
         let quiet = self.now.saturating_duration_since(w.active_at) >= self.rotate_wait;
         let origin = Origin {
@@ -892,7 +979,9 @@ impl PollCtx<'_> {
         let now = self.now;
         let multiline = self.multiline;
         let mut hand = self.hand(sink);
-        let done_with = w.rotated && quiet;
+        // A gzip file read to its end is done with like a rotated one: its
+        // last line without a newline will never get one.
+        let done_with = (w.rotated || w.gz.as_ref().is_some_and(|g| g.done)) && quiet;
         if done_with && w.splitter.waiting().is_some() {
             let joiner = &mut w.joiner;
             w.splitter.flush(|line| hand.line(joiner, &origin, line));
@@ -907,9 +996,11 @@ impl PollCtx<'_> {
                 *at = Some(at.map_or(due, |at| at.min(due)));
             }
         }
-        let drained = w.splitter.offset() >= w.last_size
-            && w.splitter.waiting().is_none()
-            && w.joiner.start().is_none();
+        let read_all = match &w.gz {
+            Some(gz) => gz.done,
+            None => w.splitter.offset() >= w.last_size,
+        };
+        let drained = read_all && w.splitter.waiting().is_none() && w.joiner.start().is_none();
         let close = !w.linked && drained && quiet && w.acked >= w.splitter.offset();
         if close {
             self.report.events.push(Event::Closed {
@@ -919,7 +1010,10 @@ impl PollCtx<'_> {
         !close
     }
 
-    fn read_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<()> {
+    fn read_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<Read> {
+        if w.gz.is_some() {
+            return self.read_gz(w, sink).map(|()| Read::Text);
+        }
         let meta = w.file.metadata()?;
         let size = meta.len();
         let mtime = (meta.mtime(), meta.mtime_nsec());
@@ -940,7 +1034,7 @@ impl PollCtx<'_> {
         }
         let offset = w.splitter.offset();
         if offset >= size {
-            return Ok(());
+            return Ok(Read::Text);
         }
         let want = ((size - offset) as usize).min(self.buf.len());
         let n = loop {
@@ -950,12 +1044,71 @@ impl PollCtx<'_> {
             }
         };
         if n == 0 {
+            return Ok(Read::Text);
+        }
+        if offset == 0 && is_gzip(&self.buf[..n]) {
+            // Empty when found, and gzip's output now.
+            if self.gzip == Gzip::Skip {
+                return Ok(Read::Compressed);
+            }
+            w.gz = Some(Gz::new(0));
+            return self.read_gz(w, sink).map(|()| Read::Text);
+        }
+        self.report.more |= offset + (n as u64) < size;
+        self.split(w, n, sink);
+        Ok(Read::Text)
+    }
+
+    /// Reads the next decompressed bytes of a gzip file.
+    fn read_gz(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<()> {
+        let Some(gz) = w.gz.as_mut() else {
+            return Ok(());
+        };
+        let meta = w.file.metadata()?;
+        let (size, mtime) = (meta.len(), (meta.mtime(), meta.mtime_nsec()));
+        if gz.done && (size, mtime) == (w.last_size, w.last_mtime) {
             return Ok(());
         }
+        if gz.done {
+            gz.done = false;
+            if size > w.last_size {
+                // Another member appended (`cat a.gz b.gz`): read on.
+                gz.restart(w.splitter.offset());
+            } else {
+                // Rewritten in place: another file's content, read from
+                // its start as a truncated file would be.
+                gz.restart(0);
+                self.restart(w, sink);
+                return Ok(());
+            }
+        }
+        w.last_size = size;
+        w.last_mtime = mtime;
+        let n = match gz.read(&w.file, self.buf) {
+            Ok(n) => n,
+            // Cut short: still being written. Read again from the start
+            // next time, skipping what the splitter has.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                gz.restart(w.splitter.offset());
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            gz.done = true;
+            return Ok(());
+        }
+        self.report.more = true;
+        self.split(w, n, sink);
+        Ok(())
+    }
+
+    /// Hands the `n` bytes just read into the buffer to `w`'s splitter,
+    /// and its lines on.
+    fn split(&mut self, w: &mut Watched, n: usize, sink: &mut impl LineSink) {
         w.active_at = self.now;
         self.counters.bytes_read += n as u64;
         self.report.bytes += n as u64;
-        self.report.more |= offset + (n as u64) < size;
         let origin = Origin {
             key: w.key,
             path: &w.path,
@@ -970,7 +1123,6 @@ impl PollCtx<'_> {
         let joiner = &mut w.joiner;
         w.splitter
             .push(&self.buf[..n], |line| hand.line(joiner, &origin, line));
-        Ok(())
     }
 
     /// The file was truncated: what it held is gone, so its waiting line
@@ -995,6 +1147,90 @@ impl PollCtx<'_> {
         w.splitter.reset(0);
         w.acked = 0;
     }
+}
+
+/// A gzip file being read: a decoder over the file from its first byte,
+/// and how many decompressed bytes to drop before handing on the rest
+/// (what was read before a restart or a checkpoint).
+struct Gz {
+    decoder: Option<flate2::read::MultiGzDecoder<FileAt>>,
+    skip: u64,
+    /// The decoder reached the end of the last member.
+    done: bool,
+}
+
+impl Gz {
+    /// A reader that hands on decompressed bytes from offset `from`.
+    fn new(from: u64) -> Gz {
+        Gz {
+            decoder: None,
+            skip: from,
+            done: false,
+        }
+    }
+
+    /// Starts over from the file's first byte, dropping `skip` bytes.
+    fn restart(&mut self, skip: u64) {
+        self.decoder = None;
+        self.skip = skip;
+    }
+
+    /// Fills `buf` with the next decompressed bytes of `file` past the
+    /// skip; 0 at the end.
+    fn read(&mut self, file: &File, buf: &mut [u8]) -> io::Result<usize> {
+        use std::io::Read as _;
+        let decoder = match &mut self.decoder {
+            Some(d) => d,
+            None => self
+                .decoder
+                .insert(flate2::read::MultiGzDecoder::new(FileAt {
+                    file: file.try_clone()?,
+                    at: 0,
+                })),
+        };
+        loop {
+            let n = decoder.read(buf)?;
+            if n == 0 || self.skip == 0 {
+                return Ok(n);
+            }
+            let dropped = (n as u64).min(self.skip);
+            self.skip -= dropped;
+            if dropped < n as u64 {
+                let keep = n - dropped as usize;
+                buf.copy_within(dropped as usize..n, 0);
+                return Ok(keep);
+            }
+        }
+    }
+}
+
+/// A file read sequentially by `pread`, so that its descriptor's offset,
+/// shared with every clone, is never moved.
+struct FileAt {
+    file: File,
+    at: u64,
+}
+
+impl io::Read for FileAt {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// What reading a file found.
+enum Read {
+    /// Text, read as lines (or nothing new).
+    Text,
+    /// gzip's output: the file is to be skipped.
+    Compressed,
+}
+
+/// Whether `head`, a file's first bytes, is gzip's magic number (RFC 1952);
+/// no text log starts with these two control bytes.
+fn is_gzip(head: &[u8]) -> bool {
+    head.starts_with(&[0x1f, 0x8b])
 }
 
 /// How far back from a file's end [`ReadFrom::End`] looks for the start of
@@ -2194,6 +2430,137 @@ mod tests {
                 key: "multiline.max_lines"
             }
         ));
+    }
+
+    fn gzip(text: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(text).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_compressed_files_are_skipped_once_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        append(&dir.path().join("app.log"), b"plain line\n");
+        // What logrotate's `compress` leaves: an older generation, gzipped.
+        let gz = dir.path().join("app.log.2.gz");
+        fs::write(&gz, gzip(b"an old line\n")).unwrap();
+        let mut t = Tailer::new(config(dir.path(), "app.log*"), None).unwrap();
+        let mut sink = Collect::default();
+        let events = drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(sink.texts(), ["plain line"]);
+        assert!(
+            events.contains(&Event::Skipped { path: gz.clone() }),
+            "{events:?}"
+        );
+        assert_eq!(t.counters().files_skipped, 1);
+        assert_eq!(t.counters().files_watched, 1);
+        // Later rescans neither open it again nor report it again.
+        let events = drain(&mut t, Instant::now(), &mut sink);
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(t.counters().files_skipped, 1);
+        assert_eq!(t.checkpoints().files.len(), 1);
+    }
+
+    #[test]
+    fn a_file_found_empty_that_gzip_then_fills_is_skipped_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let gz = dir.path().join("app.log.1.gz");
+        fs::write(&gz, b"").unwrap();
+        let mut t = Tailer::new(config(dir.path(), "app.log*"), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(t.counters().files_watched, 1);
+        fs::write(&gz, gzip(&numbered(0, 100).into_bytes())).unwrap();
+        let events = drain(&mut t, Instant::now(), &mut sink);
+        assert!(sink.0.is_empty(), "no garbage lines: {:?}", sink.texts());
+        assert!(events.contains(&Event::Skipped { path: gz }), "{events:?}");
+        assert_eq!(t.counters().files_watched, 0);
+        assert_eq!(t.counters().files_skipped, 1);
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_eq!(t.counters().files_skipped, 1);
+    }
+
+    fn gzip_config(dir: &Path) -> TailerConfig {
+        let mut cfg = config(dir, "*.gz");
+        cfg.gzip = Gzip::Read;
+        cfg.read_buffer_bytes = 1000;
+        cfg
+    }
+
+    #[test]
+    fn a_gzip_file_is_read_whole_when_asked_and_resumed_from_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = CheckpointFile::new(state.path(), "app").unwrap();
+        let mut text = numbered(0, 500);
+        text.push_str("no newline at the end");
+        fs::write(dir.path().join("old.log.gz"), gzip(text.as_bytes())).unwrap();
+        let cfg = gzip_config(dir.path());
+        let mut t = Tailer::new(cfg.clone(), None).unwrap();
+        let mut sink = Collect::default();
+        let t0 = Instant::now();
+        drain(&mut t, t0, &mut sink);
+        assert_eq!(sink.0.len(), 500);
+        assert_exactly_once_in_order(&sink, 500);
+        assert!(t.bytes_behind() > 0, "nothing acknowledged yet");
+        // Acknowledge the first 200 lines, restart: the rest, once.
+        for g in &sink.0[..200] {
+            t.ack(g.key, g.end);
+        }
+        store.save(&t.checkpoints()).unwrap();
+        let resumed_at = sink.0[199].end;
+        assert_eq!(store.load().unwrap().unwrap().files[0].offset, resumed_at);
+        let mut t = Tailer::new(cfg.clone(), store.load().unwrap()).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, t0, &mut sink);
+        assert_eq!(sink.0.len(), 300);
+        assert_eq!(sink.0[0].text, "line 200");
+        assert_eq!(sink.0[0].start, resumed_at);
+        // Read to its end, the last line is handed back once quiet.
+        t.poll(t0 + cfg.rotate_wait, &mut sink);
+        assert_eq!(sink.texts().last(), Some(&"no newline at the end"));
+        ack_all(&mut t, &sink);
+        assert_eq!(t.bytes_behind(), 0);
+        assert_eq!(t.counters().files_skipped, 0);
+        // Nothing more, however often it is polled.
+        let before = sink.0.len();
+        drain(&mut t, t0 + cfg.rotate_wait * 2, &mut sink);
+        assert_eq!(sink.0.len(), before);
+    }
+
+    #[test]
+    fn a_file_found_empty_that_gzip_then_fills_is_read_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let gz = dir.path().join("app.log.1.gz");
+        fs::write(&gz, b"").unwrap();
+        let mut t = Tailer::new(gzip_config(dir.path()), None).unwrap();
+        let mut sink = Collect::default();
+        drain(&mut t, Instant::now(), &mut sink);
+        fs::write(&gz, gzip(numbered(0, 100).as_bytes())).unwrap();
+        drain(&mut t, Instant::now(), &mut sink);
+        assert_exactly_once_in_order(&sink, 100);
+        assert_eq!(t.counters().files_skipped, 0);
+    }
+
+    #[test]
+    fn a_gzip_file_read_while_gzip_writes_it_gives_every_line_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.log.1.gz");
+        let full = gzip(numbered(0, 3000).as_bytes());
+        let mut t = Tailer::new(gzip_config(dir.path()), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        // gzip writes its output in pieces; the tailer reads in between.
+        let mut f = fs::File::create(&path).unwrap();
+        for piece in full.chunks(full.len() / 7 + 1) {
+            f.write_all(piece).unwrap();
+            drain(&mut t, now, &mut sink);
+        }
+        drain(&mut t, now, &mut sink);
+        assert_exactly_once_in_order(&sink, 3000);
+        ack_all(&mut t, &sink);
+        assert_eq!(t.bytes_behind(), 0);
     }
 
     #[test]

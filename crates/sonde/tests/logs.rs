@@ -288,3 +288,45 @@ fn the_console_sink_prints_log_records() {
     let _ = child.wait();
     assert_eq!(got, ["hello from a file\n", "second line\n"]);
 }
+
+/// A rotated generation that logrotate compressed (made here by the real
+/// `gzip`) is skipped by default and counted; with `gzip = "read"` its
+/// lines are read.
+#[test]
+fn gzip_compressed_files_are_skipped_unless_asked_for() {
+    let logs = tempfile::tempdir().unwrap();
+    append(&logs.path().join("app.log"), 0, 10);
+    let old = logs.path().join("app.log.2");
+    append(&old, 100, 150);
+    let status = std::process::Command::new("gzip")
+        .arg(&old)
+        .status()
+        .expect("gzip is installed");
+    assert!(status.success());
+    let agent_default = agent(logs.path(), "");
+    wait_records(&agent_default, 10);
+    wait_for("the gzip file counted", TIMEOUT, || {
+        (agent_default.metric("sonde_log_files_skipped_total{source=\"app\"}") == Some(1.0))
+            .then_some(())
+    });
+    assert!(
+        agent_default
+            .stderr()
+            .contains("gzip-compressed file skipped"),
+        "{}",
+        agent_default.stderr()
+    );
+    drop(agent_default);
+    let reading = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n[[logs]]\nname = \"app\"\ninclude = [\"{}/*.log*\"]\ngzip = \"read\"\n\n[[sinks]]\ntype = \"blackhole\"\ninputs = [\"app\"]\n",
+            dir.join("data").display(),
+            logs.path().display()
+        )
+    });
+    wait_records(&reading, 60);
+    assert_eq!(
+        reading.metric("sonde_log_files_skipped_total{source=\"app\"}"),
+        Some(0.0)
+    );
+}

@@ -565,6 +565,9 @@ impl Run {
                 Event::Closed { path } => {
                     tracing::debug!(source = %source, path = %path.display(), "gone file read to its end and closed")
                 }
+                Event::Skipped { path } => {
+                    tracing::info!(source = %source, path = %path.display(), "gzip-compressed file skipped")
+                }
             }
         }
     }

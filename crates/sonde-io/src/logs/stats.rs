@@ -23,6 +23,8 @@ pub struct LogStats {
     pub multiline_records: AtomicU64,
     /// Multiline records handed on at `max_lines` or `max_bytes`.
     pub multiline_limited: AtomicU64,
+    /// Files skipped because they are gzip-compressed.
+    pub files_skipped: AtomicU64,
     /// Files found truncated and read again from 0.
     pub truncations: AtomicU64,
     /// Files found renamed, or gone from the globs while still existing.
@@ -48,6 +50,7 @@ impl LogStats {
             lines_truncated: AtomicU64::new(0),
             multiline_records: AtomicU64::new(0),
             multiline_limited: AtomicU64::new(0),
+            files_skipped: AtomicU64::new(0),
             truncations: AtomicU64::new(0),
             rotations: AtomicU64::new(0),
             bytes_behind: AtomicU64::new(0),
@@ -65,6 +68,7 @@ impl LogStats {
         self.lines_truncated.store(c.lines_truncated, Relaxed);
         self.multiline_records.store(c.multiline_records, Relaxed);
         self.multiline_limited.store(c.multiline_limited, Relaxed);
+        self.files_skipped.store(c.files_skipped, Relaxed);
         self.truncations.store(c.truncations, Relaxed);
         self.rotations.store(c.rotations, Relaxed);
         self.bytes_behind.store(bytes_behind, Relaxed);

@@ -306,6 +306,11 @@ pub const METRICS: &[Metric] = &[
         Source::Log(|l| l.multiline_limited.load(Relaxed)),
     ),
     counter(
+        "sonde_log_files_skipped_total",
+        "Files a log source's globs matched but it did not read: gzip-compressed.",
+        Source::Log(|l| l.files_skipped.load(Relaxed)),
+    ),
+    counter(
         "sonde_log_truncations_total",
         "Files found truncated (or with a changed head) and read again from offset 0.",
         Source::Log(|l| l.truncations.load(Relaxed)),

@@ -229,6 +229,7 @@ mod tests {
         l.lines_truncated.store(1, Relaxed);
         l.multiline_records.store(6, Relaxed);
         l.multiline_limited.store(7, Relaxed);
+        l.files_skipped.store(8, Relaxed);
         l.truncations.store(2, Relaxed);
         l.rotations.store(4, Relaxed);
         l.bytes_behind.store(150, Relaxed);

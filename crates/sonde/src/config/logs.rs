@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use sonde_logs::multiline::{Multiline, Preset, Rule};
-use sonde_logs::tailer::{BuildError, ReadFrom};
+use sonde_logs::tailer::{BuildError, Gzip, ReadFrom};
 use sonde_logs::{CheckpointFile, Tailer, TailerConfig};
 use toml::Spanned;
 
@@ -37,6 +37,16 @@ pub enum ReadFromName {
     Beginning,
     /// Read files found at the first start from their end.
     End,
+}
+
+/// `gzip` as written.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum GzipName {
+    /// Leave gzip-compressed files unread.
+    Skip,
+    /// Decompress and read them.
+    Read,
 }
 
 /// `multiline.preset` as written.
@@ -100,6 +110,9 @@ pub struct LogSection {
     /// Joins the lines of one event (a stack trace) into one record.
     /// Default: every line is a record.
     pub multiline: Option<Spanned<MultilineSection>>,
+    /// What to do with gzip-compressed files the globs match: `"skip"`
+    /// or `"read"`. Default `"skip"`.
+    pub gzip: Option<Spanned<GzipName>>,
 }
 
 /// A log source, validated.
@@ -212,6 +225,12 @@ fn one(src: Source<'_>, i: usize, s: &LogSection) -> Result<LogSource, ConfigErr
     }
     if let Some(m) = &s.multiline {
         tailer.multiline = Some(multiline(src, i, m)?);
+    }
+    if let Some(g) = &s.gzip {
+        tailer.gzip = match g.get_ref() {
+            GzipName::Skip => Gzip::Skip,
+            GzipName::Read => Gzip::Read,
+        };
     }
     let rescan_interval = match &s.rescan_interval {
         Some(r) if r.get_ref().0.is_zero() => {
@@ -482,6 +501,7 @@ mod tests {
         assert_eq!(l.tailer.read_from, ReadFrom::Beginning);
         assert_eq!(l.tailer.max_line_bytes, 1 << 20);
         assert_eq!(l.tailer.rotate_wait, Duration::from_secs(5));
+        assert_eq!(l.tailer.gzip, Gzip::Skip);
         assert_eq!(l.rescan_interval, Duration::from_secs(5));
         assert!(l.fields.is_empty());
     }
@@ -489,7 +509,7 @@ mod tests {
     #[test]
     fn every_key_is_read_into_the_source() {
         let c = parse(
-            "[[logs]]\nname = \"app-1.x_y\"\ninclude = [\"/var/log/app/*.log*\", \"/srv/**/out.log\"]\nexclude = [\"*.gz\", \"/var/log/app/old/*\"]\nread_from = \"end\"\nmax_line_bytes = \"64KiB\"\nrescan_interval = \"500ms\"\nrotate_wait = \"0s\"\nfields = { service = \"api\", dc = \"x\", \"a b\" = \"\" }\n[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app-1.x_y\"]\n",
+            "[[logs]]\nname = \"app-1.x_y\"\ninclude = [\"/var/log/app/*.log*\", \"/srv/**/out.log\"]\nexclude = [\"*.gz\", \"/var/log/app/old/*\"]\nread_from = \"end\"\nmax_line_bytes = \"64KiB\"\nrescan_interval = \"500ms\"\nrotate_wait = \"0s\"\ngzip = \"read\"\nfields = { service = \"api\", dc = \"x\", \"a b\" = \"\" }\n[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app-1.x_y\"]\n",
         )
         .unwrap();
         let l = &c.logs[0];
@@ -499,6 +519,7 @@ mod tests {
         assert_eq!(l.tailer.read_from, ReadFrom::End);
         assert_eq!(l.tailer.max_line_bytes, 64 << 10);
         assert_eq!(l.tailer.rotate_wait, Duration::ZERO);
+        assert_eq!(l.tailer.gzip, Gzip::Read);
         assert_eq!(l.rescan_interval, Duration::from_millis(500));
         let fields: Vec<(&str, &str)> = l
             .fields
@@ -609,6 +630,7 @@ mod tests {
             ("rescan_interval", "\"0s\"", 4),
             ("rescan_interval", "\"5\"", 4),
             ("rotate_wait", "\"soon\"", 4),
+            ("gzip", "\"gunzip\"", 4),
         ] {
             assert_eq!(
                 at(&format!("{APP}{k} = {v}\n")),
