@@ -7,6 +7,8 @@
 #   scripts/bench-logs.sh --sink blackhole [--agents "rsyslog sonde"] [--total 1GiB]
 #   scripts/bench-logs.sh --kill 20 [--agents rsyslog] [--kill-total 512MiB]
 #       [--kill-rate 16MB] [--follow active|rotated] [--rotate rename|copytruncate]
+#   scripts/bench-logs.sh --steady 10MB [--steady-total 600MB] [--files 20]
+#       [--sink blackhole] [--compression lz4] [--agents "sonde rsyslog"]
 #   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
 #       [--multiline REGEX]
 #
@@ -46,6 +48,14 @@
 # gives it a glob covering rotated names too (app-<i>.log*), which an
 # agent needs to find a file renamed while it was down (sonde's contract
 # asks for it; with the active paths alone such a file's tail is lost).
+#
+# --steady RATE (the steady case): the agent starts on --files empty
+# files, then the writer appends --steady-total bytes to them at RATE in
+# 16 KiB writes, as running services do; the agent's CPU is read when the
+# writer starts and again once every line is delivered (blackhole: the
+# sink's count; Kafka: the topic's end offsets): that CPU, over the
+# writer's time, is the share of one core the load costs (printed with
+# the time until delivery, and the peak RSS).
 #
 # --multiline REGEX joins lines into records at lines matching REGEX
 # (a POSIX ERE that is also a Rust regex, like '^f=[0-9]', which starts a
@@ -91,6 +101,8 @@ rotate=rename
 ct_pause=1s
 keep_dir=0
 multiline=
+steady=
+steady_total=600MB
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) install=1 ;;
@@ -111,6 +123,8 @@ while [ $# -gt 0 ]; do
     --copytruncate-pause) ct_pause=$2; shift ;;
     --keep-dir) keep_dir=1 ;;
     --multiline) multiline=$2; shift ;;
+    --steady) steady=$2; shift ;;
+    --steady-total) steady_total=$2; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-logs: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -388,6 +402,62 @@ throughput() {
   tail -1 "$work/results" >&2
 }
 
+# steadyrun AGENT COMPRESSION: the steady case.
+steadyrun() {
+  local agent=$1 compression=$2
+  local run="$work/$agent-steady-$compression" topic="steady-$agent-$compression"
+  mkdir -p "$run/logs"
+  local why
+  if ! why=$("agent_${agent}_prepare" "$run" "$run/logs" "$topic" "$compression"); then
+    echo "bench-logs: skipping $agent: $why" >&2
+    return 0
+  fi
+  local i
+  for ((i = 0; i < files; i++)); do : >"$run/logs/app-$i.log"; done
+  "agent_${agent}_start" "$run"
+  # Its start-up is not what this measures.
+  sleep 2
+  local cpu0 t0 t1 cpu1 secs rc=0 lost=- dup=-
+  cpu0=$(cpu_seconds "$AGENT_PID")
+  t0=$(now)
+  "$logwrite" --dir "$run/logs" --files "$files" --line-bytes "$line_bytes" --total "$steady_total" \
+    --rate "$steady" --chunk-bytes 16KiB --summary "$run/summary.json" >/dev/null 2>"$run/write.log"
+  local written
+  written=$(echo "scale=3; $(now) - $t0" | bc)
+  local lines bytes
+  lines=$(jq .lines "$run/summary.json")
+  bytes=$(jq .bytes "$run/summary.json")
+  if [ "$sink" = blackhole ]; then
+    local deadline
+    deadline=$(echo "$(now) + 120" | bc)
+    until "agent_${agent}_done" "$run" "$lines" "$bytes"; do
+      if [ "$(echo "$(now) > $deadline" | bc)" = 1 ]; then
+        echo "bench-logs: $agent did not deliver every line within 120 s of the writer's end" >&2
+        stop_agent
+        return 1
+      fi
+      sleep 0.05
+    done
+  else
+    "$logcheck" --brokers "127.0.0.1:$port" --topic "$topic" --expect "$run/summary.json" \
+      --isolation "$isolation" --wait-offsets --idle 60s >"$run/verdict.json" || rc=$?
+    lost=$(jq .lost "$run/verdict.json")
+    dup=$(jq .duplicated "$run/verdict.json")
+  fi
+  t1=$(now)
+  cpu1=$(cpu_seconds "$AGENT_PID")
+  local rss
+  rss=$(peak_rss_mb "$AGENT_PID")
+  stop_agent
+  secs=$(echo "scale=2; ($t1 - $t0) / 1" | bc)
+  local cpu pct
+  cpu=$(echo "scale=3; $cpu1 - $cpu0" | bc)
+  pct=$(echo "scale=2; 100 * $cpu / $written" | bc)
+  printf '%-8s %-9s %8s %8s %8s %8s %10s %8s %6s\n' "$agent" "${sink/kafka/$compression}" "$secs" \
+    "$(echo "scale=1; $bytes / $secs / 1000000" | bc)" "$cpu" "$pct" "$rss" "$lost" "$dup" >>"$work/results"
+  tail -1 "$work/results" >&2
+}
+
 # killrun AGENT: the SIGKILL case.
 killrun() {
   local agent=$1 compression=lz4
@@ -443,7 +513,13 @@ killrun() {
 }
 
 echo "bench-logs: $(nproc) CPUs, $(uname -r), work dir $work" >&2
-if [ -n "$kills" ]; then
+if [ -n "$steady" ]; then
+  echo "bench-logs: steady: $steady_total at $steady into $files files" >&2
+  printf '%-8s %-9s %8s %8s %8s %8s %10s %8s %6s\n' agent codec seconds MB/s CPU-s %core peakRSS-MB lost dup >"$work/results"
+  for compression in $compressions; do
+    for agent in $agents; do steadyrun "$agent" "$compression"; done
+  done
+elif [ -n "$kills" ]; then
   printf '%-8s %6s %10s %10s %10s %8s %12s %14s\n' agent kills expected lost duplicated follow rotate delivery >"$work/results"
   for agent in $agents; do killrun "$agent"; done
 else

@@ -63,6 +63,12 @@ const POLL_WITHOUT_INOTIFY: Duration = Duration::from_millis(250);
 /// How long one wait may last, so that a stop is noticed.
 const MAX_WAIT: Duration = Duration::from_millis(200);
 
+/// The least time between two reads that inotify prompts: writes that
+/// come closer together are read together, as each read looks at every
+/// open file (a read per 16 KiB write of 20 files at 10 MB/s spent most of
+/// the source's CPU on waking up; docs/BENCHMARKS.md, "steady writing").
+const READ_LINGER: Duration = Duration::from_millis(10);
+
 /// How long a wait for acknowledgements lasts while files may have grown.
 const ACK_WAIT: Duration = Duration::from_millis(10);
 
@@ -275,9 +281,12 @@ impl Run {
         let mut last_read = now;
         // When the earliest multiline record being built times out.
         let mut flush_at: Option<Instant> = None;
+        // Whether the last read left bytes unread.
+        let mut backlog = false;
         while !self.stop.load(Relaxed) {
             let now = Instant::now();
-            read_now |= flush_at.is_some_and(|at| now >= at);
+            let flush_due = flush_at.is_some_and(|at| now >= at);
+            read_now |= flush_due;
             dirty |= self.take_acks();
             if dirty && now >= next_save {
                 self.save();
@@ -323,10 +332,18 @@ impl Run {
             let room = self.in_flight_bytes + self.held_bytes < self.config.max_in_flight_bytes;
             let mut more = false;
             self.take_kept();
+            // A read inotify prompted soon after the last one waits for the
+            // rest of the linger; a backlog, a rescan or a timeout does not.
+            let linger = last_read + READ_LINGER;
+            if read_now && !backlog && !rescan && !flush_due && now < linger {
+                std::thread::sleep(linger - now);
+                continue;
+            }
             if read_now && room {
                 last_read = now;
                 let report = self.tailer.poll(now, &mut self.builder);
                 more = report.more;
+                backlog = more;
                 flush_at = report.flush_at;
                 let quiet = report.lines == 0;
                 self.report_poll(report);
