@@ -7,7 +7,7 @@
 #   scripts/bench-logs.sh --sink blackhole [--agents "rsyslog sonde"] [--total 1GiB]
 #   scripts/bench-logs.sh --kill 20 [--agents rsyslog] [--kill-total 512MiB]
 #       [--kill-rate 16MB] [--follow active|rotated] [--rotate rename|copytruncate]
-#   scripts/bench-logs.sh --steady 10MB [--steady-total 600MB] [--files 20]
+#   scripts/bench-logs.sh --steady 10MB [--steady-total 600MB] [--files 20] [--idle-files 9980]
 #       [--sink blackhole] [--compression lz4] [--agents "sonde rsyslog"]
 #   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
 #       [--multiline REGEX]
@@ -55,7 +55,9 @@
 # writer starts and again once every line is delivered (blackhole: the
 # sink's count; Kafka: the topic's end offsets): that CPU, over the
 # writer's time, is the share of one core the load costs (printed with
-# the time until delivery, and the peak RSS).
+# the time until delivery, the peak RSS and the descriptors the agent
+# holds at the end). --idle-files N adds N files of one line each
+# (idle-<j>.log) that the agent reads at its start and that stay idle.
 #
 # --multiline REGEX joins lines into records at lines matching REGEX
 # (a POSIX ERE that is also a Rust regex, like '^f=[0-9]', which starts a
@@ -103,6 +105,7 @@ keep_dir=0
 multiline=
 steady=
 steady_total=600MB
+idle_files=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) install=1 ;;
@@ -125,6 +128,7 @@ while [ $# -gt 0 ]; do
     --multiline) multiline=$2; shift ;;
     --steady) steady=$2; shift ;;
     --steady-total) steady_total=$2; shift ;;
+    --idle-files) idle_files=$2; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-logs: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -197,6 +201,11 @@ peak_rss_mb() {
 # rotated generations too.
 follow_paths() {
   local logs=$1 i
+  if [ "$idle_files" -gt 0 ]; then
+    # One glob over the active and the idle files.
+    echo "$logs/*.log"
+    return
+  fi
   for ((i = 0; i < files; i++)); do
     if [ "$follow" = rotated ]; then
       echo "$logs/app-$i.log*"
@@ -414,9 +423,10 @@ steadyrun() {
   fi
   local i
   for ((i = 0; i < files; i++)); do : >"$run/logs/app-$i.log"; done
+  for ((i = 0; i < idle_files; i++)); do echo "idle file $i" >"$run/logs/idle-$i.log"; done
   "agent_${agent}_start" "$run"
   # Its start-up is not what this measures.
-  sleep 2
+  sleep $((2 + idle_files / 2000))
   local cpu0 t0 t1 cpu1 secs rc=0 lost=- dup=-
   cpu0=$(cpu_seconds "$AGENT_PID")
   t0=$(now)
@@ -446,15 +456,16 @@ steadyrun() {
   fi
   t1=$(now)
   cpu1=$(cpu_seconds "$AGENT_PID")
-  local rss
+  local rss fds
   rss=$(peak_rss_mb "$AGENT_PID")
+  fds=$(ls "/proc/$AGENT_PID/fd" | wc -l)
   stop_agent
   secs=$(echo "scale=2; ($t1 - $t0) / 1" | bc)
   local cpu pct
   cpu=$(echo "scale=3; $cpu1 - $cpu0" | bc)
   pct=$(echo "scale=2; 100 * $cpu / $written" | bc)
-  printf '%-8s %-9s %8s %8s %8s %8s %10s %8s %6s\n' "$agent" "${sink/kafka/$compression}" "$secs" \
-    "$(echo "scale=1; $bytes / $secs / 1000000" | bc)" "$cpu" "$pct" "$rss" "$lost" "$dup" >>"$work/results"
+  printf '%-8s %-9s %8s %8s %8s %8s %10s %6s %8s %6s\n' "$agent" "${sink/kafka/$compression}" "$secs" \
+    "$(echo "scale=1; $bytes / $secs / 1000000" | bc)" "$cpu" "$pct" "$rss" "$fds" "$lost" "$dup" >>"$work/results"
   tail -1 "$work/results" >&2
 }
 
@@ -515,7 +526,7 @@ killrun() {
 echo "bench-logs: $(nproc) CPUs, $(uname -r), work dir $work" >&2
 if [ -n "$steady" ]; then
   echo "bench-logs: steady: $steady_total at $steady into $files files" >&2
-  printf '%-8s %-9s %8s %8s %8s %8s %10s %8s %6s\n' agent codec seconds MB/s CPU-s %core peakRSS-MB lost dup >"$work/results"
+  printf '%-8s %-9s %8s %8s %8s %8s %10s %6s %8s %6s\n' agent codec seconds MB/s CPU-s %core peakRSS-MB fds lost dup >"$work/results"
   for compression in $compressions; do
     for agent in $agents; do steadyrun "$agent" "$compression"; done
   done
