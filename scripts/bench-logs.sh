@@ -411,18 +411,28 @@ throughput() {
   tail -1 "$work/results" >&2
 }
 
-# steadyrun AGENT COMPRESSION: the steady case.
-steadyrun() {
-  local agent=$1 compression=$2
-  local run="$work/$agent-steady-$compression" topic="steady-$agent-$compression"
+# prepare_following AGENT RUN_DIR TOPIC COMPRESSION: prepares the agent for
+# a run whose writer starts after the agent (returns 1, saying why, when
+# it cannot run) and makes the --files empty files, so that the agent
+# follows them from their first line.
+prepare_following() {
+  local agent=$1 run=$2 topic=$3 compression=$4
   mkdir -p "$run/logs"
   local why
   if ! why=$("agent_${agent}_prepare" "$run" "$run/logs" "$topic" "$compression"); then
     echo "bench-logs: skipping $agent: $why" >&2
-    return 0
+    return 1
   fi
   local i
   for ((i = 0; i < files; i++)); do : >"$run/logs/app-$i.log"; done
+}
+
+# steadyrun AGENT COMPRESSION: the steady case.
+steadyrun() {
+  local agent=$1 compression=$2
+  local run="$work/$agent-steady-$compression" topic="steady-$agent-$compression"
+  prepare_following "$agent" "$run" "$topic" "$compression" || return 0
+  local i
   for ((i = 0; i < idle_files; i++)); do echo "idle file $i" >"$run/logs/idle-$i.log"; done
   "agent_${agent}_start" "$run"
   # Its start-up is not what this measures.
@@ -473,16 +483,7 @@ steadyrun() {
 killrun() {
   local agent=$1 compression=lz4
   local run="$work/$agent-kill" topic="kill-$agent"
-  mkdir -p "$run/logs"
-  local why
-  if ! why=$("agent_${agent}_prepare" "$run" "$run/logs" "$topic" "$compression"); then
-    echo "bench-logs: skipping $agent: $why" >&2
-    return 0
-  fi
-  # The files exist before the agent starts, so it follows them from
-  # their first line.
-  local i
-  for ((i = 0; i < files; i++)); do : >"$run/logs/app-$i.log"; done
+  prepare_following "$agent" "$run" "$topic" "$compression" || return 0
   "agent_${agent}_start" "$run"
   "$logwrite" --dir "$run/logs" --files "$files" --line-bytes "$line_bytes" --total "$kill_total" \
     --rate "$kill_rate" --rotate "$rotate" --rotate-bytes "$rotate_bytes" --keep 5 \

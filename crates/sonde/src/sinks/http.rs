@@ -6,7 +6,7 @@ use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
 use sonde_io::logs::deliver::JsonLines;
 
-use super::{net, Buffer, Input, Running, Sink, SinkType, Start, Transport};
+use super::{net, Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;
 
 /// `type = "http"`: `format` is `"json"` (JSON lines, the default) or
@@ -47,10 +47,7 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
             ))
         }
     }
-    if takes_logs && matches!(s.net.as_ref().map(|n| &n.buffer), Some(Buffer::Disk { .. })) {
-        return Err(super::logs_on_disk());
-    }
-    Ok(())
+    super::no_disk_buffer_for_logs(s)
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {

@@ -4,7 +4,7 @@
 use sonde_encode::otlp::Otlp;
 use sonde_io::logs::deliver::OtlpLogs;
 
-use super::{net, Buffer, Input, Running, Sink, SinkType, Start, Transport};
+use super::{net, Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;
 
 /// `type = "otlp_http"`: `url` is the metrics endpoint
@@ -36,11 +36,7 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
             ));
         }
     }
-    let takes_logs = s.log_sources().next().is_some();
-    if takes_logs && matches!(s.net.as_ref().map(|n| &n.buffer), Some(Buffer::Disk { .. })) {
-        return Err(super::logs_on_disk());
-    }
-    Ok(())
+    super::no_disk_buffer_for_logs(s)
 }
 
 /// Where the log records of sink `s` go.
