@@ -401,6 +401,12 @@ pub struct Tailer {
     /// Checkpoints given at build, by device and inode, consumed by the
     /// first rescan.
     restored: HashMap<FileId, FileCheckpoint>,
+    /// Gone files closed while they still had a name somewhere: a rescan
+    /// that misses a file being renamed (a directory read while renames
+    /// run may skip an entry) marks it gone, and if it is found again
+    /// after it was closed, it resumes here instead of from its start.
+    /// At most [`CLOSED_KEPT`] entries.
+    closed: HashMap<FileId, FileCheckpoint>,
     /// Whether the first rescan still has to run and the tailer was built
     /// without checkpoints: then [`ReadFrom`] applies.
     fresh: bool,
@@ -492,6 +498,7 @@ impl Tailer {
             files: Vec::new(),
             skipped: HashSet::new(),
             fresh: checkpoints.is_none(),
+            closed: HashMap::new(),
             restored: checkpoints
                 .map(|c| c.files.into_iter().map(|f| (f.identity.id, f)).collect())
                 .unwrap_or_default(),
@@ -601,6 +608,7 @@ impl Tailer {
             next_key,
             multiline,
             skipped,
+            closed,
             ..
         } = self;
         files.retain_mut(|w| {
@@ -614,6 +622,7 @@ impl Tailer {
                 multiline: multiline.as_ref(),
                 gzip: config.gzip,
                 skipped,
+                closed,
                 report: &mut report,
             };
             ctx.poll_file(w, sink)
@@ -789,7 +798,10 @@ impl Tailer {
         let mut offset = 0;
         let mut from = Start::Beginning;
         let fingerprint = Fingerprint::of(head);
-        let restored = self.restored.remove(&id);
+        let restored = self
+            .restored
+            .remove(&id)
+            .or_else(|| self.closed.remove(&id));
         if let Some(checkpoint) = &restored {
             if checkpoint.identity.recognise(id, head).is_none() {
                 self.events.push(Event::Reused {
@@ -906,6 +918,7 @@ struct PollCtx<'a> {
     multiline: Option<&'a Matcher>,
     gzip: Gzip,
     skipped: &'a mut HashSet<FileId>,
+    closed: &'a mut HashMap<FileId, FileCheckpoint>,
     report: &'a mut PollReport,
 }
 
@@ -1006,6 +1019,23 @@ impl PollCtx<'_> {
             self.report.events.push(Event::Closed {
                 path: w.path.clone(),
             });
+            if w.file.metadata().is_ok_and(|m| m.nlink() > 0) {
+                if self.closed.len() >= CLOSED_KEPT {
+                    let any = self.closed.keys().next().copied();
+                    any.map(|k| self.closed.remove(&k));
+                }
+                self.closed.insert(
+                    w.id,
+                    FileCheckpoint {
+                        identity: Identity {
+                            id: w.id,
+                            head: w.head,
+                        },
+                        path: w.path.to_string_lossy().into_owned(),
+                        offset: w.acked,
+                    },
+                );
+            }
         }
         !close
     }
@@ -1218,6 +1248,9 @@ impl io::Read for FileAt {
         Ok(n)
     }
 }
+
+/// How many closed files' offsets a [`Tailer`] keeps.
+const CLOSED_KEPT: usize = 4096;
 
 /// What reading a file found.
 enum Read {
@@ -2561,6 +2594,35 @@ mod tests {
         assert_exactly_once_in_order(&sink, 3000);
         ack_all(&mut t, &sink);
         assert_eq!(t.bytes_behind(), 0);
+    }
+
+    #[test]
+    fn a_gone_file_found_again_after_it_was_closed_resumes_where_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("a.log");
+        append(&log, b"one\ntwo\n");
+        let cfg = config(dir.path(), "*.log");
+        let mut t = Tailer::new(cfg.clone(), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        drain(&mut t, now, &mut sink);
+        ack_all(&mut t, &sink);
+        // Out of the globs (as a rescan that missed it would see it),
+        // quiet, acknowledged: closed.
+        let away = dir.path().join("a.away");
+        fs::rename(&log, &away).unwrap();
+        drain(&mut t, now, &mut sink);
+        let events = drain(&mut t, now + cfg.rotate_wait, &mut sink);
+        assert!(
+            events.contains(&Event::Closed { path: log.clone() }),
+            "{events:?}"
+        );
+        assert_eq!(t.counters().files_watched, 0);
+        // Back under the globs, grown: only the new line is read.
+        fs::rename(&away, &log).unwrap();
+        append(&log, b"three\n");
+        drain(&mut t, now + cfg.rotate_wait, &mut sink);
+        assert_eq!(sink.texts(), ["one", "two", "three"]);
     }
 
     #[test]
