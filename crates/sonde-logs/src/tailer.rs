@@ -521,8 +521,25 @@ impl Tailer {
     pub fn rescan(&mut self, now: Instant) -> RescanReport {
         let mut errors = Vec::new();
         let found = self.walk(&mut errors);
+        self.take(found, errors, now)
+    }
+
+    /// Opens, relinks or marks gone the files as `found` by a walk.
+    ///
+    /// A path the walk stat-ed may name another file by the time it is
+    /// opened (rotations rename while the walk runs), so the file opened is
+    /// known by the inode of its descriptor, and every file opened here
+    /// joins the map at once: a later path of the same walk that turns out
+    /// to be the same file relinks it instead of opening it a second time
+    /// (which would read it twice).
+    fn take(
+        &mut self,
+        found: Vec<(PathBuf, Metadata)>,
+        mut errors: Vec<ScanError>,
+        now: Instant,
+    ) -> RescanReport {
         let before = self.files.len();
-        let by_id: HashMap<FileId, usize> = self
+        let mut by_id: HashMap<FileId, usize> = self
             .files
             .iter()
             .enumerate()
@@ -544,7 +561,10 @@ impl Tailer {
                 continue;
             }
             match self.open(&path, now, &by_id) {
-                Ok(Opened::New(w)) => self.files.push(*w),
+                Ok(Opened::New(w)) => {
+                    by_id.insert(w.id, self.files.len());
+                    self.files.push(*w);
+                }
                 Ok(Opened::Known(i)) => {
                     seen.insert(i);
                     self.relink(i, path, now);
@@ -2623,6 +2643,31 @@ mod tests {
         append(&log, b"three\n");
         drain(&mut t, now + cfg.rotate_wait, &mut sink);
         assert_eq!(sink.texts(), ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn a_file_a_walk_meets_twice_under_renames_is_opened_once() {
+        // A walk stats `a.log.1` while it is still another file, and by the
+        // time it is opened a rotation has moved `a.log` there; the walk
+        // then meets the moved file again at its new name. Both paths lead
+        // to one inode: it must be read once.
+        let dir = tempfile::tempdir().unwrap();
+        let moved = dir.path().join("a.log.1");
+        append(&moved, b"one\ntwo\n");
+        let other = dir.path().join("elsewhere");
+        append(&other, b"x\n");
+        let mut t = Tailer::new(config(dir.path(), "a.log*"), None).unwrap();
+        let now = Instant::now();
+        let found = vec![
+            (moved.clone(), fs::metadata(&other).unwrap()),
+            (moved.clone(), fs::metadata(&moved).unwrap()),
+        ];
+        let report = t.take(found, Vec::new(), now);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(t.counters().files_watched, 1);
+        let mut sink = Collect::default();
+        while t.poll(now, &mut sink).more {}
+        assert_eq!(sink.texts(), ["one", "two"]);
     }
 
     #[test]
