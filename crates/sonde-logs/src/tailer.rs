@@ -47,7 +47,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, Metadata};
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{DirEntryExt, FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,10 @@ pub struct TailerConfig {
     pub multiline: Option<Multiline>,
     /// What to do with gzip-compressed files. Default [`Gzip::Skip`].
     pub gzip: Gzip,
+    /// How long a file that is read to its end and acknowledged may stay
+    /// unwritten before its descriptor is closed; it stays known by
+    /// identity and is opened again when it is written. Default 30 s.
+    pub close_idle: Duration,
 }
 
 /// What a [`Tailer`] does with a gzip-compressed file its globs match.
@@ -123,6 +127,7 @@ impl TailerConfig {
             read_buffer_bytes: 256 * 1024,
             multiline: None,
             gzip: Gzip::Skip,
+            close_idle: Duration::from_secs(30),
         }
     }
 }
@@ -224,8 +229,13 @@ pub trait LineSink {
 /// What a [`Tailer`] has done since it was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Files open now.
+    /// Files followed now, open or idle.
     pub files_watched: u64,
+    /// Files with an open descriptor now (the others are idle:
+    /// [`TailerConfig::close_idle`]).
+    pub files_open: u64,
+    /// Idle files opened again because they were written.
+    pub files_reopened: u64,
     /// Bytes read from files.
     pub bytes_read: u64,
     /// Lines handed to the sink.
@@ -348,6 +358,15 @@ pub(crate) struct Root {
     pub(crate) depth: Option<usize>,
 }
 
+/// What one walk of the roots found.
+struct Walk {
+    /// The files that match, one path each, with their metadata.
+    found: Vec<(PathBuf, Metadata)>,
+    /// The regular files that do not match, by the inode number their
+    /// directory entry gives.
+    others: HashMap<u64, PathBuf>,
+}
+
 /// What [`Tailer::open`] found at a path.
 enum Opened {
     /// A file not open yet, now open.
@@ -362,7 +381,9 @@ enum Opened {
 
 struct Watched {
     key: FileKey,
-    file: File,
+    /// `None` while idle ([`TailerConfig::close_idle`]): read to its end,
+    /// acknowledged, and known by `id` and `head` until it is written.
+    file: Option<File>,
     id: FileId,
     head: Fingerprint,
     path: PathBuf,
@@ -370,6 +391,13 @@ struct Watched {
     linked: bool,
     /// Renamed, or gone from the globs, since it was found.
     rotated: bool,
+    /// Reported written ([`Tailer::mark_written`]) since its last read.
+    written: bool,
+    /// Its last read stopped before its end.
+    backlog: bool,
+    /// Found through a symbolic link: inotify reports its writes in its
+    /// target's directory, which may not be watched, so every poll reads it.
+    via_link: bool,
     splitter: Splitter,
     /// The multiline record being built, with [`TailerConfig::multiline`].
     joiner: Joiner,
@@ -395,6 +423,17 @@ pub struct Tailer {
     exclude_path: GlobSet,
     exclude_name: GlobSet,
     files: Vec<Watched>,
+    /// The index in `files` of each open file's path and key, for
+    /// [`Tailer::mark_written`] and [`Tailer::ack`]; rebuilt when `files`
+    /// changed.
+    index: HashMap<PathBuf, usize>,
+    keys: HashMap<FileKey, usize>,
+    index_valid: bool,
+    /// Indices of the files [`Tailer::poll_written`] reads: those marked
+    /// written, and those that needed it after their last read.
+    attention: Vec<usize>,
+    /// Set by a rescan: the next poll reads every file, whichever is asked.
+    poll_all: bool,
     /// Compressed files found by the globs, not read; kept while a rescan
     /// finds them, so that they are not opened again every rescan.
     skipped: HashSet<FileId>,
@@ -496,6 +535,11 @@ impl Tailer {
             exclude_path: set(exclude_path)?,
             exclude_name: set(exclude_name)?,
             files: Vec::new(),
+            index: HashMap::new(),
+            keys: HashMap::new(),
+            index_valid: false,
+            attention: Vec::new(),
+            poll_all: true,
             skipped: HashSet::new(),
             fresh: checkpoints.is_none(),
             closed: HashMap::new(),
@@ -520,8 +564,8 @@ impl Tailer {
     /// rest of the scan is done regardless) and what happened to files.
     pub fn rescan(&mut self, now: Instant) -> RescanReport {
         let mut errors = Vec::new();
-        let found = self.walk(&mut errors);
-        self.take(found, errors, now)
+        let walk = self.walk(&mut errors);
+        self.take(walk, errors, now)
     }
 
     /// Opens, relinks or marks gone the files as `found` by a walk.
@@ -532,12 +576,8 @@ impl Tailer {
     /// joins the map at once: a later path of the same walk that turns out
     /// to be the same file relinks it instead of opening it a second time
     /// (which would read it twice).
-    fn take(
-        &mut self,
-        found: Vec<(PathBuf, Metadata)>,
-        mut errors: Vec<ScanError>,
-        now: Instant,
-    ) -> RescanReport {
+    fn take(&mut self, walk: Walk, mut errors: Vec<ScanError>, now: Instant) -> RescanReport {
+        let Walk { found, others } = walk;
         let before = self.files.len();
         let mut by_id: HashMap<FileId, usize> = self
             .files
@@ -555,8 +595,17 @@ impl Tailer {
             }
             if let Some(&i) = by_id.get(&id) {
                 // An open file keeps its inode, so the same device and inode
-                // is the same file, wherever it is now.
+                // is the same file, wherever it is now. An idle file's inode
+                // cannot be reused while the file has a name, and it has
+                // this one.
                 seen.insert(i);
+                let w = &mut self.files[i];
+                if w.file.is_none() && (meta.len(), mtime_of(&meta)) != (w.last_size, w.last_mtime)
+                {
+                    // Written while idle, and inotify did not say (or is
+                    // not used): open it again at the next poll.
+                    w.written = true;
+                }
                 self.relink(i, path, now);
                 continue;
             }
@@ -583,13 +632,35 @@ impl Tailer {
         }
         for (i, w) in self.files.iter_mut().enumerate() {
             if i < before && !seen.contains(&i) && w.linked {
+                let mut moved_to = None;
                 w.linked = false;
                 w.rotated = true;
+                if w.file.is_none() {
+                    // Idle, and renamed out of the globs: if it is still in
+                    // a directory walked, it is read to its end from there
+                    // like any gone file (its writer may not have reopened
+                    // yet). Elsewhere or deleted, it is forgotten.
+                    let at = others.get(&w.id.ino);
+                    let file = at.and_then(|path| File::open(path).ok());
+                    if let Some(file) =
+                        file.filter(|f| f.metadata().is_ok_and(|m| FileId::of(&m) == w.id))
+                    {
+                        w.file = Some(file);
+                        w.last_mtime = (i64::MIN, 0);
+                        self.counters.files_reopened += 1;
+                        moved_to = at.cloned();
+                    }
+                }
                 // The writer may not have reopened yet: `rotate_wait` counts
                 // from the rotation, not from the last write before it.
                 w.active_at = now;
                 // Deleted files are not rotations; renamed-away ones are.
-                let deleted = w.file.metadata().is_ok_and(|m| m.nlink() == 0);
+                // An idle file gone has no descriptor to tell: it is
+                // taken as deleted (logrotate deleting its oldest copy).
+                let deleted = w
+                    .file
+                    .as_ref()
+                    .is_none_or(|f| f.metadata().is_ok_and(|m| m.nlink() == 0));
                 if !deleted {
                     self.counters.rotations += 1;
                 }
@@ -597,6 +668,9 @@ impl Tailer {
                     path: w.path.clone(),
                     deleted,
                 });
+                if let Some(at) = moved_to {
+                    w.path = at;
+                }
             }
         }
         // Checkpoints that name no file found are of files gone while no
@@ -605,6 +679,8 @@ impl Tailer {
             self.restored.clear();
         }
         self.scanned = true;
+        self.index_valid = false;
+        self.poll_all = true;
         self.counters.files_watched = self.files.len() as u64;
         RescanReport {
             errors,
@@ -618,7 +694,64 @@ impl Tailer {
     /// files quiet for `rotate_wait` by `now`, and closes the gone files
     /// that are read, acknowledged and quiet.
     pub fn poll(&mut self, now: Instant, sink: &mut impl LineSink) -> PollReport {
+        self.poll_where(now, sink, true)
+    }
+
+    /// Notes that the files at `paths` were written (inotify said so), for
+    /// [`Tailer::poll_written`]; paths of no open file are ignored.
+    pub fn mark_written<'p>(&mut self, paths: impl IntoIterator<Item = &'p Path>) {
+        self.reindex();
+        for p in paths {
+            if let Some(&i) = self.index.get(p) {
+                if !self.files[i].written {
+                    self.files[i].written = true;
+                    self.attention.push(i);
+                }
+            }
+        }
+    }
+
+    fn reindex(&mut self) {
+        if self.index_valid {
+            return;
+        }
+        self.index = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.path.clone(), i))
+            .collect();
+        self.keys = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.key, i))
+            .collect();
+        self.index_valid = true;
+    }
+
+    /// [`Tailer::poll`] for the files that need it: those marked written,
+    /// those whose last read stopped before their end, those found through
+    /// a symbolic link, and those with something timed pending (rotated or
+    /// gone files, a multiline record, a gzip file being read). The others
+    /// are not looked at, so a poll costs the files written, not the files
+    /// open; a caller that marks every write inotify reports and polls
+    /// every file now and then (at each rescan) misses nothing.
+    pub fn poll_written(&mut self, now: Instant, sink: &mut impl LineSink) -> PollReport {
+        self.poll_where(now, sink, false)
+    }
+
+    fn poll_where(&mut self, now: Instant, sink: &mut impl LineSink, all: bool) -> PollReport {
         let mut report = PollReport::default();
+        let mut which = std::mem::take(&mut self.attention);
+        if all || self.poll_all {
+            self.poll_all = false;
+            which = (0..self.files.len()).collect();
+        } else {
+            which.sort_unstable();
+            which.dedup();
+        }
+        let mut shut = Vec::new();
         let Self {
             files,
             buf,
@@ -629,9 +762,11 @@ impl Tailer {
             multiline,
             skipped,
             closed,
+            attention,
             ..
         } = self;
-        files.retain_mut(|w| {
+        for i in which {
+            let w = &mut files[i];
             let mut ctx = PollCtx {
                 buf,
                 head_buf,
@@ -639,14 +774,34 @@ impl Tailer {
                 next_key,
                 now,
                 rotate_wait: config.rotate_wait,
+                close_idle: config.close_idle,
                 multiline: multiline.as_ref(),
                 gzip: config.gzip,
                 skipped,
                 closed,
                 report: &mut report,
             };
-            ctx.poll_file(w, sink)
-        });
+            let keep = ctx.poll_file(w, sink);
+            w.written = false;
+            if !keep {
+                shut.push(i);
+            } else if w.needs_attention() {
+                attention.push(i);
+            }
+        }
+        let truncated = report
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Truncated { .. }));
+        if !shut.is_empty() || truncated {
+            // Indices or keys changed: the next poll looks at every file.
+            for i in shut.into_iter().rev() {
+                self.files.remove(i);
+            }
+            self.index_valid = false;
+            self.poll_all = true;
+            self.attention.clear();
+        }
         self.counters.files_watched = self.files.len() as u64;
         report
     }
@@ -655,7 +810,8 @@ impl Tailer {
     /// handed out for it) was delivered. Acknowledgements for a file closed
     /// or truncated since, or behind an earlier one, change nothing.
     pub fn ack(&mut self, key: FileKey, end: u64) {
-        if let Some(w) = self.files.iter_mut().find(|w| w.key == key) {
+        self.reindex();
+        if let Some(w) = self.keys.get(&key).map(|&i| &mut self.files[i]) {
             if end > w.acked && end <= w.splitter.offset() {
                 w.acked = end;
             }
@@ -728,13 +884,18 @@ impl Tailer {
                 }
                 continue;
             };
-            let Ok(head) = read_head(&w.file, &mut self.head_buf) else {
+            // An idle file was read to its end and every line of it
+            // acknowledged: no stored position is ahead of it.
+            let Some(file) = &w.file else {
+                continue;
+            };
+            let Ok(head) = read_head(file, &mut self.head_buf) else {
                 continue;
             };
             if c.identity.recognise(w.id, head).is_none() {
                 continue;
             }
-            let size = w.file.metadata().map_or(0, |m| m.len());
+            let size = file.metadata().map_or(0, |m| m.len());
             if (c.offset > size && w.gz.is_none()) || c.offset <= w.acked {
                 continue;
             }
@@ -753,7 +914,10 @@ impl Tailer {
 
     /// What the tailer has done so far.
     pub fn counters(&self) -> Counters {
-        self.counters
+        Counters {
+            files_open: self.files.iter().filter(|w| w.file.is_some()).count() as u64,
+            ..self.counters
+        }
     }
 
     /// Bytes of the open files, as of the last poll, that are not
@@ -849,7 +1013,7 @@ impl Tailer {
         self.next_key += 1;
         Ok(Opened::New(Box::new(Watched {
             key,
-            file,
+            file: Some(file),
             id,
             head: fingerprint,
             path: path.to_path_buf(),
@@ -858,6 +1022,9 @@ impl Tailer {
             splitter: Splitter::new(offset, self.config.max_line_bytes),
             joiner: Joiner::default(),
             gz: gz.then(|| Gz::new(offset)),
+            written: false,
+            backlog: false,
+            via_link: fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()),
             acked: offset,
             last_size: size,
             // Never a real time: the first poll checks the head.
@@ -867,8 +1034,9 @@ impl Tailer {
     }
 
     /// The regular files under the roots that match, one path per file.
-    fn walk(&self, errors: &mut Vec<ScanError>) -> Vec<(PathBuf, Metadata)> {
+    fn walk(&self, errors: &mut Vec<ScanError>) -> Walk {
         let mut out: Vec<(PathBuf, Metadata)> = Vec::new();
+        let mut others = HashMap::new();
         let mut ids = HashSet::new();
         let mut dirs_seen = HashSet::new();
         for root in &self.roots {
@@ -904,6 +1072,11 @@ impl Tailer {
                         continue;
                     }
                     if !self.matches(&path) {
+                        // The directory entry's inode, no stat: where an
+                        // idle file renamed out of the globs went.
+                        if kind.is_file() {
+                            others.insert(entry.ino(), path);
+                        }
                         continue;
                     }
                     // Follows a symbolic link to the file it names.
@@ -916,7 +1089,7 @@ impl Tailer {
                 }
             }
         }
-        out
+        Walk { found: out, others }
     }
 
     fn matches(&self, path: &Path) -> bool {
@@ -928,6 +1101,39 @@ impl Tailer {
     }
 }
 
+impl Watched {
+    /// Whether [`Tailer::poll_written`] reads it without a mark: it is
+    /// open and its last read stopped short, inotify may not report its
+    /// writes, or something timed is pending (rotated or gone, a multiline
+    /// record, a gzip file being read).
+    fn needs_attention(&self) -> bool {
+        self.file.is_some() && self.needs_reading()
+    }
+
+    fn needs_reading(&self) -> bool {
+        self.backlog
+            || self.via_link
+            || self.rotated
+            || self.joiner.start().is_some()
+            || self.gz.as_ref().is_some_and(|g| !g.done)
+    }
+
+    /// The descriptor; only open files are read.
+    fn fd(&self) -> io::Result<&File> {
+        self.file.as_ref().ok_or_else(idle_error)
+    }
+}
+
+/// The error of a read of an idle file, which the poll never attempts.
+fn idle_error() -> io::Error {
+    io::Error::other("the file is idle: its descriptor is closed")
+}
+
+/// A file's modification time, seconds and nanoseconds.
+fn mtime_of(meta: &Metadata) -> (i64, i64) {
+    (meta.mtime(), meta.mtime_nsec())
+}
+
 struct PollCtx<'a> {
     buf: &'a mut [u8],
     head_buf: &'a mut [u8; FINGERPRINT_BYTES],
@@ -935,6 +1141,7 @@ struct PollCtx<'a> {
     next_key: &'a mut u64,
     now: Instant,
     rotate_wait: Duration,
+    close_idle: Duration,
     multiline: Option<&'a Matcher>,
     gzip: Gzip,
     skipped: &'a mut HashSet<FileId>,
@@ -984,8 +1191,19 @@ impl PollCtx<'_> {
         }
     }
 
-    /// Polls one file; returns whether to keep it open.
+    /// Polls one file; returns whether to keep it.
     fn poll_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> bool {
+        if w.file.is_none() {
+            if !w.linked {
+                // Gone from the globs while idle: it was read to its end,
+                // and without a descriptor nothing more can be read.
+                self.forget(w);
+                return false;
+            }
+            if !w.written || !self.reopen(w) {
+                return true;
+            }
+        }
         match self.read_file(w, sink) {
             Err(source) => {
                 self.report.errors.push(ReadError {
@@ -1034,61 +1252,105 @@ impl PollCtx<'_> {
             None => w.splitter.offset() >= w.last_size,
         };
         let drained = read_all && w.splitter.waiting().is_none() && w.joiner.start().is_none();
-        let close = !w.linked && drained && quiet && w.acked >= w.splitter.offset();
+        let done = drained && w.acked >= w.splitter.offset();
+        let close = !w.linked && done && quiet;
         if close {
-            self.report.events.push(Event::Closed {
-                path: w.path.clone(),
-            });
-            if w.file.metadata().is_ok_and(|m| m.nlink() > 0) {
-                if self.closed.len() >= CLOSED_KEPT {
-                    let any = self.closed.keys().next().copied();
-                    any.map(|k| self.closed.remove(&k));
-                }
-                self.closed.insert(
-                    w.id,
-                    FileCheckpoint {
-                        identity: Identity {
-                            id: w.id,
-                            head: w.head,
-                        },
-                        path: w.path.to_string_lossy().into_owned(),
-                        offset: w.acked,
-                    },
-                );
-            }
+            self.forget(w);
+        } else if w.linked
+            && done
+            && w.gz.is_none()
+            && self.now.saturating_duration_since(w.active_at) >= self.close_idle
+        {
+            // Idle: the descriptor is closed, the file stays known.
+            w.file = None;
         }
         !close
+    }
+
+    /// Closes a gone file that is read, acknowledged and quiet; while it
+    /// still has a name (or is idle, and so may have one), its offset is
+    /// kept in case a rescan finds it again.
+    fn forget(&mut self, w: &Watched) {
+        self.report.events.push(Event::Closed {
+            path: w.path.clone(),
+        });
+        let named = w
+            .file
+            .as_ref()
+            .is_none_or(|f| f.metadata().is_ok_and(|m| m.nlink() > 0));
+        if named {
+            if self.closed.len() >= CLOSED_KEPT {
+                let any = self.closed.keys().next().copied();
+                any.map(|k| self.closed.remove(&k));
+            }
+            self.closed.insert(
+                w.id,
+                FileCheckpoint {
+                    identity: Identity {
+                        id: w.id,
+                        head: w.head,
+                    },
+                    path: w.path.to_string_lossy().into_owned(),
+                    offset: w.acked,
+                },
+            );
+        }
+    }
+
+    /// Opens an idle file again at its path, if the path still names it;
+    /// otherwise it stays idle and the rescan its move or deletion causes
+    /// finds where it went. Its head is checked at the read that follows.
+    fn reopen(&mut self, w: &mut Watched) -> bool {
+        let file = match File::open(&w.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
+            Err(source) => {
+                self.report.errors.push(ReadError {
+                    path: w.path.clone(),
+                    source,
+                });
+                return false;
+            }
+        };
+        if !file.metadata().is_ok_and(|m| FileId::of(&m) == w.id) {
+            return false;
+        }
+        w.file = Some(file);
+        w.last_mtime = (i64::MIN, 0);
+        self.counters.files_reopened += 1;
+        true
     }
 
     fn read_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<Read> {
         if w.gz.is_some() {
             return self.read_gz(w, sink).map(|()| Read::Text);
         }
-        let meta = w.file.metadata()?;
+        let meta = w.fd()?.metadata()?;
         let size = meta.len();
-        let mtime = (meta.mtime(), meta.mtime_nsec());
+        let mtime = mtime_of(&meta);
         if size != w.last_size || mtime != w.last_mtime {
             let mut truncated = size < w.splitter.offset();
-            let head = read_head(&w.file, self.head_buf)?;
+            let head = read_head(w.fd()?, self.head_buf)?;
             match w.head.check(head) {
                 Head::Same(now) if !truncated => w.head = now,
                 _ => truncated = true,
             }
             if truncated {
                 self.restart(w, sink);
-                let head = read_head(&w.file, self.head_buf)?;
+                let head = read_head(w.fd()?, self.head_buf)?;
                 w.head = Fingerprint::of(head);
             }
             w.last_size = size;
             w.last_mtime = mtime;
         }
         let offset = w.splitter.offset();
+        w.backlog = false;
         if offset >= size {
             return Ok(Read::Text);
         }
         let want = ((size - offset) as usize).min(self.buf.len());
         let n = loop {
-            match w.file.read_at(&mut self.buf[..want], offset) {
+            match w.fd()?.read_at(&mut self.buf[..want], offset) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other?,
             }
@@ -1104,7 +1366,8 @@ impl PollCtx<'_> {
             w.gz = Some(Gz::new(0));
             return self.read_gz(w, sink).map(|()| Read::Text);
         }
-        self.report.more |= offset + (n as u64) < size;
+        w.backlog = offset + (n as u64) < size;
+        self.report.more |= w.backlog;
         self.split(w, n, sink);
         Ok(Read::Text)
     }
@@ -1114,8 +1377,8 @@ impl PollCtx<'_> {
         let Some(gz) = w.gz.as_mut() else {
             return Ok(());
         };
-        let meta = w.file.metadata()?;
-        let (size, mtime) = (meta.len(), (meta.mtime(), meta.mtime_nsec()));
+        let meta = w.file.as_ref().ok_or_else(idle_error)?.metadata()?;
+        let (size, mtime) = (meta.len(), mtime_of(&meta));
         if gz.done && (size, mtime) == (w.last_size, w.last_mtime) {
             return Ok(());
         }
@@ -1134,7 +1397,8 @@ impl PollCtx<'_> {
         }
         w.last_size = size;
         w.last_mtime = mtime;
-        let n = match gz.read(&w.file, self.buf) {
+        let file = w.file.as_ref().ok_or_else(idle_error)?;
+        let n = match gz.read(file, self.buf) {
             Ok(n) => n,
             // Cut short: still being written. Read again from the start
             // next time, skipping what the splitter has.
@@ -2118,6 +2382,9 @@ mod tests {
         Reopen,
         Rescan,
         Poll,
+        /// Marks the paths written since the last such poll, as inotify
+        /// names them, and polls those ([`Tailer::poll_written`]).
+        PollWritten,
         /// Acknowledges a share of the lines read and not yet acknowledged.
         Ack {
             percent: usize,
@@ -2138,6 +2405,7 @@ mod tests {
             1 => Just(Op::Reopen),
             2 => Just(Op::Rescan),
             3 => Just(Op::Poll),
+            3 => Just(Op::PollWritten),
             1 => (0usize..=100).prop_map(|percent| Op::Ack { percent }),
             1 => Just(Op::Wait),
             u32::from(restarts) => (0usize..=100).prop_map(|acked_percent| Op::Restart { acked_percent }),
@@ -2153,6 +2421,7 @@ mod tests {
         ops: Vec<Op>,
         include: &str,
         scan_before_rotate: bool,
+        close_idle: Duration,
     ) -> Result<(), TestCaseError> {
         let dir = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
@@ -2160,7 +2429,12 @@ mod tests {
         let log = dir.path().join("app.log");
         let mut cfg = config(dir.path(), include);
         cfg.read_buffer_bytes = 64;
+        cfg.close_idle = close_idle;
         let mut now = Instant::now();
+        // Which name the writer's file has now (0: app.log, k: app.log.k),
+        // and the names written since the last PollWritten.
+        let mut writer_at = 0;
+        let mut written: Vec<PathBuf> = Vec::new();
         let mut writer = fs::OpenOptions::new()
             .append(true)
             .create(true)
@@ -2204,6 +2478,10 @@ mod tests {
                         half_written = Some(text.split_off(cut));
                     }
                     writer.write_all(text.as_bytes()).unwrap();
+                    written.push(match writer_at {
+                        0 => log.clone(),
+                        k => dir.path().join(format!("app.log.{k}")),
+                    });
                 }
                 // Nothing to rotate until the writer has reopened.
                 Op::Rotate if dir.path().join("app.log").exists() => {
@@ -2217,14 +2495,24 @@ mod tests {
                     }
                     fs::rename(dir.path().join("app.log"), dir.path().join("app.log.1")).unwrap();
                     rotations += 1;
+                    writer_at += 1;
                 }
                 Op::Rotate => {}
-                Op::Reopen => reopen(&mut writer, &mut half_written),
+                Op::Reopen => {
+                    reopen(&mut writer, &mut half_written);
+                    writer_at = 0;
+                }
                 Op::Rescan => prop_assert!(t.rescan(now).errors.is_empty()),
                 Op::Poll => prop_assert!(t.poll(now, &mut pending).errors.is_empty()),
+                Op::PollWritten => {
+                    t.mark_written(written.iter().map(PathBuf::as_path));
+                    written.clear();
+                    prop_assert!(t.poll_written(now, &mut pending).errors.is_empty());
+                }
                 Op::Ack { percent } => ack(&mut t, &mut pending, &mut delivered, percent),
                 Op::Wait => {
                     reopen(&mut writer, &mut half_written);
+                    writer_at = 0;
                     now += cfg.rotate_wait;
                 }
                 Op::Restart { acked_percent } => {
@@ -2257,6 +2545,16 @@ mod tests {
 
     use proptest::prelude::*;
 
+    /// With `idle`, files are closed as soon as they are read and
+    /// acknowledged, so that every later write finds them idle.
+    fn close_idle(idle: bool) -> Duration {
+        if idle {
+            Duration::ZERO
+        } else {
+            TailerConfig::new(Vec::new()).close_idle
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -2265,9 +2563,10 @@ mod tests {
         /// is acknowledged exactly once in the end.
         #[test]
         fn every_line_is_delivered_once_through_rotations_and_restarts(
-            ops in proptest::collection::vec(op(true), 1..40)
+            ops in proptest::collection::vec(op(true), 1..40),
+            idle in any::<bool>(),
         ) {
-            run_model(ops, "app.log*", false)?;
+            run_model(ops, "app.log*", false, close_idle(idle))?;
         }
 
         /// The same, with a glob that does not cover rotated names: rotated
@@ -2275,9 +2574,10 @@ mod tests {
         /// closed. (No restarts: a restarted tailer cannot find them.)
         #[test]
         fn every_line_is_delivered_once_through_descriptors_of_rotated_files(
-            ops in proptest::collection::vec(op(false), 1..40)
+            ops in proptest::collection::vec(op(false), 1..40),
+            idle in any::<bool>(),
         ) {
-            run_model(ops, "app.log", true)?;
+            run_model(ops, "app.log", true, close_idle(idle))?;
         }
     }
 
@@ -2662,12 +2962,51 @@ mod tests {
             (moved.clone(), fs::metadata(&other).unwrap()),
             (moved.clone(), fs::metadata(&moved).unwrap()),
         ];
-        let report = t.take(found, Vec::new(), now);
+        let walk = Walk {
+            found,
+            others: HashMap::new(),
+        };
+        let report = t.take(walk, Vec::new(), now);
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(t.counters().files_watched, 1);
         let mut sink = Collect::default();
         while t.poll(now, &mut sink).more {}
         assert_eq!(sink.texts(), ["one", "two"]);
+    }
+
+    #[test]
+    fn poll_written_reads_the_files_marked_written_and_those_with_a_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+        append(&a, b"a0\n");
+        append(&b, b"b0\n");
+        let mut cfg = config(dir.path(), "*.log");
+        cfg.read_buffer_bytes = 8;
+        let mut t = Tailer::new(cfg, None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        drain(&mut t, now, &mut sink);
+        assert_eq!(sink.texts(), ["a0", "b0"]);
+        append(&a, b"a1\na2\na3\na4\n");
+        append(&b, b"b1\n");
+        // Only a.log was reported written: b.log is not looked at.
+        t.mark_written([a.as_path(), dir.path().join("other").as_path()]);
+        let report = t.poll_written(now, &mut sink);
+        assert!(report.more, "a.log has more than one buffer");
+        assert_eq!(sink.texts()[2..], ["a1", "a2"]);
+        // Its backlog is read on without another mark; b.log still waits.
+        while t.poll_written(now, &mut sink).more {}
+        assert_eq!(sink.texts()[2..], ["a1", "a2", "a3", "a4"]);
+        // A full poll (a rescan's) reads everything.
+        t.poll(now, &mut sink);
+        assert_eq!(sink.texts().last(), Some(&"b1"));
+        // Marks survive a rescan that changed the files' order.
+        fs::remove_file(&a).unwrap();
+        drain(&mut t, now, &mut sink);
+        append(&b, b"b2\n");
+        t.mark_written([b.as_path()]);
+        t.poll_written(now, &mut sink);
+        assert_eq!(sink.texts().last(), Some(&"b2"));
     }
 
     #[test]

@@ -93,8 +93,12 @@ pub struct Wake {
     /// were lost: call [`Tailer::rescan`](crate::Tailer::rescan).
     pub rescan: bool,
     /// A file in a watched directory was written: call
-    /// [`Tailer::poll`](crate::Tailer::poll).
+    /// [`Tailer::poll`](crate::Tailer::poll), or mark [`Wake::written`] and
+    /// call [`Tailer::poll_written`](crate::Tailer::poll_written).
     pub poll: bool,
+    /// The paths of the files written, once each per drain (with
+    /// [`Wake::poll`]).
+    pub written: Vec<PathBuf>,
     /// Directories that could not be watched while draining (created under
     /// a glob, or walked again after an overflow or a base's removal);
     /// their files are left to the periodic rescan.
@@ -388,6 +392,13 @@ impl Watcher {
         }
         if mask.intersects(AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CLOSE_WRITE) {
             wake.poll = true;
+            if let (Some(dir), Some(name)) = (self.dirs.get(&event.wd), &event.name) {
+                let path = dir.path.join(name);
+                // A writer's events come in runs: one entry per run.
+                if wake.written.last() != Some(&path) {
+                    wake.written.push(path);
+                }
+            }
         }
         if mask.intersects(
             AddWatchFlags::IN_CREATE
@@ -556,6 +567,7 @@ mod tests {
                 let wake = w.drain().unwrap();
                 all.rescan |= wake.rescan;
                 all.poll |= wake.poll;
+                all.written.extend(wake.written);
                 all.unwatched.extend(wake.unwatched);
                 if done(&all) {
                     return all;
@@ -604,6 +616,7 @@ mod tests {
         file.write_all(b"one\n").unwrap();
         let wake = wake_until(&mut w, |k| k.poll);
         assert!(!wake.rescan, "a write is no reason to rescan");
+        assert_eq!(wake.written, [path]);
     }
 
     #[test]

@@ -15,6 +15,11 @@ use common::{wait_for, Agent};
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn agent(logs: &Path, extra: &str) -> Agent {
+    agent_with(logs, "", extra)
+}
+
+/// [`agent`] with `source` added to the `[[logs]]` section.
+fn agent_with(logs: &Path, source: &str, extra: &str) -> Agent {
     let include = format!("{}/*.log*", logs.display());
     Agent::start_config(|admin, dir| {
         format!(
@@ -27,6 +32,7 @@ name = "app"
 include = ["{include}"]
 rescan_interval = "500ms"
 rotate_wait = "1s"
+{source}
 
 [[sinks]]
 type = "blackhole"
@@ -49,13 +55,15 @@ fn append(path: &Path, from: u32, to: u32) {
         .unwrap();
 }
 
-/// Waits until the blackhole has counted `n` records and every byte is
-/// acknowledged.
+/// Waits until the blackhole has counted `n` records, the source `n`
+/// lines read, and every byte is acknowledged.
 fn wait_records(agent: &Agent, n: u32) {
     wait_for(&format!("{n} records"), TIMEOUT, || {
         let records = agent.metric("sonde_sink_records_total{sink=\"blackhole\"}")?;
         let behind = agent.metric("sonde_log_bytes_behind{source=\"app\"}")?;
-        (records == f64::from(n) && behind == 0.0).then_some(())
+        // The source's counters reach /metrics every 100 ms: read as one.
+        let lines = agent.metric("sonde_log_lines_read_total{source=\"app\"}")?;
+        (records == f64::from(n) && lines == f64::from(n) && behind == 0.0).then_some(())
     });
 }
 
@@ -127,14 +135,12 @@ fn rotation_and_truncation_are_logged_and_counted() {
         .unwrap();
     append(&log, 20, 23);
     wait_records(&agent, 23);
-    assert_eq!(
-        agent.metric("sonde_log_rotations_total{source=\"app\"}"),
-        Some(1.0)
-    );
-    assert_eq!(
-        agent.metric("sonde_log_truncations_total{source=\"app\"}"),
-        Some(1.0)
-    );
+    // The source brings its counters to /metrics every 100 ms.
+    wait_for("the rotation and the truncation counted", TIMEOUT, || {
+        let rotations = agent.metric("sonde_log_rotations_total{source=\"app\"}")?;
+        let truncations = agent.metric("sonde_log_truncations_total{source=\"app\"}")?;
+        (rotations == 1.0 && truncations == 1.0).then_some(())
+    });
     let log_text = agent.stderr();
     assert!(log_text.contains("file rotated"), "{log_text}");
     assert!(log_text.contains("file truncated"), "{log_text}");
@@ -236,12 +242,14 @@ inputs = ["metrics", "app"]
     assert_eq!(record["source"], "app");
     assert_eq!(record["offset"], 0);
     assert!(lines.iter().any(|l| l["name"] == "hits"), "{lines:?}");
-    wait_for("every byte acknowledged", TIMEOUT, || {
-        (agent.metric("sonde_log_bytes_behind{source=\"app\"}") == Some(0.0)).then_some(())
-    });
-    assert_eq!(
-        agent.metric("sonde_log_multiline_records_total{source=\"app\"}"),
-        Some(1.0)
+    wait_for(
+        "every byte acknowledged, one multiline record",
+        TIMEOUT,
+        || {
+            let behind = agent.metric("sonde_log_bytes_behind{source=\"app\"}")?;
+            let joined = agent.metric("sonde_log_multiline_records_total{source=\"app\"}")?;
+            (behind == 0.0 && joined == 1.0).then_some(())
+        },
     );
 }
 
@@ -329,4 +337,49 @@ fn gzip_compressed_files_are_skipped_unless_asked_for() {
         reading.metric("sonde_log_files_skipped_total{source=\"app\"}"),
         Some(0.0)
     );
+}
+
+/// The descriptors the agent holds on files under `dir`.
+fn fds_under(agent: &Agent, dir: &Path) -> usize {
+    let fds = format!("/proc/{}/fd", agent.child.id());
+    std::fs::read_dir(fds)
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
+}
+
+#[test]
+fn idle_files_are_closed_and_read_on_when_written_even_renamed_out_of_the_globs() {
+    let logs = tempfile::tempdir().unwrap();
+    let dir = logs.path().canonicalize().unwrap();
+    let path = |i: u32| dir.join(format!("f{i:02}.log"));
+    for i in 0..40 {
+        append(&path(i), 0, 1);
+    }
+    let agent = agent_with(&dir, "close_idle = \"1s\"", "");
+    wait_records(&agent, 40);
+    wait_for("every file idle, its descriptor closed", TIMEOUT, || {
+        let open = agent.metric("sonde_log_files_open{source=\"app\"}")?;
+        let watched = agent.metric("sonde_log_files_watched{source=\"app\"}")?;
+        (open == 0.0 && watched == 40.0 && fds_under(&agent, &dir) == 0).then_some(())
+    });
+    // Written while idle: opened again and read on from its offset.
+    for i in 0..3 {
+        append(&path(i), 1, 3);
+    }
+    wait_records(&agent, 46);
+    wait_for("three files reopened", TIMEOUT, || {
+        let reopened = agent.metric("sonde_log_files_reopened_total{source=\"app\"}")?;
+        (reopened >= 3.0).then_some(())
+    });
+    // Renamed out of the globs while idle, then written through the
+    // writer's old descriptor: found by its inode and read to its end.
+    wait_for("f10.log idle", TIMEOUT, || {
+        (agent.metric("sonde_log_files_open{source=\"app\"}")? == 0.0).then_some(())
+    });
+    let mut writer = OpenOptions::new().append(true).open(path(10)).unwrap();
+    std::fs::rename(path(10), dir.join("f10.old")).unwrap();
+    writer.write_all(b"line 000001\nline 000002\n").unwrap();
+    wait_records(&agent, 48);
 }

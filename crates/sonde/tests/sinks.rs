@@ -622,9 +622,11 @@ fn http_sink_posts_log_records_and_holds_them_through_an_outage() {
     wait_for("two retries", Duration::from_secs(10), || {
         (m("sonde_sink_retries_total{sink=\"http\"}") >= 2.0).then_some(())
     });
-    assert_eq!(
-        m("sonde_log_bytes_behind{source=\"app\"}"),
-        text.len() as f64
+    // The source brings its counters to /metrics every 100 ms.
+    wait_for(
+        "every byte read and none acknowledged",
+        Duration::from_secs(10),
+        || (m("sonde_log_bytes_behind{source=\"app\"}") == text.len() as f64).then_some(()),
     );
     server.status.store(200, Ordering::SeqCst);
     wait_for("every line acknowledged", Duration::from_secs(10), || {

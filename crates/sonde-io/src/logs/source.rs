@@ -69,6 +69,9 @@ const MAX_WAIT: Duration = Duration::from_millis(200);
 /// the source's CPU on waking up; docs/BENCHMARKS.md, "steady writing").
 const READ_LINGER: Duration = Duration::from_millis(10);
 
+/// How often the counters on `/metrics` are brought up to date.
+const STATS_EVERY: Duration = Duration::from_millis(100);
+
 /// How long a wait for acknowledgements lasts while files may have grown.
 const ACK_WAIT: Duration = Duration::from_millis(10);
 
@@ -283,11 +286,16 @@ impl Run {
         let mut flush_at: Option<Instant> = None;
         // Whether the last read left bytes unread.
         let mut backlog = false;
+        let mut next_stats = now;
+        // Whether the counters moved since they were last stored.
+        let mut stale = true;
         while !self.stop.load(Relaxed) {
             let now = Instant::now();
             let flush_due = flush_at.is_some_and(|at| now >= at);
             read_now |= flush_due;
-            dirty |= self.take_acks();
+            let acked = self.take_acks();
+            dirty |= acked;
+            stale |= acked;
             if dirty && now >= next_save {
                 self.save();
                 dirty = false;
@@ -299,6 +307,8 @@ impl Run {
                     Ok(wake) => {
                         rescan |= wake.rescan;
                         read_now |= wake.poll || wake.rescan;
+                        self.tailer
+                            .mark_written(wake.written.iter().map(PathBuf::as_path));
                         for e in wake.unwatched {
                             tracing::warn!(source = %name, error = %e, "directory not watched; the periodic rescan covers it");
                         }
@@ -325,6 +335,7 @@ impl Run {
                 next_rescan = now + self.config.rescan_interval;
                 // The safety net reads too, for writes inotify did not see.
                 read_now = true;
+                stale = true;
             }
             if watcher.is_none() && now >= last_read + POLL_WITHOUT_INOTIFY {
                 read_now = true;
@@ -341,7 +352,16 @@ impl Run {
             }
             if read_now && room {
                 last_read = now;
-                let report = self.tailer.poll(now, &mut self.builder);
+                stale = true;
+                // inotify names the files written: a poll reads those (and
+                // those with a backlog or something timed); the rescans'
+                // polls, a multiline timeout and polling without inotify
+                // look at every file.
+                let report = if rescan || flush_due || watcher.is_none() {
+                    self.tailer.poll(now, &mut self.builder)
+                } else {
+                    self.tailer.poll_written(now, &mut self.builder)
+                };
                 more = report.more;
                 backlog = more;
                 flush_at = report.flush_at;
@@ -355,8 +375,14 @@ impl Run {
                     self.builder.trim();
                 }
             }
-            self.stats
-                .store(&self.tailer.counters(), self.tailer.bytes_behind());
+            if stale && now >= next_stats {
+                // Bytes behind sums over every file: at most every
+                // STATS_EVERY, not every round.
+                self.stats
+                    .store(&self.tailer.counters(), self.tailer.bytes_behind());
+                next_stats = now + STATS_EVERY;
+                stale = false;
+            }
             if more && self.in_flight_bytes + self.held_bytes < self.config.max_in_flight_bytes {
                 continue;
             }
@@ -371,6 +397,9 @@ impl Run {
             }
             if let Some(at) = flush_at {
                 until = until.min(at);
+            }
+            if stale {
+                until = until.min(next_stats);
             }
             let wait = until
                 .saturating_duration_since(Instant::now())

@@ -11,8 +11,12 @@ use sonde_logs::tailer::Counters;
 pub struct LogStats {
     /// The source's name.
     pub source: String,
-    /// Files open now (a gauge).
+    /// Files followed now, open or idle (a gauge).
     pub files_watched: AtomicU64,
+    /// Files with an open descriptor now (a gauge).
+    pub files_open: AtomicU64,
+    /// Idle files opened again because they were written.
+    pub files_reopened: AtomicU64,
     /// Bytes read from files.
     pub bytes_read: AtomicU64,
     /// Lines read.
@@ -45,6 +49,8 @@ impl LogStats {
         LogStats {
             source,
             files_watched: AtomicU64::new(0),
+            files_open: AtomicU64::new(0),
+            files_reopened: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
             lines_read: AtomicU64::new(0),
             lines_truncated: AtomicU64::new(0),
@@ -63,6 +69,8 @@ impl LogStats {
     /// Stores a tailer's counters and bytes behind.
     pub(crate) fn store(&self, c: &Counters, bytes_behind: u64) {
         self.files_watched.store(c.files_watched, Relaxed);
+        self.files_open.store(c.files_open, Relaxed);
+        self.files_reopened.store(c.files_reopened, Relaxed);
         self.bytes_read.store(c.bytes_read, Relaxed);
         self.lines_read.store(c.lines_read, Relaxed);
         self.lines_truncated.store(c.lines_truncated, Relaxed);

@@ -277,8 +277,18 @@ pub const METRICS: &[Metric] = &[
     // Log sources.
     gauge(
         "sonde_log_files_watched",
-        "Files a log source has open.",
+        "Files a log source follows, open or idle.",
         Source::Log(|l| l.files_watched.load(Relaxed)),
+    ),
+    gauge(
+        "sonde_log_files_open",
+        "Files a log source holds a descriptor of; idle ones are closed (close_idle).",
+        Source::Log(|l| l.files_open.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_files_reopened_total",
+        "Idle files a log source opened again because they were written.",
+        Source::Log(|l| l.files_reopened.load(Relaxed)),
     ),
     counter(
         "sonde_log_bytes_read_total",

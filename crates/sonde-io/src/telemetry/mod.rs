@@ -224,6 +224,8 @@ mod tests {
         s.dropped_records[SinkDrop::Rejected as usize].store(2, Relaxed);
         let l = Arc::new(LogStats::new("app".into()));
         l.files_watched.store(3, Relaxed);
+        l.files_open.store(2, Relaxed);
+        l.files_reopened.store(9, Relaxed);
         l.bytes_read.store(15_000, Relaxed);
         l.lines_read.store(100, Relaxed);
         l.lines_truncated.store(1, Relaxed);

@@ -104,6 +104,10 @@ pub struct LogSection {
     /// newline is sent and, once read to its end, it is closed. Default
     /// `"5s"`.
     pub rotate_wait: Option<Spanned<HumanDuration>>,
+    /// How long a file read to its end stays unwritten before its
+    /// descriptor is closed; it is opened again when written. Default
+    /// `"30s"`.
+    pub close_idle: Option<Spanned<HumanDuration>>,
     /// Added to every record: top-level keys in the `json` format, Kafka
     /// headers in `raw`. Default none.
     pub fields: Option<Spanned<BTreeMap<String, String>>>,
@@ -219,6 +223,9 @@ fn one(src: Source<'_>, i: usize, s: &LogSection) -> Result<LogSource, ConfigErr
             ));
         }
         tailer.max_line_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(c) = &s.close_idle {
+        tailer.close_idle = c.get_ref().0;
     }
     if let Some(w) = &s.rotate_wait {
         tailer.rotate_wait = w.get_ref().0;
@@ -501,6 +508,7 @@ mod tests {
         assert_eq!(l.tailer.read_from, ReadFrom::Beginning);
         assert_eq!(l.tailer.max_line_bytes, 1 << 20);
         assert_eq!(l.tailer.rotate_wait, Duration::from_secs(5));
+        assert_eq!(l.tailer.close_idle, Duration::from_secs(30));
         assert_eq!(l.tailer.gzip, Gzip::Skip);
         assert_eq!(l.rescan_interval, Duration::from_secs(5));
         assert!(l.fields.is_empty());
@@ -509,7 +517,7 @@ mod tests {
     #[test]
     fn every_key_is_read_into_the_source() {
         let c = parse(
-            "[[logs]]\nname = \"app-1.x_y\"\ninclude = [\"/var/log/app/*.log*\", \"/srv/**/out.log\"]\nexclude = [\"*.gz\", \"/var/log/app/old/*\"]\nread_from = \"end\"\nmax_line_bytes = \"64KiB\"\nrescan_interval = \"500ms\"\nrotate_wait = \"0s\"\ngzip = \"read\"\nfields = { service = \"api\", dc = \"x\", \"a b\" = \"\" }\n[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app-1.x_y\"]\n",
+            "[[logs]]\nname = \"app-1.x_y\"\ninclude = [\"/var/log/app/*.log*\", \"/srv/**/out.log\"]\nexclude = [\"*.gz\", \"/var/log/app/old/*\"]\nread_from = \"end\"\nmax_line_bytes = \"64KiB\"\nrescan_interval = \"500ms\"\nrotate_wait = \"0s\"\nclose_idle = \"2m\"\ngzip = \"read\"\nfields = { service = \"api\", dc = \"x\", \"a b\" = \"\" }\n[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app-1.x_y\"]\n",
         )
         .unwrap();
         let l = &c.logs[0];
@@ -519,6 +527,7 @@ mod tests {
         assert_eq!(l.tailer.read_from, ReadFrom::End);
         assert_eq!(l.tailer.max_line_bytes, 64 << 10);
         assert_eq!(l.tailer.rotate_wait, Duration::ZERO);
+        assert_eq!(l.tailer.close_idle, Duration::from_secs(120));
         assert_eq!(l.tailer.gzip, Gzip::Read);
         assert_eq!(l.rescan_interval, Duration::from_millis(500));
         let fields: Vec<(&str, &str)> = l
