@@ -57,7 +57,8 @@
 # writer's time, is the share of one core the load costs (printed with
 # the time until delivery, the peak RSS and the descriptors the agent
 # holds at the end). --idle-files N adds N files of one line each
-# (idle-<j>.log) that the agent reads at its start and that stay idle.
+# (idle-<j>.log) that the agent reads at its start and that stay idle;
+# sonde is measured once it has closed them (close_idle, 30 s).
 #
 # --multiline REGEX joins lines into records at lines matching REGEX
 # (a POSIX ERE that is also a Rust regex, like '^f=[0-9]', which starts a
@@ -437,6 +438,19 @@ steadyrun() {
   "agent_${agent}_start" "$run"
   # Its start-up is not what this measures.
   sleep $((2 + idle_files / 2000))
+  if [ "$agent" = sonde ] && [ "$idle_files" -gt 0 ]; then
+    # Nor the first close_idle: measure once the idle files are closed.
+    local open deadline
+    deadline=$(echo "$(now) + 120" | bc)
+    until open=$(curl -s "http://127.0.0.1:$admin_port/metrics" |
+      awk '/^sonde_log_files_open/ { print $NF }') && [ -n "$open" ] && [ "${open%.*}" -le "$files" ]; do
+      if [ "$(echo "$(now) > $deadline" | bc)" = 1 ]; then
+        echo "bench-logs: sonde still holds $open files open 120 s after its start" >&2
+        break
+      fi
+      sleep 0.5
+    done
+  fi
   local cpu0 t0 t1 cpu1 secs rc=0 lost=- dup=-
   cpu0=$(cpu_seconds "$AGENT_PID")
   t0=$(now)

@@ -358,6 +358,54 @@ pub(crate) struct Root {
     pub(crate) depth: Option<usize>,
 }
 
+/// What [`PollCtx::poll_file`] makes of a file.
+enum Fate {
+    /// It stays open.
+    Keep,
+    /// It is closed and forgotten.
+    Close,
+    /// Its descriptor is closed, and it is known as an [`Idle`] file.
+    Idle,
+}
+
+/// A file read to its end, with every line acknowledged, that stayed
+/// unwritten for [`TailerConfig::close_idle`]: its descriptor is closed
+/// and it is known by identity until it is written (and opened again),
+/// gone, or renamed.
+struct Idle {
+    key: FileKey,
+    head: Fingerprint,
+    path: PathBuf,
+    /// Its size when it went idle, read and acknowledged.
+    offset: u64,
+    /// Its modification time then.
+    mtime: (i64, i64),
+    rotated: bool,
+}
+
+/// Keeps the offset of a gone file closed while it still has a name, in
+/// case a rescan finds it again; at most [`CLOSED_KEPT`] of them.
+fn remember(
+    closed: &mut HashMap<FileId, FileCheckpoint>,
+    id: FileId,
+    head: Fingerprint,
+    path: &Path,
+    offset: u64,
+) {
+    if closed.len() >= CLOSED_KEPT {
+        let any = closed.keys().next().copied();
+        any.map(|k| closed.remove(&k));
+    }
+    closed.insert(
+        id,
+        FileCheckpoint {
+            identity: Identity { id, head },
+            path: path.to_string_lossy().into_owned(),
+            offset,
+        },
+    );
+}
+
 /// What one walk of the roots found.
 struct Walk {
     /// The files that match, one path each, with their metadata.
@@ -373,6 +421,8 @@ enum Opened {
     New(Box<Watched>),
     /// The open file at this index.
     Known(usize),
+    /// The idle file with this device and inode.
+    KnownIdle(FileId),
     /// A compressed file, now in [`Tailer`]'s skipped set.
     Skipped,
     /// No regular file.
@@ -381,9 +431,7 @@ enum Opened {
 
 struct Watched {
     key: FileKey,
-    /// `None` while idle ([`TailerConfig::close_idle`]): read to its end,
-    /// acknowledged, and known by `id` and `head` until it is written.
-    file: Option<File>,
+    file: File,
     id: FileId,
     head: Fingerprint,
     path: PathBuf,
@@ -423,6 +471,12 @@ pub struct Tailer {
     exclude_path: GlobSet,
     exclude_name: GlobSet,
     files: Vec<Watched>,
+    /// Files whose descriptors are closed ([`TailerConfig::close_idle`]),
+    /// by device and inode, and by path for [`Tailer::mark_written`].
+    idle: HashMap<FileId, Idle>,
+    idle_paths: HashMap<PathBuf, FileId>,
+    /// Idle files found written, opened again by the next poll.
+    woken: Vec<FileId>,
     /// The index in `files` of each open file's path and key, for
     /// [`Tailer::mark_written`] and [`Tailer::ack`]; rebuilt when `files`
     /// changed.
@@ -535,6 +589,9 @@ impl Tailer {
             exclude_path: set(exclude_path)?,
             exclude_name: set(exclude_name)?,
             files: Vec::new(),
+            idle: HashMap::new(),
+            idle_paths: HashMap::new(),
+            woken: Vec::new(),
             index: HashMap::new(),
             keys: HashMap::new(),
             index_valid: false,
@@ -586,6 +643,7 @@ impl Tailer {
             .map(|(i, w)| (w.id, i))
             .collect();
         let mut seen = HashSet::new();
+        let mut idle_seen = HashSet::new();
         let mut skipped = HashSet::new();
         for (path, meta) in found {
             let id = FileId::of(&meta);
@@ -595,18 +653,16 @@ impl Tailer {
             }
             if let Some(&i) = by_id.get(&id) {
                 // An open file keeps its inode, so the same device and inode
-                // is the same file, wherever it is now. An idle file's inode
-                // cannot be reused while the file has a name, and it has
-                // this one.
+                // is the same file, wherever it is now.
                 seen.insert(i);
-                let w = &mut self.files[i];
-                if w.file.is_none() && (meta.len(), mtime_of(&meta)) != (w.last_size, w.last_mtime)
-                {
-                    // Written while idle, and inotify did not say (or is
-                    // not used): open it again at the next poll.
-                    w.written = true;
-                }
                 self.relink(i, path, now);
+                continue;
+            }
+            if self.idle.contains_key(&id) {
+                // So does an idle one: its inode cannot be reused while it
+                // has a name, and it has this one.
+                idle_seen.insert(id);
+                self.relink_idle(id, path, Some(&meta));
                 continue;
             }
             match self.open(&path, now, &by_id) {
@@ -617,6 +673,10 @@ impl Tailer {
                 Ok(Opened::Known(i)) => {
                     seen.insert(i);
                     self.relink(i, path, now);
+                }
+                Ok(Opened::KnownIdle(id)) => {
+                    idle_seen.insert(id);
+                    self.relink_idle(id, path, None);
                 }
                 Ok(Opened::Skipped) => {
                     skipped.insert(id);
@@ -632,35 +692,13 @@ impl Tailer {
         }
         for (i, w) in self.files.iter_mut().enumerate() {
             if i < before && !seen.contains(&i) && w.linked {
-                let mut moved_to = None;
                 w.linked = false;
                 w.rotated = true;
-                if w.file.is_none() {
-                    // Idle, and renamed out of the globs: if it is still in
-                    // a directory walked, it is read to its end from there
-                    // like any gone file (its writer may not have reopened
-                    // yet). Elsewhere or deleted, it is forgotten.
-                    let at = others.get(&w.id.ino);
-                    let file = at.and_then(|path| File::open(path).ok());
-                    if let Some(file) =
-                        file.filter(|f| f.metadata().is_ok_and(|m| FileId::of(&m) == w.id))
-                    {
-                        w.file = Some(file);
-                        w.last_mtime = (i64::MIN, 0);
-                        self.counters.files_reopened += 1;
-                        moved_to = at.cloned();
-                    }
-                }
                 // The writer may not have reopened yet: `rotate_wait` counts
                 // from the rotation, not from the last write before it.
                 w.active_at = now;
                 // Deleted files are not rotations; renamed-away ones are.
-                // An idle file gone has no descriptor to tell: it is
-                // taken as deleted (logrotate deleting its oldest copy).
-                let deleted = w
-                    .file
-                    .as_ref()
-                    .is_none_or(|f| f.metadata().is_ok_and(|m| m.nlink() == 0));
+                let deleted = w.file.metadata().is_ok_and(|m| m.nlink() == 0);
                 if !deleted {
                     self.counters.rotations += 1;
                 }
@@ -668,9 +706,15 @@ impl Tailer {
                     path: w.path.clone(),
                     deleted,
                 });
-                if let Some(at) = moved_to {
-                    w.path = at;
-                }
+            }
+        }
+        if errors.is_empty() {
+            let gone: Vec<FileId> = (self.idle.keys())
+                .filter(|id| !idle_seen.contains(id))
+                .copied()
+                .collect();
+            for id in gone {
+                self.idle_gone(id, others.get(&id.ino), now);
             }
         }
         // Checkpoints that name no file found are of files gone while no
@@ -681,7 +725,6 @@ impl Tailer {
         self.scanned = true;
         self.index_valid = false;
         self.poll_all = true;
-        self.counters.files_watched = self.files.len() as u64;
         RescanReport {
             errors,
             events: std::mem::take(&mut self.events),
@@ -707,6 +750,8 @@ impl Tailer {
                     self.files[i].written = true;
                     self.attention.push(i);
                 }
+            } else if let Some(&id) = self.idle_paths.get(p) {
+                self.woken.push(id);
             }
         }
     }
@@ -743,15 +788,18 @@ impl Tailer {
 
     fn poll_where(&mut self, now: Instant, sink: &mut impl LineSink, all: bool) -> PollReport {
         let mut report = PollReport::default();
+        let woken = self.wake(now, &mut report);
         let mut which = std::mem::take(&mut self.attention);
         if all || self.poll_all {
             self.poll_all = false;
             which = (0..self.files.len()).collect();
         } else {
+            which.extend(woken);
             which.sort_unstable();
             which.dedup();
         }
         let mut shut = Vec::new();
+        let mut idle = Vec::new();
         let Self {
             files,
             buf,
@@ -781,29 +829,56 @@ impl Tailer {
                 closed,
                 report: &mut report,
             };
-            let keep = ctx.poll_file(w, sink);
+            let fate = ctx.poll_file(w, sink);
             w.written = false;
-            if !keep {
-                shut.push(i);
-            } else if w.needs_attention() {
-                attention.push(i);
+            match fate {
+                Fate::Close => shut.push(i),
+                Fate::Idle => idle.push(i),
+                Fate::Keep if w.needs_attention() => attention.push(i),
+                Fate::Keep => {}
             }
         }
         let truncated = report
             .events
             .iter()
             .any(|e| matches!(e, Event::Truncated { .. }));
-        if !shut.is_empty() || truncated {
+        if !shut.is_empty() || !idle.is_empty() || truncated {
+            self.settle(&shut, &idle);
             // Indices or keys changed: the next poll looks at every file.
-            for i in shut.into_iter().rev() {
-                self.files.remove(i);
-            }
             self.index_valid = false;
             self.poll_all = true;
             self.attention.clear();
         }
-        self.counters.files_watched = self.files.len() as u64;
         report
+    }
+
+    /// Drops the files at the indices in `shut` and makes those in `idle`
+    /// idle (both ascending), in one pass over `files`.
+    fn settle(&mut self, shut: &[usize], idle: &[usize]) {
+        let (mut shut, mut idle) = (shut.iter().peekable(), idle.iter().peekable());
+        let files = std::mem::take(&mut self.files);
+        self.files.reserve(files.len());
+        for (i, w) in files.into_iter().enumerate() {
+            if shut.next_if_eq(&&i).is_some() {
+                continue;
+            }
+            if idle.next_if_eq(&&i).is_some() {
+                self.idle_paths.insert(w.path.clone(), w.id);
+                self.idle.insert(
+                    w.id,
+                    Idle {
+                        key: w.key,
+                        head: w.head,
+                        path: w.path,
+                        offset: w.acked,
+                        mtime: w.last_mtime,
+                        rotated: w.rotated,
+                    },
+                );
+                continue;
+            }
+            self.files.push(w);
+        }
     }
 
     /// Records that every line of file `key` up to `end` (a [`Line::end`]
@@ -831,8 +906,19 @@ impl Tailer {
             offset: w.acked,
         });
         Checkpoints {
-            files: open.chain(self.restored.values().cloned()).collect(),
+            files: open
+                .chain(self.idle_checkpoints())
+                .chain(self.restored.values().cloned())
+                .collect(),
         }
+    }
+
+    fn idle_checkpoints(&self) -> impl Iterator<Item = FileCheckpoint> + '_ {
+        self.idle.iter().map(|(&id, f)| FileCheckpoint {
+            identity: Identity { id, head: f.head },
+            path: f.path.to_string_lossy().into_owned(),
+            offset: f.offset,
+        })
     }
 
     /// The checkpoints as if every line handed out so far were
@@ -855,7 +941,10 @@ impl Tailer {
                 .unwrap_or(w.splitter.offset()),
         });
         Checkpoints {
-            files: open.chain(self.restored.values().cloned()).collect(),
+            files: open
+                .chain(self.idle_checkpoints())
+                .chain(self.restored.values().cloned())
+                .collect(),
         }
     }
 
@@ -873,7 +962,9 @@ impl Tailer {
         let mut floors = Vec::new();
         for c in &checkpoints.files {
             let Some(w) = self.files.iter_mut().find(|w| w.id == c.identity.id) else {
-                if !self.scanned {
+                // An idle file was read to its end and every line of it
+                // acknowledged: no stored position is ahead of it.
+                if !self.scanned && !self.idle.contains_key(&c.identity.id) {
                     let ahead = self
                         .restored
                         .get(&c.identity.id)
@@ -884,18 +975,13 @@ impl Tailer {
                 }
                 continue;
             };
-            // An idle file was read to its end and every line of it
-            // acknowledged: no stored position is ahead of it.
-            let Some(file) = &w.file else {
-                continue;
-            };
-            let Ok(head) = read_head(file, &mut self.head_buf) else {
+            let Ok(head) = read_head(&w.file, &mut self.head_buf) else {
                 continue;
             };
             if c.identity.recognise(w.id, head).is_none() {
                 continue;
             }
-            let size = file.metadata().map_or(0, |m| m.len());
+            let size = w.file.metadata().map_or(0, |m| m.len());
             if (c.offset > size && w.gz.is_none()) || c.offset <= w.acked {
                 continue;
             }
@@ -915,7 +1001,8 @@ impl Tailer {
     /// What the tailer has done so far.
     pub fn counters(&self) -> Counters {
         Counters {
-            files_open: self.files.iter().filter(|w| w.file.is_some()).count() as u64,
+            files_watched: (self.files.len() + self.idle.len()) as u64,
+            files_open: self.files.len() as u64,
             ..self.counters
         }
     }
@@ -950,6 +1037,125 @@ impl Tailer {
         }
     }
 
+    /// Notes an idle file found at `path` by a rescan, with the metadata
+    /// the walk got (`None`: none, as when it was met by opening).
+    fn relink_idle(&mut self, id: FileId, path: PathBuf, meta: Option<&Metadata>) {
+        let Some(f) = self.idle.get_mut(&id) else {
+            return;
+        };
+        if f.path != path {
+            self.idle_paths.remove(&f.path);
+            self.idle_paths.insert(path.clone(), id);
+            let from = std::mem::replace(&mut f.path, path);
+            self.events.push(Event::Renamed {
+                from,
+                to: f.path.clone(),
+            });
+            f.rotated = true;
+            self.counters.rotations += 1;
+        }
+        // Written while idle, and inotify did not say (or is not used):
+        // opened again by the next poll.
+        if meta.is_none_or(|m| (m.len(), mtime_of(m)) != (f.offset, f.mtime)) {
+            self.woken.push(id);
+        }
+    }
+
+    /// An idle file at no matching path. Renamed within a directory
+    /// walked (found at `moved` by the inode of its entry), it is opened
+    /// there and read to its end like any file gone from the globs, since
+    /// its writer may not have reopened yet; otherwise it is forgotten.
+    fn idle_gone(&mut self, id: FileId, moved: Option<&PathBuf>, now: Instant) {
+        let Some(f) = self.idle.remove(&id) else {
+            return;
+        };
+        self.idle_paths.remove(&f.path);
+        let file = moved
+            .and_then(|at| File::open(at).ok())
+            .filter(|file| file.metadata().is_ok_and(|m| FileId::of(&m) == id));
+        self.events.push(Event::Gone {
+            path: f.path.clone(),
+            deleted: file.is_none(),
+        });
+        match (file, moved) {
+            (Some(file), Some(at)) => {
+                self.counters.rotations += 1;
+                self.counters.files_reopened += 1;
+                let mut w = self.watched(id, f, file, now);
+                w.path = at.clone();
+                w.linked = false;
+                w.rotated = true;
+                self.files.push(w);
+            }
+            _ => {
+                self.events.push(Event::Closed {
+                    path: f.path.clone(),
+                });
+                remember(&mut self.closed, id, f.head, &f.path, f.offset);
+            }
+        }
+    }
+
+    /// Opens the idle files found written at their paths, if the paths
+    /// still name them; a file found elsewhere, or gone, stays idle until
+    /// the rescan its move or deletion causes. Returns the indices in
+    /// `files` of those opened.
+    fn wake(&mut self, now: Instant, report: &mut PollReport) -> Vec<usize> {
+        let mut opened = Vec::new();
+        for id in std::mem::take(&mut self.woken) {
+            let Some(path) = self.idle.get(&id).map(|f| f.path.clone()) else {
+                continue;
+            };
+            let file = match File::open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    report.errors.push(ReadError { path, source });
+                    continue;
+                }
+            };
+            if !file.metadata().is_ok_and(|m| FileId::of(&m) == id) {
+                continue;
+            }
+            let Some(f) = self.idle.remove(&id) else {
+                continue;
+            };
+            self.idle_paths.remove(&f.path);
+            self.counters.files_reopened += 1;
+            let w = self.watched(id, f, file, now);
+            opened.push(self.files.len());
+            self.files.push(w);
+        }
+        opened
+    }
+
+    /// An idle file, open again as `file`. Its head and size are checked
+    /// by the first read.
+    fn watched(&mut self, id: FileId, f: Idle, file: File, now: Instant) -> Watched {
+        let via_link = fs::symlink_metadata(&f.path).is_ok_and(|m| m.file_type().is_symlink());
+        self.index_valid = false;
+        Watched {
+            key: f.key,
+            file,
+            id,
+            head: f.head,
+            path: f.path,
+            linked: true,
+            rotated: f.rotated,
+            written: false,
+            backlog: false,
+            via_link,
+            splitter: Splitter::new(f.offset, self.config.max_line_bytes),
+            joiner: Joiner::default(),
+            gz: None,
+            acked: f.offset,
+            last_size: f.offset,
+            // Never a real time: the first poll checks the head.
+            last_mtime: (i64::MIN, 0),
+            active_at: now,
+        }
+    }
+
     /// Opens a newly found file and decides where reading starts.
     fn open(
         &mut self,
@@ -967,6 +1173,9 @@ impl Tailer {
             // The path was replaced between the walk's stat and the open,
             // by a file that is open already.
             return Ok(Opened::Known(i));
+        }
+        if self.idle.contains_key(&id) {
+            return Ok(Opened::KnownIdle(id));
         }
         let head = read_head(&file, &mut self.head_buf)?;
         let gz = is_gzip(head) && self.config.gzip == Gzip::Read;
@@ -1013,7 +1222,7 @@ impl Tailer {
         self.next_key += 1;
         Ok(Opened::New(Box::new(Watched {
             key,
-            file: Some(file),
+            file,
             id,
             head: fingerprint,
             path: path.to_path_buf(),
@@ -1107,26 +1316,12 @@ impl Watched {
     /// writes, or something timed is pending (rotated or gone, a multiline
     /// record, a gzip file being read).
     fn needs_attention(&self) -> bool {
-        self.file.is_some() && self.needs_reading()
-    }
-
-    fn needs_reading(&self) -> bool {
         self.backlog
             || self.via_link
             || self.rotated
             || self.joiner.start().is_some()
             || self.gz.as_ref().is_some_and(|g| !g.done)
     }
-
-    /// The descriptor; only open files are read.
-    fn fd(&self) -> io::Result<&File> {
-        self.file.as_ref().ok_or_else(idle_error)
-    }
-}
-
-/// The error of a read of an idle file, which the poll never attempts.
-fn idle_error() -> io::Error {
-    io::Error::other("the file is idle: its descriptor is closed")
 }
 
 /// A file's modification time, seconds and nanoseconds.
@@ -1191,26 +1386,15 @@ impl PollCtx<'_> {
         }
     }
 
-    /// Polls one file; returns whether to keep it.
-    fn poll_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> bool {
-        if w.file.is_none() {
-            if !w.linked {
-                // Gone from the globs while idle: it was read to its end,
-                // and without a descriptor nothing more can be read.
-                self.forget(w);
-                return false;
-            }
-            if !w.written || !self.reopen(w) {
-                return true;
-            }
-        }
+    /// Polls one file; returns what becomes of it.
+    fn poll_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> Fate {
         match self.read_file(w, sink) {
             Err(source) => {
                 self.report.errors.push(ReadError {
                     path: w.path.clone(),
                     source,
                 });
-                return true;
+                return Fate::Keep;
             }
             Ok(Read::Compressed) => {
                 self.skipped.insert(w.id);
@@ -1218,7 +1402,7 @@ impl PollCtx<'_> {
                 self.report.events.push(Event::Skipped {
                     path: w.path.clone(),
                 });
-                return false;
+                return Fate::Close;
             }
             Ok(Read::Text) => {}
         }
@@ -1253,91 +1437,41 @@ impl PollCtx<'_> {
         };
         let drained = read_all && w.splitter.waiting().is_none() && w.joiner.start().is_none();
         let done = drained && w.acked >= w.splitter.offset();
-        let close = !w.linked && done && quiet;
-        if close {
-            self.forget(w);
-        } else if w.linked
-            && done
-            && w.gz.is_none()
-            && self.now.saturating_duration_since(w.active_at) >= self.close_idle
-        {
-            // Idle: the descriptor is closed, the file stays known.
-            w.file = None;
-        }
-        !close
-    }
-
-    /// Closes a gone file that is read, acknowledged and quiet; while it
-    /// still has a name (or is idle, and so may have one), its offset is
-    /// kept in case a rescan finds it again.
-    fn forget(&mut self, w: &Watched) {
-        self.report.events.push(Event::Closed {
-            path: w.path.clone(),
-        });
-        let named = w
-            .file
-            .as_ref()
-            .is_none_or(|f| f.metadata().is_ok_and(|m| m.nlink() > 0));
-        if named {
-            if self.closed.len() >= CLOSED_KEPT {
-                let any = self.closed.keys().next().copied();
-                any.map(|k| self.closed.remove(&k));
+        if !w.linked && done && quiet {
+            self.report.events.push(Event::Closed {
+                path: w.path.clone(),
+            });
+            if w.file.metadata().is_ok_and(|m| m.nlink() > 0) {
+                remember(self.closed, w.id, w.head, &w.path, w.acked);
             }
-            self.closed.insert(
-                w.id,
-                FileCheckpoint {
-                    identity: Identity {
-                        id: w.id,
-                        head: w.head,
-                    },
-                    path: w.path.to_string_lossy().into_owned(),
-                    offset: w.acked,
-                },
-            );
+            return Fate::Close;
         }
-    }
-
-    /// Opens an idle file again at its path, if the path still names it;
-    /// otherwise it stays idle and the rescan its move or deletion causes
-    /// finds where it went. Its head is checked at the read that follows.
-    fn reopen(&mut self, w: &mut Watched) -> bool {
-        let file = match File::open(&w.path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
-            Err(source) => {
-                self.report.errors.push(ReadError {
-                    path: w.path.clone(),
-                    source,
-                });
-                return false;
-            }
-        };
-        if !file.metadata().is_ok_and(|m| FileId::of(&m) == w.id) {
-            return false;
+        let unwritten = self.now.saturating_duration_since(w.active_at) >= self.close_idle;
+        // A file found through a symbolic link stays open: inotify reports
+        // its writes in its target's directory, which may not be watched.
+        if w.linked && done && w.gz.is_none() && !w.via_link && unwritten {
+            return Fate::Idle;
         }
-        w.file = Some(file);
-        w.last_mtime = (i64::MIN, 0);
-        self.counters.files_reopened += 1;
-        true
+        Fate::Keep
     }
 
     fn read_file(&mut self, w: &mut Watched, sink: &mut impl LineSink) -> io::Result<Read> {
         if w.gz.is_some() {
             return self.read_gz(w, sink).map(|()| Read::Text);
         }
-        let meta = w.fd()?.metadata()?;
+        let meta = w.file.metadata()?;
         let size = meta.len();
         let mtime = mtime_of(&meta);
         if size != w.last_size || mtime != w.last_mtime {
             let mut truncated = size < w.splitter.offset();
-            let head = read_head(w.fd()?, self.head_buf)?;
+            let head = read_head(&w.file, self.head_buf)?;
             match w.head.check(head) {
                 Head::Same(now) if !truncated => w.head = now,
                 _ => truncated = true,
             }
             if truncated {
                 self.restart(w, sink);
-                let head = read_head(w.fd()?, self.head_buf)?;
+                let head = read_head(&w.file, self.head_buf)?;
                 w.head = Fingerprint::of(head);
             }
             w.last_size = size;
@@ -1350,7 +1484,7 @@ impl PollCtx<'_> {
         }
         let want = ((size - offset) as usize).min(self.buf.len());
         let n = loop {
-            match w.fd()?.read_at(&mut self.buf[..want], offset) {
+            match w.file.read_at(&mut self.buf[..want], offset) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other?,
             }
@@ -1377,7 +1511,7 @@ impl PollCtx<'_> {
         let Some(gz) = w.gz.as_mut() else {
             return Ok(());
         };
-        let meta = w.file.as_ref().ok_or_else(idle_error)?.metadata()?;
+        let meta = w.file.metadata()?;
         let (size, mtime) = (meta.len(), mtime_of(&meta));
         if gz.done && (size, mtime) == (w.last_size, w.last_mtime) {
             return Ok(());
@@ -1397,8 +1531,7 @@ impl PollCtx<'_> {
         }
         w.last_size = size;
         w.last_mtime = mtime;
-        let file = w.file.as_ref().ok_or_else(idle_error)?;
-        let n = match gz.read(file, self.buf) {
+        let n = match gz.read(&w.file, self.buf) {
             Ok(n) => n,
             // Cut short: still being written. Read again from the start
             // next time, skipping what the splitter has.
