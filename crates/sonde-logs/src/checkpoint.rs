@@ -208,7 +208,8 @@ impl CheckpointFile {
     ///
     /// The step that failed; see [`SaveError`].
     pub fn save(&self, checkpoints: &Checkpoints) -> Result<(), SaveError> {
-        let bytes = encode(checkpoints);
+        let (out, start) = encode_in_place(checkpoints);
+        let bytes = &out[start..];
         let write = |source| SaveError::Write {
             path: self.temp.clone(),
             source,
@@ -219,7 +220,7 @@ impl CheckpointFile {
             .truncate(true)
             .open(&self.temp)
             .map_err(write)?;
-        file.write_all(&bytes).map_err(write)?;
+        file.write_all(bytes).map_err(write)?;
         file.sync_all().map_err(write)?;
         drop(file);
         fs::rename(&self.temp, &self.path).map_err(|source| SaveError::Rename {
@@ -238,18 +239,36 @@ impl CheckpointFile {
     }
 }
 
+/// The file's bytes: the header line, then the JSON body.
+#[cfg(test)]
 fn encode(checkpoints: &Checkpoints) -> Vec<u8> {
-    // Serialising plain structs of numbers and strings cannot fail.
-    let body = serde_json::to_vec(checkpoints).expect("checkpoints serialise");
-    let mut out = format!(
-        "{MAGIC} {VERSION} crc32={:08x} len={}\n",
-        crc32fast::hash(&body),
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(&body);
-    out
+    let (out, start) = encode_in_place(checkpoints);
+    out[start..].to_vec()
 }
+
+/// The file's bytes are `out[start..]`: the body is written first, after
+/// room for the header, which then goes right before it.
+fn encode_in_place(checkpoints: &Checkpoints) -> (Vec<u8>, usize) {
+    // Room for the header and about 150 bytes a file, so that the buffer
+    // is not grown (and copied) while thousands of files are written out.
+    let mut out = Vec::with_capacity(HEADER_ROOM + 160 * checkpoints.files.len());
+    out.resize(HEADER_ROOM, b' ');
+    // Serialising plain structs of numbers and strings into a Vec cannot
+    // fail.
+    serde_json::to_writer(&mut out, checkpoints).expect("checkpoints serialise");
+    let body = &out[HEADER_ROOM..];
+    let header = format!(
+        "{MAGIC} {VERSION} crc32={:08x} len={}\n",
+        crc32fast::hash(body),
+        body.len()
+    );
+    let start = HEADER_ROOM - header.len();
+    out[start..HEADER_ROOM].copy_from_slice(header.as_bytes());
+    (out, start)
+}
+
+/// Bytes kept before the body for the header line, more than it takes.
+const HEADER_ROOM: usize = 64;
 
 fn decode(bytes: &[u8], path: &Path) -> Result<Checkpoints, LoadError> {
     let torn = |problem| LoadError::Torn {

@@ -30,6 +30,17 @@
 //!   descriptor to its end; once every line read is acknowledged and it has
 //!   been quiet for `rotate_wait`, it is closed and forgotten, so the
 //!   filesystem may reuse its inode.
+//! * **Idle** (read to its end, every line acknowledged, unwritten for
+//!   [`TailerConfig::close_idle`]): its descriptor is closed, and it is
+//!   known by device, inode and head at its path, with its offset. A write
+//!   the caller reports ([`Tailer::mark_written`]), or a rescan that sees
+//!   its size or modification time change, opens it again at its path
+//!   (the inode must match) and reading goes on from its offset; its head
+//!   is checked as any file's. Renamed within a directory walked, it is
+//!   found by the inode of its directory entry and opened there (read to
+//!   its end if the new name does not match); gone elsewhere, it is
+//!   forgotten. Files found through a symbolic link and gzip files stay
+//!   open.
 //! * **Compressed** (it starts with gzip's magic bytes, as the older
 //!   generations logrotate compresses do): skipped, reported once as
 //!   [`Event::Skipped`] and counted, never read as text; a file that
@@ -410,6 +421,9 @@ fn remember(
 struct Walk {
     /// The files that match, one path each, with their metadata.
     found: Vec<(PathBuf, Metadata)>,
+    /// Known files found at the paths they are known at
+    /// ([`Tailer::rescan_quick`]).
+    known: Vec<(PathBuf, FileId)>,
     /// The regular files that do not match, by the inode number their
     /// directory entry gives.
     others: HashMap<u64, PathBuf>,
@@ -621,7 +635,21 @@ impl Tailer {
     /// rest of the scan is done regardless) and what happened to files.
     pub fn rescan(&mut self, now: Instant) -> RescanReport {
         let mut errors = Vec::new();
-        let walk = self.walk(&mut errors);
+        let walk = self.walk(&mut errors, false);
+        self.take(walk, errors, now)
+    }
+
+    /// [`Tailer::rescan`] for a caller that reports every write through
+    /// [`Tailer::mark_written`] (inotify, without an overflow since the last
+    /// full rescan): a directory entry that names a known file at the path
+    /// it is known at, by the same inode number, is that file, taken
+    /// without a `stat` or a glob match. An idle file written is then woken
+    /// by its mark rather than by the size the `stat` would show, so a
+    /// rescan costs a directory read and a lookup per file.
+    pub fn rescan_quick(&mut self, now: Instant) -> RescanReport {
+        self.reindex();
+        let mut errors = Vec::new();
+        let walk = self.walk(&mut errors, true);
         self.take(walk, errors, now)
     }
 
@@ -634,7 +662,11 @@ impl Tailer {
     /// to be the same file relinks it instead of opening it a second time
     /// (which would read it twice).
     fn take(&mut self, walk: Walk, mut errors: Vec<ScanError>, now: Instant) -> RescanReport {
-        let Walk { found, others } = walk;
+        let Walk {
+            found,
+            known,
+            others,
+        } = walk;
         let before = self.files.len();
         let mut by_id: HashMap<FileId, usize> = self
             .files
@@ -644,6 +676,17 @@ impl Tailer {
             .collect();
         let mut seen = HashSet::new();
         let mut idle_seen = HashSet::new();
+        for (path, id) in known {
+            match by_id.get(&id) {
+                Some(&i) => {
+                    seen.insert(i);
+                    self.relink(i, path, now);
+                }
+                None => {
+                    idle_seen.insert(id);
+                }
+            }
+        }
         let mut skipped = HashSet::new();
         for (path, meta) in found {
             let id = FileId::of(&meta);
@@ -1243,8 +1286,9 @@ impl Tailer {
     }
 
     /// The regular files under the roots that match, one path per file.
-    fn walk(&self, errors: &mut Vec<ScanError>) -> Walk {
+    fn walk(&self, errors: &mut Vec<ScanError>, quick: bool) -> Walk {
         let mut out: Vec<(PathBuf, Metadata)> = Vec::new();
+        let mut known = Vec::new();
         let mut others = HashMap::new();
         let mut ids = HashSet::new();
         let mut dirs_seen = HashSet::new();
@@ -1263,8 +1307,10 @@ impl Tailer {
                         continue;
                     }
                 };
+                // In name order, each name taken once: a sort by a key
+                // made per comparison would allocate it every time.
                 let mut names: Vec<_> = entries.filter_map(Result::ok).collect();
-                names.sort_by_key(|e| e.file_name());
+                names.sort_by_cached_key(|e| e.file_name());
                 for entry in names {
                     let path = entry.path();
                     let Ok(kind) = entry.file_type() else {
@@ -1279,6 +1325,16 @@ impl Tailer {
                             Some(_) => {}
                         }
                         continue;
+                    }
+                    if quick && kind.is_file() {
+                        let id = (self.index.get(&path).map(|&i| self.files[i].id))
+                            .or_else(|| self.idle_paths.get(&path).copied());
+                        if let Some(id) = id.filter(|id| id.ino == entry.ino()) {
+                            if ids.insert(id) {
+                                known.push((path, id));
+                            }
+                            continue;
+                        }
                     }
                     if !self.matches(&path) {
                         // The directory entry's inode, no stat: where an
@@ -1298,7 +1354,11 @@ impl Tailer {
                 }
             }
         }
-        Walk { found: out, others }
+        Walk {
+            found: out,
+            known,
+            others,
+        }
     }
 
     fn matches(&self, path: &Path) -> bool {
@@ -2514,6 +2574,8 @@ mod tests {
         /// rotation, a new file).
         Reopen,
         Rescan,
+        /// [`Tailer::rescan_quick`].
+        RescanQuick,
         Poll,
         /// Marks the paths written since the last such poll, as inotify
         /// names them, and polls those ([`Tailer::poll_written`]).
@@ -2536,7 +2598,8 @@ mod tests {
             4 => (1usize..20, any::<bool>()).prop_map(|(lines, half)| Op::Write { lines, half }),
             1 => Just(Op::Rotate),
             1 => Just(Op::Reopen),
-            2 => Just(Op::Rescan),
+            1 => Just(Op::Rescan),
+            1 => Just(Op::RescanQuick),
             3 => Just(Op::Poll),
             3 => Just(Op::PollWritten),
             1 => (0usize..=100).prop_map(|percent| Op::Ack { percent }),
@@ -2636,6 +2699,7 @@ mod tests {
                     writer_at = 0;
                 }
                 Op::Rescan => prop_assert!(t.rescan(now).errors.is_empty()),
+                Op::RescanQuick => prop_assert!(t.rescan_quick(now).errors.is_empty()),
                 Op::Poll => prop_assert!(t.poll(now, &mut pending).errors.is_empty()),
                 Op::PollWritten => {
                     t.mark_written(written.iter().map(PathBuf::as_path));
@@ -3097,6 +3161,7 @@ mod tests {
         ];
         let walk = Walk {
             found,
+            known: Vec::new(),
             others: HashMap::new(),
         };
         let report = t.take(walk, Vec::new(), now);

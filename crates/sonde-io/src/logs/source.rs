@@ -69,6 +69,11 @@ const MAX_WAIT: Duration = Duration::from_millis(200);
 /// the source's CPU on waking up; docs/BENCHMARKS.md, "steady writing").
 const READ_LINGER: Duration = Duration::from_millis(10);
 
+/// How often a rescan stats every file even though inotify reports the
+/// writes: the quick rescans in between take a known file at its known
+/// path and inode without a `stat` (docs/BENCHMARKS.md, "steady writing").
+const FULL_RESCAN_EVERY: Duration = Duration::from_secs(30);
+
 /// How often the counters on `/metrics` are brought up to date.
 const STATS_EVERY: Duration = Duration::from_millis(100);
 
@@ -287,6 +292,10 @@ impl Run {
         // Whether the last read left bytes unread.
         let mut backlog = false;
         let mut next_stats = now;
+        // When a rescan next stats every file; set to now when inotify may
+        // have missed writes (an overflow, a directory not watched).
+        let mut next_full = now;
+        let mut overflows = 0;
         // Whether the counters moved since they were last stored.
         let mut stale = true;
         while !self.stop.load(Relaxed) {
@@ -309,6 +318,9 @@ impl Run {
                         read_now |= wake.poll || wake.rescan;
                         self.tailer
                             .mark_written(wake.written.iter().map(PathBuf::as_path));
+                        if !wake.unwatched.is_empty() {
+                            next_full = now;
+                        }
                         for e in wake.unwatched {
                             tracing::warn!(source = %name, error = %e, "directory not watched; the periodic rescan covers it");
                         }
@@ -319,16 +331,26 @@ impl Run {
                     }
                 }
                 if let Some(w) = watcher.as_ref() {
-                    self.stats
-                        .watch_overflows
-                        .store(w.counters().overflows, Relaxed);
+                    let now_overflows = w.counters().overflows;
+                    if now_overflows != overflows {
+                        overflows = now_overflows;
+                        next_full = now;
+                    }
+                    self.stats.watch_overflows.store(overflows, Relaxed);
                 }
             }
             if rescan {
-                let report = self.tailer.rescan(now);
+                let report = if watcher.is_some() && now < next_full {
+                    self.tailer.rescan_quick(now)
+                } else {
+                    next_full = now + FULL_RESCAN_EVERY;
+                    self.tailer.rescan(now)
+                };
                 self.report_rescan(report);
                 if let Some(w) = watcher.as_mut() {
                     for e in w.refresh() {
+                        // Its writes go unreported: rescans stat every file.
+                        next_full = now;
                         tracing::debug!(source = %name, error = %e, "directory not watched");
                     }
                 }
