@@ -55,6 +55,15 @@ fn append(path: &Path, from: u32, to: u32) {
         .unwrap();
 }
 
+/// The checkpoint file's text and its journal's, where the offsets saved
+/// since the file was last written whole are.
+fn checkpoint_text(agent: &Agent) -> Option<String> {
+    let file = std::fs::read_to_string(agent.path("data/checkpoints/app.checkpoint")).ok()?;
+    let journal =
+        std::fs::read_to_string(agent.path("data/checkpoints/app.checkpoint.journal")).ok()?;
+    Some(file + &journal)
+}
+
 /// Waits until the blackhole has counted `n` records, the source `n`
 /// lines read, and every byte is acknowledged.
 fn wait_records(agent: &Agent, n: u32) {
@@ -86,9 +95,8 @@ fn lines_reach_the_sink_and_the_source_counts_them_on_metrics() {
         agent.metric("sonde_log_files_watched{source=\"app\"}"),
         Some(2.0)
     );
-    let checkpoint = agent.path("data/checkpoints/app.checkpoint");
     wait_for("the checkpoint file", TIMEOUT, || {
-        let text = std::fs::read_to_string(&checkpoint).ok()?;
+        let text = checkpoint_text(&agent)?;
         (text.contains("\"offset\":1200") && text.contains("\"offset\":600")).then_some(())
     });
 }
@@ -106,9 +114,8 @@ fn a_clean_stop_and_a_kill_after_a_quiet_second_resend_nothing() {
     // The counters start again at 0: only the new lines are sent.
     wait_records(&agent, 30);
     // The checkpoint reaches disk within a second of the acknowledgement.
-    let checkpoint = agent.path("data/checkpoints/app.checkpoint");
     wait_for("the checkpoint at the end", TIMEOUT, || {
-        let text = std::fs::read_to_string(&checkpoint).ok()?;
+        let text = checkpoint_text(&agent)?;
         text.contains("\"offset\":1560").then_some(())
     });
     agent.kill();

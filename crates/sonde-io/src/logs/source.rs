@@ -551,7 +551,7 @@ impl Run {
     }
 
     fn save(&mut self) {
-        if let Err(e) = self.store.save(&self.tailer.checkpoints()) {
+        if let Err(e) = self.store.update(&self.tailer.checkpoints()) {
             self.stats.checkpoint_errors.fetch_add(1, Relaxed);
             tracing::error!(source = %self.config.info.name, error = %e, "cannot save checkpoints");
         }
