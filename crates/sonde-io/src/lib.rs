@@ -53,3 +53,5 @@ pub mod sender;
 pub mod sink;
 mod sys;
 pub mod telemetry;
+
+pub use sys::raise_open_files_limit;

@@ -12,7 +12,9 @@
 //!   the socket's drop count;
 //! * [`thread_nice`] and [`set_thread_nice`]: `getpriority` and
 //!   `setpriority` on the calling thread (`gettid`), which Linux applies
-//!   to one thread rather than the whole process.
+//!   to one thread rather than the whole process;
+//! * [`raise_open_files_limit`]: `setrlimit(RLIMIT_NOFILE)`, the soft
+//!   limit on descriptors up to the hard one.
 //!
 //! All of them are Linux-specific (`recvmmsg`, `SO_RCVBUFFORCE`,
 //! `SO_RXQ_OVFL` and per-thread priorities have no portable equivalent);
@@ -22,6 +24,24 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use nix::sys::socket::{setsockopt, sockopt};
+
+/// Raises the soft limit on open descriptors to the hard one, as systemd
+/// asks of programs that need many (its default soft limit is 1,024, the
+/// hard one 524,288): a log source opens every file its globs match when
+/// it first finds them, before the idle ones are closed. Returns the soft
+/// limit before and after.
+///
+/// # Errors
+///
+/// The error of `getrlimit` or `setrlimit`.
+pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
+    }
+    Ok((soft, soft.max(hard)))
+}
 
 /// Asks for a receive buffer of `bytes` with `SO_RCVBUFFORCE`, which
 /// ignores `net.core.rmem_max`.

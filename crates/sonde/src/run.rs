@@ -269,6 +269,16 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         tracing::info!(address = %admin, "admin listening on /health and /metrics");
         sites.push((l, Site::Admin(Arc::clone(&telemetry))));
     }
+    if !config.logs.is_empty() {
+        // A source opens every file its globs match when it finds them.
+        match sonde_io::raise_open_files_limit() {
+            Ok((before, after)) if after > before => {
+                tracing::info!(from = before, to = after, "open files limit raised");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+        }
+    }
     let infos = source_infos(&config);
     let mut handles = Vec::new();
     let mut sinks = Vec::new();

@@ -390,3 +390,29 @@ fn idle_files_are_closed_and_read_on_when_written_even_renamed_out_of_the_globs(
     writer.write_all(b"line 000001\nline 000002\n").unwrap();
     wait_records(&agent, 48);
 }
+
+#[test]
+fn a_low_soft_limit_on_descriptors_is_raised_so_that_every_file_opens() {
+    // 300 files under a soft limit of 64 descriptors (the hard one as it
+    // is): the agent raises its soft limit and opens them all at once.
+    let logs = tempfile::tempdir().unwrap();
+    for i in 0..300 {
+        append(&logs.path().join(format!("f{i:03}.log")), 0, 1);
+    }
+    let include = format!("{}/*.log", logs.path().display());
+    let agent = Agent::start_config_under(
+        &["sh", "-c", "ulimit -Sn 64 && exec \"$@\"", "sh"],
+        |admin, dir| {
+            format!(
+                "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n\
+                 [[logs]]\nname = \"app\"\ninclude = [\"{include}\"]\n\n\
+                 [[sinks]]\ntype = \"blackhole\"\ninputs = [\"app\"]\n",
+                dir.join("data").display()
+            )
+        },
+    );
+    wait_records(&agent, 300);
+    let log = agent.stderr();
+    assert!(log.contains("open files limit raised"), "{log}");
+    assert!(!log.contains("cannot open"), "{log}");
+}

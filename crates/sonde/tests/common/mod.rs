@@ -71,6 +71,8 @@ pub struct Agent {
     pub admin: u16,
     pub out: PathBuf,
     pub stderr_path: PathBuf,
+    /// What runs the agent's command line (none: it runs itself).
+    pub launcher: Vec<String>,
 }
 
 impl Agent {
@@ -91,14 +93,26 @@ impl Agent {
     /// waits until `/health` answers. `points()` reads nothing unless the
     /// config has a file sink at `path("points.jsonl")`.
     pub fn start_config(config: impl FnOnce(u16, &Path) -> String) -> Agent {
+        Agent::start_config_under(&[], config)
+    }
+
+    /// [`Agent::start_config`], the agent run by `launcher` (a command and
+    /// its arguments, given the agent's command line after them), at every
+    /// start.
+    pub fn start_config_under(
+        launcher: &[&str],
+        config: impl FnOnce(u16, &Path) -> String,
+    ) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let admin = free_port();
         let out = dir.path().join("points.jsonl");
         let cfg_path = dir.path().join("sonde.toml");
         std::fs::write(&cfg_path, config(admin, dir.path())).unwrap();
         let stderr_path = dir.path().join("stderr.log");
-        let child = Agent::spawn(&cfg_path, &stderr_path);
+        let launcher: Vec<String> = launcher.iter().map(|s| s.to_string()).collect();
+        let child = Agent::spawn(&launcher, &cfg_path, &stderr_path);
         let mut agent = Agent {
+            launcher,
             child,
             dir,
             admin,
@@ -115,13 +129,22 @@ impl Agent {
         let _ = self.child.wait();
     }
 
-    fn spawn(cfg_path: &Path, stderr_path: &Path) -> Child {
+    fn spawn(launcher: &[String], cfg_path: &Path, stderr_path: &Path) -> Child {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(stderr_path)
             .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_sonde"))
+        let bin = env!("CARGO_BIN_EXE_sonde");
+        let mut command = match launcher.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        command
             .args(["run", "--config"])
             .arg(cfg_path)
             .stdout(Stdio::null())
@@ -149,7 +172,7 @@ impl Agent {
 
     /// Starts a stopped agent again, as [`Agent::restart`] does.
     pub fn start_again(&mut self) {
-        self.child = Agent::spawn(&self.path("sonde.toml"), &self.stderr_path);
+        self.child = Agent::spawn(&self.launcher, &self.path("sonde.toml"), &self.stderr_path);
         self.wait_healthy();
     }
 
