@@ -290,8 +290,41 @@ impl CheckpointFile {
                 }
             }
         }
+        if !self.append(changes)? {
+            return self.rewrite(checkpoints);
+        }
+        Ok(())
+    }
+
+    /// [`CheckpointFile::update`] for a caller that knows which
+    /// checkpoints may have changed since the last update and that no file
+    /// was dropped: only `changed` are compared with what is saved.
+    /// Returns false, having saved nothing, when the whole file must be
+    /// written (no update yet, or the journal is full): then call
+    /// [`CheckpointFile::update`] with every checkpoint.
+    ///
+    /// # Errors
+    ///
+    /// As [`CheckpointFile::update`].
+    pub fn update_some(&mut self, changed: &[FileCheckpoint]) -> Result<bool, SaveError> {
+        let Some(saved) = &self.saved else {
+            return Ok(false);
+        };
+        let changes = changed
+            .iter()
+            .filter(|c| saved.files.get(&c.identity.id) != Some(*c))
+            .map(|c| Change::Set(c.clone()))
+            .collect();
+        self.append(changes)
+    }
+
+    /// Appends `changes` to the journal; false if they do not fit.
+    fn append(&mut self, changes: Vec<Change>) -> Result<bool, SaveError> {
+        let Some(saved) = &self.saved else {
+            return Ok(false);
+        };
         if changes.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let mut lines = Vec::new();
         for change in &changes {
@@ -302,7 +335,7 @@ impl CheckpointFile {
             lines.push(b'\n');
         }
         if saved.journal_bytes + lines.len() > saved.file_bytes.max(JOURNAL_MIN_BYTES) {
-            return self.rewrite(checkpoints);
+            return Ok(false);
         }
         let appended = OpenOptions::new()
             .append(true)
@@ -319,7 +352,7 @@ impl CheckpointFile {
             });
         }
         let Some(saved) = &mut self.saved else {
-            return Ok(());
+            return Ok(false);
         };
         saved.journal_bytes += lines.len();
         for change in changes {
@@ -332,7 +365,7 @@ impl CheckpointFile {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Writes the whole file, then a new journal that continues it.
@@ -747,6 +780,23 @@ mod tests {
         // Nothing changed: nothing written.
         file.update(&now).unwrap();
         assert_eq!(fs::metadata(&journal_path).unwrap().len(), journal + grown);
+    }
+
+    #[test]
+    fn update_some_compares_the_checkpoints_given_and_keeps_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = CheckpointFile::new(dir.path(), "app").unwrap();
+        assert!(!file.update_some(&[at(1, 5)]).unwrap(), "nothing saved yet");
+        assert!(file.load().unwrap().is_none());
+        file.update(&Checkpoints {
+            files: vec![at(1, 10), at(2, 20)],
+        })
+        .unwrap();
+        assert!(file.update_some(&[at(2, 25)]).unwrap());
+        assert_eq!(
+            file.load().unwrap().unwrap().files,
+            vec![at(1, 10), at(2, 25)]
+        );
     }
 
     #[test]

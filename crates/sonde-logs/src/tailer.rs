@@ -485,6 +485,9 @@ pub struct Tailer {
     exclude_path: GlobSet,
     exclude_name: GlobSet,
     files: Vec<Watched>,
+    /// Bumped whenever a file is added, dropped, moved, truncated or
+    /// advanced: see [`Tailer::layout`].
+    layout: u64,
     /// Files whose descriptors are closed ([`TailerConfig::close_idle`]),
     /// by device and inode, and by path for [`Tailer::mark_written`].
     idle: HashMap<FileId, Idle>,
@@ -603,6 +606,7 @@ impl Tailer {
             exclude_path: set(exclude_path)?,
             exclude_name: set(exclude_name)?,
             files: Vec::new(),
+            layout: 0,
             idle: HashMap::new(),
             idle_paths: HashMap::new(),
             woken: Vec::new(),
@@ -762,8 +766,12 @@ impl Tailer {
         }
         // Checkpoints that name no file found are of files gone while no
         // tailer ran, unless the scan could not look everywhere.
-        if errors.is_empty() {
+        if errors.is_empty() && !self.restored.is_empty() {
             self.restored.clear();
+            self.layout += 1;
+        }
+        if !self.events.is_empty() {
+            self.layout += 1;
         }
         self.scanned = true;
         self.index_valid = false;
@@ -886,6 +894,7 @@ impl Tailer {
             .iter()
             .any(|e| matches!(e, Event::Truncated { .. }));
         if !shut.is_empty() || !idle.is_empty() || truncated {
+            self.layout += 1;
             self.settle(&shut, &idle);
             // Indices or keys changed: the next poll looks at every file.
             self.index_valid = false;
@@ -956,6 +965,29 @@ impl Tailer {
         }
     }
 
+    /// Changes whenever [`Tailer::checkpoints`] may differ from the last
+    /// call by more than the offsets of open files (a file found, closed,
+    /// gone idle, moved, truncated or advanced): while it stays the same,
+    /// [`Tailer::open_checkpoints`] holds every checkpoint that changed.
+    pub fn layout(&self) -> u64 {
+        self.layout
+    }
+
+    /// The checkpoints of the open files alone; see [`Tailer::layout`].
+    pub fn open_checkpoints(&self) -> Vec<FileCheckpoint> {
+        self.files
+            .iter()
+            .map(|w| FileCheckpoint {
+                identity: Identity {
+                    id: w.id,
+                    head: w.head,
+                },
+                path: w.path.to_string_lossy().into_owned(),
+                offset: w.acked,
+            })
+            .collect()
+    }
+
     fn idle_checkpoints(&self) -> impl Iterator<Item = FileCheckpoint> + '_ {
         self.idle.iter().map(|(&id, f)| FileCheckpoint {
             identity: Identity { id, head: f.head },
@@ -1002,6 +1034,7 @@ impl Tailer {
     /// caller drops them. Checkpoints naming no open file change nothing
     /// (before the first rescan they are kept for it).
     pub fn advance(&mut self, checkpoints: &Checkpoints) -> Vec<(FileKey, u64)> {
+        self.layout += 1;
         let mut floors = Vec::new();
         for c in &checkpoints.files {
             let Some(w) = self.files.iter_mut().find(|w| w.id == c.identity.id) else {
@@ -2631,6 +2664,8 @@ mod tests {
         // and the names written since the last PollWritten.
         let mut writer_at = 0;
         let mut written: Vec<PathBuf> = Vec::new();
+        // The tailer's layout and checkpoints when the layout last changed.
+        let mut layout_seen: Option<(u64, HashMap<FileId, FileCheckpoint>)> = None;
         let mut writer = fs::OpenOptions::new()
             .append(true)
             .create(true)
@@ -2717,7 +2752,20 @@ mod tests {
                     store.save(&t.checkpoints()).unwrap();
                     pending = Collect::default();
                     t = Tailer::new(cfg.clone(), store.load().unwrap()).unwrap();
+                    layout_seen = None;
                 }
+            }
+            // While the layout stays, the open files' checkpoints are all
+            // that changed (what the source's saves rely on).
+            let by_id = |c: Vec<FileCheckpoint>| -> HashMap<FileId, FileCheckpoint> {
+                c.into_iter().map(|c| (c.identity.id, c)).collect()
+            };
+            match &mut layout_seen {
+                Some((layout, seen)) if *layout == t.layout() => {
+                    seen.extend(by_id(t.open_checkpoints()));
+                    prop_assert_eq!(&*seen, &by_id(t.checkpoints().files));
+                }
+                _ => layout_seen = Some((t.layout(), by_id(t.checkpoints().files))),
             }
         }
         reopen(&mut writer, &mut half_written);

@@ -189,6 +189,7 @@ pub fn spawn(
             let kept = sinks.iter_mut().find_map(|s| s.restored.take());
             let (done_tx, done_rx) = channel();
             let mut run = Run {
+                saved_layout: None,
                 positions: sinks.iter().any(|s| s.positions),
                 sinks,
                 tailer,
@@ -253,6 +254,8 @@ struct Run {
     done_tx: Sender<u64>,
     done_rx: Receiver<u64>,
     store: CheckpointFile,
+    /// The tailer's layout at the last save that went through.
+    saved_layout: Option<u64>,
     stats: Arc<LogStats>,
     stop: Arc<AtomicBool>,
     /// The scan and read errors logged last round, so that a lasting error
@@ -551,7 +554,22 @@ impl Run {
     }
 
     fn save(&mut self) {
-        if let Err(e) = self.store.update(&self.tailer.checkpoints()) {
+        // While no file was found, dropped or moved since the last save,
+        // only the open files' checkpoints can have changed: a source that
+        // follows thousands of idle files compares the few it reads.
+        let layout = self.tailer.layout();
+        let saved = if self.saved_layout == Some(layout) {
+            self.store.update_some(&self.tailer.open_checkpoints())
+        } else {
+            Ok(false)
+        };
+        let saved = match saved {
+            Ok(true) => Ok(()),
+            Ok(false) => self.store.update(&self.tailer.checkpoints()),
+            Err(e) => Err(e),
+        };
+        self.saved_layout = saved.is_ok().then_some(layout);
+        if let Err(e) = saved {
             self.stats.checkpoint_errors.fetch_add(1, Relaxed);
             tracing::error!(source = %self.config.info.name, error = %e, "cannot save checkpoints");
         }
