@@ -64,10 +64,13 @@ const POLL_WITHOUT_INOTIFY: Duration = Duration::from_millis(250);
 const MAX_WAIT: Duration = Duration::from_millis(200);
 
 /// The least time between two reads that inotify prompts: writes that
-/// come closer together are read together, as each read looks at every
-/// open file (a read per 16 KiB write of 20 files at 10 MB/s spent most of
-/// the source's CPU on waking up; docs/BENCHMARKS.md, "steady writing").
-const READ_LINGER: Duration = Duration::from_millis(10);
+/// come closer together are read together. A write after a quiet spell is
+/// read at once; under steady writing, reads come at most 10 times a
+/// second. Each read costs a wake-up, a `pread` per file written and a
+/// batch sent: 20 files at 10 MB/s took 4.75% of a core with a read per
+/// notice, 1.7% with 10 ms and 0.95% with 100 ms (docs/BENCHMARKS.md,
+/// "steady writing" and "read linger").
+const READ_LINGER: Duration = Duration::from_millis(100);
 
 /// How often a rescan stats every file even though inotify reports the
 /// writes: the quick rescans in between take a known file at its known
