@@ -949,14 +949,7 @@ impl Tailer {
     /// offset after its last acknowledged line; and the checkpoints given to
     /// [`Tailer::new`] that no rescan has matched or dropped yet.
     pub fn checkpoints(&self) -> Checkpoints {
-        let open = self.files.iter().map(|w| FileCheckpoint {
-            identity: Identity {
-                id: w.id,
-                head: w.head,
-            },
-            path: w.path.to_string_lossy().into_owned(),
-            offset: w.acked,
-        });
+        let open = self.files.iter().map(|w| w.checkpoint(w.acked));
         Checkpoints {
             files: open
                 .chain(self.idle_checkpoints())
@@ -975,17 +968,7 @@ impl Tailer {
 
     /// The checkpoints of the open files alone; see [`Tailer::layout`].
     pub fn open_checkpoints(&self) -> Vec<FileCheckpoint> {
-        self.files
-            .iter()
-            .map(|w| FileCheckpoint {
-                identity: Identity {
-                    id: w.id,
-                    head: w.head,
-                },
-                path: w.path.to_string_lossy().into_owned(),
-                offset: w.acked,
-            })
-            .collect()
+        self.files.iter().map(|w| w.checkpoint(w.acked)).collect()
     }
 
     fn idle_checkpoints(&self) -> impl Iterator<Item = FileCheckpoint> + '_ {
@@ -1003,17 +986,11 @@ impl Tailer {
     /// together with the lines it delivered (Kafka transactions) saves
     /// these, taken right after the lines it holds were read.
     pub fn positions(&self) -> Checkpoints {
-        let open = self.files.iter().map(|w| FileCheckpoint {
-            identity: Identity {
-                id: w.id,
-                head: w.head,
-            },
-            path: w.path.to_string_lossy().into_owned(),
-            offset: w
-                .joiner
-                .start()
+        let open = self.files.iter().map(|w| {
+            let read = (w.joiner.start())
                 .or(w.splitter.waiting())
-                .unwrap_or(w.splitter.offset()),
+                .unwrap_or(w.splitter.offset());
+            w.checkpoint(read)
         });
         Checkpoints {
             files: open
@@ -1404,6 +1381,18 @@ impl Tailer {
 }
 
 impl Watched {
+    /// Its checkpoint at `offset`.
+    fn checkpoint(&self, offset: u64) -> FileCheckpoint {
+        FileCheckpoint {
+            identity: Identity {
+                id: self.id,
+                head: self.head,
+            },
+            path: self.path.to_string_lossy().into_owned(),
+            offset,
+        }
+    }
+
     /// Whether [`Tailer::poll_written`] reads it without a mark: it is
     /// open and its last read stopped short, inotify may not report its
     /// writes, or something timed is pending (rotated or gone, a multiline
