@@ -2,7 +2,8 @@
 //! every point must keep the `Point` contract (see common.rs), a datagram
 //! with any line that is not blank yields at least one point or one counted
 //! drop, and the structural-index parser gives exactly the points and drops
-//! of `parse_reference`.
+//! of `parse_reference`, and the same event lines, each of which the event
+//! parser takes or refuses without panicking.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -19,6 +20,10 @@ impl PointSink<'_> for Log {
     }
     fn drop(&mut self, reason: DropReason) {
         self.0.push(format!("drop {reason:?}"));
+    }
+    fn event(&mut self, line: &[u8]) {
+        let parsed = sonde_proto::statsd::event::parse(line);
+        self.0.push(format!("event {parsed:?}"));
     }
 }
 

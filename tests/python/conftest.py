@@ -40,15 +40,23 @@ def wait_for(what, cond, timeout=20.0):
 
 
 class Agent:
-    def __init__(self, receivers: str, interval: str = "1h"):
+    def __init__(self, receivers: str, interval: str = "1h", events: bool = False):
         self.dir = tempfile.TemporaryDirectory()
         self.admin = free_port()
         self.out = Path(self.dir.name) / "points.jsonl"
+        self.events_out = Path(self.dir.name) / "events.jsonl"
         cfg = Path(self.dir.name) / "sonde.toml"
+        events_sink = (
+            f'[[sinks]]\ntype = "file"\npath = "{self.events_out}"\ninputs = ["dogstatsd_events"]\n'
+            if events
+            else ""
+        )
         cfg.write_text(
             f'[agent]\ninterval = "{interval}"\nadmin_listen = "127.0.0.1:{self.admin}"\n'
+            f'data_dir = "{self.dir.name}/data"\n'
             f"{receivers}\n"
             f'[[sinks]]\ntype = "file"\npath = "{self.out}"\n'
+            f"{events_sink}"
         )
         self.stderr = open(Path(self.dir.name) / "stderr.log", "wb")
         self.proc = subprocess.Popen(
@@ -87,6 +95,18 @@ class Agent:
             return []
         return [json.loads(l) for l in self.out.read_text().splitlines() if l]
 
+    def events(self):
+        """The records of the `dogstatsd_events` sink (agent made with events=True)."""
+        if not self.events_out.exists():
+            return []
+        return [json.loads(l) for l in self.events_out.read_text().splitlines() if l]
+
+    def metric(self, prefix: str) -> float:
+        """The sum of the /metrics samples whose line starts with `prefix`."""
+        return sum(
+            float(l.rsplit(" ", 1)[1]) for l in self.metrics().splitlines() if l.startswith(prefix)
+        )
+
     def close(self):
         if self.proc.poll() is None:
             self.proc.kill()
@@ -99,8 +119,8 @@ class Agent:
 def agent_factory():
     agents = []
 
-    def make(receivers: str, interval: str = "1h") -> Agent:
-        a = Agent(receivers, interval)
+    def make(receivers: str, interval: str = "1h", events: bool = False) -> Agent:
+        a = Agent(receivers, interval, events)
         agents.append(a)
         return a
 

@@ -70,3 +70,70 @@ def test_statsd_client_pipeline_packs_lines_into_one_datagram(agent_factory):
     assert by_name(pts, "app.jobs.done")[0]["value"] == 18
     assert by_name(pts, "app.jobs.pending")[0]["value"] == 10
     assert by_name(pts, "app.jobs.took.max")[0]["value"] == 250
+
+
+def test_dogstatsd_client_events_and_service_checks_become_log_records(agent_factory):
+    from datadog.dogstatsd import DogStatsd
+
+    port = free_port()
+    agent = agent_factory(
+        f'[[receivers]]\nprotocol = "statsd"\nlisten = "udp://127.0.0.1:{port}"\n', events=True
+    )
+    client = DogStatsd(host="127.0.0.1", port=port, disable_telemetry=True)
+    client.event(
+        "Deploy | v2",
+        "rolled out\nto 3 hosts",
+        alert_type="success",
+        aggregation_key="deploy-v2",
+        source_type_name="ci",
+        date_happened=1700000000,
+        priority="low",
+        tags=["env:prod", "team:web"],
+        hostname="web-1",
+    )
+    client.service_check("db.up", DogStatsd.CRITICAL, tags=["env:prod"], message="no reply in 10s")
+    client.service_check("cache.up", DogStatsd.OK)
+    client.increment("after.events")
+    client.flush()
+    client.close_socket()
+    wait_for("three records", lambda: len(agent.events()) >= 3)
+    wait_for("the counter", lambda: agent.points_received() >= 1)
+    agent.stop()
+    event, failing, ok = agent.events()
+
+    assert event["type"] == "event"
+    assert event["title"] == "Deploy | v2"
+    assert event["message"] == "rolled out\nto 3 hosts"
+    assert event["alert_type"] == "success"
+    assert event["priority"] == "low"
+    assert event["aggregation_key"] == "deploy-v2"
+    assert event["source_type_name"] == "ci"
+    assert event["timestamp"] == 1700000000
+    assert event["host"] == "web-1"
+    assert event["source"] == "dogstatsd_events"
+    assert event["tags"] == ["env:prod", "team:web"]
+    assert "file" not in event and "offset" not in event
+
+    assert failing["type"] == "service_check"
+    assert (failing["check"], failing["status"]) == ("db.up", "critical")
+    assert failing["message"] == "no reply in 10s"
+    assert failing["tags"] == ["env:prod"]
+    assert (ok["check"], ok["status"], ok["message"]) == ("cache.up", "ok", "")
+    assert "tags" not in ok
+    # Received, not dropped; the metric beside them is aggregated as usual.
+    assert by_name(agent.points(), "after.events")[0]["value"] == 1
+
+
+def test_events_without_a_sink_that_takes_them_are_counted_as_dropped(agent_factory):
+    from datadog.dogstatsd import DogStatsd
+
+    port = free_port()
+    agent = agent_factory(f'[[receivers]]\nprotocol = "statsd"\nlisten = "udp://127.0.0.1:{port}"\n')
+    client = DogStatsd(host="127.0.0.1", port=port, disable_telemetry=True)
+    client.event("t", "x")
+    client.service_check("c", DogStatsd.WARNING)
+    client.flush()
+    client.close_socket()
+    dropped = 'sonde_receiver_dropped_total{receiver="udp://127.0.0.1:%d",protocol="statsd",reason=' % port
+    wait_for("the event counted", lambda: agent.metric(dropped + '"event"}') == 1)
+    wait_for("the service check counted", lambda: agent.metric(dropped + '"service_check"}') == 1)

@@ -50,6 +50,7 @@ pub mod msgpack;
 pub mod otlp;
 pub mod otlp_logs;
 pub mod prometheus;
+pub mod record;
 pub mod remote_write;
 
 use sonde_aggregate::OutPoint;

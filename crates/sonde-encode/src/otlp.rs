@@ -75,21 +75,32 @@ pub(crate) mod proto {
         pub value: Option<AnyValue>,
     }
 
-    /// `opentelemetry.proto.common.v1.AnyValue`, string and integer
-    /// values.
+    /// `opentelemetry.proto.common.v1.AnyValue`, string, integer and
+    /// array values.
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct AnyValue {
-        #[prost(oneof = "AnyValueKind", tags = "1, 3")]
+        #[prost(oneof = "AnyValueKind", tags = "1, 3, 5")]
         pub value: Option<AnyValueKind>,
     }
 
-    /// The `value` oneof of `AnyValue`.
+    /// `opentelemetry.proto.common.v1.ArrayValue`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ArrayValue {
+        #[prost(message, repeated, tag = "1")]
+        pub values: Vec<AnyValue>,
+    }
+
+    /// The `value` oneof of `AnyValue`, its variants named as the proto
+    /// names them.
+    #[allow(clippy::enum_variant_names)]
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum AnyValueKind {
         #[prost(string, tag = "1")]
         StringValue(String),
         #[prost(int64, tag = "3")]
         IntValue(i64),
+        #[prost(message, tag = "5")]
+        ArrayValue(ArrayValue),
     }
 
     /// `opentelemetry.proto.common.v1.InstrumentationScope`.

@@ -16,6 +16,11 @@
 //!   file offset of the record's first byte, as an integer (the name the
 //!   Collector's `filelog` receiver gives it).
 //!
+//! A record with a [`RecordMeta`] (a DogStatsD event or service check) has
+//! no file attributes: its `time_unix_nano` is its timestamp, its severity
+//! is set when it has one, and its attributes are the meta's (a list as an
+//! array of strings), then `host.name` when it names its own host.
+//!
 //! Each record is encoded once, when pushed, into the scope's buffer;
 //! [`OtlpLogs::finish`] writes the wrappers, whose lengths come first,
 //! around it.
@@ -23,13 +28,20 @@
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
 
-use crate::otlp::proto::{self, AnyValue, AnyValueKind as Value, KeyValue};
+use crate::otlp::proto::{self, AnyValue, AnyValueKind as Value, ArrayValue, KeyValue};
 use crate::otlp::{field_len, set_attribute};
+use crate::record::{AttrValue, RecordMeta};
 
 /// `opentelemetry.proto.logs.v1.LogRecord`, the fields sonde sets (the
 /// common messages are the metrics encoder's).
 #[derive(Clone, PartialEq, prost::Message)]
 struct LogRecord {
+    #[prost(fixed64, tag = "1")]
+    time_unix_nano: u64,
+    #[prost(int32, tag = "2")]
+    severity_number: i32,
+    #[prost(string, tag = "3")]
+    severity_text: String,
     #[prost(message, optional, tag = "5")]
     body: Option<AnyValue>,
     #[prost(message, repeated, tag = "6")]
@@ -62,6 +74,8 @@ pub struct LogRecordIn<'a> {
     pub offset: u64,
     /// When it was read or encoded, in nanoseconds since the Unix epoch.
     pub observed_unix_nano: u64,
+    /// What it says about itself, if it was not read from a file.
+    pub meta: Option<&'a RecordMeta>,
 }
 
 /// Encodes requests of OTLP log records; see the [module docs](self).
@@ -94,6 +108,9 @@ impl OtlpLogs {
             records: Vec::new(),
             count: 0,
             record: LogRecord {
+                time_unix_nano: 0,
+                severity_number: 0,
+                severity_text: String::new(),
                 body: Some(AnyValue {
                     value: Some(Value::StringValue(String::new())),
                 }),
@@ -122,6 +139,11 @@ impl OtlpLogs {
 
     /// Adds one record to the request.
     pub fn push(&mut self, r: &LogRecordIn<'_>) {
+        if let Some(meta) = r.meta {
+            let record = with_meta(r, meta);
+            self.add(&record);
+            return;
+        }
         let set = |v: &mut Option<AnyValue>, text: &str| {
             if let Some(AnyValue {
                 value: Some(Value::StringValue(s)),
@@ -142,14 +164,20 @@ impl OtlpLogs {
             value: Some(Value::IntValue(i64::try_from(r.offset).unwrap_or(i64::MAX))),
         });
         self.record.observed_time_unix_nano = r.observed_unix_nano;
+        let record = std::mem::take(&mut self.record);
+        self.add(&record);
+        self.record = record;
+    }
+
+    fn add(&mut self, record: &LogRecord) {
         encode_key(
             SCOPE_LOGS_LOG_RECORDS,
             WireType::LengthDelimited,
             &mut self.records,
         );
-        encode_varint(self.record.encoded_len() as u64, &mut self.records);
+        encode_varint(record.encoded_len() as u64, &mut self.records);
         // Encoding into a Vec cannot run out of room.
-        let _ = self.record.encode(&mut self.records);
+        let _ = record.encode(&mut self.records);
         self.count += 1;
     }
 
@@ -185,6 +213,46 @@ impl OtlpLogs {
     }
 }
 
+/// The record of `r`, whose meta is `meta`: built afresh, as such records
+/// are few (events, not lines).
+fn with_meta(r: &LogRecordIn<'_>, meta: &RecordMeta) -> LogRecord {
+    let any = |v: Value| AnyValue { value: Some(v) };
+    let mut attributes: Vec<KeyValue> = meta
+        .attributes
+        .iter()
+        .map(|(k, v)| KeyValue {
+            key: (*k).to_owned(),
+            value: Some(match v {
+                AttrValue::Str(s) => any(Value::StringValue(s.clone())),
+                AttrValue::Int(n) => any(Value::IntValue(*n)),
+                AttrValue::List(l) => any(Value::ArrayValue(ArrayValue {
+                    values: l
+                        .iter()
+                        .map(|s| any(Value::StringValue(s.clone())))
+                        .collect(),
+                })),
+            }),
+        })
+        .collect();
+    if let Some(h) = &meta.host {
+        attributes.push(string("host.name", h));
+    }
+    LogRecord {
+        time_unix_nano: u64::try_from(meta.timestamp)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000),
+        severity_number: meta.severity.map_or(0, |s| s.number()),
+        severity_text: meta
+            .severity
+            .map_or_else(String::new, |s| s.as_str().to_owned()),
+        body: Some(any(Value::StringValue(
+            String::from_utf8_lossy(r.body).into_owned(),
+        ))),
+        attributes,
+        observed_time_unix_nano: r.observed_unix_nano,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +276,7 @@ mod tests {
                 path: "/var/log/app/a.log",
                 offset: 100 * i as u64,
                 observed_unix_nano: 1_700_000_000_000_000_000 + i as u64,
+                meta: None,
             });
         }
         assert_eq!(e.records(), 3);
@@ -267,10 +336,65 @@ mod tests {
             path: "/a",
             offset: 0,
             observed_unix_nano: 1,
+            meta: None,
         });
         let mut next = Vec::new();
         e.finish(&mut next);
         let req = ExportLogsServiceRequest::decode(&next[..]).unwrap();
         assert_eq!(req.resource_logs[0].scope_logs[0].log_records.len(), 1);
+    }
+
+    #[test]
+    fn a_record_with_meta_has_its_time_severity_and_attributes_and_no_file() {
+        use crate::record::Severity;
+        let meta = RecordMeta {
+            host: Some("db-1".into()),
+            timestamp: 1_700_000_000,
+            severity: Some(Severity::Warn),
+            attributes: vec![
+                ("type", AttrValue::Str("event".into())),
+                ("priority", AttrValue::Int(3)),
+                (
+                    "tags",
+                    AttrValue::List(vec!["env:dev".into(), "blue".into()]),
+                ),
+            ],
+        };
+        let mut e = OtlpLogs::new();
+        e.begin([("host.name", "web-1")]);
+        e.push(&LogRecordIn {
+            body: b"disk full",
+            path: "",
+            offset: 0,
+            observed_unix_nano: 5,
+            meta: Some(&meta),
+        });
+        let mut out = Vec::new();
+        e.finish(&mut out);
+        let req = ExportLogsServiceRequest::decode(&out[..]).unwrap();
+        let r = &req.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(text(&r.body), V::StringValue("disk full".into()));
+        assert_eq!(r.time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(r.observed_time_unix_nano, 5);
+        assert_eq!((r.severity_number, r.severity_text.as_str()), (13, "WARN"));
+        let keys: Vec<&str> = r.attributes.iter().map(|kv| kv.key.as_str()).collect();
+        assert_eq!(keys, ["type", "priority", "tags", "host.name"]);
+        assert_eq!(text(&r.attributes[1].value), V::IntValue(3));
+        let V::ArrayValue(tags) = text(&r.attributes[2].value) else {
+            panic!("{:?}", r.attributes[2]);
+        };
+        let tags: Vec<V> = tags
+            .values
+            .iter()
+            .map(|v| v.value.clone().unwrap())
+            .collect();
+        assert_eq!(
+            tags,
+            [
+                V::StringValue("env:dev".into()),
+                V::StringValue("blue".into())
+            ]
+        );
+        assert_eq!(text(&r.attributes[3].value), V::StringValue("db-1".into()));
     }
 }

@@ -158,6 +158,17 @@ pub trait PointSink<'a> {
     fn point(&mut self, point: &Point<'a>);
     /// Called once for every message, line or tag string that was dropped.
     fn drop(&mut self, reason: DropReason);
+    /// Called for every DogStatsD event or service check line (without
+    /// its terminator), unparsed: a sink that routes them parses it with
+    /// [`statsd::event::parse`]. By default it is counted as dropped
+    /// ([`DropReason::Event`] or [`DropReason::ServiceCheck`]).
+    fn event(&mut self, line: &'a [u8]) {
+        self.drop(if line.starts_with(b"_e{") {
+            DropReason::Event
+        } else {
+            DropReason::ServiceCheck
+        });
+    }
 }
 
 /// Why a parser (or the receiver framing its input) dropped a message or
@@ -188,18 +199,23 @@ pub enum DropReason {
     BadSampleRate = 8,
     /// A StatsD line without `name:value|type` shape.
     MalformedLine = 9,
-    /// A DogStatsD event (`_e{...}`): counted and ignored.
+    /// A DogStatsD event (`_e{...}`) that no sink takes (`inputs =
+    /// ["dogstatsd_events"]`): counted and ignored.
     Event = 10,
-    /// A DogStatsD service check (`_sc|...`): counted and ignored.
+    /// A DogStatsD service check (`_sc|...`) that no sink takes: counted
+    /// and ignored.
     ServiceCheck = 11,
     /// A datagram larger than the receive buffer, or a stream line too
     /// long: input the receiver cannot frame into whole messages or lines.
     Oversized = 12,
+    /// A DogStatsD event or service check that breaks its shape
+    /// ([`statsd::event`]).
+    MalformedEvent = 13,
 }
 
 impl DropReason {
     /// Every reason, in discriminant order.
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::Truncated,
         DropReason::Malformed,
         DropReason::WrongArity,
@@ -213,6 +229,7 @@ impl DropReason {
         DropReason::Event,
         DropReason::ServiceCheck,
         DropReason::Oversized,
+        DropReason::MalformedEvent,
     ];
 
     /// The snake_case label value used on `/metrics` and in test vectors.
@@ -231,6 +248,7 @@ impl DropReason {
             DropReason::Event => "event",
             DropReason::ServiceCheck => "service_check",
             DropReason::Oversized => "oversized",
+            DropReason::MalformedEvent => "malformed_event",
         }
     }
 }

@@ -19,8 +19,8 @@
 //!   unix timestamp. Fields the agent does not know (`c:` container IDs,
 //!   `e:`, `card:` and whatever newer clients add) are skipped, so new
 //!   clients keep working.
-//! * DogStatsD events (`_e{`) and service checks (`_sc|`) are counted as
-//!   drops of their own reason and otherwise ignored.
+//! * DogStatsD events (`_e{`) and service checks (`_sc|`) go to
+//!   [`PointSink::event`] whole; [`event`] parses them.
 //!
 //! A bad line is one drop; the other lines of the datagram are unaffected.
 //! A line is checked whole before any of its points is emitted, so a line
@@ -37,6 +37,7 @@ use crate::tags::Backend;
 use crate::{DropReason, Kind, Point, PointSink, TagSyntax, Value};
 use memchr::memchr;
 
+pub mod event;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod index;
 
@@ -125,7 +126,10 @@ pub fn parse_reference<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
 /// Checks run left to right (shape, name, type, fields, values) and the
 /// first failure is the reason reported.
 fn parse_line<'a>(line: &'a [u8], sink: &mut impl PointSink<'a>) -> Result<(), DropReason> {
-    not_event(line)?;
+    if event::is_happening(line) {
+        sink.event(line);
+        return Ok(());
+    }
     // The name ends at the first `:`, the values at the first `|`. Looking
     // for the `|` first keeps a `:` inside the tags from being taken as the
     // name separator on a line that has none (`name|c|#k:v`).
@@ -152,18 +156,6 @@ fn parse_line<'a>(line: &'a [u8], sink: &mut impl PointSink<'a>) -> Result<(), D
         &extras,
         sink,
     )
-}
-
-/// DogStatsD events and service checks are counted, not parsed.
-#[inline(always)]
-pub(crate) fn not_event(line: &[u8]) -> Result<(), DropReason> {
-    if line.starts_with(b"_e{") {
-        return Err(DropReason::Event);
-    }
-    if line.starts_with(b"_sc|") {
-        return Err(DropReason::ServiceCheck);
-    }
-    Ok(())
 }
 
 /// The metric type a StatsD type field names.

@@ -21,7 +21,8 @@
 //! their sinks to acknowledge what was sent, and save their checkpoints;
 //! then the flusher closes the open window early and
 //! flushes it; the workers hand over their last shards and exit (removing
-//! their unix socket files); the sinks deliver what is queued, for up to
+//! their unix socket files); the `dogstatsd_events` source sends the
+//! events they took and waits for its sinks; the sinks deliver what is queued, for up to
 //! their `shutdown_grace`, and exit; then `run` returns.
 
 use std::path::PathBuf;
@@ -37,6 +38,7 @@ use sonde::sinks::Start;
 use sonde_aggregate::AggregateConfig;
 use sonde_io::flusher::{self, Flusher, FlusherCommand};
 use sonde_io::http::{self, Site};
+use sonde_io::logs::events::{EventQueue, EVENTS_SOURCE};
 use sonde_io::logs::{self, LogInput, LogStats, RunningSource, SourceInfo};
 use sonde_io::receiver::{self, Bound, Control, Handoff, Ingest, ReceiverStats};
 use sonde_io::sink::{SinkHandle, SinkStats};
@@ -67,6 +69,8 @@ struct Ctx {
     control: Arc<Control>,
     shard_tx: SyncSender<Handoff>,
     telemetry: Arc<Telemetry>,
+    /// Where StatsD workers send DogStatsD events, when a sink takes them.
+    events: Option<EventQueue>,
 }
 
 /// Binds a receiver's sockets (resolving the unix file's owner and group).
@@ -117,7 +121,11 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
             Arc::clone(&ctx.control),
             ctx.shard_tx.clone(),
         )
-        .retire_on(Arc::clone(&retire));
+        .retire_on(Arc::clone(&retire))
+        .events_to(match r.protocol {
+            receiver::Protocol::Statsd => ctx.events.clone(),
+            receiver::Protocol::Msgpack => None,
+        });
         workers.push(receiver::spawn(b, ingest)?);
     }
     lock(&ctx.telemetry.receivers).push(Arc::clone(&stats));
@@ -192,13 +200,14 @@ fn start_sink(
     })
 }
 
-/// What records of each log source carry besides the line.
+/// What records of each log source carry besides the line: the
+/// `[[logs]]` sources in order, then `dogstatsd_events` if a sink takes it.
 fn source_infos(config: &Config) -> Vec<SourceInfo> {
     let host = match &config.agent.hostname {
         Some(h) => h.get_ref().clone(),
         None => sonde::sinks::hostname().unwrap_or_else(|| "localhost".into()),
     };
-    config
+    let mut infos: Vec<SourceInfo> = config
         .logs
         .iter()
         .map(|l| SourceInfo {
@@ -206,16 +215,56 @@ fn source_infos(config: &Config) -> Vec<SourceInfo> {
             host: host.clone(),
             fields: l.fields.clone(),
         })
-        .collect()
+        .collect();
+    if config
+        .sinks
+        .iter()
+        .any(|s| s.log_sources().any(|n| n == EVENTS_SOURCE))
+    {
+        infos.push(SourceInfo {
+            name: EVENTS_SOURCE.into(),
+            host,
+            fields: Vec::new(),
+        });
+    }
+    infos
 }
 
-/// Starts every log source, each with the ends its sinks handed out.
+/// The ends sinks hand out for log sources, by source name.
+type Inputs = Vec<(String, LogInput)>;
+
+/// Starts the `dogstatsd_events` source if a sink takes it (its info is
+/// the last of `infos`), with the ends its sinks handed out; returns the
+/// queue for the StatsD workers.
+fn start_events(
+    infos: &[SourceInfo],
+    inputs: Inputs,
+    telemetry: &Telemetry,
+) -> anyhow::Result<Option<(EventQueue, RunningSource)>> {
+    let Some(info) = infos.last().filter(|i| i.name == EVENTS_SOURCE) else {
+        return Ok(None);
+    };
+    let sinks = inputs
+        .into_iter()
+        .filter(|(n, _)| n == EVENTS_SOURCE)
+        .map(|(_, i)| i)
+        .collect();
+    let stats = Arc::new(LogStats::new(EVENTS_SOURCE.into()));
+    lock(&telemetry.logs).push(Arc::clone(&stats));
+    let started = logs::events::spawn(info.clone(), sinks, stats)
+        .context("starting the dogstatsd_events source")?;
+    tracing::info!(source = EVENTS_SOURCE, "log source running");
+    Ok(Some(started))
+}
+
+/// Starts every `[[logs]]` source, each with the ends its sinks handed
+/// out; returns the ends of the sources it does not start.
 fn start_sources(
     config: &Config,
     infos: &[SourceInfo],
-    mut inputs: Vec<(String, LogInput)>,
+    mut inputs: Inputs,
     telemetry: &Telemetry,
-) -> anyhow::Result<Vec<RunningSource>> {
+) -> anyhow::Result<(Vec<RunningSource>, Inputs)> {
     let mut running = Vec::new();
     for (l, info) in config.logs.iter().zip(infos) {
         let (mine, rest): (Vec<_>, Vec<_>) = inputs.into_iter().partition(|(n, _)| *n == l.name);
@@ -236,7 +285,7 @@ fn start_sources(
         );
         tracing::info!(source = %l.name, include = ?l.tailer.include, "log source running");
     }
-    Ok(running)
+    Ok((running, inputs))
 }
 
 /// Runs the agent until SIGTERM or SIGINT; SIGHUP reloads `path`.
@@ -290,7 +339,8 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         log_inputs.extend(started.logs);
         sinks.push(started.running);
     }
-    let sources = start_sources(&config, &infos, log_inputs, &telemetry)?;
+    let (sources, rest) = start_sources(&config, &infos, log_inputs, &telemetry)?;
+    let (events, events_source) = start_events(&infos, rest, &telemetry)?.unzip();
 
     let (shard_tx, shard_rx) = sync_channel(SHARD_QUEUE);
     let ctx = Ctx {
@@ -298,6 +348,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         control: Arc::clone(&control),
         shard_tx,
         telemetry: Arc::clone(&telemetry),
+        events,
     };
     let mut receivers = Vec::new();
     for (r, socks) in bound {
@@ -355,6 +406,10 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         for w in r.workers {
             let _ = w.join();
         }
+    }
+    // After the receivers, so that the events they took are sent.
+    if let Some(e) = events_source {
+        e.stop();
     }
     for s in sinks {
         for t in s.threads {

@@ -670,3 +670,76 @@ fn otlp_log_records_reach_the_opentelemetry_collector() {
         Some(301.0)
     );
 }
+
+/// DogStatsD events and service checks over `otlp_http` into the real
+/// Collector: each a record with its text as body, its own time and
+/// severity, and its fields as attributes; a malformed one counted.
+#[test]
+fn dogstatsd_events_reach_the_opentelemetry_collector_as_log_records() {
+    let Some(col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    let udp = free_port();
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"agent-1\"\n{}\
+             [[sinks]]\ntype = \"blackhole\"\n\
+             [[sinks]]\ntype = \"otlp_http\"\ninputs = [\"dogstatsd_events\"]\nurl = \"{}\"\n",
+            dir.join("data").display(),
+            statsd_receiver(udp),
+            col.metrics_url()
+        )
+    });
+    udp_send(
+        udp,
+        b"_e{11,16}:disk filled|/var at 99%\\nnow|d:1700000000|h:db-1|t:error|k:disk|#env:prod,team:st\n\
+          ok.count:1|c\n_sc|redis.up|1|#env:prod|m:slow replies\n_e{30,1}:short|x",
+    );
+    let got: Vec<OtelLog> = wait_for(
+        "two records in the collector",
+        Duration::from_secs(20),
+        || {
+            let got = col.logs();
+            (got.len() >= 2).then_some(got)
+        },
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+    let (event, check) = (&got[0], &got[1]);
+    assert_eq!(event.body, "/var at 99%\nnow");
+    assert_eq!(event.resource["host.name"], "agent-1");
+    assert_eq!(event.resource["sonde.source"], "dogstatsd_events");
+    assert_eq!(event.attributes["type"], "event");
+    assert_eq!(event.attributes["title"], "disk filled");
+    assert_eq!(event.attributes["alert_type"], "error");
+    assert_eq!(event.attributes["priority"], "normal");
+    assert_eq!(event.attributes["aggregation_key"], "disk");
+    assert_eq!(event.attributes["host.name"], "db-1");
+    assert!(event.attributes["tags"].contains("team:st"), "{event:?}");
+    assert_eq!(check.body, "slow replies");
+    assert_eq!(check.attributes["type"], "service_check");
+    assert_eq!(check.attributes["check"], "redis.up");
+    assert_eq!(check.attributes["status"], "warning");
+    let log = col.log();
+    assert!(
+        log.contains("Timestamp: 2023-11-14 22:13:20 +0000 UTC"),
+        "{log}"
+    );
+    assert!(
+        log.contains("SeverityText: ERROR") && log.contains("SeverityText: WARN"),
+        "{log}"
+    );
+    wait_for(
+        "the malformed event counted",
+        Duration::from_secs(10),
+        || {
+            (agent.metric(&format!(
+            "sonde_receiver_dropped_total{{receiver=\"udp://127.0.0.1:{udp}\",protocol=\"statsd\",reason=\"malformed_event\"}}"
+        )) == Some(1.0))
+        .then_some(())
+        },
+    );
+    assert_eq!(
+        agent.metric("sonde_log_lines_read_total{source=\"dogstatsd_events\"}"),
+        Some(2.0)
+    );
+}

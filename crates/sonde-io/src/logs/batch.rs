@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
+use sonde_encode::record::RecordMeta;
 use sonde_logs::{Checkpoints, FileKey, Line, LineSink, Origin};
 
 /// What every record of a source carries besides its line.
@@ -25,10 +26,14 @@ pub struct LogLine<'a> {
     /// The line without its newline (and without a `\r` before it); cut at
     /// `max_line_bytes`.
     pub bytes: &'a [u8],
-    /// The path its file was at when the line was read.
+    /// The path its file was at when the line was read; empty for a
+    /// record not read from a file.
     pub path: &'a str,
     /// The file offset of the line's first byte.
     pub offset: u64,
+    /// What a record not read from a file (a DogStatsD event) says about
+    /// itself; `None` for lines of files.
+    pub meta: Option<&'a RecordMeta>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +65,8 @@ pub struct LogBatch {
     keys: Vec<Option<FileKey>>,
     /// Per file in the batch, the end offset of its last line.
     ends: Vec<(FileKey, u64)>,
+    /// Empty for lines of files; else one per span.
+    metas: Vec<RecordMeta>,
     positions: Option<Checkpoints>,
     pending: AtomicUsize,
     done: Option<Sender<u64>>,
@@ -136,10 +143,11 @@ impl LogBatch {
 
     /// The lines, in the order they were read (file order within a file).
     pub fn lines(&self) -> impl ExactSizeIterator<Item = LogLine<'_>> + '_ {
-        self.spans.iter().map(|s| LogLine {
+        self.spans.iter().enumerate().map(|(i, s)| LogLine {
             bytes: &self.data[s.at..s.at + s.len],
             path: &self.paths[s.path],
             offset: s.offset,
+            meta: self.metas.get(i),
         })
     }
 
@@ -189,6 +197,7 @@ impl LogBatch {
     /// Drops the lines of each file of `floors` that start below its
     /// offset (they were delivered before; see `Tailer::advance`).
     pub(crate) fn drop_below(&mut self, floors: &[(FileKey, u64)]) {
+        debug_assert!(self.metas.is_empty(), "records with meta have no file");
         let keys = &self.keys;
         self.spans.retain(|s| {
             let floor = keys[s.path].and_then(|k| floors.iter().find(|(f, _)| *f == k));
@@ -217,6 +226,7 @@ struct Parts {
     paths: Vec<Arc<str>>,
     keys: Vec<Option<FileKey>>,
     ends: Vec<(FileKey, u64)>,
+    metas: Vec<RecordMeta>,
     /// The file of the last line, whose path the next line of the same file
     /// shares.
     last: Option<FileKey>,
@@ -282,11 +292,40 @@ impl BatchBuilder {
             paths: parts.paths,
             keys: parts.keys,
             ends: parts.ends,
+            metas: parts.metas,
             positions: None,
             pending: AtomicUsize::new(0),
             done: None,
             pool: Some(Arc::clone(&self.pool)),
         });
+    }
+}
+
+impl BatchBuilder {
+    /// Adds a record that was not read from a file, with what it says
+    /// about itself (a DogStatsD event): a batch holds either these or
+    /// lines of files.
+    pub(crate) fn record(&mut self, bytes: &[u8], meta: RecordMeta) {
+        if self.current.data.capacity() == 0 {
+            self.open();
+        }
+        let c = &mut self.current;
+        debug_assert!(c.ends.is_empty(), "a batch of lines of files");
+        if c.paths.is_empty() {
+            c.paths.push(Arc::from(""));
+            c.keys.push(None);
+        }
+        c.spans.push(Span {
+            path: 0,
+            at: c.data.len(),
+            len: bytes.len(),
+            offset: 0,
+        });
+        c.data.extend_from_slice(bytes);
+        c.metas.push(meta);
+        if c.data.len() >= self.max_bytes {
+            self.close();
+        }
     }
 }
 
@@ -368,6 +407,7 @@ impl LogBatch {
             keys: vec![None; paths.len()],
             paths,
             ends: Vec::new(),
+            metas: Vec::new(),
             positions: None,
             pending: AtomicUsize::new(pending),
             done: Some(done),

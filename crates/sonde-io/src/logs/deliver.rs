@@ -236,6 +236,7 @@ impl LogEncoder for OtlpLogs {
             path: line.path,
             offset: line.offset,
             observed_unix_nano: self.observed,
+            meta: line.meta,
         });
     }
 

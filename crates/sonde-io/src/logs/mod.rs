@@ -9,11 +9,14 @@
 //! * [`batch`]: [`LogBatch`], the lines as the sinks see them, and the
 //!   acknowledgement that goes back;
 //! * [`stats`]: the counters shown on `/metrics`;
-//! * [`blackhole`]: the sink that acknowledges everything at once.
+//! * [`blackhole`]: the sink that acknowledges everything at once;
+//! * [`events`]: the `dogstatsd_events` source, DogStatsD events and
+//!   service checks as records.
 
 pub mod batch;
 pub mod blackhole;
 pub mod deliver;
+pub mod events;
 pub mod record;
 pub mod source;
 pub mod stats;

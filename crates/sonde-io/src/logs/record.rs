@@ -7,8 +7,16 @@
 //! and `source` name where it comes from; then the source's `fields` as
 //! top-level keys. A field named like one of the first five is left out
 //! (the line's own value wins).
+//!
+//! A record not read from a file (a DogStatsD event or service check,
+//! with a [`RecordMeta`]) has no `file` and `offset`; its `host` is the
+//! one it names, if it does; `source` is followed by `timestamp` (seconds
+//! since the epoch) and its meta's attributes as top-level keys (a list as
+//! an array of strings), then the fields whose keys they do not take.
 
 use std::io::Write as _;
+
+use sonde_encode::record::{AttrValue, RecordMeta};
 
 use super::{LogLine, SourceInfo};
 
@@ -18,19 +26,29 @@ pub const FIXED: [&str; 5] = ["message", "file", "offset", "host", "source"];
 /// Appends the JSON object of `line` of `source` to `out`, without a
 /// newline.
 pub fn json(out: &mut Vec<u8>, source: &SourceInfo, line: &LogLine<'_>) {
+    let meta = line.meta;
     out.extend_from_slice(b"{\"message\":");
     string(out, &String::from_utf8_lossy(line.bytes));
-    out.extend_from_slice(b",\"file\":");
-    string(out, line.path);
-    out.extend_from_slice(b",\"offset\":");
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "{}", line.offset);
+    if meta.is_none() {
+        out.extend_from_slice(b",\"file\":");
+        string(out, line.path);
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, ",\"offset\":{}", line.offset);
+    }
     out.extend_from_slice(b",\"host\":");
-    string(out, &source.host);
+    string(
+        out,
+        meta.and_then(|m| m.host.as_deref()).unwrap_or(&source.host),
+    );
     out.extend_from_slice(b",\"source\":");
     string(out, &source.name);
+    if let Some(m) = meta {
+        attributes(out, m);
+    }
     for (k, v) in &source.fields {
-        if FIXED.contains(&k.as_str()) {
+        let taken =
+            meta.is_some_and(|m| k == "timestamp" || m.attributes.iter().any(|(a, _)| a == k));
+        if FIXED.contains(&k.as_str()) || taken {
             continue;
         }
         out.push(b',');
@@ -39,6 +57,27 @@ pub fn json(out: &mut Vec<u8>, source: &SourceInfo, line: &LogLine<'_>) {
         string(out, v);
     }
     out.push(b'}');
+}
+
+/// The `timestamp` and attributes of a record with a meta, each after a
+/// comma.
+fn attributes(out: &mut Vec<u8>, meta: &RecordMeta) {
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, ",\"timestamp\":{}", meta.timestamp);
+    for (k, v) in &meta.attributes {
+        out.push(b',');
+        string(out, k);
+        out.push(b':');
+        match v {
+            AttrValue::Str(s) => string(out, s),
+            AttrValue::Int(n) => {
+                let _ = write!(out, "{n}");
+            }
+            AttrValue::List(l) => {
+                let _ = serde_json::to_writer(&mut *out, l);
+            }
+        }
+    }
 }
 
 /// Appends `s` as a JSON string.
@@ -65,6 +104,7 @@ mod tests {
             bytes: b"say \"hi\"\t\xff!\n  at x",
             path: "/var/log/a.log",
             offset: 42,
+            meta: None,
         };
         let mut out = b"before ".to_vec();
         json(&mut out, &src, &line);
@@ -75,5 +115,58 @@ mod tests {
         );
         let parsed: serde_json::Value = serde_json::from_slice(&out[7..]).unwrap();
         assert_eq!(parsed["message"], "say \"hi\"\t\u{fffd}!\n  at x");
+    }
+
+    #[test]
+    fn a_record_with_meta_has_its_host_time_and_attributes_and_no_file() {
+        use sonde_encode::record::Severity;
+        let src = SourceInfo {
+            name: "dogstatsd_events".into(),
+            host: "agent-host".into(),
+            fields: vec![
+                ("dc".into(), "eu".into()),
+                ("title".into(), "shadowed".into()),
+            ],
+        };
+        let meta = RecordMeta {
+            host: Some("web-1".into()),
+            timestamp: 1_700_000_000,
+            severity: Some(Severity::Error),
+            attributes: vec![
+                ("type", AttrValue::Str("event".into())),
+                ("title", AttrValue::Str("disk \"full\"".into())),
+                ("n", AttrValue::Int(-3)),
+                (
+                    "tags",
+                    AttrValue::List(vec!["env:prod".into(), "blue".into()]),
+                ),
+            ],
+        };
+        let line = LogLine {
+            bytes: b"on /var\nand /tmp",
+            path: "",
+            offset: 0,
+            meta: Some(&meta),
+        };
+        let mut out = Vec::new();
+        json(&mut out, &src, &line);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "{\"message\":\"on /var\\nand /tmp\",\"host\":\"web-1\",\"source\":\"dogstatsd_events\",\
+             \"timestamp\":1700000000,\"type\":\"event\",\"title\":\"disk \\\"full\\\"\",\"n\":-3,\
+             \"tags\":[\"env:prod\",\"blue\"],\"dc\":\"eu\"}"
+        );
+        let no_host = RecordMeta {
+            host: None,
+            ..meta.clone()
+        };
+        let line = LogLine {
+            meta: Some(&no_host),
+            ..line
+        };
+        out.clear();
+        json(&mut out, &src, &line);
+        let parsed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(parsed["host"], "agent-host");
     }
 }

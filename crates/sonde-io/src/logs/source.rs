@@ -124,6 +124,10 @@ pub struct RunningSource {
 }
 
 impl RunningSource {
+    pub(crate) fn new(stop: Arc<AtomicBool>, thread: JoinHandle<()>) -> Self {
+        RunningSource { stop, thread }
+    }
+
     /// Stops the source (see the module docs) and waits for its thread.
     pub fn stop(self) {
         self.stop.store(true, Relaxed);

@@ -40,6 +40,12 @@ pub enum DropLabel {
     Event,
     /// See [`DropReason::ServiceCheck`].
     ServiceCheck,
+    /// See [`DropReason::MalformedEvent`].
+    MalformedEvent,
+    /// A well-formed event or service check that a sink takes, dropped
+    /// because the records before it are not delivered yet: the queue to
+    /// the `dogstatsd_events` source is full (see `logs::events`).
+    EventsBehind,
     /// Input too large to take: [`DropReason::Oversized`] (a datagram or
     /// line), or [`RecordError::FieldTooLong`], [`RecordError::SetFull`],
     /// [`RecordError::TimestampsFull`] (a point).
@@ -54,7 +60,7 @@ pub enum DropLabel {
 
 impl DropLabel {
     /// Every label, in the order `/metrics` lists them.
-    pub const ALL: [DropLabel; 18] = [
+    pub const ALL: [DropLabel; 20] = [
         DropLabel::Truncated,
         DropLabel::Malformed,
         DropLabel::WrongArity,
@@ -69,6 +75,8 @@ impl DropLabel {
         DropLabel::InvalidUtf8,
         DropLabel::Event,
         DropLabel::ServiceCheck,
+        DropLabel::MalformedEvent,
+        DropLabel::EventsBehind,
         DropLabel::Oversized,
         DropLabel::SeriesLimit,
         DropLabel::MetricSeriesLimit,
@@ -92,6 +100,8 @@ impl DropLabel {
             DropLabel::InvalidUtf8 => "invalid_utf8",
             DropLabel::Event => "event",
             DropLabel::ServiceCheck => "service_check",
+            DropLabel::MalformedEvent => "malformed_event",
+            DropLabel::EventsBehind => "events_behind",
             DropLabel::Oversized => "oversized",
             DropLabel::SeriesLimit => "series_limit",
             DropLabel::MetricSeriesLimit => "metric_series_limit",
@@ -116,6 +126,7 @@ impl From<DropReason> for DropLabel {
             DropReason::Event => DropLabel::Event,
             DropReason::ServiceCheck => DropLabel::ServiceCheck,
             DropReason::Oversized => DropLabel::Oversized,
+            DropReason::MalformedEvent => DropLabel::MalformedEvent,
         }
     }
 }

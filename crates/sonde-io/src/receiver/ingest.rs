@@ -26,6 +26,7 @@ use sonde_aggregate::shard::{PointBatch, Window};
 use sonde_aggregate::{AggregateConfig, RecordError, SeriesCount, Shard};
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
+use crate::logs::events::EventQueue;
 use crate::receiver::drops::DropLabel;
 use crate::receiver::{LocalCounts, ReceiverStats};
 
@@ -104,6 +105,9 @@ pub struct Ingest {
     kernel_drops: u32,
     /// Set when a config reload removes this worker's receiver.
     retire: Arc<AtomicBool>,
+    /// Where DogStatsD events and service checks go, when a sink takes
+    /// them.
+    events: Option<EventQueue>,
 }
 
 /// Points dropped by a series limit since this worker last logged, and the
@@ -124,6 +128,7 @@ struct Recorder<'s, 'd> {
     limited: &'s mut LimitSample,
     /// Points of this input waiting to be looked up together.
     pending: PointBatch<'d>,
+    events: Option<&'s EventQueue>,
 }
 
 impl<'s, 'd> Recorder<'s, 'd> {
@@ -131,12 +136,14 @@ impl<'s, 'd> Recorder<'s, 'd> {
         shard: &'s mut Shard,
         counts: &'s mut LocalCounts,
         limited: &'s mut LimitSample,
+        events: Option<&'s EventQueue>,
     ) -> Self {
         Recorder {
             shard,
             counts,
             limited,
             pending: PointBatch::default(),
+            events,
         }
     }
 
@@ -148,6 +155,7 @@ impl<'s, 'd> Recorder<'s, 'd> {
             counts,
             limited,
             pending,
+            ..
         } = self;
         let points = pending.points();
         shard.record_batch(points, |i, result| match result {
@@ -180,6 +188,19 @@ impl<'d> PointSink<'d> for Recorder<'_, 'd> {
     fn drop(&mut self, reason: DropReason) {
         self.counts.drops[DropLabel::from(reason) as usize] += 1;
     }
+
+    #[cold]
+    fn event(&mut self, line: &'d [u8]) {
+        let label = match self.events {
+            Some(queue) => match queue.push(line) {
+                Ok(()) => return,
+                Err(label) => label,
+            },
+            None if line.starts_with(b"_e{") => DropLabel::Event,
+            None => DropLabel::ServiceCheck,
+        };
+        self.counts.drops[label as usize] += 1;
+    }
 }
 
 impl Ingest {
@@ -210,7 +231,15 @@ impl Ingest {
             },
             kernel_drops: 0,
             retire: Arc::default(),
+            events: None,
         }
+    }
+
+    /// Makes the worker queue the DogStatsD events and service checks it
+    /// parses into `queue` rather than count them as dropped.
+    pub fn events_to(mut self, queue: Option<EventQueue>) -> Ingest {
+        self.events = queue;
+        self
     }
 
     /// True once a config reload has removed this worker's receiver.
@@ -247,7 +276,12 @@ impl Ingest {
     /// Parses bytes without counting a datagram (stream chunks).
     pub fn bytes(&mut self, data: &[u8]) {
         self.counts.bytes += data.len() as u64;
-        let mut rec = Recorder::new(&mut self.shard, &mut self.counts, &mut self.limited);
+        let mut rec = Recorder::new(
+            &mut self.shard,
+            &mut self.counts,
+            &mut self.limited,
+            self.events.as_ref(),
+        );
         match self.protocol {
             Protocol::Msgpack => msgpack::parse(data, &mut rec),
             Protocol::Statsd => statsd::parse(data, &mut rec),

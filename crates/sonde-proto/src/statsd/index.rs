@@ -21,7 +21,7 @@
 //! `#` and `@` need no mask: they only mean something as the first byte of
 //! a field, which the walk reads directly.
 
-use super::{emit, kind_of, not_event, parse_reference, Extras};
+use super::{emit, event, kind_of, parse_reference, Extras};
 use crate::{DropReason, PointSink};
 
 /// Bytes classified before they are walked. A 1432-byte DogStatsD datagram
@@ -258,7 +258,10 @@ fn line<'a>(
     sink: &mut impl PointSink<'a>,
 ) -> Result<(), DropReason> {
     let line = &text[start..end];
-    not_event(line)?;
+    if event::is_happening(line) {
+        sink.event(line);
+        return Ok(());
+    }
     // The name ends at the first `:` before the first `|`.
     let mut pipes = Bits::new(&m.pipe, start, end);
     let pipe = pipes.next();

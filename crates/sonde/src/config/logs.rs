@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use sonde_io::logs::events::EVENTS_SOURCE;
 use sonde_logs::multiline::{Multiline, Preset, Rule};
 use sonde_logs::tailer::{BuildError, Gzip, ReadFrom};
 use sonde_logs::{CheckpointFile, Tailer, TailerConfig};
@@ -166,6 +167,12 @@ fn check_name(name: &str) -> Result<(), (String, String)> {
     if name == METRICS_INPUT {
         return Err((
             format!("{name:?} is what `inputs` calls the metric windows"),
+            "give the source another name, like name = \"app\"".into(),
+        ));
+    }
+    if name == EVENTS_SOURCE {
+        return Err((
+            format!("{name:?} is what `inputs` calls the DogStatsD events of the statsd receivers"),
             "give the source another name, like name = \"app\"".into(),
         ));
     }

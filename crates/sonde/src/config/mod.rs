@@ -19,6 +19,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use sonde_aggregate::AggregateConfig;
+use sonde_io::logs::events::EVENTS_SOURCE;
 use toml::Spanned;
 
 pub use self::agent::AgentSection;
@@ -226,12 +227,35 @@ fn routes(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let known: HashSet<&str> = logs.iter().map(|l| l.name.as_str()).collect();
+    let mut known: HashSet<&str> = logs.iter().map(|l| l.name.as_str()).collect();
+    let statsd = file
+        .receivers
+        .iter()
+        .any(|r| r.get_ref().protocol == receivers::ProtocolName::Statsd);
+    if statsd {
+        known.insert(EVENTS_SOURCE);
+    }
     // Which sink took each source first, to refuse sharing an exclusive one.
     let mut taken: HashMap<&str, usize> = HashMap::new();
     for (i, sink) in sinks.iter().enumerate() {
         for (j, input) in sink.inputs.iter().enumerate() {
             if let SinkInput::Logs(name) = input {
+                if name == EVENTS_SOURCE && !statsd {
+                    return Err(at(
+                        i,
+                        entry(i, j),
+                        format!("{name:?} takes the DogStatsD events of statsd receivers, and there is none"),
+                        "add a [[receivers]] with protocol = \"statsd\", or remove it from `inputs`".into(),
+                    ));
+                }
+                if name == EVENTS_SOURCE && sink.exclusive_logs {
+                    return Err(at(
+                        i,
+                        entry(i, j),
+                        format!("{} sinks that deliver exactly once cannot take {name:?}: events come without offsets to store with them", sink.kind.name),
+                        "send the events to a sink that delivers at least once".into(),
+                    ));
+                }
                 if !known.contains(name.as_str()) {
                     let fix = if logs.is_empty() {
                         "write \"metrics\", or add a [[logs]] source of this name".to_string()
@@ -972,6 +996,32 @@ mod tests {
             alone.replace("[\"app\"]", "[\"app\", \"b\", \"metrics\"]")
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn dogstatsd_events_need_a_statsd_receiver_and_an_at_least_once_sink() {
+        let events = "[[sinks]]\ntype = \"logs_only\"\ninputs = [\"dogstatsd_events\"]\n";
+        let c = parse_with_log_sinks(&format!("{MIN}{events}")).unwrap();
+        assert_eq!(
+            c.sinks[1].log_sources().collect::<Vec<_>>(),
+            ["dogstatsd_events"]
+        );
+        // Only msgpack receivers: no events to take.
+        let msgpack = MIN.replace("\"statsd\"", "\"msgpack\"");
+        let e = parse_with_log_sinks(&format!("{msgpack}{events}")).unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].inputs[0]", Some(8)));
+        assert!(e.problem.contains("statsd receivers"), "{e}");
+        let alone = "[[sinks]]\ntype = \"both\"\nalone = true\ninputs = [\"dogstatsd_events\"]\n";
+        let e = parse_with_log_sinks(&format!("{MIN}{alone}")).unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].inputs[0]", Some(9)));
+        assert!(e.problem.contains("exactly once"), "{e}");
+        // And no [[logs]] source may take the name.
+        let e = parse_with_log_sinks(&format!(
+            "{MIN}[[logs]]\nname = \"dogstatsd_events\"\ninclude = [\"/a/*\"]\n{events}"
+        ))
+        .unwrap_err();
+        assert_eq!(e.key, "logs[0].name");
+        assert!(e.problem.contains("DogStatsD events"), "{e}");
     }
 
     #[test]

@@ -351,14 +351,15 @@ impl Sender {
             let source = batch.source();
             let headers = self.encoder.headers(source);
             for (i, line) in batch.lines().enumerate().skip(next) {
+                let line_headers = self.encoder.line_headers(source, &line, &headers);
                 let value = self.encoder.value(source, &line);
                 let mut record = BaseRecord::<(), [u8], Arc<Pending>>::with_opaque_to(
                     &k.topic,
                     Arc::clone(&pending),
                 )
                 .payload(value);
-                if let Some(h) = &headers {
-                    record = record.headers(h.clone());
+                if let Some(h) = line_headers {
+                    record = record.headers(h);
                 }
                 match self.producer.send(record) {
                     Ok(()) => {}

@@ -473,10 +473,11 @@ impl Transactions {
         let source = batch.source();
         let headers = self.encoder.headers(source);
         for line in batch.lines() {
+            let line_headers = self.encoder.line_headers(source, &line, &headers);
             let value = self.encoder.value(source, &line);
             let mut record = BaseRecord::<[u8], [u8]>::to(&self.k.topic).payload(value);
-            if let Some(h) = &headers {
-                record = record.headers(h.clone());
+            if let Some(h) = line_headers {
+                record = record.headers(h);
             }
             if !send(&self.producer, record)? {
                 refused += 1;

@@ -2,6 +2,8 @@
 //!
 //! * `raw`: the value is the line's bytes (no newline); each of the
 //!   source's `fields` is a header (key = the field, value = its text).
+//!   A record with a meta (a DogStatsD event) also has the headers
+//!   `host`, `timestamp` and one per attribute (a list comma-joined).
 //! * `json`: the value is one object,
 //!   `{"message","file","offset","host","source", fields...}`, as
 //!   [`sonde_io::logs::record`] writes it; no headers.
@@ -50,6 +52,40 @@ impl Encoder {
         Some(h)
     }
 
+    /// The headers of the record of `line`, given `batch`, the headers of
+    /// its batch ([`Encoder::headers`]): those, and for a record with a
+    /// meta in raw format its host, timestamp and attributes after them.
+    pub fn line_headers(
+        &self,
+        source: &SourceInfo,
+        line: &LogLine<'_>,
+        batch: &Option<OwnedHeaders>,
+    ) -> Option<OwnedHeaders> {
+        let meta = match line.meta {
+            Some(m) if self.format == Format::Raw => m,
+            _ => return batch.clone(),
+        };
+        let mut h = batch
+            .clone()
+            .unwrap_or_else(|| OwnedHeaders::new_with_capacity(meta.attributes.len() + 2));
+        let host = meta.host.as_deref().unwrap_or(&source.host);
+        h = h.insert(Header {
+            key: "host",
+            value: Some(host.as_bytes()),
+        });
+        h = h.insert(Header {
+            key: "timestamp",
+            value: Some(meta.timestamp.to_string().as_bytes()),
+        });
+        for (k, v) in &meta.attributes {
+            h = h.insert(Header {
+                key: k,
+                value: Some(v.to_text().as_bytes()),
+            });
+        }
+        Some(h)
+    }
+
     /// The value of the record of `line`.
     pub fn value<'a>(&'a mut self, source: &SourceInfo, line: &LogLine<'a>) -> &'a [u8] {
         match self.format {
@@ -87,6 +123,7 @@ mod tests {
             bytes: b"GET / 200",
             path: "/var/log/a.log",
             offset: 7,
+            meta: None,
         };
         assert_eq!(e.value(&src, &line), b"GET / 200");
         let h = e.headers(&src).unwrap();
@@ -106,6 +143,7 @@ mod tests {
             bytes: b"say \"hi\"\t\xff!",
             path: "/var/log/a.log",
             offset: 42,
+            meta: None,
         };
         assert_eq!(
             std::str::from_utf8(e.value(&src, &line)).unwrap(),
@@ -113,5 +151,45 @@ mod tests {
              \"offset\":42,\"host\":\"web-1\",\"source\":\"app\",\"env\":\"prod\"}"
         );
         assert!(e.headers(&src).is_none());
+    }
+
+    #[test]
+    fn a_raw_record_with_meta_has_its_host_time_and_attributes_as_headers() {
+        use sonde_encode::record::{AttrValue, RecordMeta};
+        let src = source(&[("env", "prod")]);
+        let meta = RecordMeta {
+            host: None,
+            timestamp: 1_700_000_000,
+            severity: None,
+            attributes: vec![
+                ("type", AttrValue::Str("service_check".into())),
+                ("tags", AttrValue::List(vec!["a:1".into(), "b".into()])),
+            ],
+        };
+        let line = LogLine {
+            bytes: b"down",
+            path: "",
+            offset: 0,
+            meta: Some(&meta),
+        };
+        let e = Encoder::new(Format::Raw);
+        let batch = e.headers(&src);
+        let h = e.line_headers(&src, &line, &batch).unwrap();
+        let got: Vec<(&str, &[u8])> = h.iter().map(|h| (h.key, h.value.unwrap())).collect();
+        assert_eq!(
+            got,
+            [
+                ("env", &b"prod"[..]),
+                ("host", b"web-1"),
+                ("timestamp", b"1700000000"),
+                ("type", b"service_check"),
+                ("tags", b"a:1,b"),
+            ]
+        );
+        // A line of a file keeps its batch's headers; json has none.
+        let file_line = LogLine { meta: None, ..line };
+        assert_eq!(e.line_headers(&src, &file_line, &batch).unwrap().count(), 1);
+        let j = Encoder::new(Format::Json);
+        assert!(j.line_headers(&src, &line, &j.headers(&src)).is_none());
     }
 }
