@@ -34,6 +34,7 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use serde_json::Value as Json;
@@ -166,6 +167,50 @@ struct Process {
     clean_exit: fn(ExitStatus) -> bool,
 }
 
+/// The servers running now, by pid, with their temp dirs. A server held in
+/// a static (one broker shared by the tests of a file) is never dropped,
+/// so the test binary kills these when it exits ([`kill_live`]).
+static LIVE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Registered with `atexit` at the first spawn: SIGKILLs every server
+/// still running, reaps it and removes its temp dir.
+extern "C" fn kill_live() {
+    let Ok(live) = LIVE.lock() else { return };
+    for (pid, dir) in live.iter() {
+        let Ok(pid) = libc::pid_t::try_from(*pid) else {
+            continue;
+        };
+        // SAFETY: kill(2) and waitpid(2) on a child that is registered
+        // until it is reaped, so the pid cannot have been reused.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn register(child: &Child, dir: &Path) {
+    static AT_EXIT: Once = Once::new();
+    AT_EXIT.call_once(|| {
+        // SAFETY: registers a function without arguments that only takes a
+        // lock, sends signals and removes files.
+        unsafe {
+            libc::atexit(kill_live);
+        }
+    });
+    if let Ok(mut live) = LIVE.lock() {
+        live.push((child.id(), dir.to_path_buf()));
+    }
+}
+
+/// Takes a child out of [`LIVE`], before it is reaped.
+fn unregister(child: &Child) {
+    if let Ok(mut live) = LIVE.lock() {
+        live.retain(|(pid, _)| *pid != child.id());
+    }
+}
+
 impl Process {
     fn new(name: &'static str, program: PathBuf, dir: tempfile::TempDir) -> Process {
         let log = dir.path().join(format!("{}.log", name.to_lowercase()));
@@ -201,12 +246,15 @@ impl Process {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("spawning {}: {e}", self.program.display()));
+        register(&child, self.dir.path());
         self.child = Some(child);
         let started = std::time::Instant::now();
         let deadline = started + START_DEADLINE;
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
+                if let Some(c) = self.child.take() {
+                    unregister(&c);
+                }
                 panic!(
                     "{} exited during start with {status}; log tail:\n{}",
                     self.name,
@@ -279,6 +327,7 @@ impl Process {
         let Some(mut child) = self.child.take() else {
             panic!("{} is not running", self.name);
         };
+        unregister(&child);
         let pid = libc::pid_t::try_from(child.id()).unwrap();
         // SAFETY: kill(2) with a pid we spawned and have not yet reaped, so
         // the pid cannot have been reused.
@@ -298,6 +347,7 @@ impl Process {
 
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            unregister(&child);
             let _ = child.kill();
             let _ = child.wait();
         }
