@@ -903,3 +903,57 @@ fn multiline_java(delivery: Delivery) {
     multiline(delivery, "java");
 }
 both_modes!(multiline_java);
+
+/// DogStatsD events and service checks through a kafka sink in `raw`
+/// format: the message as the value, the rest as headers, beside the
+/// metrics the same datagram carries.
+#[test]
+fn dogstatsd_events_become_kafka_records_with_their_fields_as_headers() {
+    let Some(kafka) = shared_broker() else {
+        return;
+    };
+    let udp = common::free_port();
+    let bootstrap = kafka.bootstrap();
+    let topic = "dogstatsd-events";
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"agent-1\"\n{}\
+             [[sinks]]\ntype = \"blackhole\"\n\
+             [[sinks]]\ntype = \"kafka\"\ninputs = [\"dogstatsd_events\"]\nbrokers = [\"{bootstrap}\"]\n\
+             topic = \"{topic}\"\nformat = \"raw\"\n",
+            dir.join("data").display(),
+            common::statsd_receiver(udp),
+        )
+    });
+    common::udp_send(
+        udp,
+        b"_e{6,5}:deploy|v2 ok|d:1700000000|p:low|#env:prod,blue\nreq:1|c\n_sc|db.up|3|h:db-1|m:no answer",
+    );
+    let got = kafka.consume(topic, Isolation::ReadUncommitted, 2, DELIVERY_TIMEOUT);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let header = |r: &KafkaRecord, k: &str| -> String {
+        let v = r
+            .headers
+            .iter()
+            .find(|(hk, _)| hk == k)
+            .and_then(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no header {k} in {r:?}"));
+        String::from_utf8(v).unwrap()
+    };
+    let (event, check) = (&got[0], &got[1]);
+    assert_eq!(event.value, b"v2 ok");
+    assert_eq!(header(event, "type"), "event");
+    assert_eq!(header(event, "title"), "deploy");
+    assert_eq!(header(event, "priority"), "low");
+    assert_eq!(header(event, "alert_type"), "info");
+    assert_eq!(header(event, "timestamp"), "1700000000");
+    assert_eq!(header(event, "host"), "agent-1");
+    assert_eq!(header(event, "tags"), "env:prod,blue");
+    assert_eq!(check.value, b"no answer");
+    assert_eq!(header(check, "check"), "db.up");
+    assert_eq!(header(check, "status"), "unknown");
+    assert_eq!(header(check, "host"), "db-1");
+    wait_for("both acknowledged", Duration::from_secs(10), || {
+        (agent.metric("sonde_sink_records_total{sink=\"kafka\"}") == Some(2.0)).then_some(())
+    });
+}
