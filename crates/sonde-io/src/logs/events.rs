@@ -20,7 +20,8 @@
 //! # Flow and bounds
 //!
 //! A receiver's worker parses each event line ([`EventQueue::push`]) and
-//! queues its record without waiting: [`QUEUE`] records may wait. The
+//! queues its record without waiting: records of up to [`QUEUE_BYTES`]
+//! may wait (counted by their message and attributes). The
 //! source's thread gathers them into batches, sent [`LINGER`] after their
 //! first record (or at [`super::source::BATCH_BYTES`]), and stops taking
 //! records while [`MAX_IN_FLIGHT_BYTES`] are sent and not yet acknowledged
@@ -34,10 +35,8 @@
 //! for the sinks to acknowledge them.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{
-    channel, sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError,
-};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -52,8 +51,9 @@ use crate::receiver::drops::DropLabel;
 /// The name `inputs` gives this source.
 pub const EVENTS_SOURCE: &str = "dogstatsd_events";
 
-/// Records that may wait between the receivers and the source's thread.
-pub const QUEUE: usize = 4096;
+/// Bytes of records that may wait between the receivers and the source's
+/// thread: a bound in bytes, since one datagram may carry a 64 KiB event.
+pub const QUEUE_BYTES: usize = 4 << 20;
 
 /// How long a record waits for others to share its batch.
 pub const LINGER: Duration = Duration::from_millis(100);
@@ -72,10 +72,32 @@ pub struct EventRecord {
     meta: RecordMeta,
 }
 
+impl EventRecord {
+    /// What it counts for against [`QUEUE_BYTES`].
+    fn size(&self) -> usize {
+        let attrs: usize = self
+            .meta
+            .attributes
+            .iter()
+            .map(|(k, v)| {
+                k.len()
+                    + match v {
+                        AttrValue::Str(s) => s.len(),
+                        AttrValue::Int(_) => 8,
+                        AttrValue::List(l) => l.iter().map(|t| t.len() + 1).sum(),
+                    }
+            })
+            .sum();
+        self.message.len() + attrs + self.meta.host.as_ref().map_or(0, String::len)
+    }
+}
+
 /// The receivers' end of the source: every StatsD worker holds a clone.
 #[derive(Clone, Debug)]
 pub struct EventQueue {
-    tx: SyncSender<EventRecord>,
+    tx: Sender<EventRecord>,
+    /// Bytes of the records sent and not yet taken by the source.
+    queued: Arc<AtomicUsize>,
 }
 
 impl EventQueue {
@@ -87,12 +109,18 @@ impl EventQueue {
     /// or the queue full (see the [module docs](self)).
     pub fn push(&self, line: &[u8]) -> Result<(), DropLabel> {
         let happening = event::parse(line).map_err(DropLabel::from)?;
-        match self.tx.try_send(record(&happening, unix_now())) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                Err(DropLabel::EventsBehind)
-            }
+        let r = record(&happening, unix_now());
+        let size = r.size();
+        // Several workers may pass the check at once: the bound may be
+        // passed by a record per worker.
+        if self.queued.load(Relaxed) + size > QUEUE_BYTES {
+            return Err(DropLabel::EventsBehind);
         }
+        self.queued.fetch_add(size, Relaxed);
+        self.tx.send(r).map_err(|_| {
+            self.queued.fetch_sub(size, Relaxed);
+            DropLabel::EventsBehind
+        })
     }
 }
 
@@ -180,9 +208,11 @@ pub fn spawn(
     sinks: Vec<LogInput>,
     stats: Arc<LogStats>,
 ) -> std::io::Result<(EventQueue, RunningSource)> {
-    let (tx, rx) = sync_channel(QUEUE);
+    let (tx, rx) = channel();
+    let queued = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
+    let thread_queued = Arc::clone(&queued);
     let thread = std::thread::Builder::new()
         .name(format!("logs {}", info.name))
         .spawn(move || {
@@ -190,20 +220,23 @@ pub fn spawn(
             let builder = BatchBuilder::new(Arc::new(info), BATCH_BYTES);
             Run {
                 rx,
+                queued: Arc::clone(&thread_queued),
                 sinks,
                 builder,
                 stats,
                 first_at: None,
                 sent: VecDeque::new(),
+                unsent: 0,
                 in_flight: 0,
             }
             .run(&thread_stop);
         })?;
-    Ok((EventQueue { tx }, RunningSource::new(stop, thread)))
+    Ok((EventQueue { tx, queued }, RunningSource::new(stop, thread)))
 }
 
 struct Run {
     rx: Receiver<EventRecord>,
+    queued: Arc<AtomicUsize>,
     sinks: Vec<LogInput>,
     builder: BatchBuilder,
     stats: Arc<LogStats>,
@@ -211,6 +244,8 @@ struct Run {
     first_at: Option<Instant>,
     /// `(seq, bytes)` of the batches sent and not acknowledged yet.
     sent: VecDeque<(u64, usize)>,
+    /// Bytes of records taken and not sent yet.
+    unsent: usize,
     in_flight: usize,
 }
 
@@ -239,7 +274,9 @@ impl Run {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            if self.first_at.is_some_and(|t| t.elapsed() >= LINGER) {
+            // A full batch goes at once; what is not sent yet stays under
+            // a batch, so the bytes read and not acknowledged stay bounded.
+            if self.unsent >= BATCH_BYTES || self.first_at.is_some_and(|t| t.elapsed() >= LINGER) {
                 self.send(&done_tx);
             }
         }
@@ -265,16 +302,19 @@ impl Run {
     }
 
     fn add(&mut self, r: EventRecord) {
+        self.queued.fetch_sub(r.size(), Relaxed);
         self.stats.lines_read.fetch_add(1, Relaxed);
         self.stats
             .bytes_read
             .fetch_add(r.message.len() as u64, Relaxed);
         self.first_at.get_or_insert_with(Instant::now);
+        self.unsent += r.message.len();
         self.builder.record(&r.message, r.meta);
     }
 
     fn send(&mut self, done: &std::sync::mpsc::Sender<u64>) {
         self.first_at = None;
+        self.unsent = 0;
         for mut batch in self.builder.take() {
             batch.arm(self.sinks.len(), done, None);
             self.sent.push_back((batch.seq(), batch.bytes()));
@@ -354,8 +394,13 @@ mod tests {
         assert!(rec("_sc|x|0").message.is_empty());
     }
 
-    #[test]
-    fn records_are_batched_in_order_and_counted_and_a_stopped_source_takes_none() {
+    /// The source with one sink, whose batches come out of the receiver.
+    fn start() -> (
+        EventQueue,
+        RunningSource,
+        Receiver<Arc<super::super::LogBatch>>,
+        Arc<LogStats>,
+    ) {
         let (tx, rx) = channel();
         let stats = Arc::new(LogStats::new(EVENTS_SOURCE.into()));
         let info = SourceInfo {
@@ -369,6 +414,12 @@ mod tests {
             positions: false,
         };
         let (queue, running) = spawn(info, vec![input], Arc::clone(&stats)).unwrap();
+        (queue, running, rx, stats)
+    }
+
+    #[test]
+    fn records_are_batched_in_order_and_counted_and_a_stopped_source_takes_none() {
+        let (queue, running, rx, stats) = start();
         for i in 0..10 {
             let text = format!("n{i}");
             let line = format!("_e{{1,{}}}:t|{text}", text.len());
@@ -388,5 +439,53 @@ mod tests {
         running.stop();
         // Stopped, the queue takes nothing more.
         assert_eq!(queue.push(b"_sc|x|0"), Err(DropLabel::EventsBehind));
+    }
+
+    #[test]
+    fn a_sink_that_does_not_acknowledge_bounds_what_is_sent_and_queued() {
+        let (queue, running, rx, stats) = start();
+        let text = "x".repeat(60_000);
+        let line = format!("_e{{1,{}}}:t|{text}", text.len());
+        let mut taken = 0usize;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match queue.push(line.as_bytes()) {
+                Ok(()) => taken += 1,
+                Err(DropLabel::EventsBehind) => break,
+                Err(other) => panic!("{other:?}"),
+            }
+            assert!(Instant::now() < deadline, "never behind after {taken}");
+        }
+        // What was taken is what the source sent (under its in-flight
+        // bound, passed by the last batch of up to a batch and a record),
+        // what it holds unsent (under a batch) and what waits in the queue
+        // (under its bound, passed by a record).
+        let per = text.len();
+        let most = (MAX_IN_FLIGHT_BYTES + 2 * BATCH_BYTES + QUEUE_BYTES) / per + 3;
+        assert!(
+            taken <= most,
+            "{taken} records taken, at most {most} expected"
+        );
+        let sent: Vec<Arc<super::super::LogBatch>> = rx.try_iter().collect();
+        let sent_bytes: usize = sent.iter().map(|b| b.bytes()).sum();
+        assert!(
+            sent_bytes <= MAX_IN_FLIGHT_BYTES + BATCH_BYTES + per,
+            "{sent_bytes}"
+        );
+        // Acknowledged, the source takes what waited and sends it.
+        for b in &sent {
+            b.ack();
+        }
+        let mut total = sent.iter().map(|b| b.len()).sum::<usize>();
+        while total < taken {
+            let b = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the waiting records");
+            total += b.len();
+            b.ack();
+        }
+        assert_eq!(total, taken);
+        assert_eq!(stats.lines_read.load(Relaxed), taken as u64);
+        running.stop();
     }
 }
