@@ -140,8 +140,8 @@ impl OtlpLogs {
     /// Adds one record to the request.
     pub fn push(&mut self, r: &LogRecordIn<'_>) {
         if let Some(meta) = r.meta {
-            let record = with_meta(r, meta);
-            self.add(&record);
+            encode_record(&mut self.records, &with_meta(r, meta));
+            self.count += 1;
             return;
         }
         let set = |v: &mut Option<AnyValue>, text: &str| {
@@ -164,20 +164,7 @@ impl OtlpLogs {
             value: Some(Value::IntValue(i64::try_from(r.offset).unwrap_or(i64::MAX))),
         });
         self.record.observed_time_unix_nano = r.observed_unix_nano;
-        let record = std::mem::take(&mut self.record);
-        self.add(&record);
-        self.record = record;
-    }
-
-    fn add(&mut self, record: &LogRecord) {
-        encode_key(
-            SCOPE_LOGS_LOG_RECORDS,
-            WireType::LengthDelimited,
-            &mut self.records,
-        );
-        encode_varint(record.encoded_len() as u64, &mut self.records);
-        // Encoding into a Vec cannot run out of room.
-        let _ = record.encode(&mut self.records);
+        encode_record(&mut self.records, &self.record);
         self.count += 1;
     }
 
@@ -211,6 +198,14 @@ impl OtlpLogs {
         self.records.clear();
         self.count = 0;
     }
+}
+
+/// Appends `record` as one `log_records` field of a `ScopeLogs`.
+fn encode_record(records: &mut Vec<u8>, record: &LogRecord) {
+    encode_key(SCOPE_LOGS_LOG_RECORDS, WireType::LengthDelimited, records);
+    encode_varint(record.encoded_len() as u64, records);
+    // Encoding into a Vec cannot run out of room.
+    let _ = record.encode(records);
 }
 
 /// The record of `r`, whose meta is `meta`: built afresh, as such records

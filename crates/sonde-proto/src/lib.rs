@@ -161,13 +161,9 @@ pub trait PointSink<'a> {
     /// Called for every DogStatsD event or service check line (without
     /// its terminator), unparsed: a sink that routes them parses it with
     /// [`statsd::event::parse`]. By default it is counted as dropped
-    /// ([`DropReason::Event`] or [`DropReason::ServiceCheck`]).
+    /// ([`statsd::event::unrouted`]).
     fn event(&mut self, line: &'a [u8]) {
-        self.drop(if line.starts_with(b"_e{") {
-            DropReason::Event
-        } else {
-            DropReason::ServiceCheck
-        });
+        self.drop(statsd::event::unrouted(line));
     }
 }
 

@@ -37,14 +37,7 @@ impl ProducerContext for Count {
 
 /// utime + stime of this process, in seconds.
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    // The fields after the command's closing parenthesis; utime and stime
-    // are the 14th and 15th of the whole line.
-    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
-    let f: Vec<&str> = rest.split(' ').collect();
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf(3) with a valid name has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    sonde_loadgen::procfs::cpu_seconds(std::process::id()).expect("/proc/self/stat")
 }
 
 fn main() {

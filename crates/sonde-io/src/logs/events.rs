@@ -21,7 +21,8 @@
 //!
 //! A receiver's worker parses each event line ([`EventQueue::push`]) and
 //! queues its record without waiting: records of up to [`QUEUE_BYTES`]
-//! may wait (counted by their message and attributes). The
+//! may wait, each counted by the length of its line (which holds all it
+//! says but the defaults). The
 //! source's thread gathers them into batches, sent [`LINGER`] after their
 //! first record (or at [`super::source::BATCH_BYTES`]), and stops taking
 //! records while [`MAX_IN_FLIGHT_BYTES`] are sent and not yet acknowledged
@@ -72,30 +73,11 @@ pub struct EventRecord {
     meta: RecordMeta,
 }
 
-impl EventRecord {
-    /// What it counts for against [`QUEUE_BYTES`].
-    fn size(&self) -> usize {
-        let attrs: usize = self
-            .meta
-            .attributes
-            .iter()
-            .map(|(k, v)| {
-                k.len()
-                    + match v {
-                        AttrValue::Str(s) => s.len(),
-                        AttrValue::Int(_) => 8,
-                        AttrValue::List(l) => l.iter().map(|t| t.len() + 1).sum(),
-                    }
-            })
-            .sum();
-        self.message.len() + attrs + self.meta.host.as_ref().map_or(0, String::len)
-    }
-}
-
 /// The receivers' end of the source: every StatsD worker holds a clone.
 #[derive(Clone, Debug)]
 pub struct EventQueue {
-    tx: Sender<EventRecord>,
+    /// Each record with what it counts for against [`QUEUE_BYTES`].
+    tx: Sender<(usize, EventRecord)>,
     /// Bytes of the records sent and not yet taken by the source.
     queued: Arc<AtomicUsize>,
 }
@@ -109,15 +91,15 @@ impl EventQueue {
     /// or the queue full (see the [module docs](self)).
     pub fn push(&self, line: &[u8]) -> Result<(), DropLabel> {
         let happening = event::parse(line).map_err(DropLabel::from)?;
-        let r = record(&happening, unix_now());
-        let size = r.size();
+        let size = line.len();
         // Several workers may pass the check at once: the bound may be
         // passed by a record per worker.
         if self.queued.load(Relaxed) + size > QUEUE_BYTES {
             return Err(DropLabel::EventsBehind);
         }
         self.queued.fetch_add(size, Relaxed);
-        self.tx.send(r).map_err(|_| {
+        let r = record(&happening, unix_now());
+        self.tx.send((size, r)).map_err(|_| {
             self.queued.fetch_sub(size, Relaxed);
             DropLabel::EventsBehind
         })
@@ -220,7 +202,7 @@ pub fn spawn(
             let builder = BatchBuilder::new(Arc::new(info), BATCH_BYTES);
             Run {
                 rx,
-                queued: Arc::clone(&thread_queued),
+                queued: thread_queued,
                 sinks,
                 builder,
                 stats,
@@ -235,7 +217,7 @@ pub fn spawn(
 }
 
 struct Run {
-    rx: Receiver<EventRecord>,
+    rx: Receiver<(usize, EventRecord)>,
     queued: Arc<AtomicUsize>,
     sinks: Vec<LogInput>,
     builder: BatchBuilder,
@@ -270,7 +252,7 @@ impl Run {
                 (t + LINGER).saturating_duration_since(Instant::now())
             });
             match self.rx.recv_timeout(wait) {
-                Ok(r) => self.add(r),
+                Ok((size, r)) => self.add(size, r),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -281,8 +263,8 @@ impl Run {
             }
         }
         // Stopping: the receivers are gone; send what they queued.
-        while let Ok(r) = self.rx.try_recv() {
-            self.add(r);
+        while let Ok((size, r)) = self.rx.try_recv() {
+            self.add(size, r);
         }
         self.send(&done_tx);
         let until = Instant::now() + STOP_GRACE;
@@ -301,8 +283,9 @@ impl Run {
         }
     }
 
-    fn add(&mut self, r: EventRecord) {
-        self.queued.fetch_sub(r.size(), Relaxed);
+    /// Takes `r`, which counted `size` against [`QUEUE_BYTES`].
+    fn add(&mut self, size: usize, r: EventRecord) {
+        self.queued.fetch_sub(size, Relaxed);
         self.stats.lines_read.fetch_add(1, Relaxed);
         self.stats
             .bytes_read

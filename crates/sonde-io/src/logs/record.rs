@@ -51,9 +51,7 @@ pub fn json(out: &mut Vec<u8>, source: &SourceInfo, line: &LogLine<'_>) {
         if FIXED.contains(&k.as_str()) || taken {
             continue;
         }
-        out.push(b',');
-        string(out, k);
-        out.push(b':');
+        key(out, k);
         string(out, v);
     }
     out.push(b'}');
@@ -65,9 +63,7 @@ fn attributes(out: &mut Vec<u8>, meta: &RecordMeta) {
     // Writing into a Vec cannot fail.
     let _ = write!(out, ",\"timestamp\":{}", meta.timestamp);
     for (k, v) in &meta.attributes {
-        out.push(b',');
-        string(out, k);
-        out.push(b':');
+        key(out, k);
         match v {
             AttrValue::Str(s) => string(out, s),
             AttrValue::Int(n) => {
@@ -78,6 +74,13 @@ fn attributes(out: &mut Vec<u8>, meta: &RecordMeta) {
             }
         }
     }
+}
+
+/// Appends `,"k":`, before a value.
+fn key(out: &mut Vec<u8>, k: &str) {
+    out.push(b',');
+    string(out, k);
+    out.push(b':');
 }
 
 /// Appends `s` as a JSON string.

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use sonde_aggregate::shard::{PointBatch, Window};
 use sonde_aggregate::{AggregateConfig, RecordError, SeriesCount, Shard};
+use sonde_proto::statsd::event;
 use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 
 use crate::logs::events::EventQueue;
@@ -196,8 +197,7 @@ impl<'d> PointSink<'d> for Recorder<'_, 'd> {
                 Ok(()) => return,
                 Err(label) => label,
             },
-            None if line.starts_with(b"_e{") => DropLabel::Event,
-            None => DropLabel::ServiceCheck,
+            None => DropLabel::from(event::unrouted(line)),
         };
         self.counts.drops[label as usize] += 1;
     }

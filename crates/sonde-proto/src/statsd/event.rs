@@ -85,6 +85,16 @@ pub fn is_happening(line: &[u8]) -> bool {
     line.starts_with(b"_e{") || line.starts_with(b"_sc|")
 }
 
+/// Why `line`, an event or a service check, is dropped when no sink takes
+/// it: [`DropReason::Event`] or [`DropReason::ServiceCheck`].
+pub fn unrouted(line: &[u8]) -> DropReason {
+    if line.starts_with(b"_e{") {
+        DropReason::Event
+    } else {
+        DropReason::ServiceCheck
+    }
+}
+
 /// Parses one event or service check line, without its terminator.
 ///
 /// # Errors
@@ -204,16 +214,12 @@ impl<'a> Common<'a> {
     }
 }
 
-/// A length in braces: ASCII digits, at most 9 of them (no line is a
-/// gigabyte long).
+/// A length in braces: unsigned digits, under a gigabyte (no line is that
+/// long).
 fn length(text: &[u8]) -> Option<usize> {
-    if text.is_empty() || text.len() > 9 || !text.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(
-        text.iter()
-            .fold(0usize, |n, d| n * 10 + usize::from(d - b'0')),
-    )
+    parse_unix(text)
+        .filter(|&n| n < 1_000_000_000)
+        .and_then(|n| usize::try_from(n).ok())
 }
 
 /// Text with every `\n` written as the two bytes `\` `n` (as DogStatsD
