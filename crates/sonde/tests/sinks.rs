@@ -671,3 +671,64 @@ fn http_sink_posts_log_records_and_holds_them_through_an_outage() {
     assert!(agent.stderr().contains("test server says: no thanks"));
     server.stop();
 }
+
+/// With a disk buffer, the http sink takes log records off their source
+/// while the endpoint is down (the checkpoint moves on), and the records
+/// survive a kill of the agent and the deletion of their file.
+#[test]
+fn http_sink_disk_buffer_keeps_log_records_through_a_kill_and_a_deleted_file() {
+    let server = Server::start(0, 503);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("app.log");
+    let mut agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n\
+             [[logs]]\nname = \"app\"\ninclude = [\"{}/*.log\"]\n\n\
+             [[sinks]]\ntype = \"http\"\ninputs = [\"app\"]\nurl = \"http://127.0.0.1:{}/logs\"\n\
+             compression = \"zstd\"\nmax_batch_points = 300\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"200ms\"\n\
+             buffer = {{ type = \"disk\", max_size = \"16MiB\" }}\n",
+            dir.join("data").display(),
+            logs.path().display(),
+            server.port
+        )
+    });
+    let text: String = (0..1000).map(|n| format!("line {n:04}\n")).collect();
+    std::fs::write(&log, &text).unwrap();
+    let m = |a: &Agent, s: &str| a.metric(s).unwrap_or(-1.0);
+    wait_for(
+        "every line stored and acknowledged while the endpoint is down",
+        Duration::from_secs(10),
+        || {
+            (m(&agent, "sonde_sink_log_buffer_records{sink=\"http\"}") == 1000.0
+                && m(&agent, "sonde_log_bytes_behind{source=\"app\"}") == 0.0
+                && m(&agent, "sonde_sink_retries_total{sink=\"http\"}") >= 1.0)
+                .then_some(())
+        },
+    );
+    assert!(server.accepted().is_empty());
+    // Only the buffer has the lines now.
+    agent.kill();
+    std::fs::remove_file(&log).unwrap();
+    server.status.store(200, Ordering::SeqCst);
+    agent.start_again();
+    wait_for("the buffer drained", Duration::from_secs(10), || {
+        (m(&agent, "sonde_sink_log_buffer_records{sink=\"http\"}") == 0.0
+            && m(&agent, "sonde_sink_records_total{sink=\"http\"}") == 1000.0)
+            .then_some(())
+    });
+    let mut messages = Vec::new();
+    for g in server.accepted() {
+        assert_eq!(g.headers["content-encoding"], "zstd");
+        for r in json_lines(&g.body) {
+            assert_eq!(r["file"], log.display().to_string());
+            messages.push(r["message"].as_str().unwrap().to_string());
+        }
+    }
+    let want: Vec<String> = text.lines().map(str::to_string).collect();
+    assert_eq!(messages, want, "every line once, in order");
+    assert!(agent
+        .stderr()
+        .contains("disk buffer kept log records from the last run"));
+    agent.stop();
+    server.stop();
+}

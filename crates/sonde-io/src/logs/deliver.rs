@@ -49,7 +49,7 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::fro
 
 /// The batches of a sink's sources, in the order they came, and the
 /// ones held while a failing one is retried.
-struct Inbox {
+pub(super) struct Inbox {
     rx: Receiver<Arc<LogBatch>>,
     held: VecDeque<Arc<LogBatch>>,
 }
@@ -57,13 +57,13 @@ struct Inbox {
 impl Inbox {
     /// The next batch; `None` once every source has stopped and nothing
     /// is held.
-    fn next(&mut self) -> Option<Arc<LogBatch>> {
+    pub(super) fn next(&mut self) -> Option<Arc<LogBatch>> {
         self.held.pop_front().or_else(|| self.rx.recv().ok())
     }
 
     /// Waits `d` before a retry, holding what comes meanwhile; false when
     /// every source has stopped (nobody waits for the batch any more).
-    fn pause(&mut self, d: Duration) -> bool {
+    pub(super) fn pause(&mut self, d: Duration) -> bool {
         let until = std::time::Instant::now() + d;
         loop {
             let left = until.saturating_duration_since(std::time::Instant::now());
@@ -78,7 +78,7 @@ impl Inbox {
 
 /// Starts the thread of a log sink, `run` taking its batches; the
 /// returned sender is where its sources send them.
-fn spawn_inbox(
+pub(super) fn spawn_inbox(
     name: &str,
     run: impl FnOnce(Inbox) + Send + 'static,
 ) -> io::Result<(Sender<Arc<LogBatch>>, JoinHandle<()>)> {
@@ -286,64 +286,135 @@ pub fn spawn_http<T: Transport>(
 ) -> io::Result<(Sender<Arc<LogBatch>>, JoinHandle<()>)> {
     let name = stats.name.clone();
     spawn_inbox(&name, move |mut inbox| {
-        let mut raw = Vec::new();
-        let mut body = Vec::new();
+        let mut bodies = Bodies::default();
         let mut backoff = Backoff::new(http.backoff_min, http.backoff_max);
-        'batches: while let Some(batch) = inbox.next() {
-            let mut lines = batch.lines().peekable();
-            while lines.peek().is_some() {
-                encoder.begin(batch.source());
-                while encoder.bytes() < http.max_bytes && encoder.records() < http.max_records {
-                    let Some(line) = lines.next() else { break };
-                    encoder.push(batch.source(), &line);
-                }
-                let records = encoder.records();
-                raw.clear();
-                encoder.finish(&mut raw);
-                body.clear();
-                if let Err(e) = http.compression.compress(&raw, &mut body) {
-                    stats.failures[FailReason::Encode as usize].fetch_add(1, Relaxed);
-                    stats.dropped_records[SinkDrop::Rejected as usize]
-                        .fetch_add(records as u64, Relaxed);
-                    tracing::error!(sink = %stats.name, error = %e, records, "cannot compress a request of log records; dropped");
-                    continue;
-                }
-                loop {
-                    match transport.send(&body) {
-                        Ok(()) => {
-                            if backoff.failures() > 0 {
-                                tracing::info!(sink = %stats.name, after_failures = backoff.failures(), "backend reachable again");
-                            }
-                            backoff.reset();
-                            stats.records.fetch_add(records as u64, Relaxed);
-                            stats.bytes_raw.fetch_add(raw.len() as u64, Relaxed);
-                            stats.bytes_sent.fetch_add(body.len() as u64, Relaxed);
-                            break;
-                        }
-                        Err(e) if e.reason.retryable() => {
-                            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-                            stats.retries.fetch_add(1, Relaxed);
-                            let delay = backoff.next_delay();
-                            tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "sending log records failed; will retry");
-                            if !inbox.pause(delay) {
-                                tracing::warn!(sink = %stats.name, "stopping with log records not delivered: they are read again at the next start");
-                                break 'batches;
-                            }
-                        }
-                        Err(e) => {
-                            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-                            stats.dropped_records[SinkDrop::Rejected as usize]
-                                .fetch_add(records as u64, Relaxed);
-                            tracing::error!(sink = %stats.name, error = %e, records, "backend refused a request of log records; dropped");
-                            break;
+        while let Some(batch) = inbox.next() {
+            let sent = bodies.each(&mut encoder, &http, &batch, &stats, |r| loop {
+                match attempt(&mut transport, r, &mut backoff, &stats) {
+                    Attempt::Delivered | Attempt::Refused => return true,
+                    Attempt::Retry(delay) => {
+                        if !inbox.pause(delay) {
+                            tracing::warn!(sink = %stats.name, "stopping with log records not delivered: they are read again at the next start");
+                            return false;
                         }
                     }
                 }
+            });
+            if !sent {
+                break;
             }
             stats.batches.fetch_add(1, Relaxed);
             batch.ack();
         }
     })
+}
+
+/// One request of log records, encoded and compressed.
+pub(super) struct Body<'a> {
+    /// As sent.
+    pub body: &'a [u8],
+    /// Records in it.
+    pub records: u32,
+    /// Its size before compression.
+    pub raw_bytes: u32,
+}
+
+/// The buffers a log sink encodes and compresses its requests in, reused
+/// from one request to the next.
+#[derive(Default)]
+pub(super) struct Bodies {
+    raw: Vec<u8>,
+    body: Vec<u8>,
+}
+
+impl Bodies {
+    /// Cuts the records of `batch` into requests as `http` says, encodes
+    /// and compresses each and hands it to `take`, in order; stops early
+    /// when `take` returns false, and returns false then. A request that
+    /// cannot be compressed is counted as rejected and skipped.
+    pub(super) fn each(
+        &mut self,
+        encoder: &mut impl LogEncoder,
+        http: &HttpLogs,
+        batch: &LogBatch,
+        stats: &SinkStats,
+        mut take: impl FnMut(&Body<'_>) -> bool,
+    ) -> bool {
+        let mut lines = batch.lines().peekable();
+        while lines.peek().is_some() {
+            encoder.begin(batch.source());
+            while encoder.bytes() < http.max_bytes && encoder.records() < http.max_records {
+                let Some(line) = lines.next() else { break };
+                encoder.push(batch.source(), &line);
+            }
+            let records = encoder.records();
+            self.raw.clear();
+            encoder.finish(&mut self.raw);
+            self.body.clear();
+            if let Err(e) = http.compression.compress(&self.raw, &mut self.body) {
+                stats.failures[FailReason::Encode as usize].fetch_add(1, Relaxed);
+                stats.dropped_records[SinkDrop::Rejected as usize]
+                    .fetch_add(records as u64, Relaxed);
+                tracing::error!(sink = %stats.name, error = %e, records, "cannot compress a request of log records; dropped");
+                continue;
+            }
+            let body = Body {
+                body: &self.body,
+                records: u32::try_from(records).unwrap_or(u32::MAX),
+                raw_bytes: u32::try_from(self.raw.len()).unwrap_or(u32::MAX),
+            };
+            if !take(&body) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// What one attempt to send a request of log records came to.
+pub(super) enum Attempt {
+    /// The endpoint took it.
+    Delivered,
+    /// The endpoint refused it for good (counted as rejected).
+    Refused,
+    /// It may succeed later: try again after this delay.
+    Retry(Duration),
+}
+
+/// Sends `r` once over `transport`, counting the outcome in `stats` and
+/// moving `backoff` on.
+pub(super) fn attempt<T: Transport>(
+    transport: &mut T,
+    r: &Body<'_>,
+    backoff: &mut Backoff,
+    stats: &SinkStats,
+) -> Attempt {
+    match transport.send(r.body) {
+        Ok(()) => {
+            if backoff.failures() > 0 {
+                tracing::info!(sink = %stats.name, after_failures = backoff.failures(), "backend reachable again");
+            }
+            backoff.reset();
+            stats.records.fetch_add(u64::from(r.records), Relaxed);
+            stats.bytes_raw.fetch_add(u64::from(r.raw_bytes), Relaxed);
+            stats.bytes_sent.fetch_add(r.body.len() as u64, Relaxed);
+            Attempt::Delivered
+        }
+        Err(e) if e.reason.retryable() => {
+            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
+            stats.retries.fetch_add(1, Relaxed);
+            let delay = backoff.next_delay();
+            tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "sending log records failed; will retry");
+            Attempt::Retry(delay)
+        }
+        Err(e) => {
+            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
+            stats.dropped_records[SinkDrop::Rejected as usize]
+                .fetch_add(u64::from(r.records), Relaxed);
+            tracing::error!(sink = %stats.name, error = %e, records = r.records, "backend refused a request of log records; dropped");
+            Attempt::Refused
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,11 +10,14 @@
 //!   acknowledgement that goes back;
 //! * [`stats`]: the counters shown on `/metrics`;
 //! * [`blackhole`]: the sink that acknowledges everything at once;
+//! * [`deliver`]: the file, console and HTTP log sinks;
+//! * [`buffered`]: an HTTP log sink through a disk buffer;
 //! * [`events`]: the `dogstatsd_events` source, DogStatsD events and
 //!   service checks as records.
 
 pub mod batch;
 pub mod blackhole;
+pub mod buffered;
 pub mod deliver;
 pub mod events;
 pub mod record;

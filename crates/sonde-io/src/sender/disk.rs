@@ -207,6 +207,18 @@ impl Disk {
         Ok((disk, loaded))
     }
 
+    /// True when a request of `body_len` bytes fits within the buffer's
+    /// size without dropping another (always when the buffer is empty).
+    pub fn has_room(&self, body_len: usize) -> bool {
+        self.records.is_empty() || self.bytes + HEADER + body_len as u64 <= self.max_size
+    }
+
+    /// The points (log records) of the oldest request, if any: what is
+    /// lost when it cannot be read back.
+    pub fn front_points(&self) -> Option<u32> {
+        self.records.front().map(|r| r.points)
+    }
+
     /// Records the front's position as the next to deliver, and deletes
     /// segments wholly before it.
     fn write_ack(&mut self) -> io::Result<()> {

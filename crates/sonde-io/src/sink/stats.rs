@@ -127,6 +127,10 @@ pub struct SinkStats {
     pub queue_bytes: AtomicU64,
     /// Disk buffer segments found torn or corrupt at start and skipped.
     pub corrupt_segments: AtomicU64,
+    /// Log records waiting in the sink's log disk buffer (a gauge).
+    pub log_buffer_records: AtomicU64,
+    /// Bytes waiting in the sink's log disk buffer (a gauge).
+    pub log_buffer_bytes: AtomicU64,
 }
 
 impl SinkStats {
@@ -148,6 +152,8 @@ impl SinkStats {
             queue_batches: AtomicU64::new(0),
             queue_bytes: AtomicU64::new(0),
             corrupt_segments: AtomicU64::new(0),
+            log_buffer_records: AtomicU64::new(0),
+            log_buffer_bytes: AtomicU64::new(0),
         }
     }
 

@@ -244,6 +244,16 @@ pub const METRICS: &[Metric] = &[
         "Bytes waiting in the sink's buffer.",
         Source::Sink(|s| s.queue_bytes.load(Relaxed)),
     ),
+    gauge(
+        "sonde_sink_log_buffer_records",
+        "Log records stored in the sink's disk buffer and not yet delivered.",
+        Source::Sink(|s| s.log_buffer_records.load(Relaxed)),
+    ),
+    gauge(
+        "sonde_sink_log_buffer_bytes",
+        "Bytes of the log records stored in the sink's disk buffer.",
+        Source::Sink(|s| s.log_buffer_bytes.load(Relaxed)),
+    ),
     counter(
         "sonde_sink_corrupt_segments_total",
         "Disk buffer segments found torn or corrupt at start; their tails were skipped.",

@@ -218,6 +218,8 @@ mod tests {
         s.queue_batches.store(1, Relaxed);
         s.queue_bytes.store(500, Relaxed);
         s.corrupt_segments.store(1, Relaxed);
+        s.log_buffer_records.store(40, Relaxed);
+        s.log_buffer_bytes.store(2048, Relaxed);
         s.failures[FailReason::ServerError as usize].store(2, Relaxed);
         s.count_drop(SinkDrop::BufferFull, 1, 100);
         s.records.store(77, Relaxed);

@@ -47,7 +47,7 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
             ))
         }
     }
-    super::no_disk_buffer_for_logs(s)
+    Ok(())
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
@@ -68,18 +68,15 @@ mod tests {
     const SOURCE: &str = "[[logs]]\nname = \"app\"\ninclude = [\"/var/log/*.log\"]\n\n";
 
     #[test]
-    fn log_records_go_as_json_lines_without_a_disk_buffer() {
+    fn log_records_go_as_json_lines_through_any_buffer() {
         let sink = |extra: &str| {
             format!("{SOURCE}[[sinks]]\ntype = \"http\"\ninputs = [\"app\"]\nurl = \"http://127.0.0.1:9/\"\n{extra}")
         };
         assert!(parse(&sink("")).is_ok());
         let e = parse(&sink("format = \"msgpack\"\n")).unwrap_err();
         assert_eq!((e.key.as_str(), e.line), ("sinks[0].format", Some(9)));
-        let e = parse(&sink("buffer = { type = \"disk\" }\n")).unwrap_err();
-        assert_eq!(e.key, "sinks[0].buffer");
-        assert!(e.fix.contains("checkpoint"), "{e}");
-        // Metric windows alone may still go as msgpack, through a disk
-        // buffer.
+        assert!(parse(&sink("buffer = { type = \"disk\" }\n")).is_ok());
+        // Metric windows alone may go as msgpack.
         let metrics = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n\n[[sinks]]\ntype = \"http\"\nurl = \"http://127.0.0.1:9/\"\nformat = \"msgpack\"\nbuffer = { type = \"disk\" }\n";
         assert!(parse(metrics).is_ok(), "{:?}", parse(metrics).err());
     }

@@ -77,20 +77,6 @@ pub fn hostname() -> Option<String> {
     (!h.is_empty()).then(|| h.to_string())
 }
 
-/// Refuses a disk buffer on an HTTP sink that takes log sources: its log
-/// records go out without one.
-pub(crate) fn no_disk_buffer_for_logs(s: &Sink) -> Result<(), ConfigError> {
-    let on_disk = matches!(s.net.as_ref().map(|n| &n.buffer), Some(Buffer::Disk { .. }));
-    if on_disk && s.log_sources().next().is_some() {
-        return Err(ConfigError::new(
-            "buffer",
-            "a disk buffer does not take log records yet",
-            "remove `buffer` (log records wait in their files: the source stops reading while the sink is behind and resumes from its checkpoint), or send the log sources to a sink of their own",
-        ));
-    }
-    Ok(())
-}
-
 /// The sink type called `name`.
 pub fn lookup(name: &str) -> Option<&'static SinkType> {
     REGISTRY.iter().copied().find(|t| t.name == name)

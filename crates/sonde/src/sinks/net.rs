@@ -8,6 +8,7 @@ use anyhow::Context;
 use serde::Deserialize;
 use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
+use sonde_io::logs::buffered;
 use sonde_io::logs::deliver::{self, HttpLogs, LogEncoder};
 use sonde_io::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
 use sonde_io::sink::SinkStats;
@@ -69,12 +70,17 @@ pub struct BufferSection {
     pub sync: Option<bool>,
 }
 
+/// The directory of a sink's log disk buffer, under its own.
+pub const LOG_BUFFER: &str = "logs";
+
 /// Where a network sink keeps requests not yet delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Buffer {
     /// In memory, at most this many bytes.
     Memory(u64),
-    /// In `{agent.data_dir}/buffers/{name}`.
+    /// In `{agent.data_dir}/buffers/{name}`; an HTTP sink's log records
+    /// in a buffer of their own below it ([`LOG_BUFFER`]), of the same
+    /// size.
     Disk {
         /// The sink's directory.
         dir: PathBuf,
@@ -306,25 +312,36 @@ fn open_queue(name: &str, buffer: &Buffer, stats: &SinkStats) -> anyhow::Result<
             dir,
             max_size,
             sync,
-        } => {
-            let (disk, loaded) = Disk::open(dir, *max_size, *sync).with_context(|| {
-                format!(
-                    "opening the disk buffer of sink {name:?} in {} (set agent.data_dir to a writable directory)",
-                    dir.display()
-                )
-            })?;
-            if loaded.records > 0 {
-                tracing::info!(sink = %name, requests = loaded.records, points = loaded.points, "disk buffer kept requests from the last run; sending them first");
-            }
-            if loaded.corrupt > 0 {
-                stats
-                    .corrupt_segments
-                    .fetch_add(loaded.corrupt, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(sink = %name, segments = loaded.corrupt, "disk buffer had torn or corrupt records (a crash while writing?); skipped them");
-            }
-            Box::new(disk)
-        }
+        } => Box::new(open_disk(name, dir, *max_size, *sync, "requests", stats)?),
     })
+}
+
+/// Opens the disk buffer in `dir`, saying what it kept from the last run
+/// (counted in `what`: requests of metric points, or log records).
+fn open_disk(
+    name: &str,
+    dir: &Path,
+    max_size: u64,
+    sync: bool,
+    what: &str,
+    stats: &SinkStats,
+) -> anyhow::Result<Disk> {
+    let (disk, loaded) = Disk::open(dir, max_size, sync).with_context(|| {
+        format!(
+            "opening the disk buffer of sink {name:?} in {} (set agent.data_dir to a writable directory)",
+            dir.display()
+        )
+    })?;
+    if loaded.records > 0 {
+        tracing::info!(sink = %name, requests = loaded.records, points_or_records = loaded.points, buffer = %dir.display(), "disk buffer kept {what} from the last run; sending them first");
+    }
+    if loaded.corrupt > 0 {
+        stats
+            .corrupt_segments
+            .fetch_add(loaded.corrupt, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(sink = %name, segments = loaded.corrupt, buffer = %dir.display(), "disk buffer had torn or corrupt records (a crash while writing?); skipped them");
+    }
+    Ok(disk)
 }
 
 /// Starts a network sink's sender with `encoder`, over HTTP or TCP as its
@@ -397,7 +414,26 @@ pub(super) fn start_logs(
     let transport = http(s, encoder.content_type(), url)?;
     let target = url.unwrap_or(&n.target);
     tracing::info!(sink = %s.name, target = %target, compression = n.compression.name(), "sink sending log records");
-    let (tx, thread) = deliver::spawn_http(encoder, transport, logs, Arc::clone(&st.stats))?;
+    let stats = Arc::clone(&st.stats);
+    let (tx, thread) = match &n.buffer {
+        Buffer::Memory(_) => deliver::spawn_http(encoder, transport, logs, stats)?,
+        Buffer::Disk {
+            dir,
+            max_size,
+            sync,
+        } => {
+            let disk = open_disk(
+                &s.name,
+                &dir.join(LOG_BUFFER),
+                *max_size,
+                *sync,
+                "log records",
+                &stats,
+            )?;
+            let grace = n.delivery.shutdown_grace;
+            buffered::spawn_http_buffered(encoder, transport, logs, disk, grace, stats)?
+        }
+    };
     running.add_logs(st, &tx, thread);
     Ok(())
 }
