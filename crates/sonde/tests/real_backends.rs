@@ -671,6 +671,61 @@ fn otlp_log_records_reach_the_opentelemetry_collector() {
     );
 }
 
+/// Log records through the disk buffer of an `otlp_http` sink while the
+/// real Collector is down: stored and acknowledged, kept across a kill of
+/// the agent and the deletion of their file, delivered once when both
+/// come back.
+#[test]
+fn otlp_log_records_wait_in_the_disk_buffer_while_the_collector_is_down() {
+    let Some(mut col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    col.stop();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("app.log");
+    let mut agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n\
+             [[logs]]\nname = \"app\"\ninclude = [\"{}/*.log\"]\n\n\
+             [[sinks]]\ntype = \"otlp_http\"\ninputs = [\"app\"]\nurl = \"{}\"\nmax_batch_points = 100\n\
+             retry_min_backoff = \"50ms\"\nretry_max_backoff = \"200ms\"\n\
+             buffer = {{ type = \"disk\", max_size = \"16MiB\" }}\n",
+            dir.join("data").display(),
+            logs.path().display(),
+            col.metrics_url()
+        )
+    });
+    let want: Vec<String> = (0..500).map(|n| format!("line {n:04}")).collect();
+    std::fs::write(
+        &log,
+        want.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let m = |a: &Agent, s: &str| a.metric(s).unwrap_or(-1.0);
+    wait_for("500 records stored", Duration::from_secs(20), || {
+        (m(&agent, "sonde_sink_log_buffer_records{sink=\"otlp_http\"}") == 500.0
+            && m(&agent, "sonde_log_bytes_behind{source=\"app\"}") == 0.0)
+            .then_some(())
+    });
+    agent.kill();
+    std::fs::remove_file(&log).unwrap();
+    col.restart();
+    agent.start_again();
+    let got: Vec<OtelLog> = wait_for(
+        "500 records in the collector",
+        Duration::from_secs(20),
+        || {
+            let got = col.logs();
+            (got.len() >= 500).then_some(got)
+        },
+    );
+    let bodies: Vec<&str> = got.iter().map(|l| l.body.as_str()).collect();
+    assert_eq!(bodies, want, "every record once, in order");
+    wait_for("the buffer empty", Duration::from_secs(10), || {
+        (m(&agent, "sonde_sink_log_buffer_records{sink=\"otlp_http\"}") == 0.0).then_some(())
+    });
+}
+
 /// DogStatsD events and service checks over `otlp_http` into the real
 /// Collector: each a record with its text as body, its own time and
 /// severity, and its fields as attributes; a malformed one counted.
