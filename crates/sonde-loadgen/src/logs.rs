@@ -128,6 +128,23 @@ impl LineMaker {
     }
 }
 
+/// 1,024 numbered lines of `bytes` bytes (no newline) over a short
+/// repeated vocabulary: the records the Kafka floor examples produce from
+/// memory (`kafka_floor`, `kafka_own_floor`). They compress far better
+/// than [`LineMaker`]'s lines (lz4 about 12x, zstd about 60x).
+pub fn floor_lines(bytes: usize) -> Vec<Vec<u8>> {
+    (0..1024u64)
+        .map(|i| {
+            let mut l = format!("f=app-0.log s={i:012} ").into_bytes();
+            let words = b"lorem ipsum dolor sit amet consectetur adipiscing elit sed do ";
+            while l.len() < bytes {
+                l.push(words[(l.len() + i as usize) % words.len()]);
+            }
+            l
+        })
+        .collect()
+}
+
 /// Reads `f` and `s` from the start of a line (the newline and anything
 /// after the numbers are ignored). `None` when the line does not start with
 /// `f=<digits> s=<digits>` followed by a space or the end.

@@ -65,18 +65,8 @@ fn main() {
             failed: Default::default(),
         })
         .expect("producer");
-    // Lines that differ, as numbered log lines do, so that compression
-    // sees text like the load generator's.
-    let lines: Vec<Vec<u8>> = (0..1024u64)
-        .map(|i| {
-            let mut l = format!("f=app-0.log s={i:012} ").into_bytes();
-            let words = b"lorem ipsum dolor sit amet consectetur adipiscing elit sed do ";
-            while l.len() < bytes {
-                l.push(words[(l.len() + i as usize) % words.len()]);
-            }
-            l
-        })
-        .collect();
+    // Lines that differ, as numbered log lines do.
+    let lines = sonde_loadgen::logs::floor_lines(bytes);
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     let mut sent = 0u64;
     while sent < count {

@@ -1,0 +1,522 @@
+//! A blocking connection to one Kafka broker: the versions it serves
+//! (ApiVersions), the cluster's brokers and partition leaders
+//! (Metadata), and produce requests, several in flight at once.
+//!
+//! Kafka answers the requests of one connection in the order they were
+//! sent, so a producer writes request after request
+//! ([`Connection::send_produce`]) and reads their responses in turn
+//! ([`Connection::recv_produce`]); the connection remembers the
+//! correlation id each response must carry.
+//!
+//! A produce request is written straight into the caller's buffer:
+//! [`Connection::begin_produce`] writes the header, the caller appends one
+//! record batch ([`crate::BatchBuilder::finish`]), and `send_produce`
+//! fills in the sizes and writes the buffer with one `write`.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::wire::{put_i16, put_i32, put_i8, put_nullable_str, put_str, set_i32};
+use crate::wire::{Malformed, Reader};
+
+const API_PRODUCE: i16 = 0;
+const API_METADATA: i16 = 3;
+const API_VERSIONS: i16 = 18;
+
+/// The versions sonde speaks: the non-flexible ones, which Kafka 1.0 to
+/// 4.x all serve (4.0 dropped Produce 0 to 2 and Metadata 0 to 3).
+const PRODUCE_VERSIONS: (i16, i16) = (3, 8);
+const METADATA_VERSIONS: (i16, i16) = (4, 8);
+
+/// The largest response read (a metadata response of a large cluster
+/// stays far below it); a larger size field is taken for garbage.
+const MAX_RESPONSE: usize = 64 << 20;
+
+/// What went wrong talking to a broker.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The connection failed or timed out.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The broker's answer did not parse.
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
+    /// The broker does not serve a version sonde speaks.
+    #[error(
+        "the broker serves {api} versions {min} to {max}; sonde speaks {want_min} to {want_max}"
+    )]
+    Unsupported {
+        /// The API.
+        api: &'static str,
+        /// The broker's lowest version.
+        min: i16,
+        /// The broker's highest version.
+        max: i16,
+        /// sonde's lowest.
+        want_min: i16,
+        /// sonde's highest.
+        want_max: i16,
+    },
+    /// The broker answered with an error code for the whole request.
+    #[error("{api}: {}", code_name(*code))]
+    Broker {
+        /// The API.
+        api: &'static str,
+        /// Kafka's error code.
+        code: i16,
+    },
+}
+
+/// Kafka's name for an error code, for the common ones.
+pub fn code_name(code: i16) -> String {
+    let name = match code {
+        0 => "NONE",
+        1 => "OFFSET_OUT_OF_RANGE",
+        2 => "CORRUPT_MESSAGE",
+        3 => "UNKNOWN_TOPIC_OR_PARTITION",
+        5 => "LEADER_NOT_AVAILABLE",
+        6 => "NOT_LEADER_OR_FOLLOWER",
+        7 => "REQUEST_TIMED_OUT",
+        10 => "MESSAGE_TOO_LARGE",
+        13 => "NETWORK_EXCEPTION",
+        17 => "INVALID_TOPIC_EXCEPTION",
+        18 => "RECORD_LIST_TOO_LARGE",
+        19 => "NOT_ENOUGH_REPLICAS",
+        20 => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        21 => "INVALID_REQUIRED_ACKS",
+        29 => "TOPIC_AUTHORIZATION_FAILED",
+        32 => "INVALID_TIMESTAMP",
+        35 => "UNSUPPORTED_VERSION",
+        45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        46 => "DUPLICATE_SEQUENCE_NUMBER",
+        47 => "INVALID_PRODUCER_EPOCH",
+        56 => "KAFKA_STORAGE_ERROR",
+        59 => "UNKNOWN_PRODUCER_ID",
+        74 => "FENCED_LEADER_EPOCH",
+        76 => "UNSUPPORTED_COMPRESSION_TYPE",
+        87 => "INVALID_RECORD",
+        _ => return format!("error code {code}"),
+    };
+    format!("{name} ({code})")
+}
+
+/// True for the error codes a producer may retry: the partition's leader
+/// moved or is not there yet, replicas lag, a timeout. The others (a
+/// record too large, a topic not authorised, a corrupt batch) fail again.
+pub fn retriable(code: i16) -> bool {
+    matches!(code, 3 | 5 | 6 | 7 | 13 | 19 | 20 | 56 | 74)
+}
+
+/// A broker of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Broker {
+    /// Its node id.
+    pub id: i32,
+    /// Its advertised host.
+    pub host: String,
+    /// Its port.
+    pub port: i32,
+}
+
+/// One partition of a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    /// Its index.
+    pub id: i32,
+    /// The node id of its leader (-1 when it has none).
+    pub leader: i32,
+    /// Its error code (0: none).
+    pub error: i16,
+}
+
+/// One topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicMetadata {
+    /// Its name.
+    pub name: String,
+    /// Its error code (0: none).
+    pub error: i16,
+    /// Its partitions, as the broker listed them.
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// A metadata response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    /// The cluster's brokers.
+    pub brokers: Vec<Broker>,
+    /// The topics asked for.
+    pub topics: Vec<TopicMetadata>,
+}
+
+/// The outcome of a produce request for one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionResult {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// Kafka's error code (0: the batch is written and replicated as
+    /// `acks` asked).
+    pub error: i16,
+    /// The offset the batch's first record got.
+    pub base_offset: i64,
+    /// The broker's message, when it gave one (version 8).
+    pub message: Option<String>,
+}
+
+/// Where [`Connection::begin_produce`] left a request.
+#[derive(Clone, Copy, Debug)]
+pub struct ProduceFrame {
+    correlation: i32,
+    /// Where the records' `i32` size goes.
+    records_size_at: usize,
+}
+
+/// A connection to one broker.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    client_id: String,
+    next_correlation: i32,
+    /// Correlation ids of the produce requests sent and not yet answered.
+    in_flight: VecDeque<i32>,
+    produce_version: i16,
+    metadata_version: i16,
+    response: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl Connection {
+    /// Connects to `addr` (`host:port`), every read and write bounded by
+    /// `timeout`, and agrees on versions with the broker.
+    ///
+    /// # Errors
+    ///
+    /// The broker cannot be reached or serves none of the versions sonde
+    /// speaks.
+    pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, Error> {
+        let mut last = io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{addr} resolves to nothing"),
+        );
+        let mut stream = None;
+        for a in addr.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&a, timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let stream = stream.ok_or(last)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let mut c = Connection {
+            stream,
+            client_id: client_id.to_string(),
+            next_correlation: 0,
+            in_flight: VecDeque::new(),
+            produce_version: 0,
+            metadata_version: 0,
+            response: Vec::new(),
+            scratch: Vec::new(),
+        };
+        c.negotiate()?;
+        Ok(c)
+    }
+
+    /// The Produce version in use.
+    pub fn produce_version(&self) -> i16 {
+        self.produce_version
+    }
+
+    /// Produce requests sent and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Starts a request of `api` at `version` in `buf` (cleared).
+    fn header(&mut self, buf: &mut Vec<u8>, api: i16, version: i16) -> i32 {
+        buf.clear();
+        put_i32(buf, 0); // size, set when sent
+        put_i16(buf, api);
+        put_i16(buf, version);
+        let correlation = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        put_i32(buf, correlation);
+        put_nullable_str(buf, Some(&self.client_id));
+        correlation
+    }
+
+    fn write(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        let size = i32::try_from(buf.len() - 4)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 2 GiB"))?;
+        set_i32(buf, 0, size);
+        self.stream.write_all(buf)?;
+        Ok(())
+    }
+
+    /// Reads the next response into `self.response` and checks that it
+    /// answers `correlation`; returns where its body starts.
+    fn read(&mut self, correlation: i32) -> Result<(), Error> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size)?;
+        let size =
+            usize::try_from(i32::from_be_bytes(size)).map_err(|_| Malformed("response size"))?;
+        if !(4..=MAX_RESPONSE).contains(&size) {
+            return Err(Malformed("response size").into());
+        }
+        self.response.resize(size, 0);
+        self.stream.read_exact(&mut self.response)?;
+        let got = i32::from_be_bytes(self.response[..4].try_into().expect("4 bytes"));
+        if got != correlation {
+            return Err(Malformed("correlation id").into());
+        }
+        Ok(())
+    }
+
+    /// A request with no other in flight, and its response's body.
+    fn round_trip(&mut self, mut buf: Vec<u8>, correlation: i32) -> Result<Vec<u8>, Error> {
+        if !self.in_flight.is_empty() {
+            return Err(io::Error::other("a request while produce requests are in flight").into());
+        }
+        self.write(&mut buf)?;
+        self.read(correlation)?;
+        self.scratch = buf;
+        Ok(self.response[4..].to_vec())
+    }
+
+    fn negotiate(&mut self) -> Result<(), Error> {
+        let mut buf = std::mem::take(&mut self.scratch);
+        let correlation = self.header(&mut buf, API_VERSIONS, 0);
+        let body = self.round_trip(buf, correlation)?;
+        let mut r = Reader::new(&body);
+        let code = r.i16("api versions error")?;
+        if code != 0 {
+            return Err(Error::Broker {
+                api: "ApiVersions",
+                code,
+            });
+        }
+        let mut produce = None;
+        let mut metadata = None;
+        for _ in 0..r.count(6, "api versions")? {
+            let (key, min, max) = (r.i16("api key")?, r.i16("min")?, r.i16("max")?);
+            match key {
+                API_PRODUCE => produce = Some((min, max)),
+                API_METADATA => metadata = Some((min, max)),
+                _ => {}
+            }
+        }
+        self.produce_version = pick("Produce", produce, PRODUCE_VERSIONS)?;
+        self.metadata_version = pick("Metadata", metadata, METADATA_VERSIONS)?;
+        Ok(())
+    }
+
+    /// The brokers, and the partitions and leaders of `topics`, creating
+    /// them with the broker's defaults when `auto_create` and the broker
+    /// allows it. Only with no produce request in flight.
+    ///
+    /// # Errors
+    ///
+    /// The connection failed or the response did not parse. Errors of a
+    /// topic or a partition are in the result.
+    pub fn metadata(&mut self, topics: &[&str], auto_create: bool) -> Result<Metadata, Error> {
+        let v = self.metadata_version;
+        let mut buf = std::mem::take(&mut self.scratch);
+        let correlation = self.header(&mut buf, API_METADATA, v);
+        put_i32(&mut buf, topics.len() as i32);
+        for t in topics {
+            put_str(&mut buf, t);
+        }
+        put_i8(&mut buf, i8::from(auto_create));
+        if v >= 8 {
+            put_i8(&mut buf, 0); // cluster authorized operations
+            put_i8(&mut buf, 0); // topic authorized operations
+        }
+        let body = self.round_trip(buf, correlation)?;
+        let mut r = Reader::new(&body);
+        r.i32("throttle time")?;
+        let mut brokers = Vec::new();
+        for _ in 0..r.count(12, "brokers")? {
+            brokers.push(Broker {
+                id: r.i32("node id")?,
+                host: r.str("host")?,
+                port: r.i32("port")?,
+            });
+            r.nullable_str("rack")?;
+        }
+        r.nullable_str("cluster id")?;
+        r.i32("controller id")?;
+        let mut out = Vec::new();
+        for _ in 0..r.count(9, "topics")? {
+            let error = r.i16("topic error")?;
+            let name = r.str("topic name")?;
+            r.i8("is internal")?;
+            let mut partitions = Vec::new();
+            for _ in 0..r.count(18, "partitions")? {
+                let error = r.i16("partition error")?;
+                let id = r.i32("partition index")?;
+                let leader = r.i32("leader")?;
+                if v >= 7 {
+                    r.i32("leader epoch")?;
+                }
+                r.skip_i32_array("replicas")?;
+                r.skip_i32_array("isr")?;
+                if v >= 5 {
+                    r.skip_i32_array("offline replicas")?;
+                }
+                partitions.push(PartitionMetadata { id, leader, error });
+            }
+            if v >= 8 {
+                r.i32("topic authorized operations")?;
+            }
+            out.push(TopicMetadata {
+                name,
+                error,
+                partitions,
+            });
+        }
+        Ok(Metadata {
+            brokers,
+            topics: out,
+        })
+    }
+
+    /// Starts a produce request in `buf` (cleared) for one batch to
+    /// `topic`/`partition`: the caller appends the batch, then calls
+    /// [`Connection::send_produce`]. `acks` is -1 (all in-sync replicas),
+    /// 1 (the leader) or 0 (no response: not supported here).
+    pub fn begin_produce(
+        &mut self,
+        buf: &mut Vec<u8>,
+        acks: i16,
+        timeout_ms: i32,
+        topic: &str,
+        partition: i32,
+    ) -> ProduceFrame {
+        let correlation = self.header(buf, API_PRODUCE, self.produce_version);
+        put_nullable_str(buf, None); // transactional id
+        put_i16(buf, acks);
+        put_i32(buf, timeout_ms);
+        put_i32(buf, 1);
+        put_str(buf, topic);
+        put_i32(buf, 1);
+        put_i32(buf, partition);
+        let records_size_at = buf.len();
+        put_i32(buf, 0);
+        ProduceFrame {
+            correlation,
+            records_size_at,
+        }
+    }
+
+    /// Sends the request `buf` holds, begun by `frame`.
+    ///
+    /// # Errors
+    ///
+    /// The write failed: the connection is then unusable.
+    pub fn send_produce(&mut self, buf: &mut [u8], frame: ProduceFrame) -> Result<(), Error> {
+        let records = i32::try_from(buf.len() - frame.records_size_at - 4)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "batch over 2 GiB"))?;
+        set_i32(buf, frame.records_size_at, records);
+        self.write(buf)?;
+        self.in_flight.push_back(frame.correlation);
+        Ok(())
+    }
+
+    /// The response to the oldest produce request in flight: one result
+    /// per partition it wrote to.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is in flight, the connection failed or timed out, or the
+    /// response did not parse: the connection is then unusable and every
+    /// request in flight must be sent again on a new one.
+    pub fn recv_produce(&mut self) -> Result<Vec<PartitionResult>, Error> {
+        let Some(&correlation) = self.in_flight.front() else {
+            return Err(io::Error::other("no produce request in flight").into());
+        };
+        self.read(correlation)?;
+        self.in_flight.pop_front();
+        let v = self.produce_version;
+        let mut r = Reader::new(&self.response[4..]);
+        let mut out = Vec::new();
+        for _ in 0..r.count(6, "produce topics")? {
+            let topic = r.str("topic")?;
+            for _ in 0..r.count(26, "produce partitions")? {
+                let partition = r.i32("partition")?;
+                let error = r.i16("partition error")?;
+                let base_offset = r.i64("base offset")?;
+                r.i64("log append time")?;
+                if v >= 5 {
+                    r.i64("log start offset")?;
+                }
+                let mut message = None;
+                if v >= 8 {
+                    for _ in 0..r.count(6, "record errors")? {
+                        r.i32("batch index")?;
+                        r.nullable_str("record error message")?;
+                    }
+                    message = r.nullable_str("error message")?;
+                }
+                out.push(PartitionResult {
+                    topic: topic.clone(),
+                    partition,
+                    error,
+                    base_offset,
+                    message,
+                });
+            }
+        }
+        r.i32("throttle time")?;
+        Ok(out)
+    }
+}
+
+/// The highest version both sides speak.
+fn pick(api: &'static str, broker: Option<(i16, i16)>, ours: (i16, i16)) -> Result<i16, Error> {
+    let (min, max) = broker.unwrap_or((-1, -1));
+    let v = max.min(ours.1);
+    if v < ours.0 || v < min {
+        return Err(Error::Unsupported {
+            api,
+            min,
+            max,
+            want_min: ours.0,
+            want_max: ours.1,
+        });
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_highest_common_version_is_picked_or_the_gap_is_named() {
+        assert_eq!(pick("Produce", Some((0, 11)), (3, 8)).unwrap(), 8);
+        assert_eq!(pick("Produce", Some((3, 5)), (3, 8)).unwrap(), 5);
+        let e = pick("Produce", Some((0, 2)), (3, 8)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the broker serves Produce versions 0 to 2; sonde speaks 3 to 8"
+        );
+        assert!(pick("Metadata", Some((9, 12)), (4, 8)).is_err());
+        assert!(pick("Metadata", None, (4, 8)).is_err());
+    }
+
+    #[test]
+    fn error_codes_have_names_and_retries_are_for_what_can_heal() {
+        assert_eq!(code_name(6), "NOT_LEADER_OR_FOLLOWER (6)");
+        assert_eq!(code_name(999), "error code 999");
+        assert!(retriable(6) && retriable(19));
+        assert!(!retriable(10) && !retriable(29) && !retriable(2));
+    }
+}

@@ -1,0 +1,125 @@
+//! What sonde's own Kafka producer (crates/sonde-kafka) costs for one
+//! record per log line: produces `COUNT` records of `BYTES` bytes each
+//! (held in memory, no file, no source) to `TOPIC` on one broker, in
+//! batches of about 1 MB of records, `acks=-1`, five requests in flight
+//! on one connection, partitions taken in turn, checks every response,
+//! and prints the process's CPU seconds per GB of lines (newline
+//! counted, as `bench-logs.sh` does). The same measurement as the
+//! `kafka_floor` example (librdkafka); docs/BENCHMARKS.md, "sonde's own
+//! Kafka producer".
+//!
+//! ```sh
+//! scripts/kafka-broker.sh start /tmp/kb 19192
+//! cargo run --release -p sonde --example kafka_own_floor -- 127.0.0.1:19192 own 3579140 149 lz4 [floor|loadgen]
+//! ```
+//! `floor` (the default) sends `kafka_floor`'s 1,024 lines; `loadgen`
+//! every line distinct, as the load generator writes them (they compress
+//! less: lz4 about 3x).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use sonde_kafka::{BatchBuilder, Codec, Compressor, Connection, Producer};
+
+/// Records per batch: about 1 MB, under the broker's default
+/// `max.message.bytes` (1 MiB) even uncompressed.
+const BATCH_BYTES: usize = 1_000_000;
+
+const IN_FLIGHT: usize = 5;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [broker, topic, count, bytes, compression, rest @ ..] = &args[..] else {
+        eprintln!(
+            "usage: kafka_own_floor BROKER TOPIC COUNT BYTES none|gzip|lz4|zstd [floor|loadgen]"
+        );
+        std::process::exit(2);
+    };
+    let count: u64 = count.parse().expect("COUNT");
+    let bytes: usize = bytes.parse().expect("BYTES");
+    let codec = match compression.as_str() {
+        "none" => Codec::None,
+        "gzip" => Codec::Gzip { level: 1 },
+        "lz4" => Codec::Lz4,
+        "zstd" => Codec::Zstd { level: 1 },
+        c => panic!("compression {c}"),
+    };
+    let lines: Vec<Vec<u8>> = match rest.first().map(String::as_str) {
+        None | Some("floor") => sonde_loadgen::logs::floor_lines(bytes),
+        Some("loadgen") => {
+            let maker = sonde_loadgen::logs::LineMaker::new(bytes + 1);
+            (0..65_536u64)
+                .map(|seq| {
+                    let mut l = Vec::new();
+                    maker.append(&mut l, 0, seq);
+                    l.pop();
+                    l
+                })
+                .collect()
+        }
+        Some(s) => panic!("lines {s}: floor or loadgen"),
+    };
+    let mut c =
+        Connection::connect(broker, "sonde-floor", Duration::from_secs(30)).expect("connect");
+    let partitions: Vec<i32> = loop {
+        let m = c.metadata(&[topic], true).expect("metadata");
+        let t = &m.topics[0];
+        if t.error == 0 && !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader >= 0) {
+            break t.partitions.iter().map(|p| p.id).collect();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut compressor = Compressor::new(codec).expect("compressor");
+    let mut batch = BatchBuilder::new();
+    let mut buf = Vec::with_capacity(2 * BATCH_BYTES);
+    let (mut sent, mut acked, mut batches) = (0u64, 0u64, 0usize);
+    let mut in_flight = std::collections::VecDeque::new();
+    let settle = |c: &mut Connection, records: u64| {
+        for r in c.recv_produce().expect("produce response") {
+            assert_eq!(
+                r.error,
+                0,
+                "partition {}: {}",
+                r.partition,
+                sonde_kafka::client::code_name(r.error)
+            );
+        }
+        records
+    };
+    let cpu0 = sonde_loadgen::procfs::cpu_seconds(std::process::id()).expect("/proc/self/stat");
+    let t0 = Instant::now();
+    while sent < count {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut n = 0u64;
+        while batch.raw_bytes() + bytes + 16 <= BATCH_BYTES && sent + n < count {
+            batch.push_value(now, &lines[((sent + n) % lines.len() as u64) as usize]);
+            n += 1;
+        }
+        let partition = partitions[batches % partitions.len()];
+        let frame = c.begin_produce(&mut buf, -1, 30_000, topic, partition);
+        batch
+            .finish(&mut compressor, Producer::NONE, &mut buf)
+            .expect("compress");
+        c.send_produce(&mut buf, frame).expect("send");
+        in_flight.push_back(n);
+        sent += n;
+        batches += 1;
+        while in_flight.len() >= IN_FLIGHT {
+            let n = in_flight.pop_front().expect("in flight");
+            acked += settle(&mut c, n);
+        }
+    }
+    while let Some(n) = in_flight.pop_front() {
+        acked += settle(&mut c, n);
+    }
+    let cpu =
+        sonde_loadgen::procfs::cpu_seconds(std::process::id()).expect("/proc/self/stat") - cpu0;
+    let secs = t0.elapsed().as_secs_f64();
+    let gb = (count as f64) * (bytes as f64 + 1.0) / 1e9;
+    println!(
+        "own producer: records {count} of {bytes} B, {compression}, {batches} batches: {secs:.2} s, {:.1} MB/s, CPU {cpu:.2} s, {:.2} CPU-s/GB, acknowledged {acked}",
+        gb * 1e3 / secs,
+        cpu / gb,
+    );
+}

@@ -1,0 +1,152 @@
+//! sonde's own Kafka producer (crates/sonde-kafka) against the real
+//! broker: batches in every codec are taken and read back by librdkafka's
+//! consumer as they were built, offsets follow each other, and what the
+//! broker refuses comes back as an error code on a connection that goes
+//! on working.
+//!
+//! Needs the jars `scripts/install-kafka.sh` installs and `java`; without
+//! them each test prints why it is skipped, unless `SONDE_REQUIRE_BACKENDS=1`
+//! makes that a failure.
+
+mod common;
+
+use std::time::Duration;
+
+use common::backends::{or_skip, Isolation, Kafka};
+use sonde_kafka::{BatchBuilder, Codec, Compressor, Connection, Producer};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A record as librdkafka's consumer gives it: key, value, headers.
+type Read = (Option<Vec<u8>>, Vec<u8>, Vec<(String, Option<Vec<u8>>)>);
+
+fn connect(kafka: &Kafka) -> Connection {
+    Connection::connect(&kafka.bootstrap(), "sonde-test", TIMEOUT).unwrap()
+}
+
+#[test]
+fn batches_in_every_codec_are_read_back_by_librdkafka_as_built() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("native", 2);
+    let mut c = connect(&kafka);
+    assert!(c.produce_version() >= 3);
+    let meta = c.metadata(&["native"], false).unwrap();
+    assert_eq!(meta.brokers.len(), 1);
+    let topic = &meta.topics[0];
+    assert_eq!((topic.name.as_str(), topic.error), ("native", 0));
+    assert_eq!(topic.partitions.len(), 2);
+    assert!(topic
+        .partitions
+        .iter()
+        .all(|p| p.leader == meta.brokers[0].id));
+
+    let codecs = [
+        Codec::None,
+        Codec::Gzip { level: 1 },
+        Codec::Lz4,
+        Codec::Zstd { level: 1 },
+    ];
+    let mut batch = BatchBuilder::new();
+    let mut buf = Vec::new();
+    let mut want: [Vec<Read>; 2] = Default::default();
+    let mut sent = Vec::new();
+    for (i, codec) in codecs.into_iter().enumerate() {
+        let mut compressor = Compressor::new(codec).unwrap();
+        for round in 0..2 {
+            let partition = (i + round) % 2;
+            for n in 0..1000 {
+                let value = format!("{codec:?} round {round} line {n:04} {}", "x".repeat(n % 97));
+                if n % 100 == 7 {
+                    let key = format!("k{n}");
+                    batch.push(
+                        1_700_000_000_000 + n as i64,
+                        Some(key.as_bytes()),
+                        value.as_bytes(),
+                        &[("host", b"web-1"), ("empty", b"")],
+                    );
+                    want[partition].push((
+                        Some(key.into_bytes()),
+                        value.into_bytes(),
+                        vec![
+                            ("host".into(), Some(b"web-1".to_vec())),
+                            ("empty".into(), Some(Vec::new())),
+                        ],
+                    ));
+                } else {
+                    batch.push_value(1_700_000_000_000 + n as i64, value.as_bytes());
+                    want[partition].push((None, value.into_bytes(), Vec::new()));
+                }
+            }
+            let frame = c.begin_produce(&mut buf, -1, 30_000, "native", partition as i32);
+            batch
+                .finish(&mut compressor, Producer::NONE, &mut buf)
+                .unwrap();
+            // Several requests in flight on the one connection.
+            c.send_produce(&mut buf, frame).unwrap();
+            sent.push(partition as i32);
+        }
+    }
+    assert_eq!(c.in_flight(), 8);
+    let mut next_offset = [0i64; 2];
+    for partition in sent {
+        let results = c.recv_produce().unwrap();
+        assert_eq!(results.len(), 1);
+        let r = &results[0];
+        assert_eq!(
+            (r.topic.as_str(), r.partition, r.error),
+            ("native", partition, 0),
+            "{r:?}"
+        );
+        assert_eq!(r.base_offset, next_offset[partition as usize]);
+        next_offset[partition as usize] += 1000;
+    }
+    let records = kafka.consume("native", Isolation::ReadUncommitted, 8000, TIMEOUT);
+    assert_eq!(records.len(), 8000);
+    for (p, want) in want.iter().enumerate() {
+        let got: Vec<Read> = records
+            .iter()
+            .filter(|r| r.partition == p as i32)
+            .map(|r| (r.key.clone(), r.value.clone(), r.headers.clone()))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g, w);
+        }
+    }
+}
+
+#[test]
+fn refusals_come_back_as_error_codes_and_the_connection_goes_on() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("small", 1);
+    let mut c = connect(&kafka);
+    let missing = c.metadata(&["absent"], false).unwrap();
+    assert_eq!(missing.topics[0].error, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+
+    let mut none = Compressor::new(Codec::None).unwrap();
+    let mut batch = BatchBuilder::new();
+    let mut buf = Vec::new();
+    let mut send = |c: &mut Connection, partition: i32, lines: usize, bytes: usize| {
+        for _ in 0..lines {
+            batch.push_value(0, &vec![b'a'; bytes]);
+        }
+        let frame = c.begin_produce(&mut buf, -1, 30_000, "small", partition);
+        batch.finish(&mut none, Producer::NONE, &mut buf).unwrap();
+        c.send_produce(&mut buf, frame).unwrap();
+        c.recv_produce().unwrap().remove(0)
+    };
+    let r = send(&mut c, 5, 1, 10);
+    assert_eq!(r.error, 3, "no partition 5: {r:?}");
+    // The broker's default max.message.bytes is 1 MiB.
+    let r = send(&mut c, 0, 3, 600_000);
+    assert_eq!(r.error, 10, "MESSAGE_TOO_LARGE: {r:?}");
+    assert!(!sonde_kafka::client::retriable(r.error));
+    let r = send(&mut c, 0, 2, 100);
+    assert_eq!((r.error, r.base_offset), (0, 0), "{r:?}");
+    let records = kafka.consume("small", Isolation::ReadUncommitted, 2, TIMEOUT);
+    assert_eq!(records.len(), 2);
+}
