@@ -29,6 +29,15 @@ const CRC_FROM: usize = 21;
 /// librdkafka and the Java client write.
 const LZ4_BLOCK: usize = 64 << 10;
 
+/// The header of xerial's snappy framing: magic, version 1, compatible
+/// version 1.
+const SNAPPY_HEADER: [u8; 16] = [
+    0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1,
+];
+
+/// The Java client's snappy block size.
+const SNAPPY_BLOCK: usize = 32 << 10;
+
 /// How the records of a batch are compressed (the batch attribute's low
 /// three bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +51,10 @@ pub enum Codec {
     },
     /// The LZ4 frame format, 64 KiB independent blocks.
     Lz4,
+    /// Snappy in the framing of the Java client (xerial's
+    /// `SnappyOutputStream`: a header, then 32 KiB blocks each with its
+    /// length), which every broker and client reads.
+    Snappy,
     /// zstd at a level.
     Zstd {
         /// The level.
@@ -54,6 +67,7 @@ impl Codec {
         match self {
             Codec::None => 0,
             Codec::Gzip { .. } => 1,
+            Codec::Snappy => 2,
             Codec::Lz4 => 3,
             Codec::Zstd { .. } => 4,
         }
@@ -148,6 +162,19 @@ impl Compressor {
                     flate2::write::GzEncoder::new(&mut *out, flate2::Compression::new(level));
                 e.write_all(src)?;
                 e.finish()?;
+            }
+            Codec::Snappy => {
+                out.extend_from_slice(&SNAPPY_HEADER);
+                let mut enc = snap::raw::Encoder::new();
+                for block in src.chunks(SNAPPY_BLOCK) {
+                    let at = out.len();
+                    out.resize(at + 4 + snap::raw::max_compress_len(block.len()), 0);
+                    let n = enc
+                        .compress(block, &mut out[at + 4..])
+                        .map_err(io::Error::other)?;
+                    out[at..at + 4].copy_from_slice(&(n as u32).to_be_bytes());
+                    out.truncate(at + 4 + n);
+                }
             }
             Codec::Lz4 => {
                 // The frame is written here, around lz4_flex's block
@@ -336,7 +363,7 @@ pub struct DecodedRecord {
 /// A batch read back by [`decode`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decoded {
-    /// The codec attribute (0 none, 1 gzip, 3 lz4, 4 zstd).
+    /// The codec attribute (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
     pub codec: i16,
     /// The producer fields.
     pub producer: Producer,
@@ -382,6 +409,7 @@ pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
     let records = match codec {
         0 => data.to_vec(),
         1 => read_all(flate2::read::GzDecoder::new(data))?,
+        2 => unsnappy(data)?,
         3 => read_all(lz4_flex::frame::FrameDecoder::new(data))?,
         4 => zstd::decode_all(data).map_err(|_| Malformed("zstd data"))?,
         _ => return Err(Malformed("codec")),
@@ -426,6 +454,25 @@ pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
     })
 }
 
+fn unsnappy(data: &[u8]) -> Result<Vec<u8>, Malformed> {
+    let mut r = Reader::new(data);
+    if r.bytes(16, "snappy header")? != SNAPPY_HEADER {
+        return Err(Malformed("snappy header"));
+    }
+    let mut out = Vec::new();
+    let mut dec = snap::raw::Decoder::new();
+    while !r.rest().is_empty() {
+        let n = usize::try_from(r.i32("snappy block length")?)
+            .map_err(|_| Malformed("snappy block length"))?;
+        let block = r.bytes(n, "snappy block")?;
+        out.extend(
+            dec.decompress_vec(block)
+                .map_err(|_| Malformed("snappy block"))?,
+        );
+    }
+    Ok(out)
+}
+
 fn read_all(mut r: impl Read) -> Result<Vec<u8>, Malformed> {
     let mut v = Vec::new();
     r.read_to_end(&mut v)
@@ -447,9 +494,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const CODECS: [Codec; 4] = [
+    const CODECS: [Codec; 5] = [
         Codec::None,
         Codec::Gzip { level: 1 },
+        Codec::Snappy,
         Codec::Lz4,
         Codec::Zstd { level: 1 },
     ];
@@ -485,7 +533,7 @@ mod tests {
                 ),
                 1..40,
             ),
-            codec in 0usize..4,
+            codec in 0usize..5,
         ) {
             let got = round_trip(CODECS[codec], &records, Producer::NONE);
             prop_assert_eq!(got.codec, CODECS[codec].attribute());

@@ -235,6 +235,17 @@ impl Connection {
         self.produce_version
     }
 
+    /// Bounds the wait for each response from now on.
+    ///
+    /// # Errors
+    ///
+    /// The socket refused the timeout.
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), Error> {
+        self.stream
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        Ok(())
+    }
+
     /// Produce requests sent and not yet answered.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()

@@ -6,10 +6,12 @@
 //! measured 0.8 (docs/BENCHMARKS.md, "sonde's own Kafka producer").
 //!
 //! * [`batch`]: record batches (magic 2): [`batch::BatchBuilder`] and the
-//!   codecs (none, gzip, LZ4 frame, zstd), and [`batch::decode`] to read
+//!   codecs (none, gzip, snappy, LZ4 frame, zstd), and [`batch::decode`] to read
 //!   one back;
 //! * [`client`]: a blocking connection to one broker: versions,
 //!   metadata, pipelined produce requests;
+//! * [`cluster`]: the brokers and a topic's partition leaders, one
+//!   connection per broker;
 //! * [`wire`]: the protocol's primitive types.
 //!
 //! Plaintext connections only, non-flexible request versions (Produce 3
@@ -18,8 +20,10 @@
 
 pub mod batch;
 pub mod client;
+pub mod cluster;
 pub mod wire;
 
 pub use batch::{BatchBuilder, Codec, Compressor, Producer};
 pub use client::{Connection, Error, Metadata, PartitionResult};
+pub use cluster::{Cluster, Partition};
 pub use wire::Malformed;

@@ -45,6 +45,7 @@ fn batches_in_every_codec_are_read_back_by_librdkafka_as_built() {
     let codecs = [
         Codec::None,
         Codec::Gzip { level: 1 },
+        Codec::Snappy,
         Codec::Lz4,
         Codec::Zstd { level: 1 },
     ];
@@ -88,7 +89,7 @@ fn batches_in_every_codec_are_read_back_by_librdkafka_as_built() {
             sent.push(partition as i32);
         }
     }
-    assert_eq!(c.in_flight(), 8);
+    assert_eq!(c.in_flight(), 10);
     let mut next_offset = [0i64; 2];
     for partition in sent {
         let results = c.recv_produce().unwrap();
@@ -102,8 +103,8 @@ fn batches_in_every_codec_are_read_back_by_librdkafka_as_built() {
         assert_eq!(r.base_offset, next_offset[partition as usize]);
         next_offset[partition as usize] += 1000;
     }
-    let records = kafka.consume("native", Isolation::ReadUncommitted, 8000, TIMEOUT);
-    assert_eq!(records.len(), 8000);
+    let records = kafka.consume("native", Isolation::ReadUncommitted, 10_000, TIMEOUT);
+    assert_eq!(records.len(), 10_000);
     for (p, want) in want.iter().enumerate() {
         let got: Vec<Read> = records
             .iter()

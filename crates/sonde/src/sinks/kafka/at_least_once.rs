@@ -1,219 +1,91 @@
-//! `delivery = "at_least_once"`: one idempotent producer for every source
-//! of the sink, driven by one thread.
+//! `delivery = "at_least_once"`: sonde's own producer
+//! ([`sonde_kafka`]) for every source of the sink, driven by one thread.
 //!
-//! # Acknowledgements
+//! librdkafka costs about 6 to 8 CPU-seconds per GB when each line is a
+//! record; building the record batches here costs about 0.5 (lz4) to 2
+//! (zstd, lines that compress less), docs/BENCHMARKS.md "sonde's own Kafka
+//! producer".
 //!
-//! Each record carries (as librdkafka's per-message opaque) the
-//! [`Pending`] of its batch, which counts the records Kafka has yet to
-//! report. The report of the batch's last record acknowledges the batch to
-//! its source, so a checkpoint never passes a line Kafka did not
-//! acknowledge with `acks=all`.
+//! # Requests
 //!
-//! `message.timeout.ms = 0`: librdkafka retries a record for ever, so an
-//! absent broker stalls the sink, never drops a line. What stalls is
-//! bounded twice: librdkafka's queue (`queue.buffering.max.kbytes`; a full
-//! queue makes the thread serve reports and retry, batch by batch), and the
-//! source, which stops reading once 16 MiB are unacknowledged.
+//! A log batch goes whole to one partition, the next batch to the next
+//! partition that has a leader. It is cut into produce requests of at
+//! most 1,000,000 bytes of records (under the broker's default
+//! `max.message.bytes` even uncompressed) and `max_batch_points` records,
+//! each one record batch, compressed as the sink says. A partition has one
+//! request in flight at a time, so its records stay in order through
+//! retries; up to five requests are in flight over all partitions, one
+//! connection per broker.
 //!
-//! A record Kafka refuses for good (larger than the topic's
-//! `max.message.bytes`, a topic the client may not write) is counted in
-//! `dropped_records{reason="rejected"}` and logged; it does not hold its
-//! batch back, which is acknowledged when its other records are.
+//! # Acknowledgements and failures
 //!
-//! A fatal producer error (the idempotent producer's sequence broken)
-//! replaces the producer: every batch not yet acknowledged is sent again by
-//! the new one, so those lines may arrive twice, never not at all.
+//! A log batch is acknowledged to its source once every request of it
+//! was answered without error (`acks=all`), so a checkpoint never passes a
+//! line Kafka did not take.
+//!
+//! * A connection that fails or times out is closed; its requests go back
+//!   to the head of the queue, in order, and are sent again after a
+//!   backoff (`retry_min_backoff` to `retry_max_backoff`) once the
+//!   metadata is asked again. A request the broker had written before the
+//!   failure is then written twice: at least once.
+//! * Errors Kafka says may heal (a leader moved, not enough replicas, a
+//!   timeout) are retried the same way, for ever: an absent broker stalls
+//!   the sink, never drops a line, and the source stops reading once its
+//!   lines in flight reach their bound.
+//! * A request too large for the topic (`MESSAGE_TOO_LARGE`) is cut in
+//!   two and each half sent again; a single record too large, and any
+//!   other refusal (a topic the client may not write), is counted in
+//!   `dropped_records{reason="rejected"}` and logged, and the rest of its
+//!   batch goes on.
 //!
 //! # Stopping
 //!
-//! Once every source dropped its sender, the thread waits up to
-//! `shutdown_grace` for the reports of what it sent, then exits. Batches
-//! still unacknowledged are purged, not acknowledged: their lines are read
-//! again at the next start.
+//! Once every source dropped its sender, the thread goes on for up to
+//! `shutdown_grace`, then exits. Batches not yet acknowledged are left:
+//! their lines are read again at the next start.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{
-    BaseProducer, BaseRecord, DeliveryResult, Partitioner, Producer, ProducerContext,
-};
-use rdkafka::ClientContext;
+use sonde_encode::compress::Compression;
 use sonde_io::logs::{LogBatch, LogInput};
-use sonde_io::sink::{SinkDrop, SinkStats};
+use sonde_io::sender::Backoff;
+use sonde_io::sink::{FailReason, SinkDrop, SinkStats};
+use sonde_kafka::client::{code_name, retriable};
+use sonde_kafka::{BatchBuilder, Cluster, Codec, Compressor, Error as KafkaError, Producer};
 
 use super::record::Encoder;
-use super::{producer_config, Settings};
+use super::Settings;
 use crate::sinks::{NetSink, Running, Start};
 
-/// How long the thread waits for a batch when it has nothing to send and
-/// nothing in flight.
+/// Produce requests in flight over all connections.
+const MAX_IN_FLIGHT: usize = 5;
+
+/// Most bytes of records in one request (before compression): under the
+/// broker's default `max.message.bytes` (1 MiB) even when the records do
+/// not compress.
+const MAX_REQUEST_RECORDS_BYTES: usize = 1_000_000;
+
+/// How long the thread waits for a batch when it has nothing to do.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
-/// How long it waits for a batch while records are in flight: their
-/// reports are served between waits, and each report that completes a
-/// batch lets its source read on.
-const REPORT_WAIT: Duration = Duration::from_millis(5);
-
-/// How long it serves reports before retrying a send that found
-/// librdkafka's queue full.
-const FULL_WAIT: Duration = Duration::from_millis(50);
-
-/// A batch on its way: acknowledged to its source once `left` reaches 0.
-#[derive(Debug)]
-pub struct Pending {
-    batch: Arc<LogBatch>,
-    /// Records Kafka has not reported yet.
-    left: AtomicUsize,
-    /// Records Kafka refused for good.
-    rejected: AtomicUsize,
-    /// Set when the producer that sent it is replaced: its reports no
-    /// longer count.
-    abandoned: AtomicBool,
-}
-
-impl Pending {
-    fn new(batch: Arc<LogBatch>) -> Arc<Self> {
-        Arc::new(Pending {
-            left: AtomicUsize::new(batch.len()),
-            batch,
-            rejected: AtomicUsize::new(0),
-            abandoned: AtomicBool::new(false),
-        })
-    }
-
-    fn done(&self) -> bool {
-        self.left.load(Relaxed) == 0
-    }
-
-    /// One record is settled; the last acknowledges the batch.
-    fn settle(&self, stats: &SinkStats) {
-        if self.left.fetch_sub(1, Relaxed) == 1 {
-            let delivered = self.batch.len() - self.rejected.load(Relaxed);
-            stats.batches.fetch_add(1, Relaxed);
-            stats.records.fetch_add(delivered as u64, Relaxed);
-            stats
-                .bytes_raw
-                .fetch_add(self.batch.bytes() as u64, Relaxed);
-            self.batch.ack();
-        }
-    }
-
-    /// One record is refused for good: counted, logged, settled.
-    fn reject(&self, stats: &SinkStats, error: &KafkaError) {
-        self.rejected.fetch_add(1, Relaxed);
-        stats.dropped_records[SinkDrop::Rejected as usize].fetch_add(1, Relaxed);
-        tracing::error!(sink = %stats.name, source = %self.batch.source().name, %error, "kafka refused a record; it is dropped");
-        self.settle(stats);
-    }
-}
-
-/// Puts every record of a batch into one partition, and each batch into
-/// the next partition: the batches librdkafka builds stay as large as a
-/// log batch allows, as with its sticky partitioner.
-///
-/// # Design
-///
-/// librdkafka's sticky partitioner reads the clock for every record to
-/// decide when to move on (10% of the sink's CPU in `clock_gettime` when
-/// shipping 150-byte lines; docs/BENCHMARKS.md, "a partition per log
-/// batch"); this one reads an atomic the sending thread moves once per
-/// batch. A partition without a leader is skipped while another has one.
-#[derive(Debug, Default)]
-pub struct BatchPartitioner {
-    /// The batch being sent: its records go to partition `batch % count`.
-    batch: AtomicU32,
-}
-
-impl BatchPartitioner {
-    /// The records sent from now on belong to the next batch.
-    fn next_batch(&self) {
-        self.batch.fetch_add(1, Relaxed);
-    }
-}
-
-impl Partitioner for BatchPartitioner {
-    fn partition(
-        &self,
-        _topic: &str,
-        _key: Option<&[u8]>,
-        count: i32,
-        available: impl Fn(i32) -> bool,
-    ) -> i32 {
-        let count = count.max(1);
-        let first = (self.batch.load(Relaxed) % count.unsigned_abs()) as i32;
-        (0..count)
-            .map(|i| (first + i) % count)
-            .find(|&p| available(p))
-            .unwrap_or(first)
-    }
-}
-
-/// Serves delivery reports (on the sink's thread, inside `poll`) and
-/// chooses the records' partitions.
-pub struct Reports {
-    stats: Arc<SinkStats>,
-    partitioner: BatchPartitioner,
-}
-
-impl ClientContext for Reports {}
-
-impl ProducerContext<BatchPartitioner> for Reports {
-    type DeliveryOpaque = Arc<Pending>;
-
-    fn get_custom_partitioner(&self) -> Option<&BatchPartitioner> {
-        Some(&self.partitioner)
-    }
-
-    fn delivery(&self, result: &DeliveryResult<'_>, pending: Arc<Pending>) {
-        if pending.abandoned.load(Relaxed) {
-            return;
-        }
-        match result {
-            Ok(_) => pending.settle(&self.stats),
-            Err((e, _)) => match e.rdkafka_error_code() {
-                // Purged at shutdown, or lost with a fatal error (the thread
-                // replays the batch): neither delivered nor refused.
-                Some(
-                    RDKafkaErrorCode::PurgeQueue
-                    | RDKafkaErrorCode::PurgeInflight
-                    | RDKafkaErrorCode::Fatal,
-                ) => {}
-                _ => pending.reject(&self.stats, e),
-            },
-        }
-    }
-}
-
-type Kafka = BaseProducer<Reports, BatchPartitioner>;
-
-fn create(k: &Settings, net: &NetSink, stats: &Arc<SinkStats>) -> anyhow::Result<Kafka> {
-    let mut c = producer_config(k, net);
-    // 0: no timeout; a record is retried until Kafka takes it.
-    c.set("message.timeout.ms", "0");
-    // Records without a key reach the custom partitioner only with the
-    // sticky one off.
-    c.set("sticky.partitioning.linger.ms", "0");
-    c.create_with_context(Reports {
-        stats: Arc::clone(stats),
-        partitioner: BatchPartitioner::default(),
-    })
-    .with_context(|| format!("creating the kafka producer of sink {}", stats.name))
-}
+/// `MESSAGE_TOO_LARGE` and `RECORD_LIST_TOO_LARGE`.
+const TOO_LARGE: [i16; 2] = [10, 18];
 
 /// Starts the sink's log side: one channel every source sends into, one
-/// thread, one producer.
+/// thread, one producer (connecting on first use).
 ///
 /// # Errors
 ///
-/// librdkafka refused the configuration, or the thread did not start.
+/// The compression level is refused, or the thread did not start.
 pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let stats = Arc::clone(&st.stats);
-    let producer = create(k, net, &stats)?;
+    let compressor = Compressor::new(codec(net.compression))
+        .with_context(|| format!("the compression of kafka sink {}", stats.name))?;
     let (tx, rx) = channel();
     let logs = st
         .sources
@@ -230,11 +102,29 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         })
         .collect();
     drop(tx);
-    let (k, net) = (k.clone(), net.clone());
+    let d = &net.delivery;
+    let sender = Sender {
+        cluster: Cluster::new(&k.brokers, &k.topic, "sonde", d.request_timeout),
+        compressor,
+        builder: BatchBuilder::new(),
+        request: Vec::new(),
+        encoder: Encoder::new(k.format),
+        batches: HashMap::new(),
+        next_id: 0,
+        pending: VecDeque::new(),
+        in_flight: VecDeque::new(),
+        next_partition: 0,
+        backoff: Backoff::new(d.backoff_min, d.backoff_max),
+        next_try: Instant::now(),
+        max_records: d.max_batch_points.clamp(1, i32::MAX as usize),
+        timeout_ms: i32::try_from(d.request_timeout.as_millis()).unwrap_or(i32::MAX),
+        stats: Arc::clone(&stats),
+    };
+    let grace = d.shutdown_grace;
     tracing::info!(sink = %stats.name, target = %net.target, compression = net.compression.name(), "kafka sink sending lines, at least once");
     let thread = std::thread::Builder::new()
         .name(format!("sink {} logs", stats.name))
-        .spawn(move || run(producer, rx, &k, &net, &stats))
+        .spawn(move || sender.run(&rx, grace))
         .context("starting the kafka sink's thread")?;
     Ok(Running {
         windows: None,
@@ -243,228 +133,416 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
     })
 }
 
-/// What the thread holds between rounds.
-struct Sender {
-    producer: Kafka,
-    encoder: Encoder,
-    /// Batches received and not yet handed to librdkafka.
-    backlog: VecDeque<Arc<LogBatch>>,
-    /// A batch handed over in part (librdkafka's queue filled): its
-    /// pending and the index of its next line.
-    cursor: Option<(Arc<Pending>, usize)>,
-    /// Batches handed over, in order, until acknowledged.
-    in_flight: Vec<Arc<Pending>>,
+/// The record batch codec of a sink compression.
+fn codec(c: Compression) -> Codec {
+    match c {
+        Compression::None => Codec::None,
+        Compression::Gzip { level } => Codec::Gzip { level },
+        Compression::Snappy => Codec::Snappy,
+        Compression::Lz4 => Codec::Lz4,
+        Compression::Zstd { level } => Codec::Zstd { level },
+    }
 }
 
-fn run(
-    producer: Kafka,
-    rx: Receiver<Arc<LogBatch>>,
-    k: &Settings,
-    net: &NetSink,
-    stats: &Arc<SinkStats>,
-) {
-    let mut s = Sender {
-        producer,
-        encoder: Encoder::new(k.format),
-        backlog: VecDeque::new(),
-        cursor: None,
-        in_flight: Vec::new(),
-    };
-    let mut closed_at: Option<Instant> = None;
-    let grace = net.delivery.shutdown_grace;
-    loop {
-        if closed_at.is_none() {
-            let idle = s.backlog.is_empty() && s.cursor.is_none();
-            let first = if idle {
-                let wait = if s.in_flight.is_empty() {
-                    IDLE_WAIT
-                } else {
-                    REPORT_WAIT
-                };
-                rx.recv_timeout(wait)
-            } else {
-                rx.try_recv().map_err(|e| match e {
-                    std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    std::sync::mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                })
-            };
-            match first {
-                Ok(b) => {
-                    s.backlog.push_back(b);
-                    s.backlog.extend(rx.try_iter());
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => closed_at = Some(Instant::now()),
-            }
-        }
-        let full = s.send(k, stats);
-        s.producer
-            .poll(if full { FULL_WAIT } else { Duration::ZERO });
-        s.in_flight.retain(|p| !p.done());
-        if let Some((code, reason)) = s.producer.client().fatal_error() {
-            tracing::error!(sink = %stats.name, ?code, %reason, batches = s.in_flight.len(), "the kafka producer failed for good; sending what it had not delivered again with a new one");
-            s.replace(k, net, stats);
-        }
-        if let Some(at) = closed_at {
-            let idle = s.backlog.is_empty() && s.cursor.is_none() && s.in_flight.is_empty();
-            if idle {
-                break;
-            }
-            if at.elapsed() >= grace {
-                let lines: usize = s.in_flight.iter().map(|p| p.batch.len()).sum::<usize>()
-                    + s.backlog.iter().map(|b| b.len()).sum::<usize>();
-                tracing::warn!(sink = %stats.name, lines, ?grace, "kafka did not acknowledge every line within shutdown_grace; they will be read and sent again at the next start");
-                break;
-            }
-            if !full {
-                s.producer.poll(FULL_WAIT);
-            }
-        }
-    }
-    for p in &s.in_flight {
-        p.abandoned.store(true, Relaxed);
-    }
+/// A log batch on its way.
+struct Tracked {
+    batch: Arc<LogBatch>,
+    /// Its partition, chosen when its first request goes.
+    partition: Option<i32>,
+    /// Its requests not yet answered, sent or not.
+    units: usize,
+}
+
+/// A run of lines of one batch, sent as one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Unit {
+    batch: u64,
+    lines: Range<usize>,
+}
+
+/// A request in flight.
+struct Sent {
+    unit: Unit,
+    node: i32,
+    partition: i32,
+    bytes: usize,
+}
+
+struct Sender {
+    cluster: Cluster,
+    compressor: Compressor,
+    builder: BatchBuilder,
+    request: Vec<u8>,
+    encoder: Encoder,
+    batches: HashMap<u64, Tracked>,
+    next_id: u64,
+    /// Requests to send, in order; a unit's lines may still be cut at
+    /// the request size when it goes.
+    pending: VecDeque<Unit>,
+    /// Requests sent, oldest first, over every connection.
+    in_flight: VecDeque<Sent>,
+    next_partition: usize,
+    backoff: Backoff,
+    /// No send before this (after a failure).
+    next_try: Instant,
+    max_records: usize,
+    timeout_ms: i32,
+    stats: Arc<SinkStats>,
 }
 
 impl Sender {
-    /// Hands lines to librdkafka until its queue is full (true) or the
-    /// backlog is empty (false).
-    fn send(&mut self, k: &Settings, stats: &SinkStats) -> bool {
+    fn run(mut self, rx: &Receiver<Arc<LogBatch>>, grace: Duration) {
+        let mut closed_at: Option<Instant> = None;
         loop {
-            let (pending, next) = match self.cursor.take() {
-                Some(c) => c,
-                None => {
-                    let Some(batch) = self.backlog.pop_front() else {
-                        return false;
+            if closed_at.is_none() {
+                let got = if self.in_flight.is_empty() {
+                    let wait = if self.pending.is_empty() {
+                        IDLE_WAIT
+                    } else {
+                        self.next_try
+                            .saturating_duration_since(Instant::now())
+                            .min(IDLE_WAIT)
                     };
-                    let p = Pending::new(batch);
-                    if p.batch.is_empty() {
-                        p.batch.ack();
-                        continue;
+                    rx.recv_timeout(wait)
+                } else {
+                    rx.try_recv().map_err(|e| match e {
+                        TryRecvError::Empty => RecvTimeoutError::Timeout,
+                        TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                    })
+                };
+                match got {
+                    Ok(b) => {
+                        self.take(b);
+                        while let Ok(b) = rx.try_recv() {
+                            self.take(b);
+                        }
                     }
-                    self.producer.context().partitioner.next_batch();
-                    self.in_flight.push(Arc::clone(&p));
-                    (p, 0)
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => closed_at = Some(Instant::now()),
                 }
+            }
+            self.send_ready();
+            if let Some(at) = closed_at {
+                if self.pending.is_empty() && self.in_flight.is_empty() {
+                    break;
+                }
+                let left = grace.saturating_sub(at.elapsed());
+                if left.is_zero() {
+                    let lines: usize = self.batches.values().map(|t| t.batch.len()).sum();
+                    tracing::warn!(sink = %self.stats.name, lines, ?grace, "kafka did not acknowledge every line within shutdown_grace; they will be read and sent again at the next start");
+                    break;
+                }
+                if self.in_flight.is_empty() {
+                    std::thread::sleep(
+                        self.next_try
+                            .saturating_duration_since(Instant::now())
+                            .min(left)
+                            .min(IDLE_WAIT),
+                    );
+                    continue;
+                }
+                self.receive(Some(left));
+            } else if !self.in_flight.is_empty() {
+                self.receive(None);
+            }
+        }
+    }
+
+    /// Queues a batch from a source.
+    fn take(&mut self, batch: Arc<LogBatch>) {
+        if batch.is_empty() {
+            batch.ack();
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pending.push_back(Unit {
+            batch: id,
+            lines: 0..batch.len(),
+        });
+        self.batches.insert(
+            id,
+            Tracked {
+                batch,
+                partition: None,
+                units: 1,
+            },
+        );
+    }
+
+    /// Sends pending requests while a connection, a partition and room in
+    /// flight allow.
+    fn send_ready(&mut self) {
+        if self.pending.is_empty() || Instant::now() < self.next_try {
+            return;
+        }
+        if self.cluster.is_stale() && self.in_flight.is_empty() {
+            if let Err(e) = self.cluster.refresh() {
+                self.failed(&e, "cannot read the topic's metadata");
+                return;
+            }
+        }
+        while self.in_flight.len() < MAX_IN_FLIGHT {
+            let Some(i) = self.next_sendable() else {
+                return;
             };
-            let batch = Arc::clone(&pending.batch);
-            let source = batch.source();
-            let headers = self.encoder.headers(source);
-            for (i, line) in batch.lines().enumerate().skip(next) {
-                let line_headers = self.encoder.line_headers(source, &line, &headers);
-                let value = self.encoder.value(source, &line);
-                let mut record = BaseRecord::<(), [u8], Arc<Pending>>::with_opaque_to(
-                    &k.topic,
-                    Arc::clone(&pending),
-                )
-                .payload(value);
-                if let Some(h) = line_headers {
-                    record = record.headers(h);
-                }
-                match self.producer.send(record) {
-                    Ok(()) => {}
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                        self.cursor = Some((pending, i));
-                        return true;
+            let unit = self.pending.remove(i).expect("found above");
+            if !self.send(unit, i) {
+                return;
+            }
+        }
+    }
+
+    /// The first pending unit whose partition is free and has a leader
+    /// (choosing a partition for a batch that has none yet).
+    fn next_sendable(&mut self) -> Option<usize> {
+        let busy: Vec<i32> = self.in_flight.iter().map(|s| s.partition).collect();
+        let partitions = self.cluster.partitions();
+        let free = |p: i32| !busy.contains(&p);
+        for (i, u) in self.pending.iter().enumerate() {
+            let t = self.batches.get_mut(&u.batch).expect("tracked");
+            match t.partition {
+                Some(p) => {
+                    if free(p) && self.cluster.leader(p).is_some() {
+                        return Some(i);
                     }
-                    Err((e, _)) => pending.reject(stats, &e),
+                }
+                None => {
+                    let n = partitions.len();
+                    let pick = (0..n)
+                        .map(|k| partitions[(self.next_partition + k) % n])
+                        .find(|p| p.leader.is_some() && free(p.id))?;
+                    self.next_partition = (self.next_partition + 1) % n.max(1);
+                    t.partition = Some(pick.id);
+                    return Some(i);
                 }
             }
         }
+        None
     }
 
-    /// Replaces a producer that failed for good and queues every batch it
-    /// had not delivered, in order, to be sent again.
-    fn replace(&mut self, k: &Settings, net: &NetSink, stats: &Arc<SinkStats>) {
-        let producer = loop {
-            match create(k, net, stats) {
-                Ok(p) => break p,
-                Err(e) => {
-                    tracing::error!(sink = %stats.name, error = %format!("{e:#}"), "cannot create a kafka producer; trying again");
-                    std::thread::sleep(net.delivery.backoff_max);
-                }
+    /// Encodes and sends `unit` (taken from `pending[at]`); false when it
+    /// could not go (it is back in `pending`).
+    fn send(&mut self, mut unit: Unit, at: usize) -> bool {
+        let t = &self.batches[&unit.batch];
+        let partition = t.partition.expect("chosen by next_sendable");
+        let Some(node) = self.cluster.leader(partition) else {
+            self.pending.insert(at, unit);
+            return false;
+        };
+        let batch = Arc::clone(&t.batch);
+        let topic = self.cluster.topic().to_string();
+        let conn = match self.cluster.connection(node) {
+            Ok(c) => c,
+            Err(e) => {
+                self.pending.insert(at, unit);
+                self.cluster.disconnect(node);
+                self.failed(&e, "cannot connect to a kafka broker");
+                return false;
             }
         };
-        self.cursor = None;
-        for p in self.in_flight.drain(..).rev() {
-            p.abandoned.store(true, Relaxed);
-            self.backlog.push_front(Arc::clone(&p.batch));
+        let frame = conn.begin_produce(&mut self.request, -1, self.timeout_ms, &topic, partition);
+        let source = batch.source();
+        let fields = self.encoder.field_pairs(source);
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let mut end = unit.lines.start;
+        for line in batch.lines().skip(unit.lines.start).take(unit.lines.len()) {
+            if !self.builder.is_empty()
+                && (self.builder.raw_bytes() >= MAX_REQUEST_RECORDS_BYTES
+                    || self.builder.len() >= self.max_records)
+            {
+                break;
+            }
+            let meta = self.encoder.meta_headers(source, &line);
+            let value = self.encoder.value(source, &line);
+            if meta.is_empty() {
+                self.builder.push(now, None, value, &fields);
+            } else {
+                let mut h = fields.clone();
+                h.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+                self.builder.push(now, None, value, &h);
+            }
+            end += 1;
         }
-        // The old producer purges its queue on drop; its reports are
-        // abandoned.
-        self.producer = producer;
+        if end < unit.lines.end {
+            // The rest of the batch goes as the next request of its
+            // partition.
+            self.pending.insert(
+                at,
+                Unit {
+                    batch: unit.batch,
+                    lines: end..unit.lines.end,
+                },
+            );
+            unit.lines.end = end;
+            self.batches.get_mut(&unit.batch).expect("tracked").units += 1;
+        }
+        if let Err(e) = self
+            .builder
+            .finish(&mut self.compressor, Producer::NONE, &mut self.request)
+        {
+            // The codec failed on these records: nothing else can be done
+            // with them.
+            self.stats.failures[FailReason::Encode as usize]
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!(sink = %self.stats.name, error = %e, records = unit.lines.len(), "cannot compress a record batch; its records are dropped");
+            self.reject(&unit);
+            return true;
+        }
+        let bytes = self.request.len();
+        let conn = self.cluster.connected(node).expect("connected above");
+        if let Err(e) = conn.send_produce(&mut self.request, frame) {
+            self.pending.insert(at, unit);
+            self.broken(node, &e);
+            return false;
+        }
+        self.in_flight.push_back(Sent {
+            unit,
+            node,
+            partition,
+            bytes,
+        });
+        true
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sonde_io::logs::SourceInfo;
-
-    fn batch(lines: usize) -> (Arc<LogBatch>, std::sync::mpsc::Receiver<u64>) {
-        let (done, acked) = channel();
-        let info = SourceInfo {
-            name: "app".into(),
-            host: "h".into(),
-            fields: Vec::new(),
+    /// Reads the response to the oldest request in flight, waiting at
+    /// most `limit` beyond the connection's own timeout.
+    fn receive(&mut self, limit: Option<Duration>) {
+        let Some(node) = self.in_flight.front().map(|s| s.node) else {
+            return;
         };
-        let text: Vec<(&str, u64, &[u8])> =
-            (0..lines).map(|i| ("/a", i as u64, &b"x"[..])).collect();
-        (Arc::new(LogBatch::for_test(info, 7, &text, 1, done)), acked)
-    }
-
-    #[test]
-    fn a_batchs_records_share_a_partition_and_the_next_batch_takes_the_next() {
-        let p = BatchPartitioner::default();
-        let all = |_: i32| true;
-        let first = p.partition("t", None, 3, all);
-        assert_eq!(
-            p.partition("t", None, 3, all),
-            first,
-            "one batch, one partition"
-        );
-        let mut seen = vec![first];
-        for _ in 0..2 {
-            p.next_batch();
-            seen.push(p.partition("t", None, 3, all));
+        let Some(conn) = self.cluster.connected(node) else {
+            self.broken(
+                node,
+                &KafkaError::Io(std::io::Error::other("connection closed")),
+            );
+            return;
+        };
+        if let Some(limit) = limit {
+            let _ = conn.set_read_timeout(limit);
         }
-        seen.sort_unstable();
-        assert_eq!(seen, [0, 1, 2], "three batches over three partitions");
-        p.next_batch();
-        let due = p.partition("t", None, 3, all);
-        let without_leader = |q: i32| q != due;
-        assert_eq!(p.partition("t", None, 3, without_leader), (due + 1) % 3);
-        assert_eq!(
-            p.partition("t", None, 3, |_| false),
-            due,
-            "none has a leader"
-        );
-        assert_eq!(p.partition("t", None, 1, all), 0);
+        let result = conn.recv_produce();
+        let code = match result {
+            Ok(r) => r.first().map_or(0, |p| p.error),
+            Err(e) => {
+                self.broken(node, &e);
+                return;
+            }
+        };
+        let sent = self.in_flight.pop_front().expect("front above");
+        let records = sent.unit.lines.len();
+        use std::sync::atomic::Ordering::Relaxed;
+        if code == 0 {
+            if self.backoff.failures() > 0 {
+                tracing::info!(sink = %self.stats.name, after_failures = self.backoff.failures(), "kafka reachable again");
+            }
+            self.backoff.reset();
+            self.stats.records.fetch_add(records as u64, Relaxed);
+            self.stats.bytes_sent.fetch_add(sent.bytes as u64, Relaxed);
+            self.settle(&sent.unit);
+        } else if retriable(code) {
+            self.stats.retries.fetch_add(1, Relaxed);
+            self.pending.push_front(sent.unit);
+            self.cluster.mark_stale();
+            self.failed(
+                &KafkaError::Broker {
+                    api: "Produce",
+                    code,
+                },
+                "kafka refused a request for now",
+            );
+        } else if TOO_LARGE.contains(&code) && records > 1 {
+            let Unit { batch, lines } = sent.unit;
+            let mid = lines.start + records / 2;
+            self.pending.push_front(Unit {
+                batch,
+                lines: mid..lines.end,
+            });
+            self.pending.push_front(Unit {
+                batch,
+                lines: lines.start..mid,
+            });
+            self.batches.get_mut(&batch).expect("tracked").units += 1;
+            tracing::info!(sink = %self.stats.name, records, "a request was too large for the topic; sending it in two halves");
+        } else {
+            tracing::error!(sink = %self.stats.name, error = %code_name(code), records, "kafka refused records for good; they are dropped");
+            self.reject(&sent.unit);
+        }
     }
 
-    #[test]
-    fn a_batch_is_acknowledged_once_when_its_last_record_settles() {
-        let stats = SinkStats::new("k".into());
-        let (b, acked) = batch(3);
-        let p = Pending::new(b);
-        p.settle(&stats);
-        p.reject(
-            &stats,
-            &KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+    /// Counts the records of `unit` refused for good, and settles it.
+    fn reject(&mut self, unit: &Unit) {
+        self.stats.dropped_records[SinkDrop::Rejected as usize].fetch_add(
+            unit.lines.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
         );
-        assert!(
-            acked.try_recv().is_err(),
-            "acknowledged before its last record"
-        );
-        assert!(!p.done());
-        p.settle(&stats);
-        assert!(p.done());
-        assert_eq!(acked.try_iter().collect::<Vec<_>>(), [7]);
-        assert_eq!(stats.records.load(Relaxed), 2);
-        assert_eq!(
-            stats.dropped_records[SinkDrop::Rejected as usize].load(Relaxed),
-            1
-        );
-        assert_eq!(stats.batches.load(Relaxed), 1);
+        self.settle(unit);
+    }
+
+    /// One request of a batch is answered; the last acknowledges the
+    /// batch to its source.
+    fn settle(&mut self, unit: &Unit) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let t = self.batches.get_mut(&unit.batch).expect("tracked");
+        t.units -= 1;
+        if t.units == 0 {
+            let t = self.batches.remove(&unit.batch).expect("tracked");
+            self.stats.batches.fetch_add(1, Relaxed);
+            self.stats
+                .bytes_raw
+                .fetch_add(t.batch.bytes() as u64, Relaxed);
+            t.batch.ack();
+        }
+    }
+
+    /// A connection failed: its requests go back to the head of the
+    /// queue, in order, and everything waits a backoff.
+    fn broken(&mut self, node: i32, e: &KafkaError) {
+        self.cluster.disconnect(node);
+        let mut back = Vec::new();
+        self.in_flight.retain(|s| {
+            if s.node == node {
+                back.push(s.unit.clone());
+                false
+            } else {
+                true
+            }
+        });
+        self.stats
+            .retries
+            .fetch_add(back.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        for u in back.into_iter().rev() {
+            self.pending.push_front(u);
+        }
+        self.failed(e, "the connection to a kafka broker failed");
+    }
+
+    /// Counts a failure and sets the backoff before the next send.
+    fn failed(&mut self, e: &KafkaError, what: &str) {
+        let reason = match e {
+            KafkaError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+                FailReason::Connect
+            }
+            KafkaError::Io(io)
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                ) =>
+            {
+                FailReason::Timeout
+            }
+            _ => FailReason::Io,
+        };
+        self.stats.failures[reason as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let first = self.backoff.failures() == 0;
+        let delay = self.backoff.next_delay();
+        self.next_try = Instant::now() + delay;
+        if first {
+            tracing::warn!(sink = %self.stats.name, error = %e, retry_in = ?delay, "{what}; will retry");
+        } else {
+            tracing::debug!(sink = %self.stats.name, error = %e, retry_in = ?delay, "{what}; will retry");
+        }
     }
 }

@@ -1,27 +1,31 @@
-//! `kafka`: log lines (one record per line) to a Kafka topic through
-//! librdkafka, with `acks=all` and the idempotent producer.
+//! `kafka`: log lines (one record per line) to a Kafka topic, with
+//! `acks=all`.
 //!
-//! * [`at_least_once`]: one producer for every source of the sink; a batch
-//!   is acknowledged to its source once Kafka acknowledged each of its
-//!   records.
-//! * [`exactly_once`]: one transactional producer per source; the records
-//!   of whole batches and the source's read positions go into Kafka in one
-//!   transaction, and the positions are read back from Kafka at start.
+//! * [`at_least_once`]: sonde's own producer ([`sonde_kafka`]) for every
+//!   source of the sink; a batch is acknowledged to its source once Kafka
+//!   acknowledged each of its requests.
+//! * [`exactly_once`]: one transactional librdkafka producer per source;
+//!   the records of whole batches and the source's read positions go into
+//!   Kafka in one transaction, and the positions are read back from Kafka
+//!   at start.
+//! * [`metrics`]: metric windows, through librdkafka.
 //! * [`record`]: what a record holds (`format`).
 //!
 //! # How the common network keys map
 //!
-//! librdkafka batches, compresses and retries itself, so the common keys
-//! become its settings: `max_batch_bytes` → `batch.size`,
-//! `max_batch_points` → `batch.num.messages`, `request_timeout` →
-//! `request.timeout.ms`,
+//! For librdkafka's producers (exactly once, metric windows), which batch,
+//! compress and retry themselves, the common keys become its settings:
+//! `max_batch_bytes` → `batch.size`, `max_batch_points` →
+//! `batch.num.messages`, `request_timeout` → `request.timeout.ms`,
 //! `retry_min_backoff` / `retry_max_backoff` → `retry.backoff.ms` /
 //! `retry.backoff.max.ms`, a memory `buffer`'s `max_size` →
 //! `queue.buffering.max.kbytes`, `compression` → `compression.type` and
-//! `compression_level` → `compression.level`. `shutdown_grace` bounds the
-//! flush at shutdown. A disk buffer is refused: lines wait in their files
-//! (the source stops reading while Kafka is away), so a second copy on disk
-//! would buy nothing.
+//! `compression_level` → `compression.level`. The own producer takes
+//! `max_batch_points`, `request_timeout`, the backoffs and the compression
+//! (see [`at_least_once`]). `shutdown_grace` bounds the flush at shutdown.
+//! A disk buffer is refused: lines wait in their files (the source stops
+//! reading while Kafka is away), so a second copy on disk would buy
+//! nothing.
 //!
 //! `max_batch_age` batches metric windows (the network sender's requests)
 //! only. librdkafka lingers [`LINGER`] on every producer: log lines come

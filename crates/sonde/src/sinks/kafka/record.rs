@@ -9,7 +9,7 @@
 //!   [`sonde_io::logs::record`] writes it; no headers.
 //!
 //! Records have no key: a log batch goes to one partition at a time
-//! (at least once: `at_least_once::BatchPartitioner`; exactly once:
+//! (at least once: the next partition for each batch; exactly once:
 //! librdkafka's sticky partitioner), which gives the largest batches. Order is
 //! kept per partition, so the lines of a file stay in order only on a
 //! one-partition topic; a consumer that needs file order on more
@@ -54,36 +54,62 @@ impl Encoder {
 
     /// The headers of the record of `line`, given `batch`, the headers of
     /// its batch ([`Encoder::headers`]): those, and for a record with a
-    /// meta in raw format its host, timestamp and attributes after them.
+    /// meta in raw format its host, timestamp and attributes after them
+    /// ([`Encoder::meta_headers`]).
     pub fn line_headers(
         &self,
         source: &SourceInfo,
         line: &LogLine<'_>,
         batch: &Option<OwnedHeaders>,
     ) -> Option<OwnedHeaders> {
-        let meta = match line.meta {
-            Some(m) if self.format == Format::Raw => m,
-            _ => return batch.clone(),
-        };
+        let meta = self.meta_headers(source, line);
+        if meta.is_empty() {
+            return batch.clone();
+        }
         let mut h = batch
             .clone()
-            .unwrap_or_else(|| OwnedHeaders::new_with_capacity(meta.attributes.len() + 2));
-        let host = meta.host.as_deref().unwrap_or(&source.host);
-        h = h.insert(Header {
-            key: "host",
-            value: Some(host.as_bytes()),
-        });
-        h = h.insert(Header {
-            key: "timestamp",
-            value: Some(meta.timestamp.to_string().as_bytes()),
-        });
-        for (k, v) in &meta.attributes {
+            .unwrap_or_else(|| OwnedHeaders::new_with_capacity(meta.len()));
+        for (k, v) in &meta {
             h = h.insert(Header {
                 key: k,
-                value: Some(v.to_text().as_bytes()),
+                value: Some(v),
             });
         }
         Some(h)
+    }
+
+    /// The headers of every record of `source` as pairs: its fields in
+    /// raw format, none in json.
+    pub fn field_pairs<'a>(&self, source: &'a SourceInfo) -> Vec<(&'a str, &'a [u8])> {
+        if self.format == Format::Json {
+            return Vec::new();
+        }
+        source
+            .fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect()
+    }
+
+    /// The headers a record of `line` has beyond its source's fields: for
+    /// a record with a meta in raw format, its host, timestamp and
+    /// attributes (a list comma-joined); none otherwise.
+    pub fn meta_headers(&self, source: &SourceInfo, line: &LogLine<'_>) -> Vec<(String, Vec<u8>)> {
+        let meta = match line.meta {
+            Some(m) if self.format == Format::Raw => m,
+            _ => return Vec::new(),
+        };
+        let host = meta.host.as_deref().unwrap_or(&source.host);
+        let mut h = Vec::with_capacity(meta.attributes.len() + 2);
+        h.push(("host".to_string(), host.as_bytes().to_vec()));
+        h.push((
+            "timestamp".to_string(),
+            meta.timestamp.to_string().into_bytes(),
+        ));
+        for (k, v) in &meta.attributes {
+            h.push((k.to_string(), v.to_text().into_bytes()));
+        }
+        h
     }
 
     /// The value of the record of `line`.

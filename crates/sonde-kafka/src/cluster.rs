@@ -1,0 +1,181 @@
+//! What a producer knows of the cluster for one topic: the brokers, the
+//! topic's partitions and their leaders, and one connection per broker,
+//! opened when first needed and dropped when it fails.
+//!
+//! The metadata is asked of any broker already connected, else of the
+//! bootstrap addresses in turn; it is refreshed when the producer marks
+//! it stale (a leader moved, a connection failed).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::client::{Connection, Error};
+
+/// One partition of the topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// Its index.
+    pub id: i32,
+    /// The node id of its leader, `None` while it has none.
+    pub leader: Option<i32>,
+}
+
+/// The cluster as one topic's producer sees it.
+#[derive(Debug)]
+pub struct Cluster {
+    bootstrap: Vec<String>,
+    topic: String,
+    client_id: String,
+    timeout: Duration,
+    /// Node id to `host:port`.
+    brokers: HashMap<i32, String>,
+    partitions: Vec<Partition>,
+    connections: HashMap<i32, Connection>,
+    stale: bool,
+}
+
+impl Cluster {
+    /// A cluster reached through `bootstrap` (`host:port` each), for
+    /// `topic`; nothing is connected until [`Cluster::refresh`].
+    pub fn new(bootstrap: &[String], topic: &str, client_id: &str, timeout: Duration) -> Self {
+        Cluster {
+            bootstrap: bootstrap.to_vec(),
+            topic: topic.to_string(),
+            client_id: client_id.to_string(),
+            timeout,
+            brokers: HashMap::new(),
+            partitions: Vec::new(),
+            connections: HashMap::new(),
+            stale: true,
+        }
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The topic's partitions, by index, as the last refresh found them.
+    pub fn partitions(&self) -> &[Partition] {
+        &self.partitions
+    }
+
+    /// The leader of `partition`, if it has one.
+    pub fn leader(&self, partition: i32) -> Option<i32> {
+        self.partitions
+            .iter()
+            .find(|p| p.id == partition)
+            .and_then(|p| p.leader)
+    }
+
+    /// True when the metadata should be asked again before the next send.
+    pub fn is_stale(&self) -> bool {
+        self.stale
+    }
+
+    /// Marks the metadata stale: a leader moved or a broker failed.
+    pub fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    /// Asks the metadata of the topic (creating it where the broker
+    /// creates topics on first use), from a connected broker or else the
+    /// bootstrap addresses.
+    ///
+    /// # Errors
+    ///
+    /// No broker answered (the last error), or the topic has an error
+    /// (`UNKNOWN_TOPIC_OR_PARTITION` while it is being created, an
+    /// authorisation failure).
+    pub fn refresh(&mut self) -> Result<(), Error> {
+        let mut last = None;
+        let connected: Vec<i32> = self.connections.keys().copied().collect();
+        for node in connected {
+            let c = self.connections.get_mut(&node).expect("listed above");
+            if c.in_flight() > 0 {
+                continue;
+            }
+            match c.metadata(&[&self.topic], true) {
+                Ok(m) => return self.take(m),
+                Err(e) => {
+                    self.connections.remove(&node);
+                    last = Some(e);
+                }
+            }
+        }
+        for addr in self.bootstrap.clone() {
+            let result = Connection::connect(&addr, &self.client_id, self.timeout)
+                .and_then(|mut c| c.metadata(&[&self.topic], true));
+            match result {
+                Ok(m) => return self.take(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| Error::Io(std::io::Error::other("no bootstrap broker configured"))))
+    }
+
+    fn take(&mut self, m: crate::client::Metadata) -> Result<(), Error> {
+        self.brokers = m
+            .brokers
+            .iter()
+            .map(|b| (b.id, format!("{}:{}", b.host, b.port)))
+            .collect();
+        // A broker that left, or moved, is connected again when needed.
+        let brokers = &self.brokers;
+        self.connections.retain(|id, _| brokers.contains_key(id));
+        let t = m
+            .topics
+            .into_iter()
+            .find(|t| t.name == self.topic)
+            .ok_or(crate::wire::Malformed("the topic missing from metadata"))?;
+        if t.error != 0 {
+            return Err(Error::Broker {
+                api: "Metadata",
+                code: t.error,
+            });
+        }
+        let mut partitions: Vec<Partition> = t
+            .partitions
+            .iter()
+            .map(|p| Partition {
+                id: p.id,
+                leader: (p.leader >= 0 && self.brokers.contains_key(&p.leader)).then_some(p.leader),
+            })
+            .collect();
+        partitions.sort_by_key(|p| p.id);
+        self.partitions = partitions;
+        self.stale = self.partitions.is_empty();
+        Ok(())
+    }
+
+    /// The connection to broker `node`, connecting if needed.
+    ///
+    /// # Errors
+    ///
+    /// The broker is unknown or cannot be reached.
+    pub fn connection(&mut self, node: i32) -> Result<&mut Connection, Error> {
+        if !self.connections.contains_key(&node) {
+            let addr = self.brokers.get(&node).ok_or_else(|| {
+                Error::Io(std::io::Error::other(format!(
+                    "broker {node} is not in the metadata"
+                )))
+            })?;
+            let c = Connection::connect(addr, &self.client_id, self.timeout)?;
+            self.connections.insert(node, c);
+        }
+        Ok(self.connections.get_mut(&node).expect("inserted above"))
+    }
+
+    /// The connection to `node` if one is open.
+    pub fn connected(&mut self, node: i32) -> Option<&mut Connection> {
+        self.connections.get_mut(&node)
+    }
+
+    /// Closes the connection to `node` (it failed) and marks the metadata
+    /// stale.
+    pub fn disconnect(&mut self, node: i32) {
+        self.connections.remove(&node);
+        self.stale = true;
+    }
+}
