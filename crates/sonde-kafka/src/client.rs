@@ -24,11 +24,13 @@ use crate::wire::{Malformed, Reader};
 const API_PRODUCE: i16 = 0;
 const API_METADATA: i16 = 3;
 const API_VERSIONS: i16 = 18;
+const API_INIT_PRODUCER_ID: i16 = 22;
 
 /// The versions sonde speaks: the non-flexible ones, which Kafka 1.0 to
 /// 4.x all serve (4.0 dropped Produce 0 to 2 and Metadata 0 to 3).
 const PRODUCE_VERSIONS: (i16, i16) = (3, 8);
 const METADATA_VERSIONS: (i16, i16) = (4, 8);
+const INIT_PRODUCER_ID_VERSIONS: (i16, i16) = (0, 1);
 
 /// The largest response read (a metadata response of a large cluster
 /// stays far below it); a larger size field is taken for garbage.
@@ -81,6 +83,9 @@ pub fn code_name(code: i16) -> String {
         7 => "REQUEST_TIMED_OUT",
         10 => "MESSAGE_TOO_LARGE",
         13 => "NETWORK_EXCEPTION",
+        14 => "COORDINATOR_LOAD_IN_PROGRESS",
+        15 => "COORDINATOR_NOT_AVAILABLE",
+        16 => "NOT_COORDINATOR",
         17 => "INVALID_TOPIC_EXCEPTION",
         18 => "RECORD_LIST_TOO_LARGE",
         19 => "NOT_ENOUGH_REPLICAS",
@@ -92,21 +97,28 @@ pub fn code_name(code: i16) -> String {
         45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
         46 => "DUPLICATE_SEQUENCE_NUMBER",
         47 => "INVALID_PRODUCER_EPOCH",
+        48 => "INVALID_TXN_STATE",
+        51 => "CONCURRENT_TRANSACTIONS",
         56 => "KAFKA_STORAGE_ERROR",
         59 => "UNKNOWN_PRODUCER_ID",
         74 => "FENCED_LEADER_EPOCH",
         76 => "UNSUPPORTED_COMPRESSION_TYPE",
         87 => "INVALID_RECORD",
+        90 => "PRODUCER_FENCED",
         _ => return format!("error code {code}"),
     };
     format!("{name} ({code})")
 }
 
 /// True for the error codes a producer may retry: the partition's leader
-/// moved or is not there yet, replicas lag, a timeout. The others (a
-/// record too large, a topic not authorised, a corrupt batch) fail again.
+/// moved or is not there yet, replicas lag, a timeout, a coordinator
+/// loading or moved. The others (a record too large, a topic not
+/// authorised, a corrupt batch) fail again.
 pub fn retriable(code: i16) -> bool {
-    matches!(code, 3 | 5 | 6 | 7 | 13 | 19 | 20 | 56 | 74)
+    matches!(
+        code,
+        3 | 5 | 6 | 7 | 13 | 14 | 15 | 16 | 19 | 20 | 51 | 56 | 74
+    )
 }
 
 /// A broker of the cluster.
@@ -185,6 +197,8 @@ pub struct Connection {
     in_flight: VecDeque<i32>,
     produce_version: i16,
     metadata_version: i16,
+    /// Every API the broker serves: key, lowest and highest version.
+    apis: Vec<(i16, i16, i16)>,
     response: Vec<u8>,
     scratch: Vec<u8>,
 }
@@ -223,6 +237,7 @@ impl Connection {
             in_flight: VecDeque::new(),
             produce_version: 0,
             metadata_version: 0,
+            apis: Vec::new(),
             response: Vec::new(),
             scratch: Vec::new(),
         };
@@ -314,19 +329,61 @@ impl Connection {
                 code,
             });
         }
-        let mut produce = None;
-        let mut metadata = None;
         for _ in 0..r.count(6, "api versions")? {
             let (key, min, max) = (r.i16("api key")?, r.i16("min")?, r.i16("max")?);
-            match key {
-                API_PRODUCE => produce = Some((min, max)),
-                API_METADATA => metadata = Some((min, max)),
-                _ => {}
-            }
+            self.apis.push((key, min, max));
         }
-        self.produce_version = pick("Produce", produce, PRODUCE_VERSIONS)?;
-        self.metadata_version = pick("Metadata", metadata, METADATA_VERSIONS)?;
+        self.produce_version = self.version("Produce", API_PRODUCE, PRODUCE_VERSIONS)?;
+        self.metadata_version = self.version("Metadata", API_METADATA, METADATA_VERSIONS)?;
         Ok(())
+    }
+
+    /// The version of `api` to use: the highest both sides speak.
+    fn version(&self, name: &'static str, api: i16, ours: (i16, i16)) -> Result<i16, Error> {
+        let broker = self
+            .apis
+            .iter()
+            .find(|(k, _, _)| *k == api)
+            .map(|&(_, min, max)| (min, max));
+        pick(name, broker, ours)
+    }
+
+    /// A producer id and epoch for an idempotent producer
+    /// (`transactional_id` `None`, any broker answers), or for a
+    /// transactional one (ask its transaction coordinator), whose
+    /// transactions the broker aborts after `transaction_timeout_ms`.
+    /// Only with no produce request in flight.
+    ///
+    /// # Errors
+    ///
+    /// The connection failed, or the broker answered with an error
+    /// ([`Error::Broker`]: `COORDINATOR_LOAD_IN_PROGRESS`,
+    /// `NOT_COORDINATOR` and `CONCURRENT_TRANSACTIONS` may heal).
+    pub fn init_producer_id(
+        &mut self,
+        transactional_id: Option<&str>,
+        transaction_timeout_ms: i32,
+    ) -> Result<(i64, i16), Error> {
+        let v = self.version(
+            "InitProducerId",
+            API_INIT_PRODUCER_ID,
+            INIT_PRODUCER_ID_VERSIONS,
+        )?;
+        let mut buf = std::mem::take(&mut self.scratch);
+        let correlation = self.header(&mut buf, API_INIT_PRODUCER_ID, v);
+        put_nullable_str(&mut buf, transactional_id);
+        put_i32(&mut buf, transaction_timeout_ms);
+        let body = self.round_trip(buf, correlation)?;
+        let mut r = Reader::new(&body);
+        r.i32("throttle time")?;
+        let code = r.i16("init producer id error")?;
+        if code != 0 {
+            return Err(Error::Broker {
+                api: "InitProducerId",
+                code,
+            });
+        }
+        Ok((r.i64("producer id")?, r.i16("producer epoch")?))
     }
 
     /// The brokers, and the partitions and leaders of `topics`, creating

@@ -149,6 +149,44 @@ impl Cluster {
         Ok(())
     }
 
+    /// A producer id and epoch for an idempotent producer, from any
+    /// broker of the cluster.
+    ///
+    /// # Errors
+    ///
+    /// No broker answered, or the one that did refused.
+    pub fn init_producer_id(&mut self) -> Result<crate::batch::Producer, Error> {
+        let nodes: Vec<i32> = self.brokers.keys().copied().collect();
+        let mut last = None;
+        for node in nodes {
+            let c = match self.connection(node) {
+                Ok(c) if c.in_flight() == 0 => c,
+                Ok(_) => continue,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            match c.init_producer_id(None, i32::MAX) {
+                Ok((id, epoch)) => {
+                    return Ok(crate::batch::Producer {
+                        id,
+                        epoch,
+                        base_sequence: 0,
+                    })
+                }
+                Err(e @ Error::Broker { .. }) => return Err(e),
+                Err(e) => {
+                    self.connections.remove(&node);
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::Io(std::io::Error::other("no broker to ask for a producer id"))
+        }))
+    }
+
     /// The connection to broker `node`, connecting if needed.
     ///
     /// # Errors

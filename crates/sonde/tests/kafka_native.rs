@@ -151,3 +151,55 @@ fn refusals_come_back_as_error_codes_and_the_connection_goes_on() {
     let records = kafka.consume("small", Isolation::ReadUncommitted, 2, TIMEOUT);
     assert_eq!(records.len(), 2);
 }
+
+#[test]
+fn an_idempotent_producer_s_batch_sent_twice_is_written_once() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("idem", 1);
+    let mut c = connect(&kafka);
+    // The broker may still be loading its producer-id state.
+    let (id, epoch) = common::wait_for("a producer id", TIMEOUT, || {
+        match c.init_producer_id(None, i32::MAX) {
+            Ok(ids) => Some(ids),
+            Err(sonde_kafka::Error::Broker { code, .. })
+                if sonde_kafka::client::retriable(code) =>
+            {
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    });
+    assert!(id >= 0 && epoch >= 0);
+    let mut lz4 = Compressor::new(Codec::Lz4).unwrap();
+    let mut batch = BatchBuilder::new();
+    let mut buf = Vec::new();
+    let mut send = |c: &mut Connection, base_sequence: i32, lines: &[&str]| {
+        for l in lines {
+            batch.push_value(0, l.as_bytes());
+        }
+        let frame = c.begin_produce(&mut buf, -1, 30_000, "idem", 0);
+        let producer = Producer {
+            id,
+            epoch,
+            base_sequence,
+        };
+        batch.finish(&mut lz4, producer, &mut buf).unwrap();
+        c.send_produce(&mut buf, frame).unwrap();
+        c.recv_produce().unwrap().remove(0)
+    };
+    let first = send(&mut c, 0, &["a", "b", "c"]);
+    assert_eq!((first.error, first.base_offset), (0, 0));
+    // The same batch again, as after a lost response: not written twice.
+    let again = send(&mut c, 0, &["a", "b", "c"]);
+    assert!(again.error == 0 || again.error == 46, "{again:?}");
+    // A gap in the sequence is refused.
+    let gap = send(&mut c, 10, &["z"]);
+    assert_eq!(gap.error, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER: {gap:?}");
+    let next = send(&mut c, 3, &["d"]);
+    assert_eq!((next.error, next.base_offset), (0, 3), "{next:?}");
+    let records = kafka.consume("idem", Isolation::ReadUncommitted, 4, TIMEOUT);
+    let values: Vec<&[u8]> = records.iter().map(|r| &r.value[..]).collect();
+    assert_eq!(values, [&b"a"[..], b"b", b"c", b"d"]);
+}

@@ -23,11 +23,17 @@
 //! was answered without error (`acks=all`), so a checkpoint never passes a
 //! line Kafka did not take.
 //!
+//! * The producer is idempotent: it asks the cluster for a producer id,
+//!   and each batch carries the sequence number of its first record in
+//!   its partition, so the broker writes a batch sent twice only once.
 //! * A connection that fails or times out is closed; its requests go back
 //!   to the head of the queue, in order, and are sent again after a
 //!   backoff (`retry_min_backoff` to `retry_max_backoff`) once the
-//!   metadata is asked again. A request the broker had written before the
-//!   failure is then written twice: at least once.
+//!   metadata is asked again, with the same sequence numbers: a request
+//!   the broker had written is answered as a duplicate and counted as
+//!   delivered. If the broker lost the producer's sequences (its id
+//!   expired, say) the sink takes a new id and sends what is pending
+//!   again; only then may a line arrive twice.
 //! * Errors Kafka says may heal (a leader moved, not enough replicas, a
 //!   timeout) are retried the same way, for ever: an absent broker stalls
 //!   the sink, never drops a line, and the source stops reading once its
@@ -76,6 +82,15 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// `MESSAGE_TOO_LARGE` and `RECORD_LIST_TOO_LARGE`.
 const TOO_LARGE: [i16; 2] = [10, 18];
 
+/// `DUPLICATE_SEQUENCE_NUMBER`: the broker had written the batch already
+/// (a retry after a lost response).
+const DUPLICATE: i16 = 46;
+
+/// `OUT_OF_ORDER_SEQUENCE_NUMBER`, `INVALID_PRODUCER_EPOCH`,
+/// `UNKNOWN_PRODUCER_ID`: the producer id's sequences are lost; a new
+/// id starts them again.
+const NEW_PRODUCER: [i16; 3] = [45, 47, 59];
+
 /// Starts the sink's log side: one channel every source sends into, one
 /// thread, one producer (connecting on first use).
 ///
@@ -114,6 +129,8 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         pending: VecDeque::new(),
         in_flight: VecDeque::new(),
         next_partition: 0,
+        producer: None,
+        sequences: HashMap::new(),
         backoff: Backoff::new(d.backoff_min, d.backoff_max),
         next_try: Instant::now(),
         max_records: d.max_batch_points.clamp(1, i32::MAX as usize),
@@ -165,6 +182,8 @@ struct Sent {
     unit: Unit,
     node: i32,
     partition: i32,
+    /// The producer id it was sent with.
+    producer_id: i64,
     bytes: usize,
 }
 
@@ -182,6 +201,10 @@ struct Sender {
     /// Requests sent, oldest first, over every connection.
     in_flight: VecDeque<Sent>,
     next_partition: usize,
+    /// The idempotent producer's id and epoch, once the cluster gave them.
+    producer: Option<(i64, i16)>,
+    /// The sequence number of the next record, per partition.
+    sequences: HashMap<i32, i32>,
     backoff: Backoff,
     /// No send before this (after a failure).
     next_try: Instant,
@@ -282,6 +305,21 @@ impl Sender {
                 return;
             }
         }
+        if self.producer.is_none() && self.in_flight.is_empty() {
+            match self.cluster.init_producer_id() {
+                Ok(p) => {
+                    self.producer = Some((p.id, p.epoch));
+                    self.sequences.clear();
+                }
+                Err(e) => {
+                    self.failed(&e, "cannot get a producer id");
+                    return;
+                }
+            }
+        }
+        if self.producer.is_none() {
+            return;
+        }
         while self.in_flight.len() < MAX_IN_FLIGHT {
             let Some(i) = self.next_sendable() else {
                 return;
@@ -379,9 +417,15 @@ impl Sender {
             unit.lines.end = end;
             self.batches.get_mut(&unit.batch).expect("tracked").units += 1;
         }
+        let (producer_id, epoch) = self.producer.expect("set by send_ready");
+        let producer = Producer {
+            id: producer_id,
+            epoch,
+            base_sequence: self.sequences.get(&partition).copied().unwrap_or(0),
+        };
         if let Err(e) = self
             .builder
-            .finish(&mut self.compressor, Producer::NONE, &mut self.request)
+            .finish(&mut self.compressor, producer, &mut self.request)
         {
             // The codec failed on these records: nothing else can be done
             // with them.
@@ -402,6 +446,7 @@ impl Sender {
             unit,
             node,
             partition,
+            producer_id,
             bytes,
         });
         true
@@ -434,7 +479,12 @@ impl Sender {
         let sent = self.in_flight.pop_front().expect("front above");
         let records = sent.unit.lines.len();
         use std::sync::atomic::Ordering::Relaxed;
-        if code == 0 {
+        if code == 0 || code == DUPLICATE {
+            if self.producer.is_some_and(|(id, _)| id == sent.producer_id) {
+                let next = self.sequences.entry(sent.partition).or_insert(0);
+                // Sequences wrap to 0 after i32::MAX.
+                *next = ((i64::from(*next) + records as i64) % (i64::from(i32::MAX) + 1)) as i32;
+            }
             if self.backoff.failures() > 0 {
                 tracing::info!(sink = %self.stats.name, after_failures = self.backoff.failures(), "kafka reachable again");
             }
@@ -442,6 +492,19 @@ impl Sender {
             self.stats.records.fetch_add(records as u64, Relaxed);
             self.stats.bytes_sent.fetch_add(sent.bytes as u64, Relaxed);
             self.settle(&sent.unit);
+        } else if NEW_PRODUCER.contains(&code) {
+            self.stats.retries.fetch_add(1, Relaxed);
+            self.pending.push_front(sent.unit);
+            if self.producer.is_some_and(|(id, _)| id == sent.producer_id) {
+                self.producer = None;
+            }
+            self.failed(
+                &KafkaError::Broker {
+                    api: "Produce",
+                    code,
+                },
+                "kafka lost the producer's sequence; sending again under a new producer id",
+            );
         } else if retriable(code) {
             self.stats.retries.fetch_add(1, Relaxed);
             self.pending.push_front(sent.unit);
