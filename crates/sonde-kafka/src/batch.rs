@@ -222,12 +222,26 @@ pub struct BatchBuilder {
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
+    transactional: bool,
 }
+
+/// The batch attribute of a transactional producer's batches.
+const TRANSACTIONAL: i16 = 0x10;
 
 impl BatchBuilder {
     /// An empty builder.
     pub fn new() -> Self {
         BatchBuilder::default()
+    }
+
+    /// An empty builder of a transactional producer: its batches carry
+    /// the transactional attribute, and a `read_committed` reader sees
+    /// them once their transaction commits.
+    pub fn transactional() -> Self {
+        BatchBuilder {
+            transactional: true,
+            ..BatchBuilder::default()
+        }
     }
 
     /// Records pushed since the last finish.
@@ -320,7 +334,8 @@ impl BatchBuilder {
         put_i32(out, -1); // partition leader epoch
         put_i8(out, 2); // magic
         put_i32(out, 0); // CRC-32C, set below
-        put_i16(out, compressor.codec().attribute());
+        let txn = if self.transactional { TRANSACTIONAL } else { 0 };
+        put_i16(out, compressor.codec().attribute() | txn);
         put_i32(out, self.count - 1); // last offset delta
         put_i64(out, self.base_timestamp);
         put_i64(out, self.max_timestamp);
@@ -365,6 +380,8 @@ pub struct DecodedRecord {
 pub struct Decoded {
     /// The codec attribute (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
     pub codec: i16,
+    /// The transactional attribute.
+    pub transactional: bool,
     /// The producer fields.
     pub producer: Producer,
     /// The largest timestamp, as the header says.
@@ -448,6 +465,7 @@ pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
     }
     Ok(Decoded {
         codec,
+        transactional: attributes & TRANSACTIONAL != 0,
         producer,
         max_timestamp,
         records: out,

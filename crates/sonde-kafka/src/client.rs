@@ -18,19 +18,25 @@ use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::wire::{put_i16, put_i32, put_i8, put_nullable_str, put_str, set_i32};
+use crate::wire::{put_i16, put_i32, put_i64, put_i8, put_nullable_str, put_str, set_i32};
 use crate::wire::{Malformed, Reader};
 
 const API_PRODUCE: i16 = 0;
 const API_METADATA: i16 = 3;
 const API_VERSIONS: i16 = 18;
+const API_FIND_COORDINATOR: i16 = 10;
 const API_INIT_PRODUCER_ID: i16 = 22;
+const API_ADD_PARTITIONS_TO_TXN: i16 = 24;
+const API_END_TXN: i16 = 26;
 
 /// The versions sonde speaks: the non-flexible ones, which Kafka 1.0 to
 /// 4.x all serve (4.0 dropped Produce 0 to 2 and Metadata 0 to 3).
 const PRODUCE_VERSIONS: (i16, i16) = (3, 8);
 const METADATA_VERSIONS: (i16, i16) = (4, 8);
 const INIT_PRODUCER_ID_VERSIONS: (i16, i16) = (0, 1);
+const FIND_COORDINATOR_VERSIONS: (i16, i16) = (1, 2);
+const ADD_PARTITIONS_TO_TXN_VERSIONS: (i16, i16) = (0, 2);
+const END_TXN_VERSIONS: (i16, i16) = (0, 2);
 
 /// The largest response read (a metadata response of a large cluster
 /// stays far below it); a larger size field is taken for garbage.
@@ -199,6 +205,8 @@ pub struct Connection {
     metadata_version: i16,
     /// Every API the broker serves: key, lowest and highest version.
     apis: Vec<(i16, i16, i16)>,
+    /// Written into produce requests: a transactional producer's id.
+    transactional_id: Option<String>,
     response: Vec<u8>,
     scratch: Vec<u8>,
 }
@@ -238,6 +246,7 @@ impl Connection {
             produce_version: 0,
             metadata_version: 0,
             apis: Vec::new(),
+            transactional_id: None,
             response: Vec::new(),
             scratch: Vec::new(),
         };
@@ -248,6 +257,138 @@ impl Connection {
     /// The Produce version in use.
     pub fn produce_version(&self) -> i16 {
         self.produce_version
+    }
+
+    /// Makes the produce requests of this connection carry
+    /// `transactional_id` (a transactional producer's).
+    pub fn set_transactional_id(&mut self, transactional_id: Option<&str>) {
+        self.transactional_id = transactional_id.map(str::to_string);
+    }
+
+    /// The transaction coordinator of `transactional_id`: node id and
+    /// `host:port`.
+    ///
+    /// # Errors
+    ///
+    /// The connection failed, or the broker answered with an error
+    /// (`COORDINATOR_NOT_AVAILABLE` while it elects one).
+    pub fn find_coordinator(&mut self, transactional_id: &str) -> Result<(i32, String), Error> {
+        let v = self.version(
+            "FindCoordinator",
+            API_FIND_COORDINATOR,
+            FIND_COORDINATOR_VERSIONS,
+        )?;
+        let mut buf = std::mem::take(&mut self.scratch);
+        let correlation = self.header(&mut buf, API_FIND_COORDINATOR, v);
+        put_str(&mut buf, transactional_id);
+        put_i8(&mut buf, 1); // key type: transaction
+        let body = self.round_trip(buf, correlation)?;
+        let mut r = Reader::new(&body);
+        r.i32("throttle time")?;
+        let code = r.i16("find coordinator error")?;
+        r.nullable_str("error message")?;
+        if code != 0 {
+            return Err(Error::Broker {
+                api: "FindCoordinator",
+                code,
+            });
+        }
+        let node = r.i32("coordinator node")?;
+        let host = r.str("coordinator host")?;
+        let port = r.i32("coordinator port")?;
+        Ok((node, format!("{host}:{port}")))
+    }
+
+    /// Adds partitions to the open transaction of `transactional_id`
+    /// (asked of its coordinator) before records are produced to them.
+    ///
+    /// # Errors
+    ///
+    /// The connection failed, or a partition came back with an error
+    /// (the first one): `CONCURRENT_TRANSACTIONS` while the last
+    /// transaction completes, `NOT_COORDINATOR`, a fenced producer.
+    pub fn add_partitions_to_txn(
+        &mut self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        partitions: &[(&str, i32)],
+    ) -> Result<(), Error> {
+        let v = self.version(
+            "AddPartitionsToTxn",
+            API_ADD_PARTITIONS_TO_TXN,
+            ADD_PARTITIONS_TO_TXN_VERSIONS,
+        )?;
+        let mut buf = std::mem::take(&mut self.scratch);
+        let correlation = self.header(&mut buf, API_ADD_PARTITIONS_TO_TXN, v);
+        put_str(&mut buf, transactional_id);
+        put_i64(&mut buf, producer.0);
+        put_i16(&mut buf, producer.1);
+        let mut topics: Vec<&str> = partitions.iter().map(|(t, _)| *t).collect();
+        topics.dedup();
+        put_i32(&mut buf, topics.len() as i32);
+        for t in &topics {
+            put_str(&mut buf, t);
+            let ps: Vec<i32> = partitions
+                .iter()
+                .filter(|(pt, _)| pt == t)
+                .map(|(_, p)| *p)
+                .collect();
+            put_i32(&mut buf, ps.len() as i32);
+            for p in ps {
+                put_i32(&mut buf, p);
+            }
+        }
+        let body = self.round_trip(buf, correlation)?;
+        let mut r = Reader::new(&body);
+        r.i32("throttle time")?;
+        for _ in 0..r.count(6, "add partitions topics")? {
+            r.str("topic")?;
+            for _ in 0..r.count(6, "add partitions results")? {
+                r.i32("partition")?;
+                let code = r.i16("add partitions error")?;
+                if code != 0 {
+                    return Err(Error::Broker {
+                        api: "AddPartitionsToTxn",
+                        code,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits (or aborts) the open transaction of `transactional_id`,
+    /// asked of its coordinator.
+    ///
+    /// # Errors
+    ///
+    /// The connection failed (the outcome is then unknown: asking again
+    /// for the same outcome is safe), or the coordinator answered with an
+    /// error.
+    pub fn end_txn(
+        &mut self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        commit: bool,
+    ) -> Result<(), Error> {
+        let v = self.version("EndTxn", API_END_TXN, END_TXN_VERSIONS)?;
+        let mut buf = std::mem::take(&mut self.scratch);
+        let correlation = self.header(&mut buf, API_END_TXN, v);
+        put_str(&mut buf, transactional_id);
+        put_i64(&mut buf, producer.0);
+        put_i16(&mut buf, producer.1);
+        put_i8(&mut buf, i8::from(commit));
+        let body = self.round_trip(buf, correlation)?;
+        let mut r = Reader::new(&body);
+        r.i32("throttle time")?;
+        let code = r.i16("end txn error")?;
+        if code != 0 {
+            return Err(Error::Broker {
+                api: "EndTxn",
+                code,
+            });
+        }
+        Ok(())
     }
 
     /// Bounds the wait for each response from now on.
@@ -469,7 +610,9 @@ impl Connection {
         partition: i32,
     ) -> ProduceFrame {
         let correlation = self.header(buf, API_PRODUCE, self.produce_version);
-        put_nullable_str(buf, None); // transactional id
+        let txn = self.transactional_id.take();
+        put_nullable_str(buf, txn.as_deref());
+        self.transactional_id = txn;
         put_i16(buf, acks);
         put_i32(buf, timeout_ms);
         put_i32(buf, 1);

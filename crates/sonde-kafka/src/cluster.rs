@@ -1,5 +1,5 @@
-//! What a producer knows of the cluster for one topic: the brokers, the
-//! topic's partitions and their leaders, and one connection per broker,
+//! What a producer knows of the cluster for its topics: the brokers, the
+//! topics' partitions and their leaders, and one connection per broker,
 //! opened when first needed and dropped when it fails.
 //!
 //! The metadata is asked of any broker already connected, else of the
@@ -20,27 +20,30 @@ pub struct Partition {
     pub leader: Option<i32>,
 }
 
-/// The cluster as one topic's producer sees it.
+/// The cluster as a producer of a few topics sees it.
 #[derive(Debug)]
 pub struct Cluster {
     bootstrap: Vec<String>,
-    topic: String,
+    /// The topics; the first is the main one ([`Cluster::partitions`]).
+    topics: Vec<String>,
     client_id: String,
     timeout: Duration,
     /// Node id to `host:port`.
     brokers: HashMap<i32, String>,
-    partitions: Vec<Partition>,
+    /// Per topic, in the order of `topics`.
+    partitions: Vec<Vec<Partition>>,
     connections: HashMap<i32, Connection>,
     stale: bool,
 }
 
 impl Cluster {
     /// A cluster reached through `bootstrap` (`host:port` each), for
-    /// `topic`; nothing is connected until [`Cluster::refresh`].
-    pub fn new(bootstrap: &[String], topic: &str, client_id: &str, timeout: Duration) -> Self {
+    /// `topics` (at least one); nothing is connected until
+    /// [`Cluster::refresh`].
+    pub fn new(bootstrap: &[String], topics: &[&str], client_id: &str, timeout: Duration) -> Self {
         Cluster {
             bootstrap: bootstrap.to_vec(),
-            topic: topic.to_string(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
             client_id: client_id.to_string(),
             timeout,
             brokers: HashMap::new(),
@@ -50,19 +53,27 @@ impl Cluster {
         }
     }
 
-    /// The topic.
+    /// The main topic.
     pub fn topic(&self) -> &str {
-        &self.topic
+        &self.topics[0]
     }
 
-    /// The topic's partitions, by index, as the last refresh found them.
+    /// The main topic's partitions, by index, as the last refresh found
+    /// them.
     pub fn partitions(&self) -> &[Partition] {
-        &self.partitions
+        self.partitions.first().map_or(&[], Vec::as_slice)
     }
 
-    /// The leader of `partition`, if it has one.
+    /// The leader of the main topic's `partition`, if it has one.
     pub fn leader(&self, partition: i32) -> Option<i32> {
+        self.leader_of(&self.topics[0], partition)
+    }
+
+    /// The leader of `topic`'s `partition`, if it has one.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> Option<i32> {
+        let i = self.topics.iter().position(|t| t == topic)?;
         self.partitions
+            .get(i)?
             .iter()
             .find(|p| p.id == partition)
             .and_then(|p| p.leader)
@@ -78,7 +89,7 @@ impl Cluster {
         self.stale = true;
     }
 
-    /// Asks the metadata of the topic (creating it where the broker
+    /// Asks the metadata of the topics (creating them where the broker
     /// creates topics on first use), from a connected broker or else the
     /// bootstrap addresses.
     ///
@@ -95,7 +106,8 @@ impl Cluster {
             if c.in_flight() > 0 {
                 continue;
             }
-            match c.metadata(&[&self.topic], true) {
+            let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+            match c.metadata(&topics, true) {
                 Ok(m) => return self.take(m),
                 Err(e) => {
                     self.connections.remove(&node);
@@ -103,9 +115,11 @@ impl Cluster {
                 }
             }
         }
+        let topics: Vec<String> = self.topics.clone();
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
         for addr in self.bootstrap.clone() {
             let result = Connection::connect(&addr, &self.client_id, self.timeout)
-                .and_then(|mut c| c.metadata(&[&self.topic], true));
+                .and_then(|mut c| c.metadata(&topics, true));
             match result {
                 Ok(m) => return self.take(m),
                 Err(e) => last = Some(e),
@@ -124,28 +138,33 @@ impl Cluster {
         // A broker that left, or moved, is connected again when needed.
         let brokers = &self.brokers;
         self.connections.retain(|id, _| brokers.contains_key(id));
-        let t = m
-            .topics
-            .into_iter()
-            .find(|t| t.name == self.topic)
-            .ok_or(crate::wire::Malformed("the topic missing from metadata"))?;
-        if t.error != 0 {
-            return Err(Error::Broker {
-                api: "Metadata",
-                code: t.error,
-            });
+        let mut all = Vec::with_capacity(self.topics.len());
+        for name in &self.topics {
+            let t = m
+                .topics
+                .iter()
+                .find(|t| &t.name == name)
+                .ok_or(crate::wire::Malformed("a topic missing from metadata"))?;
+            if t.error != 0 {
+                return Err(Error::Broker {
+                    api: "Metadata",
+                    code: t.error,
+                });
+            }
+            let mut partitions: Vec<Partition> = t
+                .partitions
+                .iter()
+                .map(|p| Partition {
+                    id: p.id,
+                    leader: (p.leader >= 0 && self.brokers.contains_key(&p.leader))
+                        .then_some(p.leader),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.id);
+            all.push(partitions);
         }
-        let mut partitions: Vec<Partition> = t
-            .partitions
-            .iter()
-            .map(|p| Partition {
-                id: p.id,
-                leader: (p.leader >= 0 && self.brokers.contains_key(&p.leader)).then_some(p.leader),
-            })
-            .collect();
-        partitions.sort_by_key(|p| p.id);
-        self.partitions = partitions;
-        self.stale = self.partitions.is_empty();
+        self.stale = all.iter().any(Vec::is_empty);
+        self.partitions = all;
         Ok(())
     }
 

@@ -12,6 +12,8 @@
 //!   metadata, pipelined produce requests;
 //! * [`cluster`]: the brokers and a topic's partition leaders, one
 //!   connection per broker;
+//! * [`txn`]: a transactional producer (coordinator, producer id,
+//!   partitions added, commit and abort);
 //! * [`wire`]: the protocol's primitive types.
 //!
 //! Plaintext connections only, non-flexible request versions (Produce 3
@@ -21,9 +23,11 @@
 pub mod batch;
 pub mod client;
 pub mod cluster;
+pub mod txn;
 pub mod wire;
 
 pub use batch::{BatchBuilder, Codec, Compressor, Producer};
 pub use client::{Connection, Error, Metadata, PartitionResult};
 pub use cluster::{Cluster, Partition};
+pub use txn::{ProduceError, Transactional};
 pub use wire::Malformed;

@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use common::backends::{or_skip, Isolation, Kafka};
-use sonde_kafka::{BatchBuilder, Codec, Compressor, Connection, Producer};
+use sonde_kafka::{BatchBuilder, Codec, Compressor, Connection, Producer, Transactional};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -202,4 +202,82 @@ fn an_idempotent_producer_s_batch_sent_twice_is_written_once() {
     let records = kafka.consume("idem", Isolation::ReadUncommitted, 4, TIMEOUT);
     let values: Vec<&[u8]> = records.iter().map(|r| &r.value[..]).collect();
     assert_eq!(values, [&b"a"[..], b"b", b"c", b"d"]);
+}
+
+#[test]
+fn a_transaction_is_seen_by_read_committed_readers_once_committed_and_never_once_aborted() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("txn-lines", 2);
+    kafka.create_topic("txn-positions", 1);
+    let topics = ["txn-lines", "txn-positions"];
+    let new = || {
+        Transactional::new(
+            &[kafka.bootstrap()],
+            &topics,
+            "sonde-test-txn",
+            Duration::from_secs(10),
+            TIMEOUT,
+            TIMEOUT,
+        )
+    };
+    let mut t = new();
+    t.init().unwrap();
+    assert_eq!(t.cluster().partitions().len(), 2);
+    let mut zstd = Compressor::new(Codec::Zstd { level: 1 }).unwrap();
+    let mut b = BatchBuilder::transactional();
+    let mut put = |t: &mut Transactional, topic: &str, partition: i32, values: &[&str]| {
+        for v in values {
+            b.push(0, Some(b"k"), v.as_bytes(), &[]);
+        }
+        t.produce(topic, partition, &mut b, &mut zstd).unwrap();
+    };
+    t.add_partitions(&[("txn-lines", 1), ("txn-positions", 0)])
+        .unwrap();
+    put(&mut t, "txn-lines", 1, &["c1", "c2"]);
+    put(&mut t, "txn-lines", 1, &["c3"]);
+    put(&mut t, "txn-positions", 0, &["at c3"]);
+    t.commit().unwrap();
+    // Right after a commit the next transaction may find the last one
+    // still completing (CONCURRENT_TRANSACTIONS): retried inside.
+    t.add_partitions(&[("txn-lines", 0)]).unwrap();
+    put(&mut t, "txn-lines", 0, &["aborted"]);
+    t.abort().unwrap();
+    t.add_partitions(&[("txn-lines", 0)]).unwrap();
+    put(&mut t, "txn-lines", 0, &["c4"]);
+    t.commit().unwrap();
+
+    let committed = kafka.consume("txn-lines", Isolation::ReadCommitted, 4, TIMEOUT);
+    let mut values: Vec<String> = committed
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone()).unwrap())
+        .collect();
+    values.sort();
+    assert_eq!(values, ["c1", "c2", "c3", "c4"]);
+    let all = kafka.consume("txn-lines", Isolation::ReadUncommitted, 5, TIMEOUT);
+    assert_eq!(all.len(), 5, "the aborted record is in the log");
+
+    // A second producer with the same id fences the first, and aborts
+    // what it left open.
+    t.add_partitions(&[("txn-lines", 0)]).unwrap();
+    put(&mut t, "txn-lines", 0, &["left open"]);
+    let mut second = new();
+    second.init().unwrap();
+    let mut b2 = BatchBuilder::transactional();
+    b2.push_value(0, b"from the first, fenced");
+    let fenced = t.produce(
+        "txn-lines",
+        0,
+        &mut b2,
+        &mut Compressor::new(Codec::None).unwrap(),
+    );
+    assert!(fenced.is_err(), "the fenced producer wrote: {fenced:?}");
+    assert!(t.commit().is_err());
+    let committed = kafka.consume("txn-lines", Isolation::ReadCommitted, 4, TIMEOUT);
+    assert_eq!(
+        committed.len(),
+        4,
+        "nothing of the fenced producer is committed"
+    );
 }

@@ -571,13 +571,28 @@ fn exactly_once_drops_and_counts_a_refused_record_and_commits_the_rest() {
     let Some(kafka) = or_skip(Kafka::start()) else {
         return;
     };
-    kafka.create_topic("eo-big", 1);
+    // A topic that takes batches of up to 100 kB, after compression.
+    kafka.create_topic_with("eo-big", 1, &[("max.message.bytes", "100000")]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("a.log");
-    // Below the source's max_line_bytes (1 MiB), above librdkafka's
-    // message.max.bytes (1 MB).
-    let big = "x".repeat(1_040_000);
-    std::fs::write(&log, format!("line-0\n{big}\nline-2\n")).unwrap();
+    // Below the source's max_line_bytes (1 MiB), above the topic's
+    // max.message.bytes even compressed (bytes that do not compress).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let big: Vec<u8> = (0..200_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x as u8 {
+                b'\n' => b' ',
+                b => b,
+            }
+        })
+        .collect();
+    let mut text = b"line-0\n".to_vec();
+    text.extend_from_slice(&big);
+    text.extend_from_slice(b"\nline-2\n");
+    std::fs::write(&log, text).unwrap();
     let source = info(&[]);
     let config = sink(&kafka, "topic = \"eo-big\"\ndelivery = \"exactly_once\"");
     let (mut running, stats) = start(&config, &source);

@@ -1681,19 +1681,22 @@ rootLogger.appenderRef.stdout.ref = STDOUT
     /// Creates `topic` with `partitions` partitions (replication factor 1)
     /// and waits until the broker has a leader for every partition.
     pub fn create_topic(&self, topic: &str, partitions: i32) {
+        self.create_topic_with(topic, partitions, &[]);
+    }
+
+    /// [`Kafka::create_topic`] with topic settings, e.g.
+    /// `("max.message.bytes", "100000")`.
+    pub fn create_topic_with(&self, topic: &str, partitions: i32, settings: &[(&str, &str)]) {
         use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
         let admin: AdminClient<rdkafka::client::DefaultClientContext> =
             self.client_config().create().unwrap();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        let results = block_on(admin.create_topics(
-            [&NewTopic::new(
-                topic,
-                partitions,
-                TopicReplication::Fixed(1),
-            )],
-            &options,
-        ))
-        .unwrap_or_else(|e| panic!("creating topic {topic}: {e}"));
+        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        for (k, v) in settings {
+            new = new.set(k, v);
+        }
+        let results = block_on(admin.create_topics([&new], &options))
+            .unwrap_or_else(|e| panic!("creating topic {topic}: {e}"));
         for result in results {
             if let Err((name, code)) = result {
                 panic!("creating topic {name}: {code}");

@@ -74,7 +74,7 @@ const MAX_IN_FLIGHT: usize = 5;
 /// Most bytes of records in one request (before compression): under the
 /// broker's default `max.message.bytes` (1 MiB) even when the records do
 /// not compress.
-const MAX_REQUEST_RECORDS_BYTES: usize = 1_000_000;
+pub const MAX_REQUEST_RECORDS_BYTES: usize = 1_000_000;
 
 /// How long the thread waits for a batch when it has nothing to do.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
@@ -119,7 +119,7 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
     drop(tx);
     let d = &net.delivery;
     let sender = Sender {
-        cluster: Cluster::new(&k.brokers, &k.topic, "sonde", d.request_timeout),
+        cluster: Cluster::new(&k.brokers, &[&k.topic], "sonde", d.request_timeout),
         compressor,
         builder: BatchBuilder::new(),
         request: Vec::new(),
@@ -151,7 +151,7 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
 }
 
 /// The record batch codec of a sink compression.
-fn codec(c: Compression) -> Codec {
+pub fn codec(c: Compression) -> Codec {
     match c {
         Compression::None => Codec::None,
         Compression::Gzip { level } => Codec::Gzip { level },

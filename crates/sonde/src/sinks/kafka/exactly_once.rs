@@ -50,16 +50,17 @@ use anyhow::Context as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode as Code;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use sonde_io::logs::{LogBatch, LogInput, SourceInfo};
+use sonde_io::logs::{LogBatch, LogInput, LogLine, SourceInfo};
 use sonde_io::sink::{SinkDrop, SinkStats};
+use sonde_kafka::{BatchBuilder, Compressor, ProduceError, Transactional};
 use sonde_logs::Checkpoints;
 
+use super::at_least_once::{codec, MAX_REQUEST_RECORDS_BYTES};
 use super::record::Encoder;
-use super::{producer_config, Settings};
+use super::Settings;
 use crate::sinks::{NetSink, Running, Start};
 
 /// A transaction is committed once it holds this many bytes of lines, or
@@ -86,8 +87,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the thread waits for a batch when no transaction is open.
 const IDLE_WAIT: Duration = Duration::from_millis(200);
 
-type Kafka = BaseProducer;
-
 /// The `transactional.id` of `source`.
 pub fn transactional_id(source: &SourceInfo) -> String {
     format!("sonde-{}-{}", source.host, source.name)
@@ -98,23 +97,26 @@ pub fn positions_key(source: &SourceInfo) -> String {
     format!("{}/{}", source.host, source.name)
 }
 
-fn create(k: &Settings, net: &NetSink, source: &SourceInfo) -> anyhow::Result<Kafka> {
-    let mut c = producer_config(k, net);
-    c.set("transactional.id", transactional_id(source)).set(
-        "transaction.timeout.ms",
-        TRANSACTION_TIMEOUT.as_millis().to_string(),
+/// The source's transactional producer, initialised: its `init` fences
+/// an older producer with the same `transactional.id` and aborts what it
+/// left open.
+fn create(k: &Settings, net: &NetSink, source: &SourceInfo) -> anyhow::Result<Transactional> {
+    let mut t = Transactional::new(
+        &k.brokers,
+        &[&k.topic, &k.offsets_topic],
+        &transactional_id(source),
+        TRANSACTION_TIMEOUT,
+        CALL_TIMEOUT,
+        net.delivery.request_timeout,
     );
-    let p: Kafka = c
-        .create()
-        .with_context(|| format!("creating the kafka producer of source {}", source.name))?;
-    p.init_transactions(START_TIMEOUT).with_context(|| {
+    t.init().with_context(|| {
         format!(
             "initialising the kafka transactions of {} (is a broker of {} up?)",
             transactional_id(source),
             k.brokers.join(",")
         )
     })?;
-    Ok(p)
+    Ok(t)
 }
 
 /// Runs a future of rdkafka's admin client to its end on this thread
@@ -271,8 +273,17 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
                     // A source that stopped meanwhile no longer listens.
                     let _ = restore_tx.send(positions);
                     let encoder = Encoder::new(k.format);
+                    let compressor = match Compressor::new(codec(net.compression)) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            tracing::error!(sink = %stats.name, source = %source.name, error = %e, "cannot compress with the configured codec; the sink sends nothing");
+                            return;
+                        }
+                    };
                     let mut t = Transactions {
-                        producer,
+                        txn: producer,
+                        compressor,
+                        builder: BatchBuilder::transactional(),
                         k,
                         net,
                         source,
@@ -282,6 +293,8 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
                         bytes: 0,
                         refused: Vec::new(),
                         began: None,
+                        partition: 0,
+                        next_partition: 0,
                         rx,
                         stash: VecDeque::new(),
                         closed_at: None,
@@ -312,7 +325,7 @@ fn connect(
     source: &SourceInfo,
     stats: &SinkStats,
     rx: &Receiver<Arc<LogBatch>>,
-) -> Option<(Kafka, Option<Checkpoints>)> {
+) -> Option<(Transactional, Option<Checkpoints>)> {
     let mut pause = Duration::from_millis(250);
     let mut logged = false;
     loop {
@@ -341,27 +354,21 @@ fn connect(
     }
 }
 
-/// Why a transaction could not go on.
-enum Failed {
-    /// Abort it and produce its batches again.
-    Abort(String),
-    /// Replace the producer and produce the batches again.
-    Fatal(String),
-}
+/// A transaction that could not go on: the producer is initialised
+/// again (which aborts it) and its batches produced again.
+struct Failed(String);
 
-impl Failed {
-    fn of(e: &KafkaError) -> Failed {
-        match e {
-            KafkaError::Transaction(t) if t.txn_requires_abort() => Failed::Abort(e.to_string()),
-            KafkaError::Transaction(t) if !t.is_fatal() => Failed::Abort(e.to_string()),
-            _ => Failed::Fatal(e.to_string()),
-        }
+impl From<sonde_kafka::Error> for Failed {
+    fn from(e: sonde_kafka::Error) -> Self {
+        Failed(e.to_string())
     }
 }
 
 /// One source's thread.
 struct Transactions {
-    producer: Kafka,
+    txn: Transactional,
+    compressor: Compressor,
+    builder: BatchBuilder,
     k: Settings,
     net: NetSink,
     source: SourceInfo,
@@ -371,10 +378,14 @@ struct Transactions {
     open: Vec<Arc<LogBatch>>,
     /// Their bytes.
     bytes: usize,
-    /// Per open batch, its records librdkafka refused.
+    /// Per open batch, its records Kafka refused.
     refused: Vec<usize>,
     /// When it began; `None` when none is open.
     began: Option<Instant>,
+    /// The partition of `topic` its records go to.
+    partition: i32,
+    /// Where the next transaction looks for a partition.
+    next_partition: usize,
     rx: Receiver<Arc<LogBatch>>,
     /// Batches received while a commit was being retried.
     stash: VecDeque<Arc<LogBatch>>,
@@ -405,7 +416,6 @@ impl Transactions {
                     self.closed_at.get_or_insert_with(Instant::now);
                 }
             }
-            self.producer.poll(Duration::ZERO);
             let closing = self.closed_at.is_some() && self.stash.is_empty();
             let due = self.began.is_some_and(|at| at.elapsed() >= COMMIT_EVERY)
                 || self.bytes >= COMMIT_BYTES
@@ -417,7 +427,7 @@ impl Transactions {
                 if !self.open.is_empty() {
                     let lines: usize = self.open.iter().map(|b| b.len()).sum();
                     tracing::warn!(sink = %self.stats.name, source = %self.source.name, lines, "stopping with lines not committed to kafka; aborting, they will be read and sent again at the next start");
-                    let _ = self.producer.abort_transaction(CALL_TIMEOUT);
+                    let _ = self.txn.abort();
                 }
                 return;
             }
@@ -454,10 +464,7 @@ impl Transactions {
         self.open.push(Arc::clone(&batch));
         self.refused.push(0);
         if self.began.is_none() {
-            self.producer
-                .begin_transaction()
-                .map_err(|e| Failed::of(&e))?;
-            self.began = Some(Instant::now());
+            self.begin()?;
         }
         let refused = self.produce(&batch)?;
         if let Some(r) = self.refused.last_mut() {
@@ -466,35 +473,94 @@ impl Transactions {
         Ok(())
     }
 
+    /// Begins a transaction: the next partition of `topic` that has a
+    /// leader, and the offsets topic's partition 0, added to it.
+    fn begin(&mut self) -> Result<(), Failed> {
+        let partitions = self.txn.cluster().partitions();
+        let n = partitions.len();
+        let p = (0..n)
+            .map(|i| partitions[(self.next_partition + i) % n])
+            .find(|p| p.leader.is_some())
+            .ok_or_else(|| Failed(format!("no partition of {} has a leader", self.k.topic)))?;
+        self.next_partition = (self.next_partition + 1) % n.max(1);
+        self.partition = p.id;
+        self.txn
+            .add_partitions(&[(&self.k.topic, p.id), (&self.k.offsets_topic, 0)])?;
+        self.began = Some(Instant::now());
+        Ok(())
+    }
+
     /// Produces a batch's records, and its positions if it has them;
-    /// returns how many records librdkafka refused.
+    /// returns how many records Kafka refused.
     fn produce(&mut self, batch: &LogBatch) -> Result<usize, Failed> {
-        let mut refused = 0;
-        let source = batch.source();
-        let headers = self.encoder.headers(source);
-        for line in batch.lines() {
-            let line_headers = self.encoder.line_headers(source, &line, &headers);
-            let value = self.encoder.value(source, &line);
-            let mut record = BaseRecord::<[u8], [u8]>::to(&self.k.topic).payload(value);
-            if let Some(h) = line_headers {
-                record = record.headers(h);
-            }
-            if !send(&self.producer, record)? {
-                refused += 1;
+        let lines: Vec<LogLine<'_>> = batch.lines().collect();
+        let now = now_ms();
+        let refused = self.send_lines(batch.source(), &lines, now)?;
+        if let Some(p) = batch.positions() {
+            let value = serde_json::to_vec(p).map_err(|e| Failed(e.to_string()))?;
+            let key = positions_key(batch.source());
+            self.builder.push(now, Some(key.as_bytes()), &value, &[]);
+            let topic = self.k.offsets_topic.clone();
+            match self
+                .txn
+                .produce(&topic, 0, &mut self.builder, &mut self.compressor)
+            {
+                Ok(()) => {}
+                // The positions would be lost with the lines: the
+                // transaction cannot commit them.
+                Err(e) => return Err(Failed(format!("the positions record: {e}"))),
             }
         }
-        if let Some(p) = batch.positions() {
-            let value = serde_json::to_vec(p).map_err(|e| Failed::Abort(e.to_string()))?;
-            let key = positions_key(source);
-            let record = BaseRecord::to(&self.k.offsets_topic)
-                .key(key.as_bytes())
-                .payload(&value[..]);
-            if !send(&self.producer, record)? {
-                // The positions would be lost with the lines' record: the
-                // transaction cannot commit them.
-                return Err(Failed::Abort(
-                    "the positions record is larger than message.max.bytes".into(),
-                ));
+        Ok(refused)
+    }
+
+    /// Produces `lines` in batches of at most 1 MB of records (halving a
+    /// batch the topic finds too large); returns how many records Kafka
+    /// refused.
+    fn send_lines(
+        &mut self,
+        source: &SourceInfo,
+        lines: &[LogLine<'_>],
+        now: i64,
+    ) -> Result<usize, Failed> {
+        let fields = self.encoder.field_pairs(source);
+        let max_records = self.net.delivery.max_batch_points.max(1);
+        let topic = self.k.topic.clone();
+        let mut refused = 0;
+        let mut i = 0;
+        while i < lines.len() {
+            let start = i;
+            while i < lines.len()
+                && (self.builder.is_empty()
+                    || (self.builder.raw_bytes() < MAX_REQUEST_RECORDS_BYTES
+                        && self.builder.len() < max_records))
+            {
+                let line = &lines[i];
+                let meta = self.encoder.meta_headers(source, line);
+                let value = self.encoder.value(source, line);
+                if meta.is_empty() {
+                    self.builder.push(now, None, value, &fields);
+                } else {
+                    let mut h = fields.clone();
+                    h.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+                    self.builder.push(now, None, value, &h);
+                }
+                i += 1;
+            }
+            match self.txn.produce(
+                &topic,
+                self.partition,
+                &mut self.builder,
+                &mut self.compressor,
+            ) {
+                Ok(()) => {}
+                Err(ProduceError::TooLarge) if i - start > 1 => {
+                    let mid = start + (i - start) / 2;
+                    refused += self.send_lines(source, &lines[start..mid], now)?;
+                    refused += self.send_lines(source, &lines[mid..i], now)?;
+                }
+                Err(ProduceError::TooLarge | ProduceError::Refused(_)) => refused += i - start,
+                Err(ProduceError::Failed(e)) => return Err(e.into()),
             }
         }
         Ok(refused)
@@ -504,13 +570,13 @@ impl Transactions {
     /// it succeeds or [`Self::give_up`]; acknowledges its batches once it did.
     fn commit(&mut self) {
         loop {
-            match self.producer.commit_transaction(CALL_TIMEOUT) {
+            match self.txn.commit() {
                 Ok(()) => {
                     let refused: usize = self.refused.drain(..).sum();
                     if refused > 0 {
                         self.stats.dropped_records[SinkDrop::Rejected as usize]
                             .fetch_add(refused as u64, Relaxed);
-                        tracing::error!(sink = %self.stats.name, source = %self.source.name, records = refused, "records larger than kafka's message.max.bytes were dropped");
+                        tracing::error!(sink = %self.stats.name, source = %self.source.name, records = refused, "records kafka refused (larger than the topic's max.message.bytes?) were dropped");
                     }
                     let records: usize = self.open.iter().map(|b| b.len()).sum::<usize>() - refused;
                     self.stats
@@ -525,10 +591,7 @@ impl Transactions {
                     self.began = None;
                     return;
                 }
-                Err(KafkaError::Transaction(t)) if t.is_retriable() => {
-                    tracing::warn!(sink = %self.stats.name, source = %self.source.name, error = %t, "kafka commit timed out; trying again");
-                }
-                Err(e) => self.recover(Failed::of(&e)),
+                Err(e) => self.recover(e.into()),
             }
             if self.give_up() {
                 return;
@@ -536,59 +599,33 @@ impl Transactions {
         }
     }
 
-    /// Aborts (or replaces the producer) and produces the open batches
-    /// again in a new transaction, until that works or [`Self::give_up`].
+    /// Initialises the producer again (which aborts the open transaction)
+    /// and produces the open batches again in a new transaction, until that
+    /// works or [`Self::give_up`].
     fn recover(&mut self, mut failed: Failed) {
+        let mut pause = self.net.delivery.backoff_min;
         loop {
-            match &failed {
-                Failed::Abort(why) => {
-                    tracing::warn!(sink = %self.stats.name, source = %self.source.name, error = %why, "kafka transaction failed; aborting it and sending its lines again");
-                    self.stats.retries.fetch_add(1, Relaxed);
-                    if let Err(e) = self.producer.abort_transaction(CALL_TIMEOUT) {
-                        failed = match e {
-                            KafkaError::Transaction(t) if t.is_retriable() => {
-                                Failed::Abort(t.to_string())
-                            }
-                            e => Failed::Fatal(e.to_string()),
-                        };
-                        if self.give_up() {
-                            return;
-                        }
-                        continue;
-                    }
-                }
-                Failed::Fatal(why) => {
-                    tracing::error!(sink = %self.stats.name, source = %self.source.name, error = %why, "kafka producer failed for good; replacing it and sending the open transaction's lines again");
-                    self.stats.errors.fetch_add(1, Relaxed);
-                    match create(&self.k, &self.net, &self.source) {
-                        Ok(p) => self.producer = p,
-                        Err(e) => {
-                            tracing::error!(sink = %self.stats.name, source = %self.source.name, error = %format!("{e:#}"), "cannot replace the kafka producer; trying again");
-                            if self.give_up() {
-                                return;
-                            }
-                            std::thread::sleep(self.net.delivery.backoff_max);
-                            continue;
-                        }
-                    }
-                }
-            }
-            match self.replay() {
-                Ok(()) => return,
-                Err(f) => failed = f,
+            tracing::warn!(sink = %self.stats.name, source = %self.source.name, error = %failed.0, "kafka transaction failed; aborting it and sending its lines again");
+            self.stats.retries.fetch_add(1, Relaxed);
+            self.began = None;
+            match self.txn.init() {
+                Ok(()) => match self.replay() {
+                    Ok(()) => return,
+                    Err(f) => failed = f,
+                },
+                Err(e) => failed = e.into(),
             }
             if self.give_up() {
                 return;
             }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(self.net.delivery.backoff_max);
         }
     }
 
     /// Begins a transaction and produces the open batches into it.
     fn replay(&mut self) -> Result<(), Failed> {
-        self.producer
-            .begin_transaction()
-            .map_err(|e| Failed::of(&e))?;
-        self.began = Some(Instant::now());
+        self.begin()?;
         for (i, b) in self.open.clone().iter().enumerate() {
             self.refused[i] = self.produce(b)?;
         }
@@ -596,22 +633,8 @@ impl Transactions {
     }
 }
 
-/// Queues a record, serving reports while librdkafka's queue is full;
-/// false when librdkafka refuses it at once (larger than
-/// `message.max.bytes`), which leaves the transaction intact: the record is
-/// dropped, and counted once its transaction commits.
-fn send(producer: &Kafka, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<bool, Failed> {
-    loop {
-        match producer.send(record) {
-            Ok(()) => return Ok(true),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                record = r;
-                producer.poll(Duration::from_millis(50));
-            }
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
-                return Ok(false)
-            }
-            Err((e, _)) => return Err(Failed::of(&e)),
-        }
-    }
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

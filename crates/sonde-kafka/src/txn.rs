@@ -1,0 +1,347 @@
+//! A transactional producer: record batches to a few topics, committed
+//! or aborted together.
+//!
+//! [`Transactional::init`] finds the transaction coordinator of the
+//! `transactional.id` and takes a producer id and epoch from it, which
+//! fences an older producer with the same id and aborts a transaction it
+//! left open; sequences start again at 0. A transaction begins with
+//! [`Transactional::add_partitions`], takes batches with
+//! [`Transactional::produce`] (each waits for its response: one request
+//! in flight) and ends with [`Transactional::commit`] or
+//! [`Transactional::abort`].
+//!
+//! Calls retry what may heal (a connection failure, a coordinator or a
+//! leader moving, `CONCURRENT_TRANSACTIONS` while the previous
+//! transaction completes) with a short backoff for up to the retry time
+//! given at creation, resending the same bytes (the same sequence, so a
+//! batch the broker had written is not written twice); other errors are
+//! returned, after which the caller aborts or calls `init` again and
+//! produces the transaction's batches again.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::batch::{BatchBuilder, Compressor, Producer};
+use crate::client::{retriable, Connection, Error};
+use crate::cluster::Cluster;
+
+/// `MESSAGE_TOO_LARGE` and `RECORD_LIST_TOO_LARGE`.
+const TOO_LARGE: [i16; 2] = [10, 18];
+
+/// `DUPLICATE_SEQUENCE_NUMBER`: written already.
+const DUPLICATE: i16 = 46;
+
+/// Backoff between retries: from this, doubling, up to 1 s.
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Why [`Transactional::produce`] did not deliver a batch.
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    /// The batch is larger than the topic takes: send its records in
+    /// smaller batches.
+    #[error("record batch too large for the topic")]
+    TooLarge,
+    /// The broker refused the batch for good (the code); the transaction
+    /// may go on without it.
+    #[error("kafka refused the batch: {}", crate::client::code_name(*.0))]
+    Refused(i16),
+    /// The transaction cannot go on: abort it (or `init` again) and send
+    /// its batches again.
+    #[error(transparent)]
+    Failed(#[from] Error),
+}
+
+/// A transactional producer. See the module docs.
+#[derive(Debug)]
+pub struct Transactional {
+    id: String,
+    transaction_timeout_ms: i32,
+    retry_for: Duration,
+    cluster: Cluster,
+    coordinator: Option<Connection>,
+    producer: Option<(i64, i16)>,
+    sequences: HashMap<(String, i32), i32>,
+    /// Partitions added to the open transaction; `None` when none is open.
+    open: Option<Vec<(String, i32)>>,
+    batch: Vec<u8>,
+    request: Vec<u8>,
+}
+
+impl Transactional {
+    /// A producer for `topics` through `bootstrap`, with
+    /// `transactional_id`; the broker aborts a transaction left open
+    /// longer than `transaction_timeout`; each call retries what may heal
+    /// for up to `retry_for`, each request waiting up to
+    /// `request_timeout`. Nothing is connected before [`Transactional::init`].
+    pub fn new(
+        bootstrap: &[String],
+        topics: &[&str],
+        transactional_id: &str,
+        transaction_timeout: Duration,
+        retry_for: Duration,
+        request_timeout: Duration,
+    ) -> Self {
+        Transactional {
+            id: transactional_id.to_string(),
+            transaction_timeout_ms: i32::try_from(transaction_timeout.as_millis())
+                .unwrap_or(i32::MAX),
+            retry_for,
+            cluster: Cluster::new(bootstrap, topics, "sonde", request_timeout),
+            coordinator: None,
+            producer: None,
+            sequences: HashMap::new(),
+            open: None,
+            batch: Vec::new(),
+            request: Vec::new(),
+        }
+    }
+
+    /// The cluster: the topics' partitions and leaders.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// True while a transaction is open.
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Reads the metadata, finds the coordinator and takes a new producer
+    /// id and epoch (fencing an older producer with the same id and
+    /// aborting what it left open); sequences start at 0 and no
+    /// transaction is open.
+    ///
+    /// # Errors
+    ///
+    /// What did not heal within the retry time.
+    pub fn init(&mut self) -> Result<(), Error> {
+        self.open = None;
+        self.producer = None;
+        self.sequences.clear();
+        self.retry(|t| t.cluster.refresh())?;
+        let (id, timeout) = (self.id.clone(), self.transaction_timeout_ms);
+        let ids = self.retry(|t| t.coordinator()?.init_producer_id(Some(&id), timeout))?;
+        self.producer = Some(ids);
+        Ok(())
+    }
+
+    /// Begins a transaction if none is open, and adds `partitions` to it
+    /// (those not added yet).
+    ///
+    /// # Errors
+    ///
+    /// No producer id ([`Transactional::init`] first), or what did not
+    /// heal within the retry time.
+    pub fn add_partitions(&mut self, partitions: &[(&str, i32)]) -> Result<(), Error> {
+        let producer = self.producer()?;
+        let open = self.open.get_or_insert_with(Vec::new);
+        let new: Vec<(String, i32)> = partitions
+            .iter()
+            .filter(|(t, p)| !open.iter().any(|(ot, op)| ot == t && op == p))
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let id = self.id.clone();
+        self.retry(|t| {
+            let list: Vec<(&str, i32)> = new.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+            t.coordinator()?.add_partitions_to_txn(&id, producer, &list)
+        })?;
+        self.open.get_or_insert_with(Vec::new).extend(new);
+        Ok(())
+    }
+
+    /// Sends the records of `builder` as one batch to `topic`/`partition`
+    /// (added to the transaction first) and waits for the answer.
+    ///
+    /// # Errors
+    ///
+    /// See [`ProduceError`]. The builder is emptied either way.
+    pub fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        builder: &mut BatchBuilder,
+        compressor: &mut Compressor,
+    ) -> Result<(), ProduceError> {
+        let (id, epoch) = self.producer()?;
+        let key = (topic.to_string(), partition);
+        let sequence = self.sequences.get(&key).copied().unwrap_or(0);
+        let records = builder.len() as i64;
+        self.batch.clear();
+        let producer = Producer {
+            id,
+            epoch,
+            base_sequence: sequence,
+        };
+        builder
+            .finish(compressor, producer, &mut self.batch)
+            .map_err(|e| ProduceError::Failed(Error::Io(e)))?;
+        let deadline = Instant::now() + self.retry_for;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.send_batch(topic, partition) {
+                Ok(0) | Ok(DUPLICATE) => {
+                    let next = (i64::from(sequence) + records) % (i64::from(i32::MAX) + 1);
+                    self.sequences.insert(key, next as i32);
+                    return Ok(());
+                }
+                Ok(code) if TOO_LARGE.contains(&code) => return Err(ProduceError::TooLarge),
+                Ok(code) if !retriable(code) => {
+                    // A batch that is not written leaves the sequence
+                    // where it was; a refusal of the producer itself
+                    // (fenced, out of order) ends the transaction.
+                    if matches!(code, 45 | 47 | 48 | 59 | 90) {
+                        return Err(ProduceError::Failed(Error::Broker {
+                            api: "Produce",
+                            code,
+                        }));
+                    }
+                    return Err(ProduceError::Refused(code));
+                }
+                Ok(code) => {
+                    self.cluster.mark_stale();
+                    if Instant::now() >= deadline {
+                        return Err(ProduceError::Failed(Error::Broker {
+                            api: "Produce",
+                            code,
+                        }));
+                    }
+                }
+                Err(e) => {
+                    if Instant::now() >= deadline {
+                        return Err(ProduceError::Failed(e));
+                    }
+                }
+            }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One attempt at sending `self.batch`: the partition's error code,
+    /// or the connection's error (the connection is then closed).
+    fn send_batch(&mut self, topic: &str, partition: i32) -> Result<i16, Error> {
+        if self.cluster.is_stale() {
+            self.cluster.refresh()?;
+        }
+        let node = self
+            .cluster
+            .leader_of(topic, partition)
+            .ok_or(Error::Broker {
+                api: "Metadata",
+                code: 5,
+            })?;
+        let id = self.id.clone();
+        let c = self.cluster.connection(node)?;
+        c.set_transactional_id(Some(&id));
+        let frame = c.begin_produce(&mut self.request, -1, i32::MAX, topic, partition);
+        self.request.extend_from_slice(&self.batch);
+        let result = c
+            .send_produce(&mut self.request, frame)
+            .and_then(|()| c.recv_produce());
+        match result {
+            Ok(r) => Ok(r.first().map_or(0, |p| p.error)),
+            Err(e) => {
+                self.cluster.disconnect(node);
+                Err(e)
+            }
+        }
+    }
+
+    /// Commits the open transaction.
+    ///
+    /// # Errors
+    ///
+    /// What did not heal within the retry time: the transaction's outcome
+    /// is then unknown to this producer; `init` aborts it if it is still
+    /// open.
+    pub fn commit(&mut self) -> Result<(), Error> {
+        self.end(true)
+    }
+
+    /// Aborts the open transaction.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transactional::commit`].
+    pub fn abort(&mut self) -> Result<(), Error> {
+        self.end(false)
+    }
+
+    fn end(&mut self, commit: bool) -> Result<(), Error> {
+        if self.open.is_none() {
+            return Ok(());
+        }
+        let producer = self.producer()?;
+        let id = self.id.clone();
+        self.retry(|t| t.coordinator()?.end_txn(&id, producer, commit))?;
+        self.open = None;
+        Ok(())
+    }
+
+    fn producer(&self) -> Result<(i64, i16), Error> {
+        self.producer.ok_or_else(|| {
+            Error::Io(std::io::Error::other(
+                "no producer id: the transactional producer is not initialised",
+            ))
+        })
+    }
+
+    /// The coordinator's connection, found and opened if needed.
+    fn coordinator(&mut self) -> Result<&mut Connection, Error> {
+        if self.coordinator.is_none() {
+            if self.cluster.is_stale() {
+                self.cluster.refresh()?;
+            }
+            let leader = self
+                .cluster
+                .partitions()
+                .iter()
+                .find_map(|p| p.leader)
+                .ok_or(Error::Broker {
+                    api: "Metadata",
+                    code: 5,
+                })?;
+            let id = self.id.clone();
+            let (_, addr) = self.cluster.connection(leader)?.find_coordinator(&id)?;
+            let c = Connection::connect(&addr, "sonde", Duration::from_secs(10))?;
+            self.coordinator = Some(c);
+        }
+        Ok(self.coordinator.as_mut().expect("opened above"))
+    }
+
+    /// Calls `f` until it succeeds, fails for good or the retry time
+    /// passed, forgetting the coordinator after a failure that may mean it
+    /// moved.
+    fn retry<T>(&mut self, mut f: impl FnMut(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
+        let deadline = Instant::now() + self.retry_for;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let e = match f(self) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            let heals = match &e {
+                Error::Io(_) | Error::Malformed(_) => {
+                    self.coordinator = None;
+                    self.cluster.mark_stale();
+                    true
+                }
+                Error::Broker { code, .. } => {
+                    if matches!(code, 14..=16) {
+                        self.coordinator = None;
+                    }
+                    retriable(*code)
+                }
+                Error::Unsupported { .. } => false,
+            };
+            if !heals || Instant::now() >= deadline {
+                return Err(e);
+            }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+}
