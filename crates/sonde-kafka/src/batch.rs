@@ -259,6 +259,12 @@ impl BatchBuilder {
         self.records.len()
     }
 
+    /// Drops the records pushed since the last finish.
+    pub fn clear(&mut self) {
+        self.records.clear();
+        self.count = 0;
+    }
+
     /// Appends a record with no key and no headers.
     #[inline]
     pub fn push_value(&mut self, timestamp_ms: i64, value: &[u8]) {

@@ -641,6 +641,28 @@ impl Connection {
         Ok(())
     }
 
+    /// Sends again a produce request that [`Connection::send_produce`]
+    /// sent before (on this or another connection), under a new
+    /// correlation id: a retry without encoding the batch again.
+    ///
+    /// # Errors
+    ///
+    /// The write failed: the connection is then unusable.
+    pub fn resend_produce(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        let correlation = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        // Size (4), API key (2), version (2), then the correlation id. The
+        // version is this connection's: the same for every broker of a
+        // cluster in practice; a broker that speaks an older one answers
+        // UNSUPPORTED_VERSION.
+        buf[4..6].copy_from_slice(&API_PRODUCE.to_be_bytes());
+        buf[6..8].copy_from_slice(&self.produce_version.to_be_bytes());
+        set_i32(buf, 8, correlation);
+        self.stream.write_all(buf)?;
+        self.in_flight.push_back(correlation);
+        Ok(())
+    }
+
     /// The response to the oldest produce request in flight: one result
     /// per partition it wrote to.
     ///

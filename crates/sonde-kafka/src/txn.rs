@@ -63,7 +63,6 @@ pub struct Transactional {
     sequences: HashMap<(String, i32), i32>,
     /// Partitions added to the open transaction; `None` when none is open.
     open: Option<Vec<(String, i32)>>,
-    batch: Vec<u8>,
     request: Vec<u8>,
 }
 
@@ -91,7 +90,6 @@ impl Transactional {
             producer: None,
             sequences: HashMap::new(),
             open: None,
-            batch: Vec::new(),
             request: Vec::new(),
         }
     }
@@ -169,19 +167,38 @@ impl Transactional {
         let key = (topic.to_string(), partition);
         let sequence = self.sequences.get(&key).copied().unwrap_or(0);
         let records = builder.len() as i64;
-        self.batch.clear();
         let producer = Producer {
             id,
             epoch,
             base_sequence: sequence,
         };
-        builder
-            .finish(compressor, producer, &mut self.batch)
-            .map_err(|e| ProduceError::Failed(Error::Io(e)))?;
+        // The request is built for the partition's leader as the metadata
+        // says now; a retry sends the same bytes again.
+        if self.cluster.is_stale() {
+            self.cluster.refresh().map_err(ProduceError::Failed)?;
+        }
+        let node = self
+            .leader(topic, partition)
+            .map_err(ProduceError::Failed)?;
+        let txn_id = self.id.clone();
+        let c = match self.cluster.connection(node) {
+            Ok(c) => c,
+            Err(e) => {
+                builder.clear();
+                return Err(ProduceError::Failed(e));
+            }
+        };
+        c.set_transactional_id(Some(&txn_id));
+        let frame = c.begin_produce(&mut self.request, -1, i32::MAX, topic, partition);
+        if let Err(e) = builder.finish(compressor, producer, &mut self.request) {
+            builder.clear();
+            return Err(ProduceError::Failed(Error::Io(e)));
+        }
+        let mut first = Some(frame);
         let deadline = Instant::now() + self.retry_for;
         let mut backoff = FIRST_BACKOFF;
         loop {
-            match self.send_batch(topic, partition) {
+            match self.send_request(topic, partition, first.take()) {
                 Ok(0) | Ok(DUPLICATE) => {
                     let next = (i64::from(sequence) + records) % (i64::from(i32::MAX) + 1);
                     self.sequences.insert(key, next as i32);
@@ -220,34 +237,43 @@ impl Transactional {
         }
     }
 
-    /// One attempt at sending `self.batch`: the partition's error code,
-    /// or the connection's error (the connection is then closed).
-    fn send_batch(&mut self, topic: &str, partition: i32) -> Result<i16, Error> {
+    /// One attempt at sending `self.request` (begun by `frame` on the
+    /// leader's connection the first time; sent again on the leader's
+    /// connection of now after that): the partition's error code, or the
+    /// connection's error (the connection is then closed).
+    fn send_request(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        frame: Option<crate::client::ProduceFrame>,
+    ) -> Result<i16, Error> {
         if self.cluster.is_stale() {
             self.cluster.refresh()?;
         }
-        let node = self
-            .cluster
-            .leader_of(topic, partition)
-            .ok_or(Error::Broker {
-                api: "Metadata",
-                code: 5,
-            })?;
+        let node = self.leader(topic, partition)?;
         let id = self.id.clone();
         let c = self.cluster.connection(node)?;
         c.set_transactional_id(Some(&id));
-        let frame = c.begin_produce(&mut self.request, -1, i32::MAX, topic, partition);
-        self.request.extend_from_slice(&self.batch);
-        let result = c
-            .send_produce(&mut self.request, frame)
-            .and_then(|()| c.recv_produce());
-        match result {
+        let sent = match frame {
+            Some(f) => c.send_produce(&mut self.request, f),
+            None => c.resend_produce(&mut self.request),
+        };
+        match sent.and_then(|()| c.recv_produce()) {
             Ok(r) => Ok(r.first().map_or(0, |p| p.error)),
             Err(e) => {
                 self.cluster.disconnect(node);
                 Err(e)
             }
         }
+    }
+
+    fn leader(&self, topic: &str, partition: i32) -> Result<i32, Error> {
+        self.cluster
+            .leader_of(topic, partition)
+            .ok_or(Error::Broker {
+                api: "Metadata",
+                code: 5,
+            })
     }
 
     /// Commits the open transaction.

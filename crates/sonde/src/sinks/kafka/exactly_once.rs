@@ -41,6 +41,7 @@
 //! aborted, and its lines are read again at the next start.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -53,7 +54,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode as Code;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use sonde_io::logs::{LogBatch, LogInput, LogLine, SourceInfo};
+use sonde_io::logs::{LogBatch, LogInput, SourceInfo};
 use sonde_io::sink::{SinkDrop, SinkStats};
 use sonde_kafka::{BatchBuilder, Compressor, ProduceError, Transactional};
 use sonde_logs::Checkpoints;
@@ -493,9 +494,8 @@ impl Transactions {
     /// Produces a batch's records, and its positions if it has them;
     /// returns how many records Kafka refused.
     fn produce(&mut self, batch: &LogBatch) -> Result<usize, Failed> {
-        let lines: Vec<LogLine<'_>> = batch.lines().collect();
         let now = now_ms();
-        let refused = self.send_lines(batch.source(), &lines, now)?;
+        let refused = self.send_lines(batch, 0..batch.len(), now)?;
         if let Some(p) = batch.positions() {
             let value = serde_json::to_vec(p).map_err(|e| Failed(e.to_string()))?;
             let key = positions_key(batch.source());
@@ -514,30 +514,32 @@ impl Transactions {
         Ok(refused)
     }
 
-    /// Produces `lines` in batches of at most 1 MB of records (halving a
-    /// batch the topic finds too large); returns how many records Kafka
-    /// refused.
+    /// Produces the lines `range` of `batch` in record batches of at
+    /// most 1 MB of records (halving one the topic finds too large);
+    /// returns how many records Kafka refused.
     fn send_lines(
         &mut self,
-        source: &SourceInfo,
-        lines: &[LogLine<'_>],
+        batch: &LogBatch,
+        range: Range<usize>,
         now: i64,
     ) -> Result<usize, Failed> {
+        let source = batch.source();
         let fields = self.encoder.field_pairs(source);
         let max_records = self.net.delivery.max_batch_points.max(1);
         let topic = self.k.topic.clone();
         let mut refused = 0;
-        let mut i = 0;
-        while i < lines.len() {
+        let mut lines = batch.lines().skip(range.start).take(range.len()).peekable();
+        let mut i = range.start;
+        while i < range.end {
             let start = i;
-            while i < lines.len()
+            while lines.peek().is_some()
                 && (self.builder.is_empty()
                     || (self.builder.raw_bytes() < MAX_REQUEST_RECORDS_BYTES
                         && self.builder.len() < max_records))
             {
-                let line = &lines[i];
-                let meta = self.encoder.meta_headers(source, line);
-                let value = self.encoder.value(source, line);
+                let line = lines.next().expect("peeked");
+                let meta = self.encoder.meta_headers(source, &line);
+                let value = self.encoder.value(source, &line);
                 if meta.is_empty() {
                     self.builder.push(now, None, value, &fields);
                 } else {
@@ -556,8 +558,8 @@ impl Transactions {
                 Ok(()) => {}
                 Err(ProduceError::TooLarge) if i - start > 1 => {
                     let mid = start + (i - start) / 2;
-                    refused += self.send_lines(source, &lines[start..mid], now)?;
-                    refused += self.send_lines(source, &lines[mid..i], now)?;
+                    refused += self.send_lines(batch, start..mid, now)?;
+                    refused += self.send_lines(batch, mid..i, now)?;
                 }
                 Err(ProduceError::TooLarge | ProduceError::Refused(_)) => refused += i - start,
                 Err(ProduceError::Failed(e)) => return Err(e.into()),
