@@ -393,15 +393,8 @@ impl Sender {
             {
                 break;
             }
-            let meta = self.encoder.meta_headers(source, &line);
-            let value = self.encoder.value(source, &line);
-            if meta.is_empty() {
-                self.builder.push(now, None, value, &fields);
-            } else {
-                let mut h = fields.clone();
-                h.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
-                self.builder.push(now, None, value, &h);
-            }
+            self.encoder
+                .push(&mut self.builder, source, &line, &fields, now);
             end += 1;
         }
         if end < unit.lines.end {

@@ -13,20 +13,23 @@
 //! whichever comes first; only then are its batches acknowledged to the
 //! source.
 //!
-//! On an error that requires an abort, the transaction is aborted and the
-//! same batches are produced again in a new one. On a fatal error (the
-//! producer fenced by another with the same `transactional.id`, say), the
-//! producer is replaced, which aborts whatever its predecessor left open,
-//! and the batches are produced again. Either way nothing is acknowledged
-//! before a commit succeeded, and an aborted transaction is invisible to a
-//! `read_committed` consumer.
+//! The producer is sonde's own ([`sonde_kafka::Transactional`]): calls
+//! retry what may heal for up to 10 s (`CALL_TIMEOUT`). On any other failure
+//! the producer takes a new epoch from its coordinator, which aborts the
+//! open transaction (and fences a producer still using the old epoch),
+//! and the same batches are produced again in a new transaction. Either
+//! way nothing is acknowledged before a commit succeeded, and an aborted
+//! transaction is invisible to a `read_committed` consumer. A record the
+//! topic refuses (over its `max.message.bytes` once compressed: a batch
+//! is halved until the record is alone) is dropped, and counted once its
+//! transaction commits.
 //!
 //! # Start
 //!
 //! The `transactional.id` is `sonde-{host}-{source}`: the same at every
 //! start of the same host and source. Each source's thread creates
 //! `offsets_topic` (compacted) if it is missing, starts its producer (whose
-//! `init_transactions` aborts a transaction a killed predecessor left
+//! first epoch aborts a transaction a killed predecessor left
 //! open), then reads `offsets_topic` with `read_committed` up to its high
 //! watermark; the source's last positions there are where it resumes,
 //! wherever its checkpoint file (saved after commits, so never ahead)
@@ -538,15 +541,8 @@ impl Transactions {
                         && self.builder.len() < max_records))
             {
                 let line = lines.next().expect("peeked");
-                let meta = self.encoder.meta_headers(source, &line);
-                let value = self.encoder.value(source, &line);
-                if meta.is_empty() {
-                    self.builder.push(now, None, value, &fields);
-                } else {
-                    let mut h = fields.clone();
-                    h.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
-                    self.builder.push(now, None, value, &h);
-                }
+                self.encoder
+                    .push(&mut self.builder, source, &line, &fields, now);
                 i += 1;
             }
             match self.txn.produce(

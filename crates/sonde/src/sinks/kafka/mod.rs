@@ -4,25 +4,25 @@
 //! * [`at_least_once`]: sonde's own producer ([`sonde_kafka`]) for every
 //!   source of the sink; a batch is acknowledged to its source once Kafka
 //!   acknowledged each of its requests.
-//! * [`exactly_once`]: one transactional librdkafka producer per source;
-//!   the records of whole batches and the source's read positions go into
-//!   Kafka in one transaction, and the positions are read back from Kafka
-//!   at start.
+//! * [`exactly_once`]: one transactional producer of sonde's own per
+//!   source; the records of whole batches and the source's read positions
+//!   go into Kafka in one transaction, and the positions are read back
+//!   from Kafka (with librdkafka's consumer) at start.
 //! * [`metrics`]: metric windows, through librdkafka.
 //! * [`record`]: what a record holds (`format`).
 //!
 //! # How the common network keys map
 //!
-//! For librdkafka's producers (exactly once, metric windows), which batch,
-//! compress and retry themselves, the common keys become its settings:
+//! For librdkafka's producer (metric windows), which batches, compresses
+//! and retries itself, the common keys become its settings:
 //! `max_batch_bytes` → `batch.size`, `max_batch_points` →
 //! `batch.num.messages`, `request_timeout` → `request.timeout.ms`,
 //! `retry_min_backoff` / `retry_max_backoff` → `retry.backoff.ms` /
 //! `retry.backoff.max.ms`, a memory `buffer`'s `max_size` →
 //! `queue.buffering.max.kbytes`, `compression` → `compression.type` and
-//! `compression_level` → `compression.level`. The own producer takes
-//! `max_batch_points`, `request_timeout`, the backoffs and the compression
-//! (see [`at_least_once`]). `shutdown_grace` bounds the flush at shutdown.
+//! `compression_level` → `compression.level`. sonde's own producer (log
+//! lines, both deliveries) takes `max_batch_points`, `request_timeout`,
+//! the backoffs and the compression (see [`at_least_once`]). `shutdown_grace` bounds the flush at shutdown.
 //! A disk buffer is refused: lines wait in their files (the source stops
 //! reading while Kafka is away), so a second copy on disk would buy
 //! nothing.

@@ -112,6 +112,28 @@ impl Encoder {
         h
     }
 
+    /// Appends the record of `line` to `builder`, at `now`: its value,
+    /// `fields` (the batch's [`Encoder::field_pairs`]) and its own
+    /// [`Encoder::meta_headers`] as headers.
+    pub fn push(
+        &mut self,
+        builder: &mut sonde_kafka::BatchBuilder,
+        source: &SourceInfo,
+        line: &LogLine<'_>,
+        fields: &[(&str, &[u8])],
+        now: i64,
+    ) {
+        let meta = self.meta_headers(source, line);
+        let value = self.value(source, line);
+        if meta.is_empty() {
+            builder.push(now, None, value, fields);
+        } else {
+            let mut h = fields.to_vec();
+            h.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+            builder.push(now, None, value, &h);
+        }
+    }
+
     /// The value of the record of `line`.
     pub fn value<'a>(&'a mut self, source: &SourceInfo, line: &LogLine<'a>) -> &'a [u8] {
         match self.format {
