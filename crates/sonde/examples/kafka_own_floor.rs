@@ -10,40 +10,50 @@
 //!
 //! ```sh
 //! scripts/kafka-broker.sh start /tmp/kb 19192
-//! cargo run --release -p sonde --example kafka_own_floor -- 127.0.0.1:19192 own 3579140 149 lz4 [floor|loadgen]
+//! cargo run --release -p sonde --example kafka_own_floor -- 127.0.0.1:19192 own 3579140 149 lz4 [floor|loadgen] [batch=1000000] [inflight=5] [level=1]
 //! ```
 //! `floor` (the default) sends `kafka_floor`'s 1,024 lines; `loadgen`
 //! every line distinct, as the load generator writes them (they compress
-//! less: lz4 about 3x).
+//! less: lz4 about 3x). `batch` is the bytes of records per request,
+//! `inflight` the requests in flight, `level` the zstd or gzip level: the
+//! sink's choices by default.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use sonde_kafka::{BatchBuilder, Codec, Compressor, Connection, Producer};
 
-/// Records per batch: about 1 MB, under the broker's default
-/// `max.message.bytes` (1 MiB) even uncompressed.
-const BATCH_BYTES: usize = 1_000_000;
-
-const IN_FLIGHT: usize = 5;
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [broker, topic, count, bytes, compression, rest @ ..] = &args[..] else {
-        eprintln!(
-            "usage: kafka_own_floor BROKER TOPIC COUNT BYTES none|gzip|lz4|zstd [floor|loadgen]"
-        );
+        eprintln!("usage: kafka_own_floor BROKER TOPIC COUNT BYTES none|gzip|lz4|zstd [floor|loadgen] [batch=N] [inflight=N] [level=N]");
         std::process::exit(2);
     };
     let count: u64 = count.parse().expect("COUNT");
     let bytes: usize = bytes.parse().expect("BYTES");
+    let setting = |key: &str, default: i64| -> i64 {
+        rest.iter()
+            .find_map(|a| a.strip_prefix(key)?.strip_prefix('='))
+            .map_or(default, |v| v.parse().expect("a number"))
+    };
+    // The sink's choices: about 1 MB of records per request (under the
+    // broker's default max.message.bytes even uncompressed), five in
+    // flight, level 1.
+    let batch_bytes = setting("batch", 1_000_000) as usize;
+    let in_flight_max = setting("inflight", 5) as usize;
+    let level = setting("level", 1);
     let codec = match compression.as_str() {
         "none" => Codec::None,
-        "gzip" => Codec::Gzip { level: 1 },
+        "gzip" => Codec::Gzip {
+            level: level as u32,
+        },
         "lz4" => Codec::Lz4,
-        "zstd" => Codec::Zstd { level: 1 },
+        "zstd" => Codec::Zstd {
+            level: level as i32,
+        },
         c => panic!("compression {c}"),
     };
-    let lines: Vec<Vec<u8>> = match rest.first().map(String::as_str) {
+    let kind = rest.iter().find(|a| !a.contains('=')).map(String::as_str);
+    let lines: Vec<Vec<u8>> = match kind {
         None | Some("floor") => sonde_loadgen::logs::floor_lines(bytes),
         Some("loadgen") => {
             let maker = sonde_loadgen::logs::LineMaker::new(bytes + 1);
@@ -70,7 +80,7 @@ fn main() {
     };
     let mut compressor = Compressor::new(codec).expect("compressor");
     let mut batch = BatchBuilder::new();
-    let mut buf = Vec::with_capacity(2 * BATCH_BYTES);
+    let mut buf = Vec::with_capacity(2 * batch_bytes);
     let (mut sent, mut acked, mut batches) = (0u64, 0u64, 0usize);
     let mut in_flight = std::collections::VecDeque::new();
     let settle = |c: &mut Connection, records: u64| {
@@ -92,7 +102,7 @@ fn main() {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let mut n = 0u64;
-        while batch.raw_bytes() + bytes + 16 <= BATCH_BYTES && sent + n < count {
+        while batch.raw_bytes() + bytes + 16 <= batch_bytes && sent + n < count {
             batch.push_value(now, &lines[((sent + n) % lines.len() as u64) as usize]);
             n += 1;
         }
@@ -105,7 +115,7 @@ fn main() {
         in_flight.push_back(n);
         sent += n;
         batches += 1;
-        while in_flight.len() >= IN_FLIGHT {
+        while in_flight.len() >= in_flight_max {
             let n = in_flight.pop_front().expect("in flight");
             acked += settle(&mut c, n);
         }

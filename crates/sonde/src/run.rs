@@ -167,6 +167,7 @@ fn start_sink(
     sites: &mut Vec<(std::net::TcpListener, Site)>,
     stats: Option<Arc<SinkStats>>,
     sources: &[SourceInfo],
+    host: &str,
 ) -> anyhow::Result<Started> {
     let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(s.name.clone())));
     let taken: Vec<SourceInfo> = s
@@ -177,6 +178,7 @@ fn start_sink(
         stats: Arc::clone(&stats),
         sites,
         sources: &taken,
+        host,
     };
     let running = (s.kind.start)(s, &mut start)?;
     let windows = if s.takes_metrics() {
@@ -200,13 +202,19 @@ fn start_sink(
     })
 }
 
+/// The host this agent names: `agent.hostname`, else the kernel's host
+/// name.
+fn agent_host(config: &Config) -> String {
+    match &config.agent.hostname {
+        Some(h) => h.get_ref().clone(),
+        None => sonde::sinks::hostname().unwrap_or_else(|| "localhost".into()),
+    }
+}
+
 /// What records of each log source carry besides the line: the
 /// `[[logs]]` sources in order, then `dogstatsd_events` if a sink takes it.
 fn source_infos(config: &Config) -> Vec<SourceInfo> {
-    let host = match &config.agent.hostname {
-        Some(h) => h.get_ref().clone(),
-        None => sonde::sinks::hostname().unwrap_or_else(|| "localhost".into()),
-    };
+    let host = agent_host(config);
     let mut infos: Vec<SourceInfo> = config
         .logs
         .iter()
@@ -329,11 +337,12 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     let infos = source_infos(&config);
+    let host = agent_host(&config);
     let mut handles = Vec::new();
     let mut sinks = Vec::new();
     let mut log_inputs = Vec::new();
     for s in &config.sinks {
-        let started = start_sink(s, &mut sites, None, &infos)?;
+        let started = start_sink(s, &mut sites, None, &infos, &host)?;
         lock(&telemetry.sinks).push(Arc::clone(&started.running.stats));
         handles.extend(started.windows);
         log_inputs.extend(started.logs);
@@ -536,7 +545,8 @@ fn reload(
         let name = s.name.clone();
         // The same name keeps its counters.
         let stats = old_stats.iter().find(|o| o.name == name).cloned();
-        match start_sink(s, &mut Vec::new(), stats, &[]) {
+        // [agent] changes apply at the next start: the old host name.
+        match start_sink(s, &mut Vec::new(), stats, &[], &agent_host(old)) {
             Ok(started) => {
                 lock(&ctx.telemetry.sinks).push(Arc::clone(&started.running.stats));
                 handles.extend(started.windows);

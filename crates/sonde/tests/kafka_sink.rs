@@ -48,6 +48,7 @@ fn start(sink: &Sink, source: &SourceInfo) -> (Running, Arc<SinkStats>) {
             stats: Arc::clone(&stats),
             sites: &mut sites,
             sources: std::slice::from_ref(source),
+            host: "web-1",
         },
     )
     .unwrap();

@@ -419,14 +419,17 @@ fn otlp_sink_posts_metrics_the_official_definitions_decode() {
 
     let server = Server::start(0, 200);
     let udp = free_port();
-    let agent = Agent::start(
-        "1s",
-        &format!(
-            "{}[[sinks]]\ntype = \"otlp_http\"\nurl = \"http://127.0.0.1:{}/v1/metrics\"\nmax_batch_age = \"0s\"\n",
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\ninterval = \"1s\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"metrics-host\"\n\n\
+             {}[[sinks]]\ntype = \"otlp_http\"\nurl = \"http://127.0.0.1:{}/v1/metrics\"\nmax_batch_age = \"0s\"\n\n\
+             [[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            dir.join("data").display(),
             statsd_receiver(udp),
-            server.port
-        ),
-    );
+            server.port,
+            dir.join("points.jsonl").display()
+        )
+    });
     udp_send(udp, b"ot.requests:3|c|#dc:x\not.temp:21.5|g\n");
     let g = wait_for("an OTLP request", Duration::from_secs(10), || {
         server.accepted().into_iter().next()
@@ -437,6 +440,11 @@ fn otlp_sink_posts_metrics_the_official_definitions_decode() {
     let rm = &req.resource_metrics[0];
     let host = &rm.resource.as_ref().unwrap().attributes[0];
     assert_eq!(host.key, "host.name");
+    assert_eq!(
+        host.value.as_ref().unwrap().value,
+        Some(Any::StringValue("metrics-host".into())),
+        "agent.hostname names the host"
+    );
     let file = agent.points();
     let mut seen = 0;
     for m in &rm.scope_metrics[0].metrics {

@@ -185,6 +185,9 @@ pub struct Start<'a> {
     /// The log sources whose lines it takes (its `inputs` other than
     /// `metrics`), with what records carry besides the line.
     pub sources: &'a [SourceInfo],
+    /// The host the agent names (`agent.hostname`, else the kernel's
+    /// host name): OTLP's `host.name`.
+    pub host: &'a str,
 }
 
 /// A started sink.

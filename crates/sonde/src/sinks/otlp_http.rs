@@ -52,10 +52,7 @@ fn logs_url(s: &Sink) -> Option<String> {
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
-    let mut e = Otlp::new();
-    if let Some(host) = super::hostname() {
-        e = e.with_resource([("host.name", host)]);
-    }
+    let e = Otlp::new().with_resource([("host.name", st.host.to_string())]);
     let mut running = net::start(s, e, st)?;
     if !st.sources.is_empty() {
         let url = logs_url(s);
