@@ -13,7 +13,9 @@
 //! [`decode`] reads a batch back (CRC checked, decompressed), for tests
 //! and fuzzing.
 
-use std::io::{self, Read, Write};
+use std::io;
+
+use sonde_encode::compress::Compression;
 
 use crate::wire::{put_i16, put_i32, put_i64, put_i8, put_varint, set_i32, varint_len};
 use crate::wire::{Malformed, Reader};
@@ -38,39 +40,14 @@ const SNAPPY_HEADER: [u8; 16] = [
 /// The Java client's snappy block size.
 const SNAPPY_BLOCK: usize = 32 << 10;
 
-/// How the records of a batch are compressed (the batch attribute's low
-/// three bits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Codec {
-    /// Uncompressed.
-    None,
-    /// gzip at a level from 0 to 9.
-    Gzip {
-        /// The level.
-        level: u32,
-    },
-    /// The LZ4 frame format, 64 KiB independent blocks.
-    Lz4,
-    /// Snappy in the framing of the Java client (xerial's
-    /// `SnappyOutputStream`: a header, then 32 KiB blocks each with its
-    /// length), which every broker and client reads.
-    Snappy,
-    /// zstd at a level.
-    Zstd {
-        /// The level.
-        level: i32,
-    },
-}
-
-impl Codec {
-    fn attribute(self) -> i16 {
-        match self {
-            Codec::None => 0,
-            Codec::Gzip { .. } => 1,
-            Codec::Snappy => 2,
-            Codec::Lz4 => 3,
-            Codec::Zstd { .. } => 4,
-        }
+/// The batch attribute's low three bits: how the records are compressed.
+fn attribute(c: Compression) -> i16 {
+    match c {
+        Compression::None => 0,
+        Compression::Gzip { .. } => 1,
+        Compression::Snappy => 2,
+        Compression::Lz4 => 3,
+        Compression::Zstd { .. } => 4,
     }
 }
 
@@ -95,10 +72,20 @@ impl Producer {
     };
 }
 
-/// Compresses the records section of batches, keeping what can be
-/// reused from one batch to the next.
+/// The sequence number after a batch of `records` records that began at
+/// `sequence`: sequences wrap to 0 after `i32::MAX`.
+pub fn next_sequence(sequence: i32, records: usize) -> i32 {
+    let records = i64::try_from(records).unwrap_or(i64::MAX);
+    ((i64::from(sequence) + records) % (i64::from(i32::MAX) + 1)) as i32
+}
+
+/// Compresses the records section of batches as Kafka frames each codec,
+/// keeping what can be reused from one batch to the next. gzip and no
+/// compression are [`Compression::compress`]'s; snappy (the Java
+/// client's framing) and lz4 (64 KiB blocks) are framed here, and zstd
+/// keeps one context for the producer's life.
 pub struct Compressor {
-    codec: Codec,
+    codec: Compression,
     zstd: Option<zstd::bulk::Compressor<'static>>,
     /// The LZ4 frame header for 64 KiB independent blocks without
     /// checksums (7 bytes), taken once from `lz4_flex`'s frame encoder so
@@ -120,12 +107,12 @@ impl Compressor {
     /// # Errors
     ///
     /// zstd refused the level.
-    pub fn new(codec: Codec) -> io::Result<Self> {
+    pub fn new(codec: Compression) -> io::Result<Self> {
         let zstd = match codec {
-            Codec::Zstd { level } => Some(zstd::bulk::Compressor::new(level)?),
+            Compression::Zstd { level } => Some(zstd::bulk::Compressor::new(level)?),
             _ => None,
         };
-        let lz4_header = if codec == Codec::Lz4 {
+        let lz4_header = if codec == Compression::Lz4 {
             let info = lz4_flex::frame::FrameInfo::new()
                 .block_size(lz4_flex::frame::BlockSize::Max64KB)
                 .block_mode(lz4_flex::frame::BlockMode::Independent);
@@ -149,21 +136,17 @@ impl Compressor {
     }
 
     /// The codec.
-    pub fn codec(&self) -> Codec {
+    pub fn codec(&self) -> Compression {
         self.codec
     }
 
     /// Appends `src`, compressed, to `out`.
     fn compress(&mut self, src: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
         match self.codec {
-            Codec::None => out.extend_from_slice(src),
-            Codec::Gzip { level } => {
-                let mut e =
-                    flate2::write::GzEncoder::new(&mut *out, flate2::Compression::new(level));
-                e.write_all(src)?;
-                e.finish()?;
+            c @ (Compression::None | Compression::Gzip { .. }) => {
+                c.compress(src, out).map_err(|e| e.source)?;
             }
-            Codec::Snappy => {
+            Compression::Snappy => {
                 out.extend_from_slice(&SNAPPY_HEADER);
                 let mut enc = snap::raw::Encoder::new();
                 for block in src.chunks(SNAPPY_BLOCK) {
@@ -176,7 +159,7 @@ impl Compressor {
                     out.truncate(at + 4 + n);
                 }
             }
-            Codec::Lz4 => {
+            Compression::Lz4 => {
                 // The frame is written here, around lz4_flex's block
                 // compressor, rather than by its FrameEncoder, which copies
                 // every block through a buffer of its own: 0.82 against
@@ -201,7 +184,7 @@ impl Compressor {
                 }
                 out.extend_from_slice(&0u32.to_le_bytes());
             }
-            Codec::Zstd { .. } => {
+            Compression::Zstd { .. } => {
                 let z = self.zstd.as_mut().expect("made with the codec");
                 let at = out.len();
                 out.reserve(zstd::zstd_safe::compress_bound(src.len()));
@@ -341,7 +324,7 @@ impl BatchBuilder {
         put_i8(out, 2); // magic
         put_i32(out, 0); // CRC-32C, set below
         let txn = if self.transactional { TRANSACTIONAL } else { 0 };
-        put_i16(out, compressor.codec().attribute() | txn);
+        put_i16(out, attribute(compressor.codec()) | txn);
         put_i32(out, self.count - 1); // last offset delta
         put_i64(out, self.base_timestamp);
         put_i64(out, self.max_timestamp);
@@ -355,8 +338,13 @@ impl BatchBuilder {
             return Err(e);
         }
         let size = out.len() - start;
-        let length = i32::try_from(size - 12)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "batch over 2 GiB"))?;
+        let Ok(length) = i32::try_from(size - 12) else {
+            out.truncate(start);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "batch over 2 GiB",
+            ));
+        };
         set_i32(out, start + 8, length);
         let crc = crc32c::crc32c(&out[start + CRC_FROM..]);
         out[start + CRC_FROM - 4..start + CRC_FROM].copy_from_slice(&crc.to_be_bytes());
@@ -431,10 +419,16 @@ pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
     let codec = attributes & 7;
     let records = match codec {
         0 => data.to_vec(),
-        1 => read_all(flate2::read::GzDecoder::new(data))?,
+        1 => Compression::Gzip { level: 0 }
+            .decompress(data)
+            .map_err(|_| Malformed("gzip data"))?,
         2 => unsnappy(data)?,
-        3 => read_all(lz4_flex::frame::FrameDecoder::new(data))?,
-        4 => zstd::decode_all(data).map_err(|_| Malformed("zstd data"))?,
+        3 => Compression::Lz4
+            .decompress(data)
+            .map_err(|_| Malformed("lz4 data"))?,
+        4 => Compression::Zstd { level: 0 }
+            .decompress(data)
+            .map_err(|_| Malformed("zstd data"))?,
         _ => return Err(Malformed("codec")),
     };
     let mut r = Reader::new(&records);
@@ -497,13 +491,6 @@ fn unsnappy(data: &[u8]) -> Result<Vec<u8>, Malformed> {
     Ok(out)
 }
 
-fn read_all(mut r: impl Read) -> Result<Vec<u8>, Malformed> {
-    let mut v = Vec::new();
-    r.read_to_end(&mut v)
-        .map_err(|_| Malformed("compressed data"))?;
-    Ok(v)
-}
-
 fn nullable_bytes(r: &mut Reader<'_>, what: &'static str) -> Result<Option<Vec<u8>>, Malformed> {
     let n = r.varint(what)?;
     if n < 0 {
@@ -518,17 +505,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const CODECS: [Codec; 5] = [
-        Codec::None,
-        Codec::Gzip { level: 1 },
-        Codec::Snappy,
-        Codec::Lz4,
-        Codec::Zstd { level: 1 },
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip { level: 1 },
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd { level: 1 },
     ];
 
     type In = (i64, Option<Vec<u8>>, Vec<u8>, Vec<(String, Vec<u8>)>);
 
-    fn round_trip(codec: Codec, records: &[In], producer: Producer) -> Decoded {
+    fn round_trip(codec: Compression, records: &[In], producer: Producer) -> Decoded {
         let mut b = BatchBuilder::new();
         for (ts, key, value, headers) in records {
             let h: Vec<(&str, &[u8])> = headers
@@ -560,7 +547,7 @@ mod tests {
             codec in 0usize..5,
         ) {
             let got = round_trip(CODECS[codec], &records, Producer::NONE);
-            prop_assert_eq!(got.codec, CODECS[codec].attribute());
+            prop_assert_eq!(got.codec, attribute(CODECS[codec]));
             prop_assert_eq!(got.records.len(), records.len());
             for (i, (r, (ts, key, value, headers))) in got.records.iter().zip(&records).enumerate() {
                 prop_assert_eq!(r.offset_delta, i as i64);
@@ -615,7 +602,7 @@ mod tests {
             })
             .collect();
         let got = round_trip(
-            Codec::Lz4,
+            Compression::Lz4,
             &[(0, None, noise.clone(), Vec::new())],
             Producer::NONE,
         );
@@ -628,7 +615,7 @@ mod tests {
         b.push_value(1, b"hello");
         let mut out = Vec::new();
         b.finish(
-            &mut Compressor::new(Codec::None).unwrap(),
+            &mut Compressor::new(Compression::None).unwrap(),
             Producer::NONE,
             &mut out,
         )

@@ -9,9 +9,11 @@
 //! correlation id each response must carry.
 //!
 //! A produce request is written straight into the caller's buffer:
-//! [`Connection::begin_produce`] writes the header, the caller appends one
-//! record batch ([`crate::BatchBuilder::finish`]), and `send_produce`
-//! fills in the sizes and writes the buffer with one `write`.
+//! [`begin_produce`] writes the header, the caller appends one record
+//! batch ([`crate::BatchBuilder::finish`]), and `send_produce` fills in
+//! the version, the correlation id and the sizes and writes the buffer
+//! with one `write`. The same bytes can be sent again, on this connection
+//! or another, after a failure.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -127,6 +129,32 @@ pub fn retriable(code: i16) -> bool {
     )
 }
 
+/// `MESSAGE_TOO_LARGE` or `RECORD_LIST_TOO_LARGE`: the batch is larger
+/// than the topic takes; its records may go in smaller batches.
+pub fn too_large(code: i16) -> bool {
+    matches!(code, 10 | 18)
+}
+
+/// `DUPLICATE_SEQUENCE_NUMBER`: the broker had written the batch already
+/// (sent again after a lost answer), which counts as written.
+pub const DUPLICATE_SEQUENCE: i16 = 46;
+
+/// The broker refuses the producer itself (an out-of-order sequence, an
+/// unknown id, an old epoch, fenced, a transaction in the wrong state):
+/// only a new producer id or epoch goes on.
+pub fn producer_refused(code: i16) -> bool {
+    matches!(code, 45 | 47 | 48 | 59 | 90)
+}
+
+/// Returns `Err(Error::Broker)` for a non-zero error code of `api`.
+fn check(api: &'static str, code: i16) -> Result<(), Error> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(Error::Broker { api, code })
+    }
+}
+
 /// A broker of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Broker {
@@ -185,12 +213,51 @@ pub struct PartitionResult {
     pub message: Option<String>,
 }
 
-/// Where [`Connection::begin_produce`] left a request.
+/// Where [`begin_produce`] left a request.
 #[derive(Clone, Copy, Debug)]
 pub struct ProduceFrame {
-    correlation: i32,
     /// Where the records' `i32` size goes.
     records_size_at: usize,
+}
+
+/// Writes the header of a request into `buf` (cleared): size, `api`,
+/// `version` and correlation id (0 each until the request is sent when
+/// not given), client id.
+fn put_header(buf: &mut Vec<u8>, api: i16, version: i16, correlation: i32, client_id: &str) {
+    buf.clear();
+    put_i32(buf, 0); // size, set when sent
+    put_i16(buf, api);
+    put_i16(buf, version);
+    put_i32(buf, correlation);
+    put_nullable_str(buf, Some(client_id));
+}
+
+/// Starts a produce request in `buf` (cleared) for one batch to
+/// `topic`/`partition`, for a transactional producer when
+/// `transactional_id` is given: the caller appends the batch, then calls
+/// [`Connection::send_produce`]. `acks` is -1 (all in-sync replicas) or 1
+/// (the leader); 0 (no response) is not supported.
+pub fn begin_produce(
+    buf: &mut Vec<u8>,
+    client_id: &str,
+    transactional_id: Option<&str>,
+    acks: i16,
+    timeout_ms: i32,
+    topic: &str,
+    partition: i32,
+) -> ProduceFrame {
+    // Version and correlation id: set by `send_produce`.
+    put_header(buf, API_PRODUCE, 0, 0, client_id);
+    put_nullable_str(buf, transactional_id);
+    put_i16(buf, acks);
+    put_i32(buf, timeout_ms);
+    put_i32(buf, 1);
+    put_str(buf, topic);
+    put_i32(buf, 1);
+    put_i32(buf, partition);
+    let records_size_at = buf.len();
+    put_i32(buf, 0);
+    ProduceFrame { records_size_at }
 }
 
 /// A connection to one broker.
@@ -205,8 +272,6 @@ pub struct Connection {
     metadata_version: i16,
     /// Every API the broker serves: key, lowest and highest version.
     apis: Vec<(i16, i16, i16)>,
-    /// Written into produce requests: a transactional producer's id.
-    transactional_id: Option<String>,
     response: Vec<u8>,
     scratch: Vec<u8>,
 }
@@ -246,7 +311,6 @@ impl Connection {
             produce_version: 0,
             metadata_version: 0,
             apis: Vec::new(),
-            transactional_id: None,
             response: Vec::new(),
             scratch: Vec::new(),
         };
@@ -257,12 +321,6 @@ impl Connection {
     /// The Produce version in use.
     pub fn produce_version(&self) -> i16 {
         self.produce_version
-    }
-
-    /// Makes the produce requests of this connection carry
-    /// `transactional_id` (a transactional producer's).
-    pub fn set_transactional_id(&mut self, transactional_id: Option<&str>) {
-        self.transactional_id = transactional_id.map(str::to_string);
     }
 
     /// The transaction coordinator of `transactional_id`: node id and
@@ -278,21 +336,15 @@ impl Connection {
             API_FIND_COORDINATOR,
             FIND_COORDINATOR_VERSIONS,
         )?;
-        let mut buf = std::mem::take(&mut self.scratch);
-        let correlation = self.header(&mut buf, API_FIND_COORDINATOR, v);
-        put_str(&mut buf, transactional_id);
-        put_i8(&mut buf, 1); // key type: transaction
-        let body = self.round_trip(buf, correlation)?;
+        let body = self.call(API_FIND_COORDINATOR, v, |buf| {
+            put_str(buf, transactional_id);
+            put_i8(buf, 1); // key type: transaction
+        })?;
         let mut r = Reader::new(&body);
         r.i32("throttle time")?;
         let code = r.i16("find coordinator error")?;
         r.nullable_str("error message")?;
-        if code != 0 {
-            return Err(Error::Broker {
-                api: "FindCoordinator",
-                code,
-            });
-        }
+        check("FindCoordinator", code)?;
         let node = r.i32("coordinator node")?;
         let host = r.str("coordinator host")?;
         let port = r.i32("coordinator port")?;
@@ -318,40 +370,34 @@ impl Connection {
             API_ADD_PARTITIONS_TO_TXN,
             ADD_PARTITIONS_TO_TXN_VERSIONS,
         )?;
-        let mut buf = std::mem::take(&mut self.scratch);
-        let correlation = self.header(&mut buf, API_ADD_PARTITIONS_TO_TXN, v);
-        put_str(&mut buf, transactional_id);
-        put_i64(&mut buf, producer.0);
-        put_i16(&mut buf, producer.1);
-        let mut topics: Vec<&str> = partitions.iter().map(|(t, _)| *t).collect();
-        topics.dedup();
-        put_i32(&mut buf, topics.len() as i32);
-        for t in &topics {
-            put_str(&mut buf, t);
-            let ps: Vec<i32> = partitions
-                .iter()
-                .filter(|(pt, _)| pt == t)
-                .map(|(_, p)| *p)
-                .collect();
-            put_i32(&mut buf, ps.len() as i32);
-            for p in ps {
-                put_i32(&mut buf, p);
+        // Each topic once, with its partitions.
+        let mut topics: Vec<&str> = Vec::new();
+        for (t, _) in partitions {
+            if !topics.contains(t) {
+                topics.push(t);
             }
         }
-        let body = self.round_trip(buf, correlation)?;
+        let body = self.call(API_ADD_PARTITIONS_TO_TXN, v, |buf| {
+            put_str(buf, transactional_id);
+            put_i64(buf, producer.0);
+            put_i16(buf, producer.1);
+            put_i32(buf, topics.len() as i32);
+            for t in &topics {
+                put_str(buf, t);
+                let of_t = || partitions.iter().filter(|(pt, _)| pt == t);
+                put_i32(buf, of_t().count() as i32);
+                for (_, p) in of_t() {
+                    put_i32(buf, *p);
+                }
+            }
+        })?;
         let mut r = Reader::new(&body);
         r.i32("throttle time")?;
         for _ in 0..r.count(6, "add partitions topics")? {
             r.str("topic")?;
             for _ in 0..r.count(6, "add partitions results")? {
                 r.i32("partition")?;
-                let code = r.i16("add partitions error")?;
-                if code != 0 {
-                    return Err(Error::Broker {
-                        api: "AddPartitionsToTxn",
-                        code,
-                    });
-                }
+                check("AddPartitionsToTxn", r.i16("add partitions error")?)?;
             }
         }
         Ok(())
@@ -372,23 +418,15 @@ impl Connection {
         commit: bool,
     ) -> Result<(), Error> {
         let v = self.version("EndTxn", API_END_TXN, END_TXN_VERSIONS)?;
-        let mut buf = std::mem::take(&mut self.scratch);
-        let correlation = self.header(&mut buf, API_END_TXN, v);
-        put_str(&mut buf, transactional_id);
-        put_i64(&mut buf, producer.0);
-        put_i16(&mut buf, producer.1);
-        put_i8(&mut buf, i8::from(commit));
-        let body = self.round_trip(buf, correlation)?;
+        let body = self.call(API_END_TXN, v, |buf| {
+            put_str(buf, transactional_id);
+            put_i64(buf, producer.0);
+            put_i16(buf, producer.1);
+            put_i8(buf, i8::from(commit));
+        })?;
         let mut r = Reader::new(&body);
         r.i32("throttle time")?;
-        let code = r.i16("end txn error")?;
-        if code != 0 {
-            return Err(Error::Broker {
-                api: "EndTxn",
-                code,
-            });
-        }
-        Ok(())
+        check("EndTxn", r.i16("end txn error")?)
     }
 
     /// Bounds the wait for each response from now on.
@@ -407,17 +445,10 @@ impl Connection {
         self.in_flight.len()
     }
 
-    /// Starts a request of `api` at `version` in `buf` (cleared).
-    fn header(&mut self, buf: &mut Vec<u8>, api: i16, version: i16) -> i32 {
-        buf.clear();
-        put_i32(buf, 0); // size, set when sent
-        put_i16(buf, api);
-        put_i16(buf, version);
-        let correlation = self.next_correlation;
-        self.next_correlation = self.next_correlation.wrapping_add(1);
-        put_i32(buf, correlation);
-        put_nullable_str(buf, Some(&self.client_id));
-        correlation
+    fn next_correlation(&mut self) -> i32 {
+        let c = self.next_correlation;
+        self.next_correlation = c.wrapping_add(1);
+        c
     }
 
     fn write(&mut self, buf: &mut [u8]) -> Result<(), Error> {
@@ -447,29 +478,32 @@ impl Connection {
         Ok(())
     }
 
-    /// A request with no other in flight, and its response's body.
-    fn round_trip(&mut self, mut buf: Vec<u8>, correlation: i32) -> Result<Vec<u8>, Error> {
+    /// A request of `api` at `version` whose body `body` writes, with no
+    /// other in flight, and its response's body.
+    fn call(
+        &mut self,
+        api: i16,
+        version: i16,
+        body: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<Vec<u8>, Error> {
         if !self.in_flight.is_empty() {
             return Err(io::Error::other("a request while produce requests are in flight").into());
         }
-        self.write(&mut buf)?;
-        self.read(correlation)?;
+        let mut buf = std::mem::take(&mut self.scratch);
+        let correlation = self.next_correlation();
+        put_header(&mut buf, api, version, correlation, &self.client_id);
+        body(&mut buf);
+        let sent = self.write(&mut buf);
         self.scratch = buf;
+        sent?;
+        self.read(correlation)?;
         Ok(self.response[4..].to_vec())
     }
 
     fn negotiate(&mut self) -> Result<(), Error> {
-        let mut buf = std::mem::take(&mut self.scratch);
-        let correlation = self.header(&mut buf, API_VERSIONS, 0);
-        let body = self.round_trip(buf, correlation)?;
+        let body = self.call(API_VERSIONS, 0, |_| {})?;
         let mut r = Reader::new(&body);
-        let code = r.i16("api versions error")?;
-        if code != 0 {
-            return Err(Error::Broker {
-                api: "ApiVersions",
-                code,
-            });
-        }
+        check("ApiVersions", r.i16("api versions error")?)?;
         for _ in 0..r.count(6, "api versions")? {
             let (key, min, max) = (r.i16("api key")?, r.i16("min")?, r.i16("max")?);
             self.apis.push((key, min, max));
@@ -510,20 +544,13 @@ impl Connection {
             API_INIT_PRODUCER_ID,
             INIT_PRODUCER_ID_VERSIONS,
         )?;
-        let mut buf = std::mem::take(&mut self.scratch);
-        let correlation = self.header(&mut buf, API_INIT_PRODUCER_ID, v);
-        put_nullable_str(&mut buf, transactional_id);
-        put_i32(&mut buf, transaction_timeout_ms);
-        let body = self.round_trip(buf, correlation)?;
+        let body = self.call(API_INIT_PRODUCER_ID, v, |buf| {
+            put_nullable_str(buf, transactional_id);
+            put_i32(buf, transaction_timeout_ms);
+        })?;
         let mut r = Reader::new(&body);
         r.i32("throttle time")?;
-        let code = r.i16("init producer id error")?;
-        if code != 0 {
-            return Err(Error::Broker {
-                api: "InitProducerId",
-                code,
-            });
-        }
+        check("InitProducerId", r.i16("init producer id error")?)?;
         Ok((r.i64("producer id")?, r.i16("producer epoch")?))
     }
 
@@ -537,18 +564,17 @@ impl Connection {
     /// topic or a partition are in the result.
     pub fn metadata(&mut self, topics: &[&str], auto_create: bool) -> Result<Metadata, Error> {
         let v = self.metadata_version;
-        let mut buf = std::mem::take(&mut self.scratch);
-        let correlation = self.header(&mut buf, API_METADATA, v);
-        put_i32(&mut buf, topics.len() as i32);
-        for t in topics {
-            put_str(&mut buf, t);
-        }
-        put_i8(&mut buf, i8::from(auto_create));
-        if v >= 8 {
-            put_i8(&mut buf, 0); // cluster authorized operations
-            put_i8(&mut buf, 0); // topic authorized operations
-        }
-        let body = self.round_trip(buf, correlation)?;
+        let body = self.call(API_METADATA, v, |buf| {
+            put_i32(buf, topics.len() as i32);
+            for t in topics {
+                put_str(buf, t);
+            }
+            put_i8(buf, i8::from(auto_create));
+            if v >= 8 {
+                put_i8(buf, 0); // cluster authorized operations
+                put_i8(buf, 0); // topic authorized operations
+            }
+        })?;
         let mut r = Reader::new(&body);
         r.i32("throttle time")?;
         let mut brokers = Vec::new();
@@ -597,37 +623,11 @@ impl Connection {
         })
     }
 
-    /// Starts a produce request in `buf` (cleared) for one batch to
-    /// `topic`/`partition`: the caller appends the batch, then calls
-    /// [`Connection::send_produce`]. `acks` is -1 (all in-sync replicas),
-    /// 1 (the leader) or 0 (no response: not supported here).
-    pub fn begin_produce(
-        &mut self,
-        buf: &mut Vec<u8>,
-        acks: i16,
-        timeout_ms: i32,
-        topic: &str,
-        partition: i32,
-    ) -> ProduceFrame {
-        let correlation = self.header(buf, API_PRODUCE, self.produce_version);
-        let txn = self.transactional_id.take();
-        put_nullable_str(buf, txn.as_deref());
-        self.transactional_id = txn;
-        put_i16(buf, acks);
-        put_i32(buf, timeout_ms);
-        put_i32(buf, 1);
-        put_str(buf, topic);
-        put_i32(buf, 1);
-        put_i32(buf, partition);
-        let records_size_at = buf.len();
-        put_i32(buf, 0);
-        ProduceFrame {
-            correlation,
-            records_size_at,
-        }
-    }
-
-    /// Sends the request `buf` holds, begun by `frame`.
+    /// Sends the produce request `buf` holds, begun by `frame`
+    /// ([`begin_produce`]) and followed by one batch, under this
+    /// connection's Produce version and a new correlation id. A request
+    /// sent before, on this connection or another, may be sent again as
+    /// it is: a retry does not encode its batch again.
     ///
     /// # Errors
     ///
@@ -636,29 +636,12 @@ impl Connection {
         let records = i32::try_from(buf.len() - frame.records_size_at - 4)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "batch over 2 GiB"))?;
         set_i32(buf, frame.records_size_at, records);
-        self.write(buf)?;
-        self.in_flight.push_back(frame.correlation);
-        Ok(())
-    }
-
-    /// Sends again a produce request that [`Connection::send_produce`]
-    /// sent before (on this or another connection), under a new
-    /// correlation id: a retry without encoding the batch again.
-    ///
-    /// # Errors
-    ///
-    /// The write failed: the connection is then unusable.
-    pub fn resend_produce(&mut self, buf: &mut [u8]) -> Result<(), Error> {
-        let correlation = self.next_correlation;
-        self.next_correlation = self.next_correlation.wrapping_add(1);
-        // Size (4), API key (2), version (2), then the correlation id. The
-        // version is this connection's: the same for every broker of a
-        // cluster in practice; a broker that speaks an older one answers
-        // UNSUPPORTED_VERSION.
-        buf[4..6].copy_from_slice(&API_PRODUCE.to_be_bytes());
+        // Size (4), API key (2), then the version and the correlation id.
+        // Produce 3 to 8 share one request layout.
         buf[6..8].copy_from_slice(&self.produce_version.to_be_bytes());
+        let correlation = self.next_correlation();
         set_i32(buf, 8, correlation);
-        self.stream.write_all(buf)?;
+        self.write(buf)?;
         self.in_flight.push_back(correlation);
         Ok(())
     }

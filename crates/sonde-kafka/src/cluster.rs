@@ -53,6 +53,11 @@ impl Cluster {
         }
     }
 
+    /// The client id its connections give.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
     /// The main topic.
     pub fn topic(&self) -> &str {
         &self.topics[0]
@@ -174,7 +179,7 @@ impl Cluster {
     /// # Errors
     ///
     /// No broker answered, or the one that did refused.
-    pub fn init_producer_id(&mut self) -> Result<crate::batch::Producer, Error> {
+    pub fn init_producer_id(&mut self) -> Result<(i64, i16), Error> {
         let nodes: Vec<i32> = self.brokers.keys().copied().collect();
         let mut last = None;
         for node in nodes {
@@ -187,13 +192,7 @@ impl Cluster {
                 }
             };
             match c.init_producer_id(None, i32::MAX) {
-                Ok((id, epoch)) => {
-                    return Ok(crate::batch::Producer {
-                        id,
-                        epoch,
-                        base_sequence: 0,
-                    })
-                }
+                Ok(ids) => return Ok(ids),
                 Err(e @ Error::Broker { .. }) => return Err(e),
                 Err(e) => {
                     self.connections.remove(&node);

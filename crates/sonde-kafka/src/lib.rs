@@ -6,7 +6,7 @@
 //! measured 0.8 (docs/BENCHMARKS.md, "sonde's own Kafka producer").
 //!
 //! * [`batch`]: record batches (magic 2): [`batch::BatchBuilder`] and the
-//!   codecs (none, gzip, snappy, LZ4 frame, zstd), and [`batch::decode`] to read
+//!   Kafka framing of the sink compressions (none, gzip, snappy, LZ4 frame, zstd), and [`batch::decode`] to read
 //!   one back;
 //! * [`client`]: a blocking connection to one broker: versions,
 //!   metadata, pipelined produce requests;
@@ -26,7 +26,7 @@ pub mod cluster;
 pub mod txn;
 pub mod wire;
 
-pub use batch::{BatchBuilder, Codec, Compressor, Producer};
+pub use batch::{BatchBuilder, Compressor, Producer};
 pub use client::{Connection, Error, Metadata, PartitionResult};
 pub use cluster::{Cluster, Partition};
 pub use txn::{ProduceError, Transactional};

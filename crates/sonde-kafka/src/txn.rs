@@ -21,15 +21,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::batch::{BatchBuilder, Compressor, Producer};
-use crate::client::{retriable, Connection, Error};
+use crate::batch::{next_sequence, BatchBuilder, Compressor, Producer};
+use crate::client::{begin_produce, producer_refused, retriable, too_large};
+use crate::client::{Connection, Error, ProduceFrame, DUPLICATE_SEQUENCE};
 use crate::cluster::Cluster;
-
-/// `MESSAGE_TOO_LARGE` and `RECORD_LIST_TOO_LARGE`.
-const TOO_LARGE: [i16; 2] = [10, 18];
-
-/// `DUPLICATE_SEQUENCE_NUMBER`: written already.
-const DUPLICATE: i16 = 46;
 
 /// Backoff between retries: from this, doubling, up to 1 s.
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
@@ -166,99 +161,73 @@ impl Transactional {
         let (id, epoch) = self.producer()?;
         let key = (topic.to_string(), partition);
         let sequence = self.sequences.get(&key).copied().unwrap_or(0);
-        let records = builder.len() as i64;
+        let records = builder.len();
         let producer = Producer {
             id,
             epoch,
             base_sequence: sequence,
         };
-        // The request is built for the partition's leader as the metadata
-        // says now; a retry sends the same bytes again.
-        if self.cluster.is_stale() {
-            self.cluster.refresh().map_err(ProduceError::Failed)?;
-        }
-        let node = self
-            .leader(topic, partition)
-            .map_err(ProduceError::Failed)?;
-        let txn_id = self.id.clone();
-        let c = match self.cluster.connection(node) {
-            Ok(c) => c,
-            Err(e) => {
-                builder.clear();
-                return Err(ProduceError::Failed(e));
-            }
-        };
-        c.set_transactional_id(Some(&txn_id));
-        let frame = c.begin_produce(&mut self.request, -1, i32::MAX, topic, partition);
+        let frame = begin_produce(
+            &mut self.request,
+            self.cluster.client_id(),
+            Some(&self.id),
+            -1,
+            i32::MAX,
+            topic,
+            partition,
+        );
         if let Err(e) = builder.finish(compressor, producer, &mut self.request) {
             builder.clear();
             return Err(ProduceError::Failed(Error::Io(e)));
         }
-        let mut first = Some(frame);
+        // A retry sends the same bytes again, to the leader of the moment.
         let deadline = Instant::now() + self.retry_for;
         let mut backoff = FIRST_BACKOFF;
         loop {
-            match self.send_request(topic, partition, first.take()) {
-                Ok(0) | Ok(DUPLICATE) => {
-                    let next = (i64::from(sequence) + records) % (i64::from(i32::MAX) + 1);
-                    self.sequences.insert(key, next as i32);
+            let last = Instant::now() >= deadline;
+            match self.send_request(topic, partition, frame) {
+                Ok(0 | DUPLICATE_SEQUENCE) => {
+                    self.sequences.insert(key, next_sequence(sequence, records));
                     return Ok(());
                 }
-                Ok(code) if TOO_LARGE.contains(&code) => return Err(ProduceError::TooLarge),
-                Ok(code) if !retriable(code) => {
-                    // A batch that is not written leaves the sequence
-                    // where it was; a refusal of the producer itself
-                    // (fenced, out of order) ends the transaction.
-                    if matches!(code, 45 | 47 | 48 | 59 | 90) {
-                        return Err(ProduceError::Failed(Error::Broker {
-                            api: "Produce",
-                            code,
-                        }));
-                    }
-                    return Err(ProduceError::Refused(code));
+                Ok(code) if too_large(code) => return Err(ProduceError::TooLarge),
+                // A batch that is not written leaves the sequence where it
+                // was; a refusal of the producer itself ends the
+                // transaction.
+                Ok(code) if producer_refused(code) || (retriable(code) && last) => {
+                    return Err(ProduceError::Failed(Error::Broker {
+                        api: "Produce",
+                        code,
+                    }));
                 }
-                Ok(code) => {
-                    self.cluster.mark_stale();
-                    if Instant::now() >= deadline {
-                        return Err(ProduceError::Failed(Error::Broker {
-                            api: "Produce",
-                            code,
-                        }));
-                    }
-                }
-                Err(e) => {
-                    if Instant::now() >= deadline {
-                        return Err(ProduceError::Failed(e));
-                    }
-                }
+                Ok(code) if !retriable(code) => return Err(ProduceError::Refused(code)),
+                Ok(_) => self.cluster.mark_stale(),
+                Err(e) if last => return Err(ProduceError::Failed(e)),
+                Err(_) => {}
             }
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 
-    /// One attempt at sending `self.request` (begun by `frame` on the
-    /// leader's connection the first time; sent again on the leader's
-    /// connection of now after that): the partition's error code, or the
-    /// connection's error (the connection is then closed).
+    /// One attempt at sending `self.request` (begun by `frame`) to the
+    /// partition's leader as the metadata says now: the partition's error
+    /// code, or the connection's error (the connection is then closed).
     fn send_request(
         &mut self,
         topic: &str,
         partition: i32,
-        frame: Option<crate::client::ProduceFrame>,
+        frame: ProduceFrame,
     ) -> Result<i16, Error> {
         if self.cluster.is_stale() {
             self.cluster.refresh()?;
         }
         let node = self.leader(topic, partition)?;
-        let id = self.id.clone();
         let c = self.cluster.connection(node)?;
-        c.set_transactional_id(Some(&id));
-        let sent = match frame {
-            Some(f) => c.send_produce(&mut self.request, f),
-            None => c.resend_produce(&mut self.request),
-        };
-        match sent.and_then(|()| c.recv_produce()) {
+        match c
+            .send_produce(&mut self.request, frame)
+            .and_then(|()| c.recv_produce())
+        {
             Ok(r) => Ok(r.first().map_or(0, |p| p.error)),
             Err(e) => {
                 self.cluster.disconnect(node);

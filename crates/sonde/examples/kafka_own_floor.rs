@@ -20,7 +20,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use sonde_kafka::{BatchBuilder, Codec, Compressor, Connection, Producer};
+use sonde_encode::compress::Compression;
+use sonde_kafka::client::begin_produce;
+use sonde_kafka::{BatchBuilder, Compressor, Connection, Producer};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,12 +44,12 @@ fn main() {
     let in_flight_max = setting("inflight", 5) as usize;
     let level = setting("level", 1);
     let codec = match compression.as_str() {
-        "none" => Codec::None,
-        "gzip" => Codec::Gzip {
+        "none" => Compression::None,
+        "gzip" => Compression::Gzip {
             level: level as u32,
         },
-        "lz4" => Codec::Lz4,
-        "zstd" => Codec::Zstd {
+        "lz4" => Compression::Lz4,
+        "zstd" => Compression::Zstd {
             level: level as i32,
         },
         c => panic!("compression {c}"),
@@ -107,7 +109,7 @@ fn main() {
             n += 1;
         }
         let partition = partitions[batches % partitions.len()];
-        let frame = c.begin_produce(&mut buf, -1, 30_000, topic, partition);
+        let frame = begin_produce(&mut buf, "sonde-floor", None, -1, 30_000, topic, partition);
         batch
             .finish(&mut compressor, Producer::NONE, &mut buf)
             .expect("compress");

@@ -13,7 +13,9 @@ mod common;
 use std::time::Duration;
 
 use common::backends::{or_skip, Isolation, Kafka};
-use sonde_kafka::{BatchBuilder, Codec, Compressor, Connection, Producer, Transactional};
+use sonde_encode::compress::Compression;
+use sonde_kafka::client::begin_produce;
+use sonde_kafka::{BatchBuilder, Compressor, Connection, Producer, Transactional};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -22,6 +24,21 @@ type Read = (Option<Vec<u8>>, Vec<u8>, Vec<(String, Option<Vec<u8>>)>);
 
 fn connect(kafka: &Kafka) -> Connection {
     Connection::connect(&kafka.bootstrap(), "sonde-test", TIMEOUT).unwrap()
+}
+
+/// Sends the records of `batch` as one request to `topic`/`partition`
+/// (its answer is read with `recv_produce`).
+fn send(
+    c: &mut Connection,
+    (topic, partition): (&str, i32),
+    batch: &mut BatchBuilder,
+    compressor: &mut Compressor,
+    producer: Producer,
+) {
+    let mut buf = Vec::new();
+    let frame = begin_produce(&mut buf, "sonde-test", None, -1, 30_000, topic, partition);
+    batch.finish(compressor, producer, &mut buf).unwrap();
+    c.send_produce(&mut buf, frame).unwrap();
 }
 
 #[test]
@@ -43,14 +60,13 @@ fn batches_in_every_codec_are_read_back_by_librdkafka_as_built() {
         .all(|p| p.leader == meta.brokers[0].id));
 
     let codecs = [
-        Codec::None,
-        Codec::Gzip { level: 1 },
-        Codec::Snappy,
-        Codec::Lz4,
-        Codec::Zstd { level: 1 },
+        Compression::None,
+        Compression::Gzip { level: 1 },
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd { level: 1 },
     ];
     let mut batch = BatchBuilder::new();
-    let mut buf = Vec::new();
     let mut want: [Vec<Read>; 2] = Default::default();
     let mut sent = Vec::new();
     for (i, codec) in codecs.into_iter().enumerate() {
@@ -80,12 +96,14 @@ fn batches_in_every_codec_are_read_back_by_librdkafka_as_built() {
                     want[partition].push((None, value.into_bytes(), Vec::new()));
                 }
             }
-            let frame = c.begin_produce(&mut buf, -1, 30_000, "native", partition as i32);
-            batch
-                .finish(&mut compressor, Producer::NONE, &mut buf)
-                .unwrap();
             // Several requests in flight on the one connection.
-            c.send_produce(&mut buf, frame).unwrap();
+            send(
+                &mut c,
+                ("native", partition as i32),
+                &mut batch,
+                &mut compressor,
+                Producer::NONE,
+            );
             sent.push(partition as i32);
         }
     }
@@ -128,16 +146,19 @@ fn refusals_come_back_as_error_codes_and_the_connection_goes_on() {
     let missing = c.metadata(&["absent"], false).unwrap();
     assert_eq!(missing.topics[0].error, 3, "UNKNOWN_TOPIC_OR_PARTITION");
 
-    let mut none = Compressor::new(Codec::None).unwrap();
+    let mut none = Compressor::new(Compression::None).unwrap();
     let mut batch = BatchBuilder::new();
-    let mut buf = Vec::new();
     let mut send = |c: &mut Connection, partition: i32, lines: usize, bytes: usize| {
         for _ in 0..lines {
             batch.push_value(0, &vec![b'a'; bytes]);
         }
-        let frame = c.begin_produce(&mut buf, -1, 30_000, "small", partition);
-        batch.finish(&mut none, Producer::NONE, &mut buf).unwrap();
-        c.send_produce(&mut buf, frame).unwrap();
+        send(
+            c,
+            ("small", partition),
+            &mut batch,
+            &mut none,
+            Producer::NONE,
+        );
         c.recv_produce().unwrap().remove(0)
     };
     let r = send(&mut c, 5, 1, 10);
@@ -172,21 +193,18 @@ fn an_idempotent_producer_s_batch_sent_twice_is_written_once() {
         }
     });
     assert!(id >= 0 && epoch >= 0);
-    let mut lz4 = Compressor::new(Codec::Lz4).unwrap();
+    let mut lz4 = Compressor::new(Compression::Lz4).unwrap();
     let mut batch = BatchBuilder::new();
-    let mut buf = Vec::new();
     let mut send = |c: &mut Connection, base_sequence: i32, lines: &[&str]| {
         for l in lines {
             batch.push_value(0, l.as_bytes());
         }
-        let frame = c.begin_produce(&mut buf, -1, 30_000, "idem", 0);
         let producer = Producer {
             id,
             epoch,
             base_sequence,
         };
-        batch.finish(&mut lz4, producer, &mut buf).unwrap();
-        c.send_produce(&mut buf, frame).unwrap();
+        send(c, ("idem", 0), &mut batch, &mut lz4, producer);
         c.recv_produce().unwrap().remove(0)
     };
     let first = send(&mut c, 0, &["a", "b", "c"]);
@@ -225,7 +243,7 @@ fn a_transaction_is_seen_by_read_committed_readers_once_committed_and_never_once
     let mut t = new();
     t.init().unwrap();
     assert_eq!(t.cluster().partitions().len(), 2);
-    let mut zstd = Compressor::new(Codec::Zstd { level: 1 }).unwrap();
+    let mut zstd = Compressor::new(Compression::Zstd { level: 1 }).unwrap();
     let mut b = BatchBuilder::transactional();
     let mut put = |t: &mut Transactional, topic: &str, partition: i32, values: &[&str]| {
         for v in values {
@@ -270,7 +288,7 @@ fn a_transaction_is_seen_by_read_committed_readers_once_committed_and_never_once
         "txn-lines",
         0,
         &mut b2,
-        &mut Compressor::new(Codec::None).unwrap(),
+        &mut Compressor::new(Compression::None).unwrap(),
     );
     assert!(fenced.is_err(), "the fenced producer wrote: {fenced:?}");
     assert!(t.commit().is_err());

@@ -523,6 +523,22 @@ fn exactly_once_survives_a_killed_broker_without_loss_or_duplicates() {
     stop(running);
 }
 
+/// `len` bytes that do not compress and hold no newline (xorshift).
+fn noise(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x as u8 {
+                b'\n' => b' ',
+                b => b,
+            }
+        })
+        .collect()
+}
+
 #[test]
 fn a_record_kafka_refuses_is_counted_and_its_batch_still_acknowledged() {
     let Some(kafka) = or_skip(Kafka::start()) else {
@@ -535,15 +551,7 @@ fn a_record_kafka_refuses_is_counted_and_its_batch_still_acknowledged() {
     // Over the topic's max.message.bytes (1 MiB) even compressed: the
     // broker refuses the request holding it, the sink sends it in halves
     // until the record is alone, and that one is refused for good.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let huge: Vec<u8> = (0..2 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            b'a' + (x % 26) as u8
-        })
-        .collect();
+    let huge = noise(2 << 20);
     let lines: &[(&str, u64, &[u8])] = &[
         ("/var/log/a.log", 0, b"before"),
         ("/var/log/a.log", 7, &huge),
@@ -578,18 +586,7 @@ fn exactly_once_drops_and_counts_a_refused_record_and_commits_the_rest() {
     let log = dir.path().join("a.log");
     // Below the source's max_line_bytes (1 MiB), above the topic's
     // max.message.bytes even compressed (bytes that do not compress).
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let big: Vec<u8> = (0..200_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            match x as u8 {
-                b'\n' => b' ',
-                b => b,
-            }
-        })
-        .collect();
+    let big = noise(200_000);
     let mut text = b"line-0\n".to_vec();
     text.extend_from_slice(&big);
     text.extend_from_slice(b"\nline-2\n");

@@ -143,12 +143,28 @@ impl LogBatch {
 
     /// The lines, in the order they were read (file order within a file).
     pub fn lines(&self) -> impl ExactSizeIterator<Item = LogLine<'_>> + '_ {
-        self.spans.iter().enumerate().map(|(i, s)| LogLine {
-            bytes: &self.data[s.at..s.at + s.len],
-            path: &self.paths[s.path],
-            offset: s.offset,
-            meta: self.metas.get(i),
-        })
+        self.lines_in(0..self.spans.len())
+    }
+
+    /// The lines `range` (indices into [`LogBatch::lines`]), without
+    /// walking the ones before it.
+    ///
+    /// # Panics
+    ///
+    /// When `range` runs past the batch's lines.
+    pub fn lines_in(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl ExactSizeIterator<Item = LogLine<'_>> + '_ {
+        self.spans[range.clone()]
+            .iter()
+            .zip(range)
+            .map(|(s, i)| LogLine {
+                bytes: &self.data[s.at..s.at + s.len],
+                path: &self.paths[s.path],
+                offset: s.offset,
+                meta: self.metas.get(i),
+            })
     }
 
     /// How many lines.

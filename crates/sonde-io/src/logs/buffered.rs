@@ -44,8 +44,8 @@ struct Shared {
 
 struct State {
     disk: Disk,
-    /// False once the writer has ended (its sources stopped).
-    writing: bool,
+    /// When the writer ended (its sources stopped); `None` while it runs.
+    stopped: Option<Instant>,
 }
 
 impl Shared {
@@ -84,7 +84,7 @@ pub fn spawn_http_buffered<T: Transport>(
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             disk,
-            writing: true,
+            stopped: None,
         }),
         stored: Condvar::new(),
     });
@@ -113,7 +113,7 @@ pub fn spawn_http_buffered<T: Transport>(
             stats.batches.fetch_add(1, Relaxed);
             batch.ack();
         }
-        shared.lock().writing = false;
+        shared.lock().stopped = Some(Instant::now());
         shared.stored.notify_all();
         if sender.join().is_err() {
             tracing::error!(sink = %stats.name, "the log sender thread panicked");
@@ -184,18 +184,16 @@ fn send<T: Transport>(
     stats: &SinkStats,
 ) {
     let mut backoff = Backoff::new(http.backoff_min, http.backoff_max);
-    let mut stop_by: Option<Instant> = None;
+    // Once the writer ended, the sender goes on until `grace` after.
+    let stop_by = |st: &State| st.stopped.map(|at| at + grace);
     loop {
         let front = {
             let mut st = shared.lock();
             loop {
-                if !st.writing && stop_by.is_none() {
-                    stop_by = Some(Instant::now() + grace);
-                }
-                let writing = st.writing;
+                let stopped = st.stopped.is_some();
                 match st.disk.front() {
                     Ok(Some(r)) => break Some(r.clone()),
-                    Ok(None) if !writing => return,
+                    Ok(None) if stopped => return,
                     Ok(None) => {
                         st = shared
                             .stored
@@ -241,10 +239,7 @@ fn send<T: Transport>(
                 let retry_at = Instant::now() + delay;
                 let mut st = shared.lock();
                 loop {
-                    if !st.writing && stop_by.is_none() {
-                        stop_by = Some(Instant::now() + grace);
-                    }
-                    let until = stop_by.map_or(retry_at, |s| s.min(retry_at));
+                    let until = stop_by(&st).map_or(retry_at, |s| s.min(retry_at));
                     let left = until.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         break;
@@ -257,8 +252,8 @@ fn send<T: Transport>(
                 }
             }
         }
-        if stop_by.is_some_and(|s| Instant::now() >= s) {
-            let st = shared.lock();
+        let st = shared.lock();
+        if stop_by(&st).is_some_and(|s| Instant::now() >= s) {
             if !st.disk.is_empty() {
                 tracing::warn!(sink = %stats.name, requests = st.disk.len(), records = st.disk.points(), "stopping with log records in the disk buffer: they are sent at the next start");
             }

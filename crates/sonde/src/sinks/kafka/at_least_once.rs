@@ -54,17 +54,18 @@ use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use sonde_encode::compress::Compression;
 use sonde_io::logs::{LogBatch, LogInput};
 use sonde_io::sender::Backoff;
 use sonde_io::sink::{FailReason, SinkDrop, SinkStats};
-use sonde_kafka::client::{code_name, retriable};
-use sonde_kafka::{BatchBuilder, Cluster, Codec, Compressor, Error as KafkaError, Producer};
+use sonde_kafka::batch::next_sequence;
+use sonde_kafka::client::DUPLICATE_SEQUENCE;
+use sonde_kafka::client::{begin_produce, code_name, producer_refused, retriable, too_large};
+use sonde_kafka::{BatchBuilder, Cluster, Compressor, Error as KafkaError, Producer};
 
-use super::record::Encoder;
+use super::record::{now_ms, Encoder};
 use super::Settings;
 use crate::sinks::{NetSink, Running, Start};
 
@@ -79,18 +80,6 @@ pub const MAX_REQUEST_RECORDS_BYTES: usize = 1_000_000;
 /// How long the thread waits for a batch when it has nothing to do.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
-/// `MESSAGE_TOO_LARGE` and `RECORD_LIST_TOO_LARGE`.
-const TOO_LARGE: [i16; 2] = [10, 18];
-
-/// `DUPLICATE_SEQUENCE_NUMBER`: the broker had written the batch already
-/// (a retry after a lost response).
-const DUPLICATE: i16 = 46;
-
-/// `OUT_OF_ORDER_SEQUENCE_NUMBER`, `INVALID_PRODUCER_EPOCH`,
-/// `UNKNOWN_PRODUCER_ID`: the producer id's sequences are lost; a new
-/// id starts them again.
-const NEW_PRODUCER: [i16; 3] = [45, 47, 59];
-
 /// Starts the sink's log side: one channel every source sends into, one
 /// thread, one producer (connecting on first use).
 ///
@@ -99,7 +88,7 @@ const NEW_PRODUCER: [i16; 3] = [45, 47, 59];
 /// The compression level is refused, or the thread did not start.
 pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let stats = Arc::clone(&st.stats);
-    let compressor = Compressor::new(codec(net.compression))
+    let compressor = Compressor::new(net.compression)
         .with_context(|| format!("the compression of kafka sink {}", stats.name))?;
     let (tx, rx) = channel();
     let logs = st
@@ -148,17 +137,6 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         logs,
         threads: vec![thread],
     })
-}
-
-/// The record batch codec of a sink compression.
-pub fn codec(c: Compression) -> Codec {
-    match c {
-        Compression::None => Codec::None,
-        Compression::Gzip { level } => Codec::Gzip { level },
-        Compression::Snappy => Codec::Snappy,
-        Compression::Lz4 => Codec::Lz4,
-        Compression::Zstd { level } => Codec::Zstd { level },
-    }
 }
 
 /// A log batch on its way.
@@ -307,8 +285,8 @@ impl Sender {
         }
         if self.producer.is_none() && self.in_flight.is_empty() {
             match self.cluster.init_producer_id() {
-                Ok(p) => {
-                    self.producer = Some((p.id, p.epoch));
+                Ok(ids) => {
+                    self.producer = Some(ids);
                     self.sequences.clear();
                 }
                 Err(e) => {
@@ -369,34 +347,23 @@ impl Sender {
             return false;
         };
         let batch = Arc::clone(&t.batch);
-        let topic = self.cluster.topic().to_string();
-        let conn = match self.cluster.connection(node) {
-            Ok(c) => c,
-            Err(e) => {
-                self.pending.insert(at, unit);
-                self.cluster.disconnect(node);
-                self.failed(&e, "cannot connect to a kafka broker");
-                return false;
-            }
-        };
-        let frame = conn.begin_produce(&mut self.request, -1, self.timeout_ms, &topic, partition);
-        let source = batch.source();
-        let fields = self.encoder.field_pairs(source);
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let mut end = unit.lines.start;
-        for line in batch.lines().skip(unit.lines.start).take(unit.lines.len()) {
-            if !self.builder.is_empty()
-                && (self.builder.raw_bytes() >= MAX_REQUEST_RECORDS_BYTES
-                    || self.builder.len() >= self.max_records)
-            {
-                break;
-            }
-            self.encoder
-                .push(&mut self.builder, source, &line, &fields, now);
-            end += 1;
-        }
+        let frame = begin_produce(
+            &mut self.request,
+            self.cluster.client_id(),
+            None,
+            -1,
+            self.timeout_ms,
+            self.cluster.topic(),
+            partition,
+        );
+        let limits = (MAX_REQUEST_RECORDS_BYTES, self.max_records);
+        let end = self.encoder.fill(
+            &mut self.builder,
+            &batch,
+            unit.lines.clone(),
+            limits,
+            now_ms(),
+        );
         if end < unit.lines.end {
             // The rest of the batch goes as the next request of its
             // partition.
@@ -422,6 +389,7 @@ impl Sender {
         {
             // The codec failed on these records: nothing else can be done
             // with them.
+            self.builder.clear();
             self.stats.failures[FailReason::Encode as usize]
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::error!(sink = %self.stats.name, error = %e, records = unit.lines.len(), "cannot compress a record batch; its records are dropped");
@@ -429,8 +397,12 @@ impl Sender {
             return true;
         }
         let bytes = self.request.len();
-        let conn = self.cluster.connected(node).expect("connected above");
-        if let Err(e) = conn.send_produce(&mut self.request, frame) {
+        let sent = self
+            .cluster
+            .connection(node)
+            .and_then(|c| c.send_produce(&mut self.request, frame));
+        if let Err(e) = sent {
+            // The records are encoded again when the unit goes again.
             self.pending.insert(at, unit);
             self.broken(node, &e);
             return false;
@@ -472,11 +444,10 @@ impl Sender {
         let sent = self.in_flight.pop_front().expect("front above");
         let records = sent.unit.lines.len();
         use std::sync::atomic::Ordering::Relaxed;
-        if code == 0 || code == DUPLICATE {
+        if code == 0 || code == DUPLICATE_SEQUENCE {
             if self.producer.is_some_and(|(id, _)| id == sent.producer_id) {
                 let next = self.sequences.entry(sent.partition).or_insert(0);
-                // Sequences wrap to 0 after i32::MAX.
-                *next = ((i64::from(*next) + records as i64) % (i64::from(i32::MAX) + 1)) as i32;
+                *next = next_sequence(*next, records);
             }
             if self.backoff.failures() > 0 {
                 tracing::info!(sink = %self.stats.name, after_failures = self.backoff.failures(), "kafka reachable again");
@@ -485,7 +456,7 @@ impl Sender {
             self.stats.records.fetch_add(records as u64, Relaxed);
             self.stats.bytes_sent.fetch_add(sent.bytes as u64, Relaxed);
             self.settle(&sent.unit);
-        } else if NEW_PRODUCER.contains(&code) {
+        } else if producer_refused(code) {
             self.stats.retries.fetch_add(1, Relaxed);
             self.pending.push_front(sent.unit);
             if self.producer.is_some_and(|(id, _)| id == sent.producer_id) {
@@ -509,7 +480,7 @@ impl Sender {
                 },
                 "kafka refused a request for now",
             );
-        } else if TOO_LARGE.contains(&code) && records > 1 {
+        } else if too_large(code) && records > 1 {
             let Unit { batch, lines } = sent.unit;
             let mid = lines.start + records / 2;
             self.pending.push_front(Unit {

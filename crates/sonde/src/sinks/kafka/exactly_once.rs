@@ -62,8 +62,8 @@ use sonde_io::sink::{SinkDrop, SinkStats};
 use sonde_kafka::{BatchBuilder, Compressor, ProduceError, Transactional};
 use sonde_logs::Checkpoints;
 
-use super::at_least_once::{codec, MAX_REQUEST_RECORDS_BYTES};
-use super::record::Encoder;
+use super::at_least_once::MAX_REQUEST_RECORDS_BYTES;
+use super::record::{now_ms, Encoder};
 use super::Settings;
 use crate::sinks::{NetSink, Running, Start};
 
@@ -277,7 +277,7 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
                     // A source that stopped meanwhile no longer listens.
                     let _ = restore_tx.send(positions);
                     let encoder = Encoder::new(k.format);
-                    let compressor = match Compressor::new(codec(net.compression)) {
+                    let compressor = match Compressor::new(net.compression) {
                         Ok(c) => c,
                         Err(e) => {
                             tracing::error!(sink = %stats.name, source = %source.name, error = %e, "cannot compress with the configured codec; the sink sends nothing");
@@ -526,40 +526,32 @@ impl Transactions {
         range: Range<usize>,
         now: i64,
     ) -> Result<usize, Failed> {
-        let source = batch.source();
-        let fields = self.encoder.field_pairs(source);
-        let max_records = self.net.delivery.max_batch_points.max(1);
-        let topic = self.k.topic.clone();
+        let limits = (
+            MAX_REQUEST_RECORDS_BYTES,
+            self.net.delivery.max_batch_points.max(1),
+        );
         let mut refused = 0;
-        let mut lines = batch.lines().skip(range.start).take(range.len()).peekable();
-        let mut i = range.start;
-        while i < range.end {
-            let start = i;
-            while lines.peek().is_some()
-                && (self.builder.is_empty()
-                    || (self.builder.raw_bytes() < MAX_REQUEST_RECORDS_BYTES
-                        && self.builder.len() < max_records))
-            {
-                let line = lines.next().expect("peeked");
-                self.encoder
-                    .push(&mut self.builder, source, &line, &fields, now);
-                i += 1;
-            }
+        let mut start = range.start;
+        while start < range.end {
+            let end = self
+                .encoder
+                .fill(&mut self.builder, batch, start..range.end, limits, now);
             match self.txn.produce(
-                &topic,
+                &self.k.topic,
                 self.partition,
                 &mut self.builder,
                 &mut self.compressor,
             ) {
                 Ok(()) => {}
-                Err(ProduceError::TooLarge) if i - start > 1 => {
-                    let mid = start + (i - start) / 2;
+                Err(ProduceError::TooLarge) if end - start > 1 => {
+                    let mid = start + (end - start) / 2;
                     refused += self.send_lines(batch, start..mid, now)?;
-                    refused += self.send_lines(batch, mid..i, now)?;
+                    refused += self.send_lines(batch, mid..end, now)?;
                 }
-                Err(ProduceError::TooLarge | ProduceError::Refused(_)) => refused += i - start,
+                Err(ProduceError::TooLarge | ProduceError::Refused(_)) => refused += end - start,
                 Err(ProduceError::Failed(e)) => return Err(e.into()),
             }
+            start = end;
         }
         Ok(refused)
     }
@@ -629,10 +621,4 @@ impl Transactions {
         }
         Ok(())
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -9,16 +9,24 @@
 //!   [`sonde_io::logs::record`] writes it; no headers.
 //!
 //! Records have no key: a log batch goes to one partition at a time
-//! (at least once: the next partition for each batch; exactly once:
-//! librdkafka's sticky partitioner), which gives the largest batches. Order is
+//! (at least once: the next partition for each batch; exactly once: the
+//! next partition for each transaction), which gives the largest batches. Order is
 //! kept per partition, so the lines of a file stay in order only on a
 //! one-partition topic; a consumer that needs file order on more
 //! partitions sorts by `offset` per `file` (json format).
 
-use rdkafka::message::{Header, OwnedHeaders};
-use sonde_io::logs::{record, LogLine, SourceInfo};
+use std::ops::Range;
+
+use sonde_io::logs::{record, LogBatch, LogLine, SourceInfo};
 
 use super::Format;
+
+/// The time of the records produced now, in milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// Encodes lines of one source, reusing its buffer from line to line.
 #[derive(Debug)]
@@ -36,51 +44,9 @@ impl Encoder {
         }
     }
 
-    /// The headers of every record of `source`: its fields in raw format,
-    /// none in json.
-    pub fn headers(&self, source: &SourceInfo) -> Option<OwnedHeaders> {
-        if self.format == Format::Json || source.fields.is_empty() {
-            return None;
-        }
-        let mut h = OwnedHeaders::new_with_capacity(source.fields.len());
-        for (k, v) in &source.fields {
-            h = h.insert(Header {
-                key: k,
-                value: Some(v.as_bytes()),
-            });
-        }
-        Some(h)
-    }
-
-    /// The headers of the record of `line`, given `batch`, the headers of
-    /// its batch ([`Encoder::headers`]): those, and for a record with a
-    /// meta in raw format its host, timestamp and attributes after them
-    /// ([`Encoder::meta_headers`]).
-    pub fn line_headers(
-        &self,
-        source: &SourceInfo,
-        line: &LogLine<'_>,
-        batch: &Option<OwnedHeaders>,
-    ) -> Option<OwnedHeaders> {
-        let meta = self.meta_headers(source, line);
-        if meta.is_empty() {
-            return batch.clone();
-        }
-        let mut h = batch
-            .clone()
-            .unwrap_or_else(|| OwnedHeaders::new_with_capacity(meta.len()));
-        for (k, v) in &meta {
-            h = h.insert(Header {
-                key: k,
-                value: Some(v),
-            });
-        }
-        Some(h)
-    }
-
-    /// The headers of every record of `source` as pairs: its fields in
-    /// raw format, none in json.
-    pub fn field_pairs<'a>(&self, source: &'a SourceInfo) -> Vec<(&'a str, &'a [u8])> {
+    /// The headers of every record of `source`: its fields in raw
+    /// format, none in json.
+    fn field_pairs<'a>(&self, source: &'a SourceInfo) -> Vec<(&'a str, &'a [u8])> {
         if self.format == Format::Json {
             return Vec::new();
         }
@@ -94,7 +60,7 @@ impl Encoder {
     /// The headers a record of `line` has beyond its source's fields: for
     /// a record with a meta in raw format, its host, timestamp and
     /// attributes (a list comma-joined); none otherwise.
-    pub fn meta_headers(&self, source: &SourceInfo, line: &LogLine<'_>) -> Vec<(String, Vec<u8>)> {
+    fn meta_headers(&self, source: &SourceInfo, line: &LogLine<'_>) -> Vec<(String, Vec<u8>)> {
         let meta = match line.meta {
             Some(m) if self.format == Format::Raw => m,
             _ => return Vec::new(),
@@ -112,26 +78,41 @@ impl Encoder {
         h
     }
 
-    /// Appends the record of `line` to `builder`, at `now`: its value,
-    /// `fields` (the batch's [`Encoder::field_pairs`]) and its own
-    /// [`Encoder::meta_headers`] as headers.
-    pub fn push(
+    /// Appends the records of the lines `lines` of `batch` to `builder`
+    /// (which may hold records already) while it holds fewer than
+    /// `max_bytes` bytes and `max_records` records, at least one; returns
+    /// where the lines it took end. Each record has the line's value,
+    /// the source's fields (raw format) and the line's meta (host,
+    /// timestamp, attributes) as headers, and the time `now`.
+    pub fn fill(
         &mut self,
         builder: &mut sonde_kafka::BatchBuilder,
-        source: &SourceInfo,
-        line: &LogLine<'_>,
-        fields: &[(&str, &[u8])],
+        batch: &LogBatch,
+        lines: Range<usize>,
+        (max_bytes, max_records): (usize, usize),
         now: i64,
-    ) {
-        let meta = self.meta_headers(source, line);
-        let value = self.value(source, line);
-        if meta.is_empty() {
-            builder.push(now, None, value, fields);
-        } else {
-            let mut h = fields.to_vec();
-            h.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
-            builder.push(now, None, value, &h);
+    ) -> usize {
+        let source = batch.source();
+        let fields = self.field_pairs(source);
+        let mut end = lines.start;
+        for line in batch.lines_in(lines) {
+            if !builder.is_empty()
+                && (builder.raw_bytes() >= max_bytes || builder.len() >= max_records)
+            {
+                break;
+            }
+            let meta = self.meta_headers(source, &line);
+            let value = self.value(source, &line);
+            if meta.is_empty() {
+                builder.push(now, None, value, &fields);
+            } else {
+                let mut h = fields.clone();
+                h.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+                builder.push(now, None, value, &h);
+            }
+            end += 1;
         }
+        end
     }
 
     /// The value of the record of `line`.
@@ -150,7 +131,6 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdkafka::message::Headers;
 
     fn source(fields: &[(&str, &str)]) -> SourceInfo {
         SourceInfo {
@@ -174,13 +154,14 @@ mod tests {
             meta: None,
         };
         assert_eq!(e.value(&src, &line), b"GET / 200");
-        let h = e.headers(&src).unwrap();
-        let got: Vec<(&str, Option<&[u8]>)> = h.iter().map(|h| (h.key, h.value)).collect();
         assert_eq!(
-            got,
-            [("env", Some(&b"prod"[..])), ("service", Some(&b"api"[..]))]
+            e.field_pairs(&src),
+            [("env", &b"prod"[..]), ("service", &b"api"[..])]
         );
-        assert!(Encoder::new(Format::Raw).headers(&source(&[])).is_none());
+        assert!(e.meta_headers(&src, &line).is_empty());
+        assert!(Encoder::new(Format::Raw)
+            .field_pairs(&source(&[]))
+            .is_empty());
     }
 
     #[test]
@@ -198,7 +179,7 @@ mod tests {
             "{\"message\":\"say \\\"hi\\\"\\t\u{fffd}!\",\"file\":\"/var/log/a.log\",\
              \"offset\":42,\"host\":\"web-1\",\"source\":\"app\",\"env\":\"prod\"}"
         );
-        assert!(e.headers(&src).is_none());
+        assert!(e.field_pairs(&src).is_empty());
     }
 
     #[test]
@@ -221,9 +202,9 @@ mod tests {
             meta: Some(&meta),
         };
         let e = Encoder::new(Format::Raw);
-        let batch = e.headers(&src);
-        let h = e.line_headers(&src, &line, &batch).unwrap();
-        let got: Vec<(&str, &[u8])> = h.iter().map(|h| (h.key, h.value.unwrap())).collect();
+        let meta = e.meta_headers(&src, &line);
+        let mut got = e.field_pairs(&src);
+        got.extend(meta.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
         assert_eq!(
             got,
             [
@@ -236,8 +217,9 @@ mod tests {
         );
         // A line of a file keeps its batch's headers; json has none.
         let file_line = LogLine { meta: None, ..line };
-        assert_eq!(e.line_headers(&src, &file_line, &batch).unwrap().count(), 1);
+        assert!(e.meta_headers(&src, &file_line).is_empty());
+        assert_eq!(e.field_pairs(&src).len(), 1);
         let j = Encoder::new(Format::Json);
-        assert!(j.line_headers(&src, &line, &j.headers(&src)).is_none());
+        assert!(j.field_pairs(&src).is_empty() && j.meta_headers(&src, &line).is_empty());
     }
 }
