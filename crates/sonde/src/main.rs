@@ -1,6 +1,7 @@
 //! `sonde`: the host telemetry agent's command line.
 
 mod bench;
+mod profile;
 mod run;
 mod send;
 
@@ -69,6 +70,10 @@ enum Command {
     Send(send::SendArgs),
     /// Drive a running agent with a load and report loss, CPU and memory.
     Bench(bench::BenchArgs),
+    /// Sample every process's stacks for a while and print the functions
+    /// that took the most CPU (needs perf-event permission: root,
+    /// CAP_PERFMON, or kernel.perf_event_paranoid <= 0).
+    Profile(profile::ProfileArgs),
 }
 
 fn load(path: &PathBuf) -> anyhow::Result<config::Config> {
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
         }
         Command::Send(args) => send::send(&args),
         Command::Bench(args) => bench::bench(&args),
+        Command::Profile(args) => profile::profile(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

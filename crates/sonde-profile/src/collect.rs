@@ -1,0 +1,397 @@
+//! From records to counted stacks: the process table, unwinding, and the
+//! raw (unsymbolised) aggregate.
+//!
+//! [`Collector::record`] takes the records of [`crate::perf::Events`] in
+//! time order. Side-band records keep a table of processes (name,
+//! executable mappings, an unwinder over the modules mapped); processes
+//! that were running before the profiler started are read from
+//! `/proc/PID/maps` when first sampled. A sample becomes a stack of
+//! [`RawFrame`]s, kernel part from the kernel's callchain and user part
+//! unwound by framehop from the copied registers and stack, and is
+//! counted under its process. Symbolising waits until a profile is taken
+//! ([`crate::symbolize`]), once per distinct frame.
+
+use hashbrown::HashMap;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{FrameAddress, Unwinder};
+
+use crate::module::{self, Bytes, Key, Modules};
+use crate::record::{
+    Mmap, Record, Sample, PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX, PERF_CONTEXT_USER,
+};
+
+/// The deepest stack kept; deeper ones keep their 256 innermost frames.
+pub const MAX_FRAMES: usize = 256;
+
+/// A frame before symbolisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RawFrame {
+    /// A kernel address.
+    Kernel(u64),
+    /// An offset into a module's file (a return address minus one for
+    /// callers, so it falls inside the call).
+    Module(u32, u64),
+    /// A user address in no file: JIT code (named from the process's perf
+    /// map, `/tmp/perf-PID.map`) or code the unwinder could not place.
+    Anon(u32, u64),
+}
+
+/// The process a raw stack belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProcessKey {
+    /// Process id.
+    pub pid: u32,
+    /// The command name at the time of the sample.
+    pub name: String,
+}
+
+/// Counters the views report about the collection itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Samples of the idle task, dropped.
+    pub idle: u64,
+    /// Samples counted.
+    pub samples: u64,
+    /// Samples with a user stack.
+    pub user: u64,
+    /// Samples whose user stack was unwound to its end (the process's
+    /// entry point or the thread's start).
+    pub user_complete: u64,
+    /// Records the kernel dropped because a ring was full.
+    pub lost: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    module: u32,
+}
+
+type Unwinder64 = UnwinderX86_64<Bytes>;
+
+#[derive(Clone)]
+struct Proc {
+    name: String,
+    maps: Vec<Mapping>,
+    unwinder: Unwinder64,
+}
+
+impl Proc {
+    fn new(name: String) -> Self {
+        Proc {
+            name,
+            maps: Vec::new(),
+            unwinder: Unwinder64::new(),
+        }
+    }
+
+    fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.maps.partition_point(|m| m.start <= addr);
+        let m = self.maps.get(i.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
+    }
+
+    fn map(&mut self, modules: &Modules, m: Mapping) {
+        // A new mapping over an old range replaces it (mmap MAP_FIXED,
+        // dlclose then dlopen at the same place).
+        let overlapping: Vec<u64> = self
+            .maps
+            .iter()
+            .filter(|o| o.start < m.end && m.start < o.end)
+            .map(|o| o.start)
+            .collect();
+        for start in overlapping {
+            self.unwinder.remove_module(start);
+        }
+        self.maps.retain(|o| !(o.start < m.end && m.start < o.end));
+        let i = self.maps.partition_point(|o| o.start < m.start);
+        self.maps.insert(i, m);
+        let module = modules.get(m.module);
+        let base = module.base_avma(m.start, m.pgoff);
+        self.unwinder.add_module(framehop::Module::new(
+            module.path.clone(),
+            m.start..m.end,
+            base,
+            module::section_info(&module.unwind),
+        ));
+    }
+}
+
+/// The process table and the raw aggregate.
+pub struct Collector {
+    procs: HashMap<u32, Proc>,
+    modules: Modules,
+    cache: CacheX86_64,
+    own_pid: u32,
+    stacks: HashMap<(ProcessKey, Vec<RawFrame>), u64>,
+    frames: Vec<RawFrame>,
+    stats: Stats,
+}
+
+impl Default for Collector {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Collector {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Collector {
+            procs: HashMap::new(),
+            modules: Modules::default(),
+            cache: CacheX86_64::new(),
+            own_pid: std::process::id(),
+            stacks: HashMap::new(),
+            frames: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The modules met so far.
+    pub fn modules(&self) -> &Modules {
+        &self.modules
+    }
+
+    /// Counters about the collection since the last [`Collector::take`].
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Adds records the kernel reported lost.
+    pub fn add_lost(&mut self, lost: u64) {
+        self.stats.lost += lost;
+    }
+
+    /// The counted stacks and stats so far, leaving both empty (the
+    /// process table and modules stay).
+    pub fn take(&mut self) -> (HashMap<(ProcessKey, Vec<RawFrame>), u64>, Stats) {
+        (
+            std::mem::take(&mut self.stacks),
+            std::mem::take(&mut self.stats),
+        )
+    }
+
+    /// Applies one record.
+    pub fn record(&mut self, record: Record<'_>) {
+        match record {
+            Record::Sample(s) => self.sample(&s),
+            Record::Mmap(m) => self.mmap(&m),
+            Record::Comm {
+                pid,
+                tid,
+                name,
+                exec,
+                ..
+            } => {
+                if exec {
+                    // A new image: the old mappings are gone.
+                    self.procs
+                        .insert(pid, Proc::new(String::from_utf8_lossy(name).into_owned()));
+                } else if pid == tid {
+                    if let Some(p) = self.procs.get_mut(&pid) {
+                        p.name = String::from_utf8_lossy(name).into_owned();
+                    }
+                }
+            }
+            Record::Fork { pid, ppid, .. } => {
+                if pid != ppid && !self.procs.contains_key(&pid) {
+                    // fork copies the address space; an exec follows or not.
+                    if self.known(ppid) {
+                        let parent = self.procs[&ppid].clone();
+                        self.procs.insert(pid, parent);
+                    }
+                }
+            }
+            Record::Exit { pid, tid, .. } => {
+                if pid == tid {
+                    self.procs.remove(&pid);
+                }
+            }
+            Record::Lost { count } => self.stats.lost += count,
+            Record::Other => {}
+        }
+    }
+
+    /// Whether the process is known, reading it from /proc the first
+    /// time it is met.
+    fn known(&mut self, pid: u32) -> bool {
+        if !self.procs.contains_key(&pid) {
+            match self.read_proc(pid) {
+                Some(p) => self.procs.insert(pid, p),
+                None => return false,
+            };
+        }
+        true
+    }
+
+    fn read_proc(&mut self, pid: u32) -> Option<Proc> {
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        let mut p = Proc::new(name.trim_end_matches('\n').to_string());
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        for line in maps.lines() {
+            if let Some((m, key, path)) = parse_maps_line(line) {
+                let module = self.modules.get_or_load(key, path, pid);
+                p.map(&self.modules, Mapping { module, ..m });
+            }
+        }
+        Some(p)
+    }
+
+    fn mmap(&mut self, m: &Mmap<'_>) {
+        const PROT_EXEC: u32 = 4;
+        if m.prot & PROT_EXEC == 0 || !m.path.starts_with(b"/") {
+            return;
+        }
+        let path = String::from_utf8_lossy(m.path).into_owned();
+        let key = match (m.build_id, m.inode) {
+            (Some(id), _) if !id.is_empty() => Key::BuildId(id.to_vec()),
+            (_, Some((maj, min, ino))) => Key::Inode(maj, min, ino),
+            _ => Key::Path(path.clone()),
+        };
+        let module = self.modules.get_or_load(key, &path, m.pid);
+        let mapping = Mapping {
+            start: m.start,
+            end: m.start + m.len,
+            pgoff: m.pgoff,
+            module,
+        };
+        if self.known(m.pid) {
+            if let Some(p) = self.procs.get_mut(&m.pid) {
+                p.map(&self.modules, mapping);
+            }
+        }
+    }
+
+    fn sample(&mut self, s: &Sample<'_>) {
+        if s.pid == 0 {
+            self.stats.idle += 1;
+            return;
+        }
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        // The kernel's part, leaf first.
+        let mut chain = s.callchain().peekable();
+        let mut user_chain: Vec<u64> = Vec::new();
+        let mut context = 0;
+        for w in chain.by_ref() {
+            if w >= PERF_CONTEXT_MAX {
+                context = w;
+                continue;
+            }
+            match context {
+                PERF_CONTEXT_KERNEL => frames.push(RawFrame::Kernel(w)),
+                PERF_CONTEXT_USER => user_chain.push(w),
+                _ => {}
+            }
+        }
+        let own = s.pid == self.own_pid;
+        let name;
+        if let Some(p) = self.known(s.pid).then(|| &self.procs[&s.pid]) {
+            name = p.name.clone();
+            if !s.regs.is_empty() && !own {
+                self.stats.user += 1;
+                let mut user: Vec<u64> = Vec::with_capacity(32);
+                let complete = unwind(p, &mut self.cache, s, &mut user);
+                // Where the kernel's frame-pointer walk went further
+                // (code with frame pointers but no unwind info the
+                // unwinder trusted), take it.
+                let (addrs, complete) = if user_chain.len() > user.len() {
+                    (&user_chain, false)
+                } else {
+                    (&user, complete)
+                };
+                if complete {
+                    self.stats.user_complete += 1;
+                }
+                for (i, &a) in addrs.iter().enumerate() {
+                    // Callers' addresses are return addresses: step back
+                    // into the call instruction.
+                    let lookup = if i == 0 { a } else { a.saturating_sub(1) };
+                    frames.push(match p.find(lookup) {
+                        Some(m) => RawFrame::Module(m.module, lookup - m.start + m.pgoff),
+                        None => RawFrame::Anon(s.pid, lookup),
+                    });
+                }
+            }
+        } else {
+            name = String::new();
+        }
+        if frames.is_empty() {
+            frames.push(RawFrame::Anon(s.pid, s.ip));
+        }
+        frames.truncate(MAX_FRAMES);
+        frames.reverse();
+        self.stats.samples += 1;
+        let key = ProcessKey { pid: s.pid, name };
+        *self.stacks.entry((key, frames.clone())).or_insert(0) += 1;
+        self.frames = frames;
+    }
+}
+
+/// Unwinds the user stack of `s` into `out` (leaf first, raw addresses);
+/// true when the unwinder reached the stack's end rather than failing.
+fn unwind(p: &Proc, cache: &mut CacheX86_64, s: &Sample<'_>, out: &mut Vec<u64>) -> bool {
+    // REGS_USER_MASK order on x86_64: BP, SP, IP.
+    let (Some(bp), Some(sp), Some(ip)) = (s.reg(0), s.reg(1), s.reg(2)) else {
+        return false;
+    };
+    let stack = s.stack;
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+        let b = stack.get(off..off + 8).ok_or(())?;
+        Ok(u64::from_ne_bytes(b.try_into().map_err(|_| ())?))
+    };
+    let mut it = p
+        .unwinder
+        .iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
+    loop {
+        match it.next() {
+            Ok(Some(f)) => {
+                if out.len() == MAX_FRAMES {
+                    return false;
+                }
+                out.push(match f {
+                    FrameAddress::InstructionPointer(a) => a,
+                    FrameAddress::ReturnAddress(a) => a.get(),
+                });
+            }
+            Ok(None) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// One executable, file-backed line of `/proc/PID/maps`.
+fn parse_maps_line(line: &str) -> Option<(Mapping, Key, &str)> {
+    let mut f = line.split_ascii_whitespace();
+    let range = f.next()?;
+    let perms = f.next()?;
+    let pgoff = u64::from_str_radix(f.next()?, 16).ok()?;
+    let dev = f.next()?;
+    let ino: u64 = f.next()?.parse().ok()?;
+    let path = f.next()?;
+    if !perms.contains('x') || !path.starts_with('/') || ino == 0 {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let (maj, min) = dev.split_once(':')?;
+    let key = Key::Inode(
+        u32::from_str_radix(maj, 16).ok()?,
+        u32::from_str_radix(min, 16).ok()?,
+        ino,
+    );
+    Some((
+        Mapping {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            pgoff,
+            module: 0,
+        },
+        key,
+        path,
+    ))
+}

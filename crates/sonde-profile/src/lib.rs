@@ -1,0 +1,19 @@
+//! sonde's profiler: samples the stacks of every process on the host with
+//! `perf_event_open`, unwinds and symbolises them in user space, and
+//! renders the views (TopN, folded stacks, pprof, flame graphs).
+#![deny(missing_docs)]
+
+pub mod collect;
+pub mod flamegraph;
+pub mod model;
+pub mod module;
+pub mod perf;
+pub mod pprof;
+pub mod record;
+pub mod sampler;
+pub mod symbolize;
+pub mod views;
+
+pub use model::{Function, Process, Profile, ProfileBuilder, Stack};
+pub use perf::OpenError;
+pub use sampler::Profiler;

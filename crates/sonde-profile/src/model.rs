@@ -1,0 +1,260 @@
+//! The profile every view reads: symbolised stacks with their sample
+//! counts, per process.
+//!
+//! A [`Profile`] is what a collection produces once its stacks are
+//! symbolised, what a pprof file decodes to, and what the store keeps per
+//! minute. Functions and processes are interned: a [`Stack`] holds indices
+//! into [`Profile::functions`] and [`Profile::processes`], so a profile of
+//! a busy host stays a few thousand small entries whatever its sample
+//! count. Build one with [`ProfileBuilder`], which merges equal stacks.
+
+use std::hash::BuildHasher;
+
+use hashbrown::{HashMap, HashTable};
+
+/// A symbolised frame: a function and the module (file) it lives in.
+///
+/// Frames that could not be named carry the address in `name`, as
+/// `0x1f2e3` (an offset into the module) so that they still group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Function {
+    /// The demangled function name.
+    pub name: String,
+    /// The module's path as the process saw it (`[kernel]` for the
+    /// kernel, `[jit]` for code from a perf map without a file).
+    pub module: String,
+}
+
+/// The process a stack was sampled in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Process {
+    /// The process id (the thread group id).
+    pub pid: u32,
+    /// The process's command name (`comm`, at most 15 bytes), as of its
+    /// last `exec`.
+    pub name: String,
+}
+
+/// A distinct stack in one process and the samples it took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stack {
+    /// Index into [`Profile::processes`].
+    pub process: u32,
+    /// Indices into [`Profile::functions`], root (the entry point) first,
+    /// the sampled function (the leaf) last. Never empty.
+    pub frames: Vec<u32>,
+    /// How many samples had exactly this stack in this process.
+    pub count: u64,
+}
+
+/// Aggregated, symbolised stacks over one period.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Profile {
+    /// Interned functions.
+    pub functions: Vec<Function>,
+    /// Interned processes.
+    pub processes: Vec<Process>,
+    /// Distinct (process, stack) pairs with their counts.
+    pub stacks: Vec<Stack>,
+    /// Samples per second per CPU the period was sampled at.
+    pub frequency: u32,
+    /// When the period started, in nanoseconds since the Unix epoch.
+    pub start_ns: u64,
+    /// How long the period lasted, in nanoseconds.
+    pub duration_ns: u64,
+}
+
+impl Profile {
+    /// The number of samples in the profile (idle samples are never in
+    /// one).
+    pub fn samples(&self) -> u64 {
+        self.stacks.iter().map(|s| s.count).sum()
+    }
+
+    /// The CPU time one sample stands for, in seconds: `1 / frequency`.
+    pub fn seconds_per_sample(&self) -> f64 {
+        if self.frequency == 0 {
+            0.0
+        } else {
+            1.0 / f64::from(self.frequency)
+        }
+    }
+
+    /// The function a frame index names.
+    pub fn function(&self, index: u32) -> &Function {
+        &self.functions[index as usize]
+    }
+
+    /// A profile with only the stacks of the processes `keep` accepts
+    /// (functions and processes re-interned, so nothing unused remains).
+    pub fn filter(&self, mut keep: impl FnMut(&Process) -> bool) -> Profile {
+        let mut out = ProfileBuilder::new(self.frequency, self.start_ns, self.duration_ns);
+        for stack in &self.stacks {
+            let process = &self.processes[stack.process as usize];
+            if keep(process) {
+                out.add(
+                    process,
+                    stack.frames.iter().map(|&f| self.function(f)),
+                    stack.count,
+                );
+            }
+        }
+        out.finish()
+    }
+
+    /// Adds every stack of `other` to this profile, widening the period to
+    /// cover both.
+    pub fn merge(self, other: &Profile) -> Profile {
+        let start = match (self.duration_ns, other.duration_ns) {
+            (0, _) => other.start_ns,
+            (_, 0) => self.start_ns,
+            _ => self.start_ns.min(other.start_ns),
+        };
+        let end = (self.start_ns + self.duration_ns).max(other.start_ns + other.duration_ns);
+        let frequency = if self.frequency == 0 {
+            other.frequency
+        } else {
+            self.frequency
+        };
+        let mut out = ProfileBuilder::from_profile(self);
+        out.frequency = frequency;
+        out.start_ns = start;
+        out.duration_ns = end.saturating_sub(start);
+        for stack in &other.stacks {
+            out.add(
+                &other.processes[stack.process as usize],
+                stack.frames.iter().map(|&f| other.function(f)),
+                stack.count,
+            );
+        }
+        out.finish()
+    }
+}
+
+/// Builds a [`Profile`], interning functions and processes and merging
+/// equal stacks.
+#[derive(Debug, Default)]
+pub struct ProfileBuilder {
+    functions: HashMap<Function, u32>,
+    processes: HashMap<Process, u32>,
+    stacks: HashTable<usize>,
+    entries: Vec<Stack>,
+    hasher: foldhash::fast::RandomState,
+    profile: Profile,
+    frames: Vec<u32>,
+    /// Samples per second per CPU.
+    pub frequency: u32,
+    /// Start of the period, nanoseconds since the Unix epoch.
+    pub start_ns: u64,
+    /// Length of the period in nanoseconds.
+    pub duration_ns: u64,
+}
+
+impl ProfileBuilder {
+    /// An empty builder for a period.
+    pub fn new(frequency: u32, start_ns: u64, duration_ns: u64) -> Self {
+        ProfileBuilder {
+            frequency,
+            start_ns,
+            duration_ns,
+            ..Default::default()
+        }
+    }
+
+    /// A builder that starts from everything in `profile`.
+    pub fn from_profile(profile: Profile) -> Self {
+        let mut out = ProfileBuilder::new(profile.frequency, profile.start_ns, profile.duration_ns);
+        for stack in &profile.stacks {
+            out.add(
+                &profile.processes[stack.process as usize],
+                stack.frames.iter().map(|&f| profile.function(f)),
+                stack.count,
+            );
+        }
+        out
+    }
+
+    /// Interns a function and returns its index.
+    pub fn function(&mut self, function: &Function) -> u32 {
+        if let Some(&i) = self.functions.get(function) {
+            return i;
+        }
+        let i = self.profile.functions.len() as u32;
+        self.profile.functions.push(function.clone());
+        self.functions.insert(function.clone(), i);
+        i
+    }
+
+    /// Interns a process and returns its index.
+    pub fn process(&mut self, process: &Process) -> u32 {
+        if let Some(&i) = self.processes.get(process) {
+            return i;
+        }
+        let i = self.profile.processes.len() as u32;
+        self.profile.processes.push(process.clone());
+        self.processes.insert(process.clone(), i);
+        i
+    }
+
+    /// Adds `count` samples of a stack given root first. An empty stack is
+    /// ignored.
+    pub fn add<'a>(
+        &mut self,
+        process: &Process,
+        frames_root_first: impl IntoIterator<Item = &'a Function>,
+        count: u64,
+    ) {
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        for f in frames_root_first {
+            let i = self.function(f);
+            frames.push(i);
+        }
+        if !frames.is_empty() && count > 0 {
+            let p = self.process(process);
+            self.add_interned(p, &frames, count);
+        }
+        self.frames = frames;
+    }
+
+    /// Adds `count` samples of a stack of already interned indices, root
+    /// first.
+    pub fn add_interned(&mut self, process: u32, frames_root_first: &[u32], count: u64) {
+        if frames_root_first.is_empty() || count == 0 {
+            return;
+        }
+        // Looked up by borrowed key, so a stack seen before allocates nothing.
+        let hash = self.hasher.hash_one((process, frames_root_first));
+        let entries = &self.entries;
+        match self.stacks.find(hash, |&i| {
+            let s: &Stack = &entries[i];
+            s.process == process && s.frames == frames_root_first
+        }) {
+            Some(&i) => self.entries[i].count += count,
+            None => {
+                let i = self.entries.len();
+                self.entries.push(Stack {
+                    process,
+                    frames: frames_root_first.to_vec(),
+                    count,
+                });
+                let (entries, hasher) = (&self.entries, &self.hasher);
+                self.stacks.insert_unique(hash, i, |&j| {
+                    hasher.hash_one((entries[j].process, entries[j].frames.as_slice()))
+                });
+            }
+        }
+    }
+
+    /// The profile, stacks in a stable order (by process, then frames).
+    pub fn finish(self) -> Profile {
+        let mut profile = self.profile;
+        profile.frequency = self.frequency;
+        profile.start_ns = self.start_ns;
+        profile.duration_ns = self.duration_ns;
+        let mut stacks = self.entries;
+        stacks.sort_by(|a, b| (a.process, &a.frames).cmp(&(b.process, &b.frames)));
+        profile.stacks = stacks;
+        profile
+    }
+}

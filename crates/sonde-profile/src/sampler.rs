@@ -1,0 +1,99 @@
+//! A running profiler: the events, the collector and the symbol cache,
+//! driven by one thread.
+//!
+//! The owner calls [`Profiler::poll`] in a loop (it waits for a ring to
+//! fill a quarter or for its timeout, then drains every ring) and
+//! [`Profiler::take`] whenever it wants the profile of the period since
+//! the last take.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::collect::{Collector, Stats};
+use crate::model::Profile;
+use crate::perf::{Events, OpenError};
+use crate::symbolize::{CacheStats, Symbols};
+
+/// The highest sampling frequency accepted: above it the rings and the
+/// unwinding cost grow past what an always-on profiler should spend.
+pub const MAX_FREQUENCY: u32 = 1000;
+
+/// Samples every CPU and keeps the stacks of the current period.
+pub struct Profiler {
+    events: Events,
+    collector: Collector,
+    symbols: Symbols,
+    frequency: u32,
+    period_start: (SystemTime, Instant),
+}
+
+impl Profiler {
+    /// Opens the events at `frequency` Hz per CPU and starts sampling.
+    ///
+    /// # Errors
+    ///
+    /// See [`Events::open`]; a frequency of 0 or above [`MAX_FREQUENCY`]
+    /// is clamped into range.
+    pub fn start(frequency: u32) -> Result<Profiler, OpenError> {
+        let frequency = frequency.clamp(1, MAX_FREQUENCY);
+        let events = Events::open(frequency)?;
+        events.enable();
+        Ok(Profiler {
+            events,
+            collector: Collector::new(),
+            symbols: Symbols::new(),
+            frequency,
+            period_start: (SystemTime::now(), Instant::now()),
+        })
+    }
+
+    /// Samples per second per CPU.
+    pub fn frequency(&self) -> u32 {
+        self.frequency
+    }
+
+    /// Waits up to `timeout_ms` for data, then reads every ring.
+    pub fn poll(&mut self, timeout_ms: i32) {
+        self.events.wait(timeout_ms);
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        let lost_before = self.events.lost();
+        let collector = &mut self.collector;
+        self.events.drain(|r| collector.record(r));
+        self.collector.add_lost(self.events.lost() - lost_before);
+    }
+
+    /// Stops sampling and reads what the rings still hold.
+    pub fn stop(&mut self) {
+        self.events.disable();
+        self.drain();
+    }
+
+    /// The profile of the period since the start or the last take, and
+    /// the collection's counters for it; a new period starts.
+    pub fn take(&mut self) -> (Profile, Stats) {
+        let now = (SystemTime::now(), Instant::now());
+        let (stacks, stats) = self.collector.take();
+        let start_ns = self
+            .period_start
+            .0
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let duration_ns = now.1.duration_since(self.period_start.1).as_nanos() as u64;
+        self.period_start = now;
+        let profile = self.symbols.profile(
+            self.collector.modules(),
+            &stacks,
+            self.frequency,
+            start_ns,
+            duration_ns,
+        );
+        (profile, stats)
+    }
+
+    /// The symbol cache's hits and misses since the start.
+    pub fn symbol_cache(&self) -> CacheStats {
+        self.symbols.stats()
+    }
+}

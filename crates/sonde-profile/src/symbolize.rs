@@ -1,0 +1,274 @@
+//! Naming raw frames: ELF symbols and DWARF through blazesym, the kernel
+//! through `/proc/kallsyms`, JIT code through the process's perf map.
+//!
+//! [`Symbols`] caches every name by (module, file offset), so a module's
+//! symbol table is read once (blazesym keeps the parsed file) and a frame
+//! seen in every minute's profile is looked up once. Lookups are batched
+//! per module, sorted, as blazesym prefers.
+
+use std::path::PathBuf;
+
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use hashbrown::HashMap;
+
+use crate::collect::{ProcessKey, RawFrame};
+use crate::model::{Function, Process, Profile, ProfileBuilder};
+use crate::module::Modules;
+
+/// The module name of kernel frames.
+pub const KERNEL: &str = "[kernel]";
+/// The module name of JIT frames named from a perf map.
+pub const JIT: &str = "[jit]";
+/// The name of a frame that could not be named.
+pub const UNKNOWN: &str = "[unknown]";
+
+/// Counters of the symbol cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Frames named from the cache.
+    pub hits: u64,
+    /// Frames that had to be looked up.
+    pub misses: u64,
+}
+
+/// A perf map: sorted (start, end, name).
+type PerfMap = Vec<(u64, u64, String)>;
+
+/// Names frames, remembering every answer.
+pub struct Symbols {
+    symbolizer: Symbolizer,
+    names: HashMap<RawFrame, u32>,
+    functions: Vec<Function>,
+    by_function: HashMap<Function, u32>,
+    perf_maps: HashMap<u32, Option<PerfMap>>,
+    stats: CacheStats,
+}
+
+impl Default for Symbols {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbols {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Symbols {
+            // Code info (file and line) is not shown by any view, and
+            // reading the line tables of every module costs memory.
+            symbolizer: Symbolizer::builder()
+                .enable_code_info(false)
+                .enable_demangling(true)
+                .build(),
+            names: HashMap::new(),
+            functions: Vec::new(),
+            by_function: HashMap::new(),
+            perf_maps: HashMap::new(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Cache hits and misses so far.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    fn intern(&mut self, f: Function) -> u32 {
+        if let Some(&i) = self.by_function.get(&f) {
+            return i;
+        }
+        let i = self.functions.len() as u32;
+        self.functions.push(f.clone());
+        self.by_function.insert(f, i);
+        i
+    }
+
+    /// Names every frame of `stacks` not named before.
+    fn resolve<'a>(&mut self, modules: &Modules, frames: impl Iterator<Item = &'a RawFrame>) {
+        let mut by_module: HashMap<u32, Vec<u64>> = HashMap::new();
+        let mut kernel = Vec::new();
+        let mut anon = Vec::new();
+        for f in frames {
+            if self.names.contains_key(f) {
+                self.stats.hits += 1;
+                continue;
+            }
+            self.stats.misses += 1;
+            match *f {
+                RawFrame::Module(m, off) => by_module.entry(m).or_default().push(off),
+                RawFrame::Kernel(a) => kernel.push(a),
+                RawFrame::Anon(pid, a) => anon.push((pid, a)),
+            }
+            // Placeholder so a frame repeated in this batch counts once.
+            self.names.insert(*f, u32::MAX);
+        }
+        for (m, mut offsets) in by_module {
+            offsets.sort_unstable();
+            let module = modules.get(m);
+            let names = match module.open_path() {
+                Some(path) => {
+                    self.lookup(&Source::Elf(Elf::new(path)), Input::FileOffset(&offsets))
+                }
+                None => vec![None; offsets.len()],
+            };
+            for (off, name) in offsets.into_iter().zip(names) {
+                let f = Function {
+                    name: name.unwrap_or_else(|| UNKNOWN.to_string()),
+                    module: module.path.clone(),
+                };
+                let i = self.intern(f);
+                self.names.insert(RawFrame::Module(m, off), i);
+            }
+        }
+        if !kernel.is_empty() {
+            kernel.sort_unstable();
+            let src = Source::Kernel(Kernel {
+                // Without vmlinux, kallsyms alone; no debug info wanted.
+                vmlinux: blazesym::MaybeDefault::None,
+                debug_syms: false,
+                ..Kernel::default()
+            });
+            let names = self.lookup(&src, Input::AbsAddr(&kernel));
+            for (a, name) in kernel.into_iter().zip(names) {
+                let f = Function {
+                    name: name.unwrap_or_else(|| UNKNOWN.to_string()),
+                    module: KERNEL.to_string(),
+                };
+                let i = self.intern(f);
+                self.names.insert(RawFrame::Kernel(a), i);
+            }
+        }
+        for (pid, a) in anon {
+            let name = self.perf_map(pid).and_then(|map| {
+                let i = map.partition_point(|e| e.0 <= a).checked_sub(1)?;
+                let (start, end, name) = &map[i];
+                (a >= *start && a < *end).then(|| name.clone())
+            });
+            let f = match name {
+                Some(name) => Function {
+                    name,
+                    module: JIT.to_string(),
+                },
+                None => Function {
+                    name: UNKNOWN.to_string(),
+                    module: UNKNOWN.to_string(),
+                },
+            };
+            let i = self.intern(f);
+            self.names.insert(RawFrame::Anon(pid, a), i);
+        }
+    }
+
+    fn lookup(&self, src: &Source<'_>, input: Input<&[u64]>) -> Vec<Option<String>> {
+        let n = match input {
+            Input::AbsAddr(a) | Input::VirtOffset(a) | Input::FileOffset(a) => a.len(),
+        };
+        match self.symbolizer.symbolize(src, input) {
+            Ok(syms) => syms
+                .into_iter()
+                .map(|s| match s {
+                    Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                    Symbolized::Unknown(_) => None,
+                })
+                .collect(),
+            Err(_) => vec![None; n],
+        }
+    }
+
+    /// The perf map a JIT writes for `pid` (`/tmp/perf-PID.map` in the
+    /// process's own mount and pid namespaces), read once per profile.
+    fn perf_map(&mut self, pid: u32) -> Option<&PerfMap> {
+        self.perf_maps
+            .entry(pid)
+            .or_insert_with(|| read_perf_map(pid))
+            .as_ref()
+    }
+
+    /// Symbolises raw stacks into a profile.
+    pub fn profile(
+        &mut self,
+        modules: &Modules,
+        stacks: &HashMap<(ProcessKey, Vec<RawFrame>), u64>,
+        frequency: u32,
+        start_ns: u64,
+        duration_ns: u64,
+    ) -> Profile {
+        // Perf maps grow as a JIT compiles: read them again each profile.
+        self.perf_maps.clear();
+        self.resolve(modules, stacks.keys().flat_map(|(_, f)| f.iter()));
+        let mut out = ProfileBuilder::new(frequency, start_ns, duration_ns);
+        let mut frames = Vec::new();
+        for ((process, raw), &count) in stacks {
+            frames.clear();
+            for f in raw {
+                let i = self.names.get(f).copied().unwrap_or(u32::MAX);
+                if let Some(function) = self.functions.get(i as usize) {
+                    frames.push(out.function(function));
+                }
+            }
+            let p = out.process(&Process {
+                pid: process.pid,
+                name: process.name.clone(),
+            });
+            out.add_interned(p, &frames, count);
+        }
+        out.finish()
+    }
+}
+
+fn read_perf_map(pid: u32) -> Option<PerfMap> {
+    // In a pid namespace the JIT names the file with its own pid, the last
+    // on the NSpid line.
+    let ns_pid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|l| l.split_ascii_whitespace().last().map(str::to_string))
+        })
+        .unwrap_or_else(|| pid.to_string());
+    let candidates = [
+        PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map")),
+        PathBuf::from(format!("/tmp/perf-{pid}.map")),
+    ];
+    let text = candidates
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())?;
+    let mut map = parse_perf_map(&text);
+    map.sort_unstable_by_key(|e| e.0);
+    Some(map)
+}
+
+/// Lines of `START SIZE name`, START and SIZE in hex with or without `0x`.
+pub(crate) fn parse_perf_map(text: &str) -> PerfMap {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            let start = hex(parts.next()?)?;
+            let size = hex(parts.next()?)?;
+            let name = parts.next()?.trim();
+            Some((start, start.checked_add(size)?, name.to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_perf_map_reads_with_and_without_0x_and_skips_bad_lines() {
+        let map = parse_perf_map(
+            "7f00 20 Interpreter\n0x7f40 0x10 LFoo;::bar (compiled)\nnot a line\n7f80 zz x\n",
+        );
+        assert_eq!(
+            map,
+            vec![
+                (0x7f00, 0x7f20, "Interpreter".to_string()),
+                (0x7f40, 0x7f50, "LFoo;::bar (compiled)".to_string()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! `sonde profile`: sample the host for a while and print the top
+//! functions, or write pprof, folded stacks and a flame graph; `sonde
+//! profile diff`: compare two profiles.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use sonde::config::HumanDuration;
+use sonde_profile::{flamegraph, pprof, views, Profile, Profiler};
+
+/// Arguments of `sonde profile`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ProfileArgs {
+    #[command(subcommand)]
+    diff: Option<DiffCommand>,
+    /// How long to sample.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: HumanDuration,
+    /// Samples per second per CPU (1 to 1000). The agent's always-on
+    /// profiler samples at 19; a short run samples faster for detail.
+    #[arg(long, default_value_t = 99)]
+    frequency: u32,
+    /// Only these processes (repeat for several); all when absent.
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    #[command(flatten)]
+    out: Output,
+    /// Write the profile as gzip-compressed pprof (`go tool pprof` reads it).
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+    /// Write folded stacks (`main;work;hot 752`), one line per stack.
+    #[arg(long, value_name = "FILE")]
+    folded: Option<PathBuf>,
+}
+
+/// The output options both forms share.
+#[derive(Args)]
+struct Output {
+    /// How many functions to print.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write a flame graph (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    flamegraph: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum DiffCommand {
+    /// Compare two profiles (pprof files): what grew and what shrank.
+    Diff {
+        /// The earlier profile.
+        base: PathBuf,
+        /// The later profile.
+        new: PathBuf,
+        #[command(flatten)]
+        out: Output,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<HumanDuration, String> {
+    s.parse()
+}
+
+/// Runs `sonde profile` or `sonde profile diff`.
+pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
+    if let Some(DiffCommand::Diff { base, new, out }) = &args.diff {
+        return diff(base, new, out);
+    }
+    if !(1..=sonde_profile::sampler::MAX_FREQUENCY).contains(&args.frequency) {
+        bail!(
+            "--frequency {}: must be between 1 and {} samples per second",
+            args.frequency,
+            sonde_profile::sampler::MAX_FREQUENCY
+        );
+    }
+    let mut profiler = Profiler::start(args.frequency)?;
+    let deadline = Instant::now() + args.duration.0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        profiler.poll(left.as_millis().min(100) as i32);
+    }
+    profiler.stop();
+    let (mut profile, stats) = profiler.take();
+    if !args.pids.is_empty() {
+        profile = profile.filter(|p| args.pids.contains(&p.pid));
+    }
+    if let Some(path) = &args.pprof {
+        write(path, &pprof::encode(&profile))?;
+    }
+    if let Some(path) = &args.folded {
+        write(path, views::folded(&profile).as_bytes())?;
+    }
+    if let Some(path) = &args.out.flamegraph {
+        let options = flamegraph::Options {
+            title: format!(
+                "sonde profile: {} samples over {:.1} s at {} Hz",
+                profile.samples(),
+                profile.duration_ns as f64 / 1e9,
+                profile.frequency
+            ),
+            ..Default::default()
+        };
+        write(path, flamegraph::render(&profile, &options).as_bytes())?;
+    }
+    let top = views::top(&profile, Some(args.out.top));
+    if args.out.json {
+        println!("{}", serde_json::to_string(&top)?);
+    } else {
+        print!("{}", views::top_text(&top, profile.seconds_per_sample()));
+        let user = stats.user.max(1) as f64;
+        eprintln!(
+            "user stacks unwound to their entry point: {:.1}% of {}; lost records: {}",
+            stats.user_complete as f64 * 100.0 / user,
+            stats.user,
+            stats.lost
+        );
+    }
+    Ok(())
+}
+
+fn diff(base: &Path, new: &Path, out: &Output) -> anyhow::Result<()> {
+    let base = read_profile(base)?;
+    let new = read_profile(new)?;
+    if let Some(path) = &out.flamegraph {
+        let options = flamegraph::Options {
+            title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
+                .to_string(),
+            ..Default::default()
+        };
+        write(
+            path,
+            flamegraph::render_diff(&base, &new, &options).as_bytes(),
+        )?;
+    }
+    let d = views::diff(&base, &new, Some(out.top));
+    if out.json {
+        println!("{}", serde_json::to_string(&d)?);
+    } else {
+        print!("{}", views::diff_text(&d));
+    }
+    Ok(())
+}
+
+fn read_profile(path: &Path) -> anyhow::Result<Profile> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    pprof::decode(&bytes).with_context(|| format!("reading {} as pprof", path.display()))
+}
+
+fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
