@@ -125,7 +125,6 @@ pub struct Collector {
     procs: HashMap<u32, Proc>,
     modules: Modules,
     cache: CacheX86_64,
-    own_pid: u32,
     stacks: HashMap<(ProcessKey, Vec<RawFrame>), u64>,
     frames: Vec<RawFrame>,
     stats: Stats,
@@ -144,7 +143,6 @@ impl Collector {
             procs: HashMap::new(),
             modules: Modules::default(),
             cache: CacheX86_64::new(),
-            own_pid: std::process::id(),
             stacks: HashMap::new(),
             frames: Vec::new(),
             stats: Stats::default(),
@@ -234,7 +232,10 @@ impl Collector {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         for line in maps.lines() {
             if let Some((m, key, path)) = parse_maps_line(line) {
-                let module = self.modules.get_or_load(key, path, pid);
+                let module = match key {
+                    Some(key) => self.modules.get_or_load(key, path, pid),
+                    None => self.modules.vdso(),
+                };
                 p.map(&self.modules, Mapping { module, ..m });
             }
         }
@@ -243,16 +244,21 @@ impl Collector {
 
     fn mmap(&mut self, m: &Mmap<'_>) {
         const PROT_EXEC: u32 = 4;
-        if m.prot & PROT_EXEC == 0 || !m.path.starts_with(b"/") {
+        let vdso = m.path == module::VDSO.as_bytes();
+        if m.prot & PROT_EXEC == 0 || !(m.path.starts_with(b"/") || vdso) {
             return;
         }
-        let path = String::from_utf8_lossy(m.path).into_owned();
-        let key = match (m.build_id, m.inode) {
-            (Some(id), _) if !id.is_empty() => Key::BuildId(id.to_vec()),
-            (_, Some((maj, min, ino))) => Key::Inode(maj, min, ino),
-            _ => Key::Path(path.clone()),
+        let module = if vdso {
+            self.modules.vdso()
+        } else {
+            let path = String::from_utf8_lossy(m.path).into_owned();
+            let key = match (m.build_id, m.inode) {
+                (Some(id), _) if !id.is_empty() => Key::BuildId(id.to_vec()),
+                (_, Some((maj, min, ino))) => Key::Inode(maj, min, ino),
+                _ => Key::Path(path.clone()),
+            };
+            self.modules.get_or_load(key, &path, m.pid)
         };
-        let module = self.modules.get_or_load(key, &path, m.pid);
         let mapping = Mapping {
             start: m.start,
             end: m.start + m.len,
@@ -288,11 +294,10 @@ impl Collector {
                 _ => {}
             }
         }
-        let own = s.pid == self.own_pid;
         let name;
         if let Some(p) = self.known(s.pid).then(|| &self.procs[&s.pid]) {
             name = p.name.clone();
-            if !s.regs.is_empty() && !own {
+            if !s.regs.is_empty() {
                 self.stats.user += 1;
                 let mut user: Vec<u64> = Vec::with_capacity(32);
                 let complete = unwind(p, &mut self.cache, s, &mut user);
@@ -365,8 +370,9 @@ fn unwind(p: &Proc, cache: &mut CacheX86_64, s: &Sample<'_>, out: &mut Vec<u64>)
     }
 }
 
-/// One executable, file-backed line of `/proc/PID/maps`.
-fn parse_maps_line(line: &str) -> Option<(Mapping, Key, &str)> {
+/// One executable, file-backed line of `/proc/PID/maps`, or the vDSO's
+/// (with no key).
+fn parse_maps_line(line: &str) -> Option<(Mapping, Option<Key>, &str)> {
     let mut f = line.split_ascii_whitespace();
     let range = f.next()?;
     let perms = f.next()?;
@@ -374,16 +380,17 @@ fn parse_maps_line(line: &str) -> Option<(Mapping, Key, &str)> {
     let dev = f.next()?;
     let ino: u64 = f.next()?.parse().ok()?;
     let path = f.next()?;
-    if !perms.contains('x') || !path.starts_with('/') || ino == 0 {
+    let vdso = path == module::VDSO;
+    if !perms.contains('x') || !(vdso || path.starts_with('/') && ino != 0) {
         return None;
     }
     let (start, end) = range.split_once('-')?;
     let (maj, min) = dev.split_once(':')?;
-    let key = Key::Inode(
+    let key = (!vdso).then_some(Key::Inode(
         u32::from_str_radix(maj, 16).ok()?,
         u32::from_str_radix(min, 16).ok()?,
         ino,
-    );
+    ));
     Some((
         Mapping {
             start: u64::from_str_radix(start, 16).ok()?,

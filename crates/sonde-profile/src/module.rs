@@ -17,7 +17,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+
+/// The path of the vDSO in maps and mmap records, and its module name.
+pub const VDSO: &str = "[vdso]";
 
 /// Section bytes shared between the processes that map a module: a range
 /// of the file mapped read-only, so a large binary's `.text` costs page
@@ -59,10 +62,14 @@ pub struct Module {
     /// An open descriptor, so the file stays readable after its process
     /// exits; `None` when it could not be opened.
     file: Option<File>,
-    /// The file's loadable segments: (file offset, virtual address, file size).
-    segments: Vec<(u64, u64, u64)>,
+    /// The file's loadable segments: (file offset, virtual address, file
+    /// size, executable).
+    segments: Vec<(u64, u64, u64, bool)>,
     /// Unwind sections, shared.
     pub unwind: Arc<Unwind>,
+    /// (start, end, name) by virtual address, for a module without a file
+    /// (the vDSO); files are named by blazesym instead.
+    symbols: Vec<(u64, u64, String)>,
 }
 
 impl Module {
@@ -73,12 +80,35 @@ impl Module {
             .map(|f| PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())))
     }
 
+    /// The name of the function at a file offset, for modules without a
+    /// file (see [`Module::open_path`] for the others).
+    pub fn symbol_at(&self, offset: u64) -> Option<&str> {
+        let svma = self.svma_of_offset(offset)?;
+        let i = self
+            .symbols
+            .partition_point(|s| s.0 <= svma)
+            .checked_sub(1)?;
+        let (start, end, name) = &self.symbols[i];
+        (svma >= *start && svma < *end).then_some(name.as_str())
+    }
+
     /// The virtual address (SVMA) the file assigns to a file offset.
+    ///
+    /// Executable segments are tried first, from their page-aligned start:
+    /// an executable mapping begins at the page holding its segment's
+    /// first byte, which with lld's layout (each segment's address a page
+    /// past its offset) also lies inside the read-only segment before it.
     pub fn svma_of_offset(&self, offset: u64) -> Option<u64> {
+        let page_start = |off: u64| off & !0xfff;
+        let inside = |&&(off, _, size, _): &&(u64, u64, u64, bool)| {
+            offset >= page_start(off) && offset < off + size.max(1)
+        };
         self.segments
             .iter()
-            .find(|&&(off, _, size)| offset >= off && offset < off + size.max(1))
-            .map(|&(off, vaddr, _)| vaddr + (offset - off))
+            .filter(|s| s.3)
+            .find(inside)
+            .or_else(|| self.segments.iter().find(inside))
+            .map(|&(off, vaddr, _, _)| (vaddr + offset).wrapping_sub(off))
     }
 
     /// Where the process mapped the file's address 0, given one mapping
@@ -116,6 +146,17 @@ impl Modules {
     /// The module at an index.
     pub fn get(&self, index: u32) -> &Module {
         &self.modules[index as usize]
+    }
+
+    /// The index of the vDSO's module, loaded the first time.
+    pub fn vdso(&mut self) -> u32 {
+        if let Some(&i) = self.by_key.get(&Key::Path(VDSO.to_string())) {
+            return i;
+        }
+        let i = self.modules.len() as u32;
+        self.modules.push(load_vdso());
+        self.by_key.insert(Key::Path(VDSO.to_string()), i);
+        i
     }
 
     /// How many modules are loaded.
@@ -158,30 +199,81 @@ fn load(path: &str, pid: u32) -> Module {
     let file = File::open(format!("/proc/{pid}/root{path}"))
         .or_else(|_| File::open(path))
         .ok();
+    // SAFETY: the file is mapped read-only and private; a process that
+    // truncates a binary it is running would crash itself first, and a
+    // module whose file changes is read again under its new build id.
+    let map = file
+        .as_ref()
+        .and_then(|f| unsafe { memmap2::Mmap::map(f) }.ok());
     let mut module = Module {
         path: path.to_string(),
         file,
         segments: Vec::new(),
         unwind: Arc::default(),
+        symbols: Vec::new(),
     };
-    let Some(file) = &module.file else {
+    if let Some(map) = map {
+        read_elf(&mut module, Arc::new(map), false);
+    }
+    module
+}
+
+/// The vDSO, the kernel's small ELF image mapped into every process
+/// (`clock_gettime`, `gettimeofday`): the same bytes in every process of
+/// this kernel, so it is copied once from the agent's own memory. It has
+/// no file, so its dynamic symbols are read here for naming.
+fn load_vdso() -> Module {
+    let mut module = Module {
+        path: VDSO.to_string(),
+        file: None,
+        segments: Vec::new(),
+        unwind: Arc::default(),
+        symbols: Vec::new(),
+    };
+    // SAFETY: getauxval has no preconditions; AT_SYSINFO_EHDR is the
+    // vDSO's load address, or 0 without one.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let len = maps.lines().find_map(|l| {
+        let (range, rest) = l.split_once(' ')?;
+        rest.ends_with("[vdso]").then_some(())?;
+        let (a, b) = range.split_once('-')?;
+        let (a, b) = (
+            usize::from_str_radix(a, 16).ok()?,
+            usize::from_str_radix(b, 16).ok()?,
+        );
+        (a == base).then_some(b - a)
+    });
+    let (Some(len), true) = (len, base != 0) else {
         return module;
     };
-    // SAFETY: the file is mapped read-only and private; a process that
-    // truncates a binary it is running would crash itself first, and a
-    // module whose file changes is read again under its new build id.
-    let Ok(map) = (unsafe { memmap2::Mmap::map(file) }) else {
+    let Ok(mut copy) = memmap2::MmapMut::map_anon(len) else {
         return module;
     };
-    let map = Arc::new(map);
+    // SAFETY: [base, base + len) is the vDSO mapping of this process, as
+    // /proc/self/maps lists it: readable and alive for the process's life.
+    copy.copy_from_slice(unsafe { std::slice::from_raw_parts(base as *const u8, len) });
+    if let Ok(map) = copy.make_read_only() {
+        read_elf(&mut module, Arc::new(map), true);
+    }
+    module
+}
+
+/// Fills a module's segments and unwind sections (and, with `symbols`,
+/// its symbol table) from its ELF image.
+fn read_elf(module: &mut Module, map: Arc<memmap2::Mmap>, symbols: bool) {
     let Ok(elf) = object::File::parse(&**map) else {
-        return module;
+        return;
     };
     module.segments = elf
         .segments()
         .map(|s| {
             let (off, size) = s.file_range();
-            (off, s.address(), size)
+            let exec = matches!(
+                s.flags(),
+                object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0
+            );
+            (off, s.address(), size, exec)
         })
         .collect();
     let section = |name: &str| {
@@ -210,7 +302,23 @@ fn load(path: &str, pid: u32) -> Module {
             .section_by_name(".got")
             .map(|s| s.address()..s.address() + s.size()),
     });
-    module
+    if symbols {
+        let mut syms: Vec<(u64, u64, String)> = elf
+            .dynamic_symbols()
+            .chain(elf.symbols())
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+            .filter_map(|s| {
+                Some((
+                    s.address(),
+                    s.address() + s.size(),
+                    s.name().ok()?.to_string(),
+                ))
+            })
+            .collect();
+        syms.sort();
+        syms.dedup_by_key(|s| s.0);
+        module.symbols = syms;
+    }
 }
 
 /// The module's sections as framehop takes them.
@@ -230,5 +338,56 @@ pub fn section_info(unwind: &Unwind) -> framehop::ExplicitModuleSectionInfo<Byte
         unwind_info: None,
         text_segment_svma: None,
         text_segment: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(segments: Vec<(u64, u64, u64, bool)>) -> Module {
+        Module {
+            path: "/x".into(),
+            file: None,
+            segments,
+            unwind: Arc::default(),
+            symbols: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_lld_layout_maps_the_executable_segment_from_its_page() {
+        // readelf -l of a binary linked by lld: the R segment covers the
+        // page where the R E segment's bytes begin, at another address.
+        let m = module(vec![
+            (0, 0, 0xecb8c, false),
+            (0xecb90, 0xedb90, 0x281e60, true),
+        ]);
+        // The executable mapping starts at file offset 0xec000.
+        assert_eq!(m.svma_of_offset(0xec000), Some(0xed000));
+        assert_eq!(m.svma_of_offset(0xecba0), Some(0xedba0));
+        assert_eq!(m.base_avma(0x5555_5564_1000, 0xec000), 0x5555_5555_4000);
+        assert_eq!(m.svma_of_offset(0x100), Some(0x100));
+    }
+
+    #[test]
+    fn the_vdso_is_read_from_memory_and_names_clock_gettime() {
+        let mut modules = Modules::default();
+        let i = modules.vdso();
+        let vdso = modules.get(i);
+        assert!(vdso.unwind.eh_frame.is_some(), "no .eh_frame in {vdso:?}");
+        let (start, _, name) = vdso
+            .symbols
+            .iter()
+            .find(|s| s.2.contains("clock_gettime"))
+            .unwrap_or_else(|| panic!("no clock_gettime in {:?}", vdso.symbols));
+        let offset = vdso
+            .segments
+            .iter()
+            .find(|s| *start >= s.1 && *start < s.1 + s.2 && s.3)
+            .map(|s| start - s.1 + s.0)
+            .unwrap();
+        assert_eq!(vdso.symbol_at(offset + 1), Some(name.as_str()));
+        assert_eq!(modules.vdso(), i, "loaded once");
     }
 }

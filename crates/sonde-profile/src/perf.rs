@@ -341,6 +341,16 @@ impl Events {
     /// Hands every record now in the rings to `each`, oldest first across
     /// all CPUs.
     pub fn drain(&mut self, mut each: impl FnMut(Record<'_>)) {
+        self.drain_bytes(|bytes| {
+            if let Some(r) = record::parse(bytes) {
+                each(r);
+            }
+        });
+    }
+
+    /// As [`Events::drain`], handing out each record's bytes (header
+    /// included) for [`record::parse`]: for keeping records to replay.
+    pub fn drain_bytes(&mut self, mut each: impl FnMut(&[u8])) {
         self.arena.clear();
         self.index.clear();
         for ring in &mut self.rings {
@@ -349,9 +359,7 @@ impl Events {
         self.index
             .sort_unstable_by_key(|&(time, start, _)| (time, start));
         for &(_, start, len) in &self.index {
-            if let Some(r) = record::parse(&self.arena[start..start + len]) {
-                each(r);
-            }
+            each(&self.arena[start..start + len]);
         }
     }
 }
