@@ -245,7 +245,13 @@ impl Collector {
     fn mmap(&mut self, m: &Mmap<'_>) {
         const PROT_EXEC: u32 = 4;
         let vdso = m.path == module::VDSO.as_bytes();
-        if m.prot & PROT_EXEC == 0 || !(m.path.starts_with(b"/") || vdso) {
+        // Anonymous executable memory (`//anon`, JIT code) and memfd
+        // mappings have no file to read: their frames stay Anon and are
+        // named from the perf map.
+        let file = m.path.starts_with(b"/")
+            && !m.path.starts_with(b"//")
+            && !m.path.starts_with(b"/memfd:");
+        if m.prot & PROT_EXEC == 0 || !(file || vdso) {
             return;
         }
         let module = if vdso {

@@ -39,23 +39,23 @@ const DATA_PAGES: usize = 64;
 pub enum OpenError {
     /// The kernel refused: the process lacks the permission.
     #[error(
-        "perf events are not permitted here ({source}): run as root, or give the binary \
+        "perf events are not permitted here ({error}): run as root, or give the binary \
          CAP_PERFMON (Linux 5.8+; `sudo setcap cap_perfmon+ep $(which sonde)`), or allow \
          every user with `sudo sysctl kernel.perf_event_paranoid=-1` (it is {paranoid})"
     )]
     NotPermitted {
         /// The error perf_event_open returned.
-        source: io::Error,
+        error: io::Error,
         /// `/proc/sys/kernel/perf_event_paranoid`, or "unknown".
         paranoid: String,
     },
     /// Another failure opening or mapping an event.
-    #[error("opening the cpu-clock event on CPU {cpu}: {source}")]
+    #[error("opening the cpu-clock event on CPU {cpu}: {error}")]
     Io {
         /// The CPU.
         cpu: usize,
         /// What failed.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -286,12 +286,9 @@ impl Events {
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
                     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
                         .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
-                    return Err(OpenError::NotPermitted {
-                        source: e,
-                        paranoid,
-                    });
+                    return Err(OpenError::NotPermitted { error: e, paranoid });
                 }
-                Err(e) => return Err(OpenError::Io { cpu, source: e }),
+                Err(e) => return Err(OpenError::Io { cpu, error: e }),
             }
         }
         Ok(Events {

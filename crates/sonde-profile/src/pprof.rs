@@ -184,7 +184,7 @@ pub enum DecodeError {
     Gzip(std::io::Error),
     /// The (inflated) bytes are not a protobuf of the pprof schema.
     #[error("not gzip or protobuf: {0}")]
-    Protobuf(#[from] prost::DecodeError),
+    Protobuf(prost::DecodeError),
     /// The file inflates to more than sonde reads.
     #[error("pprof inflates to over {limit} bytes")]
     TooLarge {
@@ -383,6 +383,11 @@ fn period_ns(frequency: u32) -> i64 {
 /// Any input gives a profile or an error, never a panic: every id and
 /// string index is checked before it is followed.
 pub fn decode(bytes: &[u8]) -> Result<Profile, DecodeError> {
+    if bytes.is_empty() {
+        return Err(DecodeError::Invalid {
+            reason: "the file is empty".into(),
+        });
+    }
     // A protobuf cannot start with 0x1f (field 3 with the invalid wire
     // type 7), so the gzip magic tells the two apart.
     let message = if bytes.starts_with(&[0x1f, 0x8b]) {
@@ -396,9 +401,9 @@ pub fn decode(bytes: &[u8]) -> Result<Profile, DecodeError> {
                 limit: MAX_INFLATED,
             });
         }
-        proto::Profile::decode(raw.as_slice())?
+        proto::Profile::decode(raw.as_slice()).map_err(DecodeError::Protobuf)?
     } else {
-        proto::Profile::decode(bytes)?
+        proto::Profile::decode(bytes).map_err(DecodeError::Protobuf)?
     };
     from_message(&message)
 }

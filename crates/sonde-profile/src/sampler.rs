@@ -8,7 +8,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::collect::{Collector, Stats};
+use crate::collect::{Collector, ProcessKey, Stats};
 use crate::model::Profile;
 use crate::perf::{Events, OpenError};
 use crate::symbolize::{CacheStats, Symbols};
@@ -73,8 +73,15 @@ impl Profiler {
     /// The profile of the period since the start or the last take, and
     /// the collection's counters for it; a new period starts.
     pub fn take(&mut self) -> (Profile, Stats) {
+        self.take_where(|_| true)
+    }
+
+    /// As [`Profiler::take`], with only the processes `keep` accepts,
+    /// whose frames alone are symbolised.
+    pub fn take_where(&mut self, keep: impl Fn(&ProcessKey) -> bool) -> (Profile, Stats) {
         let now = (SystemTime::now(), Instant::now());
-        let (stacks, stats) = self.collector.take();
+        let (mut stacks, stats) = self.collector.take();
+        stacks.retain(|(p, _), _| keep(p));
         let start_ns = self
             .period_start
             .0

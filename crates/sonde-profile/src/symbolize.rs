@@ -108,9 +108,20 @@ impl Symbols {
             let module = modules.get(m);
             let names = match module.open_path() {
                 Some(path) => {
-                    self.lookup(&Source::Elf(Elf::new(path)), Input::FileOffset(&offsets))
+                    // Symbol tables only: DWARF would add nothing the views
+                    // show (no file and line, no inlined frames) and
+                    // parsing it multiplied peak RSS on hosts with large
+                    // binaries (docs/BENCHMARKS.md).
+                    let elf = Elf {
+                        debug_syms: false,
+                        ..Elf::new(path)
+                    };
+                    self.lookup(&Source::Elf(elf), Input::FileOffset(&offsets))
                 }
-                None => vec![None; offsets.len()],
+                None => offsets
+                    .iter()
+                    .map(|&o| module.symbol_at(o).map(str::to_string))
+                    .collect(),
             };
             for (off, name) in offsets.into_iter().zip(names) {
                 let f = Function {

@@ -89,10 +89,8 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
         profiler.poll(left.as_millis().min(100) as i32);
     }
     profiler.stop();
-    let (mut profile, stats) = profiler.take();
-    if !args.pids.is_empty() {
-        profile = profile.filter(|p| args.pids.contains(&p.pid));
-    }
+    let (profile, stats) =
+        profiler.take_where(|p| args.pids.is_empty() || args.pids.contains(&p.pid));
     if let Some(path) = &args.pprof {
         write(path, &pprof::encode(&profile))?;
     }

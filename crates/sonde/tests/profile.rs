@@ -1,0 +1,735 @@
+//! `sonde profile` against real processes: C programs from
+//! tests/profile/, built here with `cc`, burn CPU in a known split
+//! (`hot` 70%, `cold` 30%, counted in work done, not in time), and the
+//! tests check that the profiler sees that split, unwinds to `main` with
+//! and without frame pointers, writes pprof, folded stacks and flame
+//! graphs that agree with its `--json`, diffs two profiles, catches
+//! processes that live 150 ms, and fails clearly where perf events are
+//! not permitted (ARCHITECTURE.md, "Profiles: contract").
+//!
+//! The tests that measure shares take [`exclusive`] so that two of them
+//! never burn CPU at once on a small machine.
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::{sonde, wait_for, Json};
+
+const WAIT: Duration = Duration::from_secs(60);
+/// How long a burner lives if nothing kills it first (its guard does).
+const BURNER_SECONDS: &str = "60";
+
+/// The test programs, built once per run of this test binary.
+struct Programs {
+    /// burn.c with frame pointers.
+    burn_fp: PathBuf,
+    /// burn.c without frame pointers: unwinding must use `.eh_frame`.
+    burn_nofp: PathBuf,
+    shortburn: PathBuf,
+    spawner: PathBuf,
+}
+
+fn programs() -> &'static Programs {
+    static PROGRAMS: OnceLock<Programs> = OnceLock::new();
+    PROGRAMS.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profile");
+        fs::create_dir_all(&dir).unwrap();
+        let dir = fs::canonicalize(dir).unwrap();
+        Programs {
+            burn_fp: build(&dir, "burn.c", "burn_fp", "-fno-omit-frame-pointer"),
+            burn_nofp: build(&dir, "burn.c", "burn_nofp", "-fomit-frame-pointer"),
+            shortburn: build(&dir, "shortburn.c", "shortburn", "-fno-omit-frame-pointer"),
+            spawner: build(&dir, "spawner.c", "spawner", "-fno-omit-frame-pointer"),
+        }
+    })
+}
+
+/// Compiles tests/profile/`source` to `dir`/`name`. The build goes to a
+/// temporary name first and is renamed into place, so that a concurrent
+/// run of these tests never executes a half-written file.
+fn build(dir: &Path, source: &str, name: &str, frame_pointers: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/profile")
+        .join(source);
+    let out = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+    let result = Command::new("cc")
+        .args(["-O2", "-g", frame_pointers, "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .output()
+        .expect("running cc");
+    assert!(
+        result.status.success(),
+        "cc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+/// Serialises the tests that measure shares of the CPU.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static CPU: Mutex<()> = Mutex::new(());
+    CPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A test program, its stdout read line by line; killed on drop.
+struct Program {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Program {
+    fn start(path: &Path, args: &[&str]) -> Program {
+        let mut child = Command::new(path)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", path.display()));
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Program { child, lines }
+    }
+
+    /// A burner (burn.c), once it is running `work`.
+    fn burner(path: &Path) -> Program {
+        let burner = Program::start(path, &[BURNER_SECONDS]);
+        burner.wait_line("phase 1");
+        burner
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until the program prints `want` as a whole line.
+    fn wait_line(&self, want: &str) {
+        wait_for(&format!("{want:?} on stdout"), WAIT, || {
+            match self.lines.try_recv() {
+                Ok(line) => (line == want).then_some(()),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => panic!("the program exited before {want:?}"),
+            }
+        })
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `sonde profile ARGS --json --top 100000` and returns its output.
+fn profile_json(args: &[&str]) -> Json {
+    let mut all = vec!["profile"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", "--top", "100000"]);
+    let (ok, stdout, stderr) = sonde(&all);
+    assert!(ok, "sonde {all:?} failed: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}"))
+}
+
+/// A profile run and the CPU time that went by in its sampling window.
+struct Measured {
+    top: Json,
+    /// Growth of each of `cpu()`'s readings over the window, in seconds.
+    window_cpu: Vec<f64>,
+}
+
+/// Runs `sonde profile ARGS --json --top 100000`, reading `cpu()` (CPU
+/// seconds of the processes under test) every 20 ms meanwhile. The
+/// sampling window starts when sonde has its perf events open and lasts
+/// the `duration_s` it reports; so what the profiled processes got of
+/// the CPU is known even when other work on the host takes its share.
+fn profile_measured(args: &[&str], cpu: impl Fn() -> Vec<f64>) -> Measured {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .arg("profile")
+        .args(args)
+        .args(["--json", "--top", "100000"])
+        .stdout(fs::File::create(&out).unwrap())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let fds = PathBuf::from(format!("/proc/{}/fd", child.id()));
+    let mut readings: Vec<(Instant, Vec<f64>)> = Vec::new();
+    let mut opened = None;
+    let status = wait_for("sonde profile to finish", WAIT, || {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if opened.is_none() && has_perf_events(&fds) {
+            opened = Some(readings.len());
+        }
+        readings.push((Instant::now(), cpu()));
+        None
+    });
+    let stderr = fs::read_to_string(&err).unwrap();
+    assert!(
+        status.success(),
+        "sonde profile {args:?}: {status}: {stderr}"
+    );
+    let stdout = fs::read_to_string(&out).unwrap();
+    let top: Json =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}"));
+    let opened = opened.expect("never saw sonde's perf events open");
+    let (start, first) = &readings[opened];
+    let end = *start + Duration::from_secs_f64(f64_of(&top["duration_s"]));
+    let last = &readings
+        .iter()
+        .find(|(t, _)| *t >= end)
+        .unwrap_or_else(|| readings.last().unwrap())
+        .1;
+    let window_cpu = last.iter().zip(first).map(|(b, a)| b - a).collect();
+    Measured { top, window_cpu }
+}
+
+/// Whether the process whose `/proc/PID/fd` is `fds` holds perf events.
+fn has_perf_events(fds: &Path) -> bool {
+    let Ok(entries) = fs::read_dir(fds) else {
+        return false;
+    };
+    entries
+        .flatten()
+        .any(|e| fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("perf_event")))
+}
+
+/// Seconds `pid` has run on a CPU (`/proc/PID/schedstat`, in ns).
+fn runtime(pid: u32) -> f64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .unwrap_or_else(|e| panic!("schedstat of {pid}: {e}"));
+    let ns: u64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    ns as f64 / 1e9
+}
+
+/// CPU seconds of `pid`'s children it has waited for (`cutime` and
+/// `cstime` of `/proc/PID/stat`, in the clock ticks of USER_HZ, which is
+/// 100 on Linux x86_64).
+fn reaped_children_cpu(pid: u32) -> f64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("stat of {pid}: {e}"));
+    // Fields after the `(comm)`, from the third: cutime is the 16th.
+    let fields: Vec<&str> = text
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[13].parse::<u64>().unwrap() + fields[14].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// Checks that a process that ran `cpu` seconds in the window got a
+/// sample per tick of its CPU: `samples` within 15% (and 10 samples) of
+/// `cpu × frequency`.
+fn assert_sampled_at_frequency(what: &str, samples: u64, cpu: f64, frequency: f64) {
+    let expected = cpu * frequency;
+    assert!(
+        (samples as f64 - expected).abs() <= 0.15 * expected + 10.0,
+        "{what}: {samples} samples for {cpu:.3} CPU-s at {frequency} Hz ({expected:.0} expected)"
+    );
+}
+
+/// The row of `function` in `module` of a `--json` top table.
+fn row<'a>(top: &'a Json, function: &str, module: &Path) -> &'a Json {
+    let module = module.to_str().unwrap();
+    top["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["function"] == function && r["module"] == module)
+        .unwrap_or_else(|| panic!("no row for {function} in {module}: {top}"))
+}
+
+fn f64_of(v: &Json) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn u64_of(v: &Json) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// Profiles one burner by pid for 3 s at 99 Hz and checks the sample
+/// count, the split and the unwinding.
+fn check_one_process(path: &Path) {
+    let _cpu = exclusive();
+    let burner = Program::burner(path);
+    let pid = burner.pid();
+    let run = profile_measured(
+        &[
+            "--duration",
+            "3s",
+            "--frequency",
+            "99",
+            "--pid",
+            &pid.to_string(),
+        ],
+        || vec![runtime(pid)],
+    );
+    let top = &run.top;
+    let samples = u64_of(&top["samples"]);
+    let cpu = run.window_cpu[0];
+    eprintln!("{}: {samples} samples for {cpu:.3} CPU-s", path.display());
+    assert_sampled_at_frequency(&path.display().to_string(), samples, cpu, 99.0);
+    // Enough for ±10 points to be over 2 standard errors; a busy thread
+    // alone on a core gets 297.
+    assert!(
+        samples >= 100,
+        "the burner got {cpu:.2} CPU-s of 3 s: the host is too busy to measure shares"
+    );
+    let shares: Vec<f64> = top["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| f64_of(&r["self"]))
+        .collect();
+    assert!(
+        shares.windows(2).all(|w| w[0] >= w[1]),
+        "not sorted by self: {top}"
+    );
+    let hot = f64_of(&row(top, "hot", path)["self"]);
+    let cold = f64_of(&row(top, "cold", path)["self"]);
+    assert!((hot - 0.7).abs() <= 0.1, "hot's self is {hot}: {top}");
+    assert!((cold - 0.3).abs() <= 0.1, "cold's self is {cold}: {top}");
+    for caller in ["work", "main"] {
+        let total = f64_of(&row(top, caller, path)["total"]);
+        assert!(total >= 0.9, "{caller}'s total is {total}: {top}");
+    }
+}
+
+#[test]
+fn one_process_with_frame_pointers_shows_its_split_and_unwinds_to_main() {
+    check_one_process(&programs().burn_fp);
+}
+
+#[test]
+fn one_process_without_frame_pointers_shows_its_split_and_unwinds_to_main() {
+    check_one_process(&programs().burn_nofp);
+}
+
+#[test]
+fn the_whole_host_shows_each_burners_split_under_its_own_module() {
+    let _cpu = exclusive();
+    let p = programs();
+    let fp = Program::burner(&p.burn_fp);
+    let nofp = Program::burner(&p.burn_nofp);
+    let pids = [fp.pid(), nofp.pid()];
+    // 499 Hz rather than 99: the two burners share the host's cores with
+    // whatever else runs there, and each still needs some hundreds of
+    // samples for its split to be measured to a few points.
+    let frequency = 499.0;
+    let run = profile_measured(&["--duration", "3s", "--frequency", "499"], || {
+        pids.iter().map(|&pid| runtime(pid)).collect()
+    });
+    let top = &run.top;
+    for (module, cpu) in [&p.burn_fp, &p.burn_nofp].into_iter().zip(run.window_cpu) {
+        let what = module.display().to_string();
+        let hot = u64_of(&row(top, "hot", module)["self_samples"]);
+        let cold = u64_of(&row(top, "cold", module)["self_samples"]);
+        eprintln!("{what}: hot {hot}, cold {cold} for {cpu:.3} CPU-s");
+        let burned = hot + cold;
+        assert_sampled_at_frequency(&what, burned, cpu, frequency);
+        assert!(
+            burned >= 150,
+            "{what} got {cpu:.2} CPU-s: the host is too busy"
+        );
+        let split = hot as f64 / burned as f64;
+        assert!(
+            (split - 0.7).abs() <= 0.1,
+            "{what}: hot has {hot} samples and cold {cold}"
+        );
+        let main = u64_of(&row(top, "main", module)["total_samples"]);
+        assert!(
+            main as f64 >= 0.9 * burned as f64,
+            "{what}: main is on {main} of {burned} stacks"
+        );
+    }
+}
+
+#[test]
+fn pprof_output_gives_go_tool_pprof_the_same_flat_shares_as_json() {
+    let _cpu = exclusive();
+    let go_found = Command::new("go")
+        .arg("version")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .is_ok();
+    if !go_found {
+        eprintln!("skipped: `go` is not on PATH, so `go tool pprof` cannot read the profile");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cpu.pb.gz");
+    let path = &programs().burn_fp;
+    let burner = Program::burner(path);
+    let pid = burner.pid().to_string();
+    let top = profile_json(&[
+        "--duration",
+        "2s",
+        "--pid",
+        &pid,
+        "--pprof",
+        file.to_str().unwrap(),
+    ]);
+    drop(burner);
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=50"])
+        .arg(&file)
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for function in ["hot", "cold"] {
+        // `      flat  flat%   sum%        cum   cum%  name`
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().last() == Some(function))
+            .unwrap_or_else(|| panic!("no {function} in go tool pprof -top:\n{text}"));
+        let flat: f64 = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap_or_else(|e| panic!("flat% of {line:?}: {e}"));
+        let ours = f64_of(&row(&top, function, path)["self"]) * 100.0;
+        assert!(
+            (flat - ours).abs() <= 0.1,
+            "{function}: go tool pprof says {flat}%, --json {ours}%\n{text}\n{top}"
+        );
+    }
+}
+
+/// The `(name, width in samples, fill)` of every frame of a flame graph.
+fn svg_frames(svg: &str) -> Vec<(String, u64, [u8; 3])> {
+    svg.split("<g class=\"frame\" ")
+        .skip(1)
+        .map(|frame| {
+            let attr = |name: &str| {
+                let start = frame
+                    .find(&format!("{name}=\""))
+                    .unwrap_or_else(|| panic!("no {name} in {frame}"))
+                    + name.len()
+                    + 2;
+                let len = frame[start..].find('"').unwrap();
+                frame[start..start + len].to_string()
+            };
+            let fill = attr("fill");
+            let rgb: Vec<u8> = fill
+                .strip_prefix("rgb(")
+                .and_then(|f| f.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("fill {fill:?}"))
+                .split(',')
+                .map(|c| c.parse().unwrap())
+                .collect();
+            (
+                attr("data-name"),
+                attr("data-w").parse().unwrap(),
+                [rgb[0], rgb[1], rgb[2]],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn folded_stacks_are_root_first_and_add_up_and_the_flame_graph_draws_them() {
+    let _cpu = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let (folded, svg) = (dir.path().join("stacks.txt"), dir.path().join("cpu.svg"));
+    let path = &programs().burn_nofp;
+    let burner = Program::burner(path);
+    let pid = burner.pid().to_string();
+    let top = profile_json(&[
+        "--duration",
+        "2s",
+        "--pid",
+        &pid,
+        "--folded",
+        folded.to_str().unwrap(),
+        "--flamegraph",
+        svg.to_str().unwrap(),
+    ]);
+    drop(burner);
+    let text = fs::read_to_string(&folded).unwrap();
+    let mut sum = 0;
+    let mut under_main_work = 0;
+    for line in text.lines() {
+        let (stack, count) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no count on {line:?}"));
+        let count: u64 = count
+            .parse()
+            .unwrap_or_else(|e| panic!("count of {line:?}: {e}"));
+        sum += count;
+        if stack.split(';').rev().take(3).eq(["hot", "work", "main"]) {
+            under_main_work += count;
+        }
+    }
+    assert_eq!(sum, u64_of(&top["samples"]), "{text}\n{top}");
+    let hot = row(&top, "hot", path);
+    let hot_samples = u64_of(&hot["self_samples"]);
+    assert!(
+        under_main_work as f64 >= 0.9 * hot_samples as f64 && hot_samples > 0,
+        "{under_main_work} of hot's {hot_samples} samples are on `…;main;work;hot` lines:\n{text}"
+    );
+
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
+    let drawn: u64 = svg_frames(&svg)
+        .iter()
+        .filter(|f| f.0 == "hot")
+        .map(|f| f.1)
+        .sum();
+    let hot_total = u64_of(&hot["total_samples"]);
+    assert!(
+        drawn <= hot_total && drawn as f64 >= 0.9 * hot_total as f64,
+        "the hot frames are {drawn} samples wide, hot is on {hot_total} stacks"
+    );
+}
+
+#[test]
+fn a_diff_of_two_phases_shows_hot_shrinking_and_cold_growing() {
+    let _cpu = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let (base, new, svg) = (
+        dir.path().join("base.pb.gz"),
+        dir.path().join("new.pb.gz"),
+        dir.path().join("diff.svg"),
+    );
+    let burner = Program::burner(&programs().burn_fp);
+    let pid = burner.pid().to_string();
+    let phase = |file: &Path| {
+        let file = file.to_str().unwrap();
+        // 299 Hz: a few hundred samples per phase even when other work
+        // on the host takes half the burner's core.
+        let top = profile_json(&[
+            "--duration",
+            "2s",
+            "--frequency",
+            "299",
+            "--pid",
+            &pid,
+            "--pprof",
+            file,
+        ]);
+        let samples = u64_of(&top["samples"]);
+        assert!(samples >= 150, "{samples} samples: the host is too busy");
+    };
+    phase(&base);
+    // Phase 2 swaps the split to hot 30%, cold 70%.
+    let status = Command::new("kill").args(["-USR1", &pid]).status().unwrap();
+    assert!(status.success());
+    burner.wait_line("phase 2");
+    phase(&new);
+    drop(burner);
+
+    let (ok, stdout, stderr) = sonde(&[
+        "profile",
+        "diff",
+        base.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "--json",
+        "--flamegraph",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(ok, "profile diff failed: {stderr}");
+    let diff: Json = serde_json::from_str(&stdout).unwrap();
+    let rows = diff["functions"].as_array().unwrap();
+    assert!(rows.len() >= 2, "{diff}");
+    let changes: Vec<f64> = rows.iter().map(|r| f64_of(&r["delta"]).abs()).collect();
+    assert!(
+        changes.windows(2).all(|w| w[0] >= w[1]),
+        "not sorted by |delta|: {diff}"
+    );
+    let delta = |function: &str| {
+        let r = rows[..2]
+            .iter()
+            .find(|r| r["function"] == function)
+            .unwrap_or_else(|| panic!("{function} is not one of the top two rows: {diff}"));
+        f64_of(&r["delta"])
+    };
+    assert!(delta("hot") < -0.2, "{diff}");
+    assert!(delta("cold") > 0.2, "{diff}");
+
+    // The widest frame of each: cold grew, so red; hot shrank, so blue.
+    let frames = svg_frames(&fs::read_to_string(&svg).unwrap());
+    let widest = |name: &str| {
+        frames
+            .iter()
+            .filter(|f| f.0 == name)
+            .max_by_key(|f| f.1)
+            .unwrap_or_else(|| panic!("no {name} frame in the diff flame graph"))
+            .2
+    };
+    let [r, g, b] = widest("cold");
+    assert!(r > 200 && g < 150 && b < 150, "cold is rgb({r},{g},{b})");
+    let [r, g, b] = widest("hot");
+    assert!(b > 200 && r < 150 && g < 150, "hot is rgb({r},{g},{b})");
+}
+
+#[test]
+fn processes_that_live_150_ms_are_symbolised_and_unwound() {
+    let _cpu = exclusive();
+    let p = programs();
+    // The spawner keeps starting fresh `shortburn`s, one at a time, until
+    // it is killed after the profile; its reaped children's CPU time
+    // says how much of the window they had.
+    let spawner = Program::start(&p.spawner, &[BURNER_SECONDS, p.shortburn.to_str().unwrap()]);
+    spawner.wait_line("spawning");
+    let pid = spawner.pid();
+    let run = profile_measured(&["--duration", "3s", "--frequency", "99"], || {
+        vec![reaped_children_cpu(pid)]
+    });
+    drop(spawner);
+    let top = &run.top;
+    let cpu = run.window_cpu[0];
+    let spin = u64_of(&row(top, "shortburn_spin", &p.shortburn)["self_samples"]);
+    eprintln!("shortburn_spin: {spin} samples for {cpu:.2} CPU-s of shortburns");
+    // A child's CPU is counted when it is reaped, so the window's edges
+    // blur by one child (0.15 s, 15 samples) each.
+    let expected = cpu * 99.0;
+    assert!(
+        expected >= 60.0,
+        "the shortburns got {cpu:.2} CPU-s of 3 s: the host is too busy"
+    );
+    assert!(
+        spin as f64 >= 0.85 * expected - 30.0,
+        "shortburn_spin has {spin} samples, the shortburns ran {cpu:.2} CPU-s: {top}"
+    );
+    // Each process lives for 15 samples at most, so these come from many.
+    assert!(spin >= 45, "{spin} samples");
+    let main = u64_of(&row(top, "main", &p.shortburn)["total_samples"]);
+    assert!(
+        main as f64 >= 0.9 * spin as f64,
+        "shortburn's main is on {main} stacks, shortburn_spin leads {spin}: {top}"
+    );
+}
+
+#[test]
+fn without_permission_it_exits_with_a_message_naming_the_fixes() {
+    let paranoid: i32 = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().parse().unwrap())
+        .unwrap_or(2);
+    if paranoid <= 0 {
+        eprintln!("skipped: perf_event_paranoid is {paranoid}, so everyone may profile");
+        return;
+    }
+    if fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("skipped: not root, so setpriv cannot drop to nobody");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: no setpriv (util-linux)");
+        return;
+    }
+    let nobody = |program: &Path, args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(program)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // nobody must be able to run the binary: copy it where it can if the
+    // build directory is closed to it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut bin = PathBuf::from(env!("CARGO_BIN_EXE_sonde"));
+    let test = Path::new("/usr/bin/test");
+    if !nobody(test, &["-x", bin.to_str().unwrap()])
+        .status
+        .success()
+    {
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = dir.path().join("sonde");
+        fs::copy(&bin, &copy).unwrap();
+        fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+        bin = copy;
+    }
+    let out = nobody(&bin, &["profile", "--duration", "1s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it succeeded as nobody: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("perf_event_paranoid"), "{stderr}");
+    assert!(stderr.contains("CAP_PERFMON"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_frequency_outside_1_to_1000_is_refused() {
+    for frequency in ["0", "5000"] {
+        let (ok, stdout, stderr) =
+            sonde(&["profile", "--duration", "1s", "--frequency", frequency]);
+        assert!(!ok, "--frequency {frequency} was accepted: {stdout}");
+        assert!(
+            stderr.contains(&format!("--frequency {frequency}"))
+                && stderr.contains("between 1 and 1000"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_diff_of_a_file_that_is_not_pprof_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // The smallest valid pprof: a string table holding only "".
+    let empty = dir.path().join("empty.pb");
+    fs::write(&empty, b"\x32\x00").unwrap();
+    let text = dir.path().join("text.pb.gz");
+    fs::write(&text, b"this is not a profile\n").unwrap();
+    let gzip = dir.path().join("truncated.pb.gz");
+    fs::write(&gzip, b"\x1f\x8b\x08\x00 truncated").unwrap();
+    for (base, new, bad) in [(&text, &empty, &text), (&empty, &gzip, &gzip)] {
+        let (ok, _, stderr) = sonde(&[
+            "profile",
+            "diff",
+            base.to_str().unwrap(),
+            new.to_str().unwrap(),
+        ]);
+        assert!(!ok, "diff {} {} succeeded", base.display(), new.display());
+        assert!(stderr.contains(bad.to_str().unwrap()), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let (ok, stdout, stderr) = sonde(&[
+        "profile",
+        "diff",
+        empty.to_str().unwrap(),
+        empty.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        ok && stdout.contains("\"functions\":[]"),
+        "{stdout}{stderr}"
+    );
+}

@@ -1,0 +1,442 @@
+//! `sonde profile` on programs of other runtimes: a Go binary (no
+//! `.eh_frame`, frame pointers, Go symbol names in `.symtab`) and a Java
+//! program whose hot code is JIT-compiled (no file mapping, named from the
+//! perf map `jcmd PID Compiler.perfmap` writes). The programs are in
+//! `tests/profile_runtimes/`; each test is skipped, saying why, when its
+//! toolchain is not on PATH.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Each test keeps a CPU busy while it profiles; held for the whole test
+/// so that two of them do not share a small machine's CPUs (which leaves
+/// each fewer samples than its shares need).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/profile_runtimes")
+        .join(name)
+}
+
+/// Whether an executable named `tool` is in a directory of PATH.
+fn on_path(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(tool))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// Whether every tool is on PATH; prints which is missing otherwise.
+fn have(tools: &[&str]) -> bool {
+    match tools.iter().find(|t| !on_path(t)) {
+        Some(t) => {
+            eprintln!("skipped: `{t}` is not on PATH (CI installs it, so the test runs there)");
+            false
+        }
+        None => true,
+    }
+}
+
+/// Runs a command to completion, panicking with its output on failure.
+fn run(what: &str, command: &mut Command) {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed with {}:\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A program under test, its stdout read line by line on a thread; ended
+/// (SIGTERM, then SIGKILL) when dropped, so a JVM removes its files.
+struct Program {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: PathBuf,
+}
+
+impl Program {
+    fn start(command: &mut Command, stderr: PathBuf) -> Program {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Program {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until the program prints the line `want`.
+    fn wait_line(&self, want: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line == want => return,
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("timed out after {timeout:?} waiting for {want:?} from the program")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                    "the program closed its stdout before printing {want:?}: {}",
+                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory preconditions; the pid is our child's,
+        // not yet reaped, so it names no other process.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A run of `sonde profile`, its stdout and stderr in files.
+struct Profiling {
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Profiling {
+    fn start(dir: &Path, args: &[&str]) -> Profiling {
+        let stdout = dir.join("profile.json");
+        let stderr = dir.join("profile.stderr");
+        let child = Command::new(env!("CARGO_BIN_EXE_sonde"))
+            .arg("profile")
+            .args(args)
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Profiling {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Waits for the run to end and returns its JSON.
+    fn json(&mut self) -> Json {
+        let status = wait_for("sonde profile to finish", WAIT, || {
+            self.child.try_wait().unwrap()
+        });
+        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        assert!(
+            status.success(),
+            "sonde profile exited with {status}: {stderr}"
+        );
+        let text = std::fs::read_to_string(&self.stdout).unwrap();
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("sonde profile printed no JSON ({e}): {text}{stderr}"))
+    }
+}
+
+impl Drop for Profiling {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The row of the first function matching `pred(function, module)`.
+fn row(top: &Json, pred: impl Fn(&str, &str) -> bool) -> Option<&Json> {
+    top["functions"].as_array().unwrap().iter().find(|r| {
+        pred(
+            r["function"].as_str().unwrap(),
+            r["module"].as_str().unwrap(),
+        )
+    })
+}
+
+fn share(row: Option<&Json>, key: &str) -> f64 {
+    row.map_or(0.0, |r| r[key].as_f64().unwrap())
+}
+
+/// The fewest samples worth computing shares from: 3 s at 99 Hz is 297
+/// samples of a process that has a CPU to itself, and well over 60 of one
+/// that shares a busy machine.
+const MIN_SAMPLES: u64 = 60;
+
+/// The Go burner built, run, warmed up and profiled for 3 s with `--pid`:
+/// `sonde profile --json` and the folded stacks it wrote.
+fn profile_go() -> Option<(Json, String)> {
+    if !have(&["go"]) {
+        return None;
+    }
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("burn");
+    let mut build = Command::new("go");
+    build
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(source("burn.go"))
+        .current_dir(dir.path())
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOWORK", "off")
+        .env("GOPROXY", "off")
+        .env("GOPATH", dir.path().join("gopath"));
+    // The default build cache where there is one (a cold cache costs ~10 s
+    // of compiling the runtime), a throwaway one otherwise.
+    if std::env::var_os("HOME").is_none() && std::env::var_os("XDG_CACHE_HOME").is_none() {
+        build.env("GOCACHE", dir.path().join("gocache"));
+    }
+    run("go build", &mut build);
+    let burner = Program::start(Command::new(&bin).arg("10"), dir.path().join("burn.stderr"));
+    burner.wait_line("ready", WAIT);
+    let pid = burner.pid().to_string();
+    let folded = dir.path().join("folded.txt");
+    let top = Profiling::start(
+        dir.path(),
+        &[
+            "--duration",
+            "3s",
+            "--pid",
+            &pid,
+            "--json",
+            "--top",
+            "50",
+            "--folded",
+            folded.to_str().unwrap(),
+        ],
+    )
+    .json();
+    let folded = std::fs::read_to_string(&folded).unwrap_or_default();
+    let samples = top["samples"].as_u64().unwrap();
+    assert!(
+        samples >= MIN_SAMPLES,
+        "{samples} samples of the Go burner, want at least {MIN_SAMPLES}: {top}\n{folded}"
+    );
+    Some((top, folded))
+}
+
+#[test]
+fn a_go_programs_hot_loop_is_named_and_its_stacks_reach_main_main() {
+    let Some((top, folded)) = profile_go() else {
+        return;
+    };
+    let context = format!("profile: {top}\nfolded stacks:\n{folded}");
+    let bin = |module: &str| module.ends_with("/burn");
+    let hot = row(&top, |f, m| f == "main.hotLoop" && bin(m));
+    assert!(
+        hot.is_some(),
+        "no main.hotLoop in the burner's module; {context}"
+    );
+    // 70% of the work; 0.5 is over four standard deviations below at 100
+    // samples, over three at the floor of 60.
+    assert!(
+        share(hot, "self") >= 0.5,
+        "main.hotLoop's self share is {}, want about 0.7; {context}",
+        share(hot, "self")
+    );
+    let cold = row(&top, |f, m| f == "main.coldLoop" && bin(m));
+    assert!(
+        share(cold, "self") >= 0.1,
+        "main.coldLoop's self share is {}, want about 0.3; {context}",
+        share(cold, "self")
+    );
+    // Frame pointers carry the unwinding from the loops (a module without
+    // .eh_frame) up through main.main to runtime.main.
+    let main = row(&top, |f, m| f == "main.main" && bin(m));
+    assert!(
+        share(main, "total") >= 0.8,
+        "main.main is on {} of the stacks, want nearly all; {context}",
+        share(main, "total")
+    );
+}
+
+#[test]
+#[ignore = "profiler bug: a Go leaf function without a frame (main.hotLoop: no \
+            PUSH BP, frame size 0) loses its caller: the frame-pointer step from \
+            the leaf reads the caller's frame, so main.work is skipped \
+            (`runtime.goexit;runtime.main;main.main;main.hotLoop`)"]
+fn a_go_leaf_functions_caller_is_on_its_stacks() {
+    let Some((top, folded)) = profile_go() else {
+        return;
+    };
+    let work = row(&top, |f, m| f == "main.work" && m.ends_with("/burn"));
+    assert!(
+        share(work, "total") >= 0.8,
+        "main.work (which calls both loops) is on {} of the stacks, want nearly \
+         all; profile: {top}\nfolded stacks:\n{folded}",
+        share(work, "total")
+    );
+}
+
+/// Whether a perf-map name is the Java method `Hot.{method}`: JDK 17 writes
+/// `long Hot.hot(long)`, older JDKs (and perf-map-agent) `LHot;::hot`.
+fn is_method(name: &str, method: &str) -> bool {
+    name.contains(&format!("Hot.{method}("))
+        || name.contains(&format!("Hot;::{method}"))
+        || name.contains(&format!("Hot::{method}"))
+}
+
+/// Removes `/tmp/perf-PID.map` when dropped.
+struct PerfMap(PathBuf);
+
+impl Drop for PerfMap {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_java_programs_jit_compiled_hot_method_is_named_from_its_perf_map() {
+    if !have(&["javac", "java", "jcmd"]) {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    run(
+        "javac",
+        Command::new("javac")
+            .arg("-d")
+            .arg(dir.path())
+            .arg(source("Hot.java")),
+    );
+    let java = Program::start(
+        Command::new("java")
+            .args([
+                // Frame pointers in JIT code, so callers unwind.
+                "-XX:+PreserveFramePointer",
+                "-XX:CompileCommand=quiet",
+                "-XX:CompileCommand=dontinline,Hot::*",
+                "-cp",
+            ])
+            .arg(dir.path())
+            .args(["Hot", "10"]),
+        dir.path().join("java.stderr"),
+    );
+    let map = PerfMap(PathBuf::from(format!("/tmp/perf-{}.map", java.pid())));
+    java.wait_line("ready", WAIT);
+    let pid = java.pid().to_string();
+    let folded = dir.path().join("folded.txt");
+    let mut profiling = Profiling::start(
+        dir.path(),
+        &[
+            "--duration",
+            "4s",
+            "--pid",
+            &pid,
+            "--json",
+            "--top",
+            "30",
+            "--folded",
+            folded.to_str().unwrap(),
+        ],
+    );
+    // Once the map names the compiled hot (jcmd writes what the code cache
+    // holds at the time), it names it for the rest of the run.
+    let map_text = wait_for("a perf map naming Hot.hot", WAIT, || {
+        run(
+            "jcmd Compiler.perfmap",
+            Command::new("jcmd").args([&pid, "Compiler.perfmap"]),
+        );
+        let text = std::fs::read_to_string(&map.0).unwrap_or_default();
+        text.lines().any(|l| is_method(l, "hot")).then_some(text)
+    });
+    assert!(
+        profiling.running(),
+        "the 4 s profile ended before jcmd wrote the perf map; the test cannot \
+         check JIT naming on a machine this slow"
+    );
+    let top = profiling.json();
+    let folded = std::fs::read_to_string(&folded).unwrap_or_default();
+    let jit: Vec<&str> = map_text.lines().filter(|l| l.contains("Hot")).collect();
+    let context =
+        format!("profile: {top}\nfolded stacks:\n{folded}\nperf map lines of Hot: {jit:?}");
+    let samples = top["samples"].as_u64().unwrap();
+    assert!(
+        samples >= MIN_SAMPLES,
+        "{samples} samples of the JVM, want at least {MIN_SAMPLES}; {context}"
+    );
+    let hot = row(&top, |f, m| m == "[jit]" && is_method(f, "hot"));
+    assert!(hot.is_some(), "no [jit] row names Hot.hot; {context}");
+    // 70% of the work; the JVM's own threads and timing take a little.
+    assert!(
+        share(hot, "self") >= 0.3,
+        "Hot.hot's self share is {}, want about 0.7; {context}",
+        share(hot, "self")
+    );
+    let cold = row(&top, |f, m| m == "[jit]" && is_method(f, "cold"));
+    assert!(
+        share(cold, "self") >= 0.1,
+        "Hot.cold's self share is {}, want about 0.3; {context}",
+        share(cold, "self")
+    );
+    // With -XX:+PreserveFramePointer the compiled hot and cold unwind to
+    // their caller, work, compiled once and never inlined. Counted from the
+    // folded stacks: work never leads `--top` (no self time), so the
+    // table's cut could drop its row.
+    let through = |method: &str| -> f64 {
+        let (mut with, mut all) = (0, 0);
+        for line in folded.lines() {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            let count: u64 = count.parse().unwrap();
+            all += count;
+            if stack.split(';').any(|f| is_method(f, method)) {
+                with += count;
+            }
+        }
+        with as f64 / all.max(1) as f64
+    };
+    assert!(
+        through("work") >= 0.8,
+        "Hot.work is on {} of the stacks, want nearly all; {context}",
+        through("work")
+    );
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The profiler's own cost and its agreement with perf, on a busy host.
+#
+# Two CPU-bound C programs (the test suite's hot/cold burner, one built
+# with frame pointers and one without) keep both cores busy. Then, in
+# turn:
+#   sonde profile --duration D --frequency F          (F = 19 and 99)
+#   perf record -a -g --call-graph dwarf -F F -- sleep D; perf report
+# each one's CPU seconds (user + system, from GNU time, the report
+# included for perf) and peak RSS are printed, with the top 10 functions
+# of both by self samples.
+#
+# Usage: scripts/bench-profile.sh [DURATION_S=60]
+# Needs root (or CAP_PERFMON) and linux-perf; figures: docs/BENCHMARKS.md,
+# "the profiler's own cost".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+D=${1:-60}
+SONDE=${SONDE_BIN:-target/release/sonde}
+[ -x "$SONDE" ] || cargo build --release -p sonde
+W=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
+src=crates/sonde/tests/profile/burn.c
+cc -O2 -g -fno-omit-frame-pointer -o "$W/burn_fp" "$src"
+cc -O2 -g -fomit-frame-pointer -o "$W/burn_nofp" "$src"
+"$W/burn_fp" $((D * 6)) >/dev/null &
+"$W/burn_nofp" $((D * 6)) >/dev/null &
+
+cost() { # label, then the command; prints CPU-s, % of a core, peak RSS
+  local label=$1; shift
+  /usr/bin/time -f "%U %S %M" -o "$W/time" "$@" >"$W/out" 2>"$W/err" || { cat "$W/err"; exit 1; }
+  read -r u s m <"$W/time"
+  awk -v l="$label" -v u="$u" -v s="$s" -v m="$m" -v d="$D" \
+    'BEGIN { printf "%-28s %7.3f CPU-s  %6.3f%% of a core  peak RSS %6.1f MiB\n", l, u+s, (u+s)*100/d, m/1024 }'
+}
+
+for F in 19 99; do
+  cost "sonde profile ${F} Hz" "$SONDE" profile --duration "${D}s" --frequency "$F" --top 10
+  cp "$W/out" "$W/sonde.$F"
+  cost "perf record dwarf ${F} Hz" perf record -q -o "$W/perf.data" -a -g --call-graph dwarf -F "$F" -- sleep "$D"
+  cost "perf report (${F} Hz data)" perf report -i "$W/perf.data" --no-children --sort sym -g none --stdio --percent-limit 0.5
+  cp "$W/out" "$W/perf.$F"
+  echo "-- top 10, sonde ${F} Hz"; sed -n '3,12p' "$W/sonde.$F"
+  echo "-- top 10, perf ${F} Hz"; grep -v '^#' "$W/perf.$F" | grep -v '^$' | head -10
+done
