@@ -107,16 +107,11 @@ impl Symbols {
             offsets.sort_unstable();
             let module = modules.get(m);
             let names = match module.open_path() {
+                // Symbol tables, then DWARF and separate debug files
+                // (/usr/lib/debug, by build id or debug link) for what they
+                // lack, such as glibc's static functions.
                 Some(path) => {
-                    // Symbol tables only: DWARF would add nothing the views
-                    // show (no file and line, no inlined frames) and
-                    // parsing it multiplied peak RSS on hosts with large
-                    // binaries (docs/BENCHMARKS.md).
-                    let elf = Elf {
-                        debug_syms: false,
-                        ..Elf::new(path)
-                    };
-                    self.lookup(&Source::Elf(elf), Input::FileOffset(&offsets))
+                    self.lookup(&Source::Elf(Elf::new(path)), Input::FileOffset(&offsets))
                 }
                 None => offsets
                     .iter()
