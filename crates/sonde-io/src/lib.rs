@@ -48,6 +48,7 @@ pub mod flusher;
 pub mod http;
 pub mod logs;
 pub mod priority;
+pub mod profiler;
 pub mod receiver;
 pub mod sender;
 pub mod sink;

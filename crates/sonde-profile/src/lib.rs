@@ -11,6 +11,7 @@ pub mod perf;
 pub mod pprof;
 pub mod record;
 pub mod sampler;
+pub mod store;
 pub mod symbolize;
 pub mod views;
 

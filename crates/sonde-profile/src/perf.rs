@@ -12,12 +12,14 @@
 //! sample needs are always seen before it. Records carry CLOCK_MONOTONIC
 //! times so that they convert to wall time.
 //!
-//! A ring is 64 data pages (256 KiB) per CPU: at 16 KiB of stack per
-//! sample that holds about 15 samples, 0.8 s of one CPU at 19 Hz; the
-//! event wakes a poller once a quarter is full, so the rings never fill
-//! at the frequencies the profiler allows (up to 1 kHz, drained every
-//! 100 ms or at a quarter full). The kernel's default per-user limit on
-//! locked ring memory (`perf_event_mlock_kb`, 516 KiB per CPU) holds it.
+//! A ring is 128 data pages (512 KiB) per CPU: at 16 KiB of stack per
+//! sample that holds about 31 samples, 1.6 s of one CPU at 19 Hz and
+//! 0.3 s at 99 Hz, so the reader can spend that long symbolising a period
+//! without losing samples; the event wakes it every four samples. That is
+//! the kernel's default per-user budget of locked ring memory
+//! (`perf_event_mlock_kb`, 516 KiB per CPU); where other perf users have
+//! taken part of it, the ring is halved, down to 32 pages. Samples the
+//! kernel drops anyway are counted ([`Events::lost`]).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -32,7 +34,14 @@ use crate::record::{self, Record, REGS_USER_MASK, SAMPLE_TYPE};
 /// point; deeper stacks stop early and are counted as truncated.
 pub const STACK_BYTES: u32 = 16 * 1024;
 
-const DATA_PAGES: usize = 64;
+/// Data pages per ring, tried in order: the kernel refuses a mapping over
+/// the user's locked-memory budget for perf (`perf_event_mlock_kb`, 516
+/// KiB per CPU by default, shared with any other perf tool the user runs),
+/// so a smaller ring is tried before giving up.
+const DATA_PAGES: [usize; 3] = [128, 64, 32];
+
+/// Bytes in a ring that wake the reader: four samples with their stacks.
+const WAKEUP_BYTES: u32 = 4 * (STACK_BYTES + 1024);
 
 /// Why the events could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +189,7 @@ fn attr(frequency: u32, build_id: bool) -> sys::bindings::perf_event_attr {
         ..Default::default()
     };
     a.__bindgen_anon_1.sample_freq = u64::from(frequency);
-    a.__bindgen_anon_2.wakeup_watermark = (DATA_PAGES * page_size() / 4) as u32;
+    a.__bindgen_anon_2.wakeup_watermark = WAKEUP_BYTES;
     a.set_freq(1);
     a.set_disabled(1);
     a.set_mmap(1);
@@ -234,30 +243,39 @@ fn open_cpu(cpu: usize, frequency: u32) -> Result<Ring, io::Error> {
     // SAFETY: fd was just returned by perf_event_open and is owned by no one else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let page = page_size();
-    let map_len = page * (1 + DATA_PAGES);
-    // SAFETY: mapping a perf event fd shared and read-write is how its ring
-    // is reached; the length is one control page plus a power-of-two count
-    // of data pages, as the kernel requires.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
+    let mut mapped = None;
+    let mut err = io::Error::from_raw_os_error(libc::ENOMEM);
+    for pages in DATA_PAGES {
+        let map_len = page * (1 + pages);
+        // SAFETY: mapping a perf event fd shared and read-write is how its
+        // ring is reached; the length is one control page plus a
+        // power-of-two count of data pages, as the kernel requires.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base != libc::MAP_FAILED {
+            mapped = Some((base, map_len, pages));
+            break;
+        }
+        err = io::Error::last_os_error();
     }
+    let Some((base, map_len, pages)) = mapped else {
+        return Err(err);
+    };
     let base = base.cast::<u8>();
     let page_ptr = base.cast::<sys::bindings::perf_event_mmap_page>();
     // SAFETY: the control page is mapped; data_offset/data_size are set by
     // the kernel before mmap returns (zero on kernels before 4.1).
     let (offset, size) = unsafe { ((*page_ptr).data_offset, (*page_ptr).data_size) };
     let (data_offset, data_size) = if size == 0 {
-        (page, (page * DATA_PAGES) as u64)
+        (page, (page * pages) as u64)
     } else {
         (offset as usize, size)
     };

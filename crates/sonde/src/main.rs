@@ -73,7 +73,7 @@ enum Command {
     /// Sample every process's stacks for a while and print the functions
     /// that took the most CPU (needs perf-event permission: root,
     /// CAP_PERFMON, or kernel.perf_event_paranoid <= 0).
-    Profile(profile::ProfileArgs),
+    Profile(Box<profile::ProfileArgs>),
 }
 
 fn load(path: &PathBuf) -> anyhow::Result<config::Config> {

@@ -1,13 +1,16 @@
-//! `sonde profile`: sample the host for a while and print the top
-//! functions, or write pprof, folded stacks and a flame graph; `sonde
-//! profile diff`: compare two profiles.
+//! `sonde profile`: sample the host for a while (or read the running
+//! agent's stored profiles with `--since`) and print the top functions, or
+//! write pprof, folded stacks and a flame graph; `sonde profile diff`:
+//! compare two profiles, files or ranges of the store.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use sonde::config::HumanDuration;
+use sonde_profile::collect::Stats;
+use sonde_profile::store::{self, Store};
 use sonde_profile::{flamegraph, pprof, views, Profile, Profiler};
 
 /// Arguments of `sonde profile`.
@@ -34,6 +37,65 @@ pub struct ProfileArgs {
     /// Write folded stacks (`main;work;hot 752`), one line per stack.
     #[arg(long, value_name = "FILE")]
     folded: Option<PathBuf>,
+    /// Read the running agent's stored profiles from this long ago
+    /// (`10m`) instead of sampling.
+    #[arg(long, value_parser = parse_duration)]
+    since: Option<HumanDuration>,
+    /// With --since: up to this long ago (default now).
+    #[arg(long, value_parser = parse_duration, requires = "since")]
+    until: Option<HumanDuration>,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// Where the agent's stored profiles are.
+#[derive(Args)]
+struct StoreArgs {
+    /// The agent's configuration file, for its `agent.data_dir`.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// The agent's data directory (overrides --config; default the
+    /// embedded defaults' /var/lib/sonde).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    fn store(&self) -> anyhow::Result<Store> {
+        let data_dir = match (&self.data_dir, &self.config) {
+            (Some(d), _) => d.clone(),
+            (None, Some(c)) => crate::load(c)?.agent.data_dir,
+            (None, None) => sonde::config::AgentSection::default().data_dir,
+        };
+        // Reading needs no limits: the agent applies them when it writes.
+        Ok(Store::new(
+            store::dir(&data_dir),
+            store::Limits {
+                retention_s: u64::MAX,
+                max_bytes: u64::MAX,
+            },
+        ))
+    }
+
+    /// The merged stored profiles of `[now - since, now - until)`.
+    fn read(&self, since: Duration, until: Duration) -> anyhow::Result<Profile> {
+        let store = self.store()?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+        let (from, to) = (
+            now.saturating_sub(since.as_secs()),
+            now.saturating_sub(until.as_secs()),
+        );
+        let (profile, files) = store.read(from, to)?;
+        if files == 0 {
+            bail!(
+                "no stored profiles in {} from {}s to {}s ago: is the agent running with [profiler], and is this its data_dir?",
+                store.path().display(),
+                since.as_secs(),
+                until.as_secs()
+            );
+        }
+        Ok(profile)
+    }
 }
 
 /// The output options both forms share.
@@ -54,12 +116,18 @@ struct Output {
 enum DiffCommand {
     /// Compare two profiles (pprof files): what grew and what shrank.
     Diff {
-        /// The earlier profile.
-        base: PathBuf,
-        /// The later profile.
-        new: PathBuf,
+        /// The earlier profile: a pprof file, or a range of the agent's
+        /// store as AGO..AGO (`20m..10m`: from 20 to 10 minutes ago).
+        base: String,
+        /// The later profile, likewise (`10m..0s`).
+        new: String,
+        /// Only these processes (repeat for several); all when absent.
+        #[arg(long = "pid")]
+        pids: Vec<u32>,
         #[command(flatten)]
         out: Output,
+        #[command(flatten)]
+        store: StoreArgs,
     },
 }
 
@@ -69,8 +137,31 @@ fn parse_duration(s: &str) -> Result<HumanDuration, String> {
 
 /// Runs `sonde profile` or `sonde profile diff`.
 pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
-    if let Some(DiffCommand::Diff { base, new, out }) = &args.diff {
-        return diff(base, new, out);
+    if let Some(DiffCommand::Diff {
+        base,
+        new,
+        pids,
+        out,
+        store,
+    }) = &args.diff
+    {
+        let keep = |p: &sonde_profile::Process| pids.is_empty() || pids.contains(&p.pid);
+        let base = read_either(base, store)?.filter(keep);
+        let new = read_either(new, store)?.filter(keep);
+        return diff(&base, &new, out);
+    }
+    if let Some(since) = &args.since {
+        let until = args.until.as_ref().map_or(Duration::ZERO, |u| u.0);
+        if until >= since.0 {
+            bail!("--until must be more recent (shorter ago) than --since");
+        }
+        let profile = args.store.read(since.0, until)?;
+        let profile = if args.pids.is_empty() {
+            profile
+        } else {
+            profile.filter(|p| args.pids.contains(&p.pid))
+        };
+        return show(args, profile, None);
     }
     if !(1..=sonde_profile::sampler::MAX_FREQUENCY).contains(&args.frequency) {
         bail!(
@@ -91,6 +182,11 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
     profiler.stop();
     let (profile, stats) =
         profiler.take_where(|p| args.pids.is_empty() || args.pids.contains(&p.pid));
+    show(args, profile, Some(stats))
+}
+
+/// Writes the files asked for and prints the top table.
+fn show(args: &ProfileArgs, profile: Profile, stats: Option<Stats>) -> anyhow::Result<()> {
     if let Some(path) = &args.pprof {
         write(path, &pprof::encode(&profile))?;
     }
@@ -114,20 +210,41 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&top)?);
     } else {
         print!("{}", views::top_text(&top, profile.seconds_per_sample()));
-        let user = stats.user.max(1) as f64;
-        eprintln!(
-            "user stacks unwound to their entry point: {:.1}% of {}; lost records: {}",
-            stats.user_complete as f64 * 100.0 / user,
-            stats.user,
-            stats.lost
-        );
+        if let Some(stats) = stats {
+            let user = stats.user.max(1) as f64;
+            eprintln!(
+                "user stacks unwound to their entry point: {:.1}% of {}; lost records: {}",
+                stats.user_complete as f64 * 100.0 / user,
+                stats.user,
+                stats.lost
+            );
+        }
     }
     Ok(())
 }
 
-fn diff(base: &Path, new: &Path, out: &Output) -> anyhow::Result<()> {
-    let base = read_profile(base)?;
-    let new = read_profile(new)?;
+/// A pprof file, or a range `AGO..AGO` of the agent's store.
+fn read_either(what: &str, store: &StoreArgs) -> anyhow::Result<Profile> {
+    let path = Path::new(what);
+    if path.exists() {
+        return read_profile(path);
+    }
+    if let Some((since, until)) = what.split_once("..") {
+        let since: HumanDuration = since
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{what:?}: {e}"))?;
+        let until: HumanDuration = until
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{what:?}: {e}"))?;
+        if until.0 >= since.0 {
+            bail!("{what:?}: the range runs from longer ago to shorter ago, like 20m..10m");
+        }
+        return store.read(since.0, until.0);
+    }
+    bail!("{what:?} is neither a file nor a range of the agent's store like 20m..10m")
+}
+
+fn diff(base: &Profile, new: &Profile, out: &Output) -> anyhow::Result<()> {
     if let Some(path) = &out.flamegraph {
         let options = flamegraph::Options {
             title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
@@ -136,10 +253,10 @@ fn diff(base: &Path, new: &Path, out: &Output) -> anyhow::Result<()> {
         };
         write(
             path,
-            flamegraph::render_diff(&base, &new, &options).as_bytes(),
+            flamegraph::render_diff(base, new, &options).as_bytes(),
         )?;
     }
-    let d = views::diff(&base, &new, Some(out.top));
+    let d = views::diff(base, new, Some(out.top));
     if out.json {
         println!("{}", serde_json::to_string(&d)?);
     } else {

@@ -11,7 +11,7 @@
 //! hands its open window to the flusher first; a sink delivers what it has,
 //! its disk buffer staying for later); added ones start, and a new sink gets
 //! every window flushed from the moment the reload began. `[agent]`,
-//! `[histograms]`, `[[logs]]`, `prometheus_exporter` sinks and sinks that
+//! `[histograms]`, `[[logs]]`, `[profiler]`, `prometheus_exporter` sinks and sinks that
 //! take log sources apply at the next start; a reload that changes them
 //! says so in the log.
 //!
@@ -296,6 +296,40 @@ fn start_sources(
     Ok((running, inputs))
 }
 
+/// Starts the host profiler when `[profiler]` asks for it. Without
+/// perf-event permission it logs once, with what to change, and the agent
+/// goes on without it.
+fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_io::profiler::Running> {
+    let p = config.profiler.as_ref()?;
+    let store = sonde_profile::store::Store::new(
+        sonde_profile::store::dir(&config.agent.data_dir),
+        sonde_profile::store::Limits {
+            retention_s: p.retention.as_secs(),
+            max_bytes: p.max_bytes,
+        },
+    );
+    let settings = sonde_io::profiler::Settings {
+        frequency: p.frequency,
+        period: p.period,
+        store,
+    };
+    match sonde_io::profiler::spawn(settings, Arc::clone(&telemetry.profiler)) {
+        Ok(running) => {
+            tracing::info!(
+                frequency = p.frequency,
+                period = ?p.period,
+                dir = %sonde_profile::store::dir(&config.agent.data_dir).display(),
+                "profiler running"
+            );
+            Some(running)
+        }
+        Err(e) => {
+            tracing::warn!("profiler off: {e}");
+            None
+        }
+    }
+}
+
 /// Runs the agent until SIGTERM or SIGINT; SIGHUP reloads `path`.
 pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
@@ -363,6 +397,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     for (r, socks) in bound {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
+    let profiler = start_profiler(&config, &telemetry);
     http::serve(sites)?;
 
     let (cmd_tx, cmd_rx) = flusher::command_channel();
@@ -425,6 +460,10 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
             let _ = t.join();
         }
     }
+    // Writes the partial period.
+    if let Some(p) = profiler {
+        p.stop();
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -447,6 +486,9 @@ fn reload(
     }
     if new.logs != old.logs {
         tracing::warn!("SIGHUP: changes to [[logs]] apply at the next start");
+    }
+    if new.profiler != old.profiler {
+        tracing::warn!("SIGHUP: changes to [profiler] apply at the next start");
     }
     // Sinks whose type does not reload stay as they are, and so do sinks
     // that take log sources (the sources keep running with them).

@@ -733,3 +733,120 @@ fn a_diff_of_a_file_that_is_not_pprof_names_the_file() {
         "{stdout}{stderr}"
     );
 }
+
+/// An agent with `[profiler]` at 99 Hz, each profile covering one second.
+fn profiling_agent(extra: &str) -> common::Agent {
+    common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n[profiler]\nfrequency = 99\nperiod = \"1s\"\n{extra}\n",
+            dir.join("data").display()
+        )
+    })
+}
+
+/// Waits until the agent has written `n` more profiles than `after`.
+fn wait_periods(agent: &common::Agent, after: f64, n: f64) -> f64 {
+    wait_for("profiles written", WAIT, || {
+        agent
+            .metric("sonde_profiler_periods_total")
+            .filter(|&p| p >= after + n)
+    })
+}
+
+#[test]
+fn the_agent_stores_a_profile_each_period_that_profile_since_and_diff_read() {
+    let _cpu = exclusive();
+    let burner = Program::burner(&programs().burn_nofp);
+    let pid = burner.pid().to_string();
+    let agent = profiling_agent("");
+    let data = agent.path("data");
+    let data = data.to_str().unwrap();
+    let started = Instant::now();
+    let periods = wait_periods(&agent, 0.0, 4.0);
+    assert_eq!(agent.metric("sonde_profiler_running"), Some(1.0));
+
+    // The last few seconds of the store, as one profile of the burner.
+    let top = profile_json(&["--since", "1m", "--data-dir", data, "--pid", &pid]);
+    let samples = u64_of(&top["samples"]);
+    assert!(
+        samples >= 150,
+        "{samples} samples: the host is too busy\n{top}"
+    );
+    let module = &programs().burn_nofp;
+    let share = |f: &str| f64_of(&row(&top, f, module)["self"]);
+    assert!((share("hot") - 0.7).abs() <= 0.1, "{top}");
+    assert!((share("cold") - 0.3).abs() <= 0.1, "{top}");
+    assert!(f64_of(&row(&top, "main", module)["total"]) >= 0.9, "{top}");
+
+    // Phase 2, then a diff of two ranges of the store around the switch.
+    let status = Command::new("kill").args(["-USR1", &pid]).status().unwrap();
+    assert!(status.success());
+    burner.wait_line("phase 2");
+    let switched = Instant::now();
+    wait_periods(&agent, periods, 4.0);
+    let ago = |t: Instant| t.elapsed().as_secs();
+    // Whole periods on either side, leaving out the one holding the switch.
+    let base = format!("{}s..{}s", ago(started), ago(switched) + 2);
+    let new = format!("{}s..0s", ago(switched).saturating_sub(1));
+    let (ok, stdout, stderr) = sonde(&[
+        "profile",
+        "diff",
+        &base,
+        &new,
+        "--data-dir",
+        data,
+        "--pid",
+        &pid,
+        "--json",
+    ]);
+    assert!(ok, "profile diff {base} {new}: {stderr}");
+    let diff: Json = serde_json::from_str(&stdout).unwrap();
+    let delta = |function: &str| {
+        diff["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["function"] == function)
+            .map(|r| f64_of(&r["delta"]))
+            .unwrap_or_else(|| panic!("no {function} in {diff}"))
+    };
+    assert!(delta("hot") < -0.2, "{base} {new}: {diff}");
+    assert!(delta("cold") > 0.2, "{base} {new}: {diff}");
+
+    // Its own cost is on /metrics.
+    let cpu = agent.metric("sonde_profiler_cpu_seconds_total").unwrap();
+    assert!(cpu > 0.0, "profiler CPU {cpu}");
+    assert!(
+        agent
+            .metric("sonde_profiler_symbol_cache_hits_total")
+            .unwrap()
+            > 0.0
+    );
+}
+
+#[test]
+fn the_store_keeps_only_the_retention() {
+    let agent = profiling_agent("retention = \"3s\"");
+    wait_periods(&agent, 0.0, 8.0);
+    let files = fs::read_dir(agent.path("data").join("profiles"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".pb.gz"))
+        })
+        .count();
+    // The 3 s before the newest file, and the newest.
+    assert!((1..=4).contains(&files), "{files} files kept");
+}
+
+#[test]
+fn reading_a_store_with_nothing_in_the_range_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let (ok, _, stderr) = sonde(&["profile", "--since", "10m", "--data-dir", data]);
+    assert!(!ok);
+    assert!(stderr.contains("no stored profiles"), "{stderr}");
+    let (ok, _, stderr) = sonde(&["profile", "diff", "5m..10m", "2m..0s", "--data-dir", data]);
+    assert!(!ok);
+    assert!(stderr.contains("longer ago to shorter ago"), "{stderr}");
+}

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::flusher::FlushStats;
 use crate::logs::LogStats;
+use crate::profiler::ProfilerStats;
 use crate::receiver::ReceiverStats;
 use crate::sink::{SinkDrop, SinkStats};
 
@@ -96,6 +97,10 @@ const fn gauge(name: &'static str, help: &'static str, source: Source) -> Metric
         help,
         source,
     }
+}
+
+fn prof(t: &Telemetry, get: fn(&ProfilerStats) -> &AtomicU64) -> Value {
+    Value::Int(get(&t.profiler).load(Relaxed))
 }
 
 fn flush(t: &Telemetry, get: fn(&FlushStats) -> &AtomicU64) -> Value {
@@ -359,5 +364,61 @@ pub const METRICS: &[Metric] = &[
         "sonde_log_watch_overflows_total",
         "inotify queue overflows, each followed by a rescan.",
         Source::Log(|l| l.watch_overflows.load(Relaxed)),
+    ),
+    // The profiler ([profiler]); zeros while it is off.
+    gauge(
+        "sonde_profiler_running",
+        "1 while the host profiler samples, 0 when it is off or could not open its events.",
+        Source::Agent(|t| prof(t, |p| &p.running)),
+    ),
+    counter(
+        "sonde_profiler_samples_total",
+        "Non-idle stack samples the profiler counted.",
+        Source::Agent(|t| prof(t, |p| &p.samples)),
+    ),
+    counter(
+        "sonde_profiler_user_stacks_total",
+        "Samples with a user stack to unwind.",
+        Source::Agent(|t| prof(t, |p| &p.user_stacks)),
+    ),
+    counter(
+        "sonde_profiler_user_stacks_complete_total",
+        "User stacks unwound to their end (the entry point or the thread's start).",
+        Source::Agent(|t| prof(t, |p| &p.user_stacks_complete)),
+    ),
+    counter(
+        "sonde_profiler_lost_total",
+        "Records the kernel dropped because a profiler ring was full.",
+        Source::Agent(|t| prof(t, |p| &p.lost)),
+    ),
+    counter(
+        "sonde_profiler_symbol_cache_hits_total",
+        "Frames named from the profiler's symbol cache.",
+        Source::Agent(|t| prof(t, |p| &p.symbol_hits)),
+    ),
+    counter(
+        "sonde_profiler_symbol_cache_misses_total",
+        "Frames the profiler had to look up in a module.",
+        Source::Agent(|t| prof(t, |p| &p.symbol_misses)),
+    ),
+    counter(
+        "sonde_profiler_periods_total",
+        "Profiles written to the store (one per period).",
+        Source::Agent(|t| prof(t, |p| &p.periods)),
+    ),
+    counter(
+        "sonde_profiler_write_errors_total",
+        "Profiles that could not be written to the store.",
+        Source::Agent(|t| prof(t, |p| &p.write_errors)),
+    ),
+    gauge(
+        "sonde_profiler_store_bytes",
+        "Bytes the profile store holds under data_dir.",
+        Source::Agent(|t| prof(t, |p| &p.store_bytes)),
+    ),
+    counter(
+        "sonde_profiler_cpu_seconds_total",
+        "CPU time of the profiler's own thread: its overhead.",
+        Source::Agent(|t| Value::Float(t.profiler.cpu_ns.load(Relaxed) as f64 / 1e9)),
     ),
 ];

@@ -40,6 +40,8 @@ pub struct Telemetry {
     pub worker_series: Arc<SeriesCount>,
     /// `agent.max_series`.
     pub max_series: usize,
+    /// The host profiler's counters (zeros while it is off).
+    pub profiler: Arc<crate::profiler::ProfilerStats>,
 }
 
 impl Telemetry {
@@ -255,6 +257,18 @@ mod tests {
         f.points.store(420, Relaxed);
         f.last_duration_ns.store(1_250_000, Relaxed);
         f.late_shards.store(2, Relaxed);
+        let p = &t.profiler;
+        p.running.store(1, Relaxed);
+        p.samples.store(1140, Relaxed);
+        p.user_stacks.store(1100, Relaxed);
+        p.user_stacks_complete.store(1089, Relaxed);
+        p.lost.store(3, Relaxed);
+        p.symbol_hits.store(9000, Relaxed);
+        p.symbol_misses.store(250, Relaxed);
+        p.periods.store(12, Relaxed);
+        p.write_errors.store(1, Relaxed);
+        p.store_bytes.store(48_000, Relaxed);
+        p.cpu_ns.store(70_500_000, Relaxed);
         t
     }
 

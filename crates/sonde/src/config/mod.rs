@@ -12,6 +12,7 @@ pub mod agent;
 mod error;
 pub mod histograms;
 pub mod logs;
+pub mod profiler;
 pub mod receivers;
 pub mod units;
 
@@ -27,6 +28,7 @@ pub use self::error::ConfigError;
 pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
 pub use self::logs::{LogSection, LogSource};
+pub use self::profiler::{Profiler, ProfilerSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
 pub use self::units::{HostPort, HumanDuration, HumanSize, Listen, UnitError};
 use crate::sinks::SinkType;
@@ -69,6 +71,7 @@ struct File {
     sinks: Vec<Spanned<toml::Table>>,
     #[serde(default)]
     histograms: HistogramSection,
+    profiler: Option<ProfilerSection>,
 }
 
 /// A validated configuration.
@@ -84,6 +87,8 @@ pub struct Config {
     pub sinks: Vec<Sink>,
     /// What the aggregator needs.
     pub aggregate: AggregateConfig,
+    /// The host profiler, when `[profiler]` turns it on.
+    pub profiler: Option<Profiler>,
 }
 
 /// True for addresses only this host can reach: `127.0.0.0/8`, `::1`,
@@ -131,7 +136,8 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
     let file: File = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     let agent = file.agent;
     let max_key_bytes = agent::check(src, &agent)?;
-    if file.receivers.is_empty() && file.logs.is_empty() {
+    let profiler = profiler::check(src, file.profiler.as_ref())?;
+    if file.receivers.is_empty() && file.logs.is_empty() && profiler.is_none() {
         return Err(receivers::none());
     }
     if file.sinks.is_empty() && !file.receivers.is_empty() {
@@ -173,6 +179,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         logs,
         sinks,
         aggregate,
+        profiler,
     })
 }
 
@@ -1022,6 +1029,59 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.key, "logs[0].name");
         assert!(e.problem.contains("DogStatsD events"), "{e}");
+    }
+
+    #[test]
+    fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
+        assert_eq!(parse(MIN).unwrap().profiler, None);
+        let c = parse("[profiler]\n").unwrap();
+        assert_eq!(
+            c.profiler,
+            Some(Profiler {
+                frequency: 19,
+                period: Duration::from_secs(60),
+                retention: Duration::from_secs(24 * 3600),
+                max_bytes: 256 << 20,
+            })
+        );
+        assert_eq!(c.receivers.len(), 0, "a profiling-only agent is valid");
+        assert_eq!(
+            parse("[profiler]\nenabled = false\n")
+                .map(|_| ())
+                .unwrap_err()
+                .key,
+            "receivers"
+        );
+        for (text, key, line) in [
+            ("[profiler]\nfrequency = 0\n", "profiler.frequency", 2),
+            ("[profiler]\nfrequency = 5000\n", "profiler.frequency", 2),
+            ("[profiler]\nperiod = \"500ms\"\n", "profiler.period", 2),
+            ("[profiler]\nperiod = \"2h\"\n", "profiler.period", 2),
+            (
+                "[profiler]\nperiod = \"10m\"\nretention = \"5m\"\n",
+                "profiler.retention",
+                3,
+            ),
+            ("[profiler]\nmax_size = \"10KiB\"\n", "profiler.max_size", 2),
+        ] {
+            let e = err(text);
+            assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}");
+        }
+        assert!(err("[profiler]\nfrequncy = 19\n")
+            .to_string()
+            .contains("frequncy"));
+    }
+
+    #[test]
+    fn profiling_md_examples_parse() {
+        let doc = include_str!("../../../../docs/PROFILING.md");
+        let mut checked = 0;
+        for block in doc.split("```toml\n").skip(1) {
+            let toml = block.split("```").next().unwrap();
+            parse(toml).unwrap_or_else(|e| panic!("docs/PROFILING.md block fails: {e}\n{toml}"));
+            checked += 1;
+        }
+        assert!(checked >= 1, "docs/PROFILING.md's example was not found");
     }
 
     #[test]

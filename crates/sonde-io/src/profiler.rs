@@ -1,0 +1,207 @@
+//! The agent's always-on profiler: one background thread that samples
+//! every CPU and writes each period's profile (a minute by default,
+//! aligned to the wall clock) into the store under `data_dir`.
+//!
+//! # Lifecycle
+//!
+//! [`spawn`] returns once the perf events are open, so a host
+//! without perf-event permission is known at start and the caller logs it
+//! once and goes on without a profiler. The thread then waits on the
+//! rings (a ring wakes it once a quarter full, or a period ends), drains
+//! them, and at each period's end symbolises and writes the period. On
+//! stop it writes the partial period and exits.
+//!
+//! # Cost
+//!
+//! The thread runs at the background nice value. Its own CPU time is
+//! counted in [`ProfilerStats::cpu_ns`] (`sonde_profiler_cpu_seconds_total`)
+//! so the profiler's overhead is always visible; docs/BENCHMARKS.md, "The
+//! profiler", has the figures.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sonde_profile::store::Store;
+use sonde_profile::{OpenError, Profiler};
+
+/// What the profiler thread needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Samples per second per CPU.
+    pub frequency: u32,
+    /// How long each stored profile covers; periods are aligned to
+    /// multiples of it since the Unix epoch.
+    pub period: Duration,
+    /// Where the profiles go.
+    pub store: Store,
+}
+
+/// The profiler's counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ProfilerStats {
+    /// 1 while the profiler runs.
+    pub running: AtomicU64,
+    /// Non-idle samples counted.
+    pub samples: AtomicU64,
+    /// Samples with a user stack.
+    pub user_stacks: AtomicU64,
+    /// User stacks unwound to their end.
+    pub user_stacks_complete: AtomicU64,
+    /// Records the kernel dropped because a ring was full.
+    pub lost: AtomicU64,
+    /// Frames named from the symbol cache.
+    pub symbol_hits: AtomicU64,
+    /// Frames that had to be looked up.
+    pub symbol_misses: AtomicU64,
+    /// Periods written to the store.
+    pub periods: AtomicU64,
+    /// Periods that could not be written.
+    pub write_errors: AtomicU64,
+    /// Bytes the store holds after the last write.
+    pub store_bytes: AtomicU64,
+    /// CPU time of the profiler thread, nanoseconds.
+    pub cpu_ns: AtomicU64,
+}
+
+/// A running profiler thread.
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Running {
+    /// Writes the partial period and stops the thread.
+    pub fn stop(self) {
+        self.stop.store(true, Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Starts sampling and the thread that stores each period.
+///
+/// # Errors
+///
+/// [`OpenError::NotPermitted`] without perf-event permission (its message
+/// says what to change), or another failure to open the events.
+pub fn spawn(settings: Settings, stats: Arc<ProfilerStats>) -> Result<Running, OpenError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    // blazesym's symbolizer is not Send, so the profiler is built on its
+    // own thread, which reports back whether the events opened.
+    let (opened_tx, opened_rx) = std::sync::mpsc::sync_channel(1);
+    let thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("profiler".into())
+            .spawn(move || match Profiler::start(settings.frequency) {
+                Ok(profiler) => {
+                    let _ = opened_tx.send(Ok(()));
+                    run(profiler, &settings, &stats, &stop);
+                }
+                Err(e) => {
+                    let _ = opened_tx.send(Err(e));
+                }
+            })
+            .map_err(|error| OpenError::Io { cpu: 0, error })?
+    };
+    match opened_rx.recv() {
+        Ok(Ok(())) => Ok(Running { stop, thread }),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(OpenError::Io {
+                cpu: 0,
+                error: io::Error::other("the profiler thread ended before opening its events"),
+            })
+        }
+    }
+}
+
+fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop: &AtomicBool) {
+    crate::priority::enter_background();
+    stats.running.store(1, Relaxed);
+    let period_ns = settings.period.as_nanos().max(1) as u64;
+    let mut period_end = (now_ns() / period_ns + 1) * period_ns;
+    // The first period starts now, not at its aligned start: it is
+    // stored under the aligned start, as every later one.
+    let mut period_start = period_end - period_ns;
+    loop {
+        let stopping = stop.load(Relaxed);
+        let now = now_ns();
+        if now >= period_end || stopping {
+            if stopping {
+                profiler.stop();
+            }
+            let (mut profile, s) = profiler.take();
+            profile.start_ns = period_start;
+            stats.samples.fetch_add(s.samples, Relaxed);
+            stats.user_stacks.fetch_add(s.user, Relaxed);
+            stats
+                .user_stacks_complete
+                .fetch_add(s.user_complete, Relaxed);
+            stats.lost.fetch_add(s.lost, Relaxed);
+            let cache = profiler.symbol_cache();
+            stats.symbol_hits.store(cache.hits, Relaxed);
+            stats.symbol_misses.store(cache.misses, Relaxed);
+            match write(&settings.store, &profile) {
+                Ok(bytes) => {
+                    stats.periods.fetch_add(1, Relaxed);
+                    stats.store_bytes.store(bytes, Relaxed);
+                }
+                Err(e) => {
+                    if stats.write_errors.fetch_add(1, Relaxed) == 0 {
+                        tracing::warn!(
+                            dir = %settings.store.path().display(),
+                            "profiler: writing a profile failed: {e} (counted in sonde_profiler_write_errors_total, logged once)"
+                        );
+                    }
+                }
+            }
+            stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+            if stopping {
+                break;
+            }
+            period_start = (now / period_ns) * period_ns;
+            period_end = period_start + period_ns;
+            continue;
+        }
+        // Wake at the period's end, to notice a stop within a second,
+        // or when a ring is a quarter full.
+        let wait_ms = ((period_end - now) / 1_000_000).clamp(1, 1000) as i32;
+        profiler.poll(wait_ms);
+        stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+    }
+    stats.running.store(0, Relaxed);
+}
+
+fn write(store: &Store, profile: &sonde_profile::Profile) -> io::Result<u64> {
+    store.write(profile)?;
+    let total = store
+        .list()
+        .map_err(io::Error::other)?
+        .iter()
+        .map(|e| e.bytes)
+        .sum();
+    Ok(total)
+}

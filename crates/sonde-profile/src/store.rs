@@ -1,0 +1,291 @@
+//! The agent's profile store: one gzip pprof file per period (a minute by
+//! default) under `{data_dir}/profiles/`, kept for the retention and
+//! within a size.
+//!
+//! A file is named by the Unix second its period started at,
+//! `1795160400.pb.gz`, so a listing sorts by time and a range is read by
+//! name alone. Files are written to a temporary name and renamed, so a
+//! reader never sees half a profile and a crash leaves at worst a
+//! `.tmp` file, removed at the next write. Each file is an ordinary pprof
+//! profile: `go tool pprof` reads any one of them.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::model::Profile;
+use crate::pprof;
+
+/// The store's directory under a data directory.
+pub fn dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("profiles")
+}
+
+/// Limits on what the store keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Files whose period started more than this many seconds before the
+    /// newest are removed.
+    pub retention_s: u64,
+    /// The most bytes all files may take; the oldest go first beyond it.
+    pub max_bytes: u64,
+}
+
+/// A directory of per-period profiles.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+    limits: Limits,
+}
+
+/// One stored file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// When its period started, Unix seconds.
+    pub start_s: u64,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// Why reading the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The directory could not be listed.
+    #[error("listing {dir}: {error}")]
+    List {
+        /// The store's directory.
+        dir: PathBuf,
+        /// What failed.
+        error: io::Error,
+    },
+    /// A file could not be read.
+    #[error("reading {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        error: io::Error,
+    },
+    /// A file is not a profile.
+    #[error("reading {path}: {error}")]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: pprof::DecodeError,
+    },
+}
+
+impl Store {
+    /// A store in `dir` (created at the first write).
+    pub fn new(dir: PathBuf, limits: Limits) -> Store {
+        Store { dir, limits }
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every stored file, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// When the directory exists but cannot be listed; a missing directory
+    /// is an empty store.
+    pub fn list(&self) -> Result<Vec<Entry>, ReadError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => {
+                return Err(ReadError::List {
+                    dir: self.dir.clone(),
+                    error,
+                })
+            }
+        };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(start_s) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".pb.gz"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let bytes = entry.metadata().map_or(0, |m| m.len());
+            out.push(Entry {
+                start_s,
+                path: entry.path(),
+                bytes,
+            });
+        }
+        out.sort_by_key(|e| e.start_s);
+        Ok(out)
+    }
+
+    /// Writes one period's profile, then removes what the limits no longer
+    /// allow. An empty profile is written too: it records that the period
+    /// was sampled and the host was idle.
+    ///
+    /// # Errors
+    ///
+    /// Creating the directory, writing or renaming the file.
+    pub fn write(&self, profile: &Profile) -> io::Result<PathBuf> {
+        std::fs::create_dir_all(&self.dir)?;
+        let start_s = profile.start_ns / 1_000_000_000;
+        let path = self.dir.join(format!("{start_s}.pb.gz"));
+        let tmp = self.dir.join(format!("{start_s}.pb.gz.tmp"));
+        std::fs::write(&tmp, pprof::encode(profile))?;
+        std::fs::rename(&tmp, &path)?;
+        self.prune(start_s);
+        Ok(path)
+    }
+
+    /// Removes files older than the retention before `newest_s`, then the
+    /// oldest while the total is over the size limit, and stray `.tmp`
+    /// files.
+    fn prune(&self, newest_s: u64) {
+        if let Ok(dir) = std::fs::read_dir(&self.dir) {
+            for e in dir.flatten() {
+                if e.file_name().to_string_lossy().ends_with(".tmp") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let Ok(mut entries) = self.list() else {
+            return;
+        };
+        let oldest_kept = newest_s.saturating_sub(self.limits.retention_s);
+        let mut total: u64 = entries.iter().map(|e| e.bytes).sum();
+        entries.retain(|e| {
+            let remove = e.start_s < oldest_kept;
+            if remove && std::fs::remove_file(&e.path).is_ok() {
+                total -= e.bytes;
+            }
+            !remove
+        });
+        for e in entries {
+            if total <= self.limits.max_bytes {
+                break;
+            }
+            if std::fs::remove_file(&e.path).is_ok() {
+                total -= e.bytes;
+            }
+        }
+    }
+
+    /// The merged profile of every file whose period starts in
+    /// `[from_s, until_s)`, and how many files that was.
+    ///
+    /// # Errors
+    ///
+    /// Listing the directory, or a file in the range that cannot be read
+    /// or decoded (named in the error).
+    pub fn read(&self, from_s: u64, until_s: u64) -> Result<(Profile, usize), ReadError> {
+        let mut merged = Profile::default();
+        let mut files = 0;
+        for e in self.list()? {
+            if e.start_s < from_s || e.start_s >= until_s {
+                continue;
+            }
+            let bytes = std::fs::read(&e.path).map_err(|error| ReadError::Read {
+                path: e.path.clone(),
+                error,
+            })?;
+            let p = pprof::decode(&bytes).map_err(|error| ReadError::Decode {
+                path: e.path.clone(),
+                error,
+            })?;
+            merged = merged.merge(&p);
+            files += 1;
+        }
+        Ok((merged, files))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Function, Process, ProfileBuilder};
+
+    fn profile(start_s: u64, hot: u64) -> Profile {
+        let mut b = ProfileBuilder::new(19, start_s * 1_000_000_000, 60_000_000_000);
+        let f = |n: &str| Function {
+            name: n.into(),
+            module: "/bin/x".into(),
+        };
+        let p = Process {
+            pid: 1,
+            name: "x".into(),
+        };
+        b.add(&p, &[f("main"), f("hot")], hot);
+        b.add(&p, &[f("main"), f("cold")], 10);
+        b.finish()
+    }
+
+    fn store(dir: &Path, retention_s: u64, max_bytes: u64) -> Store {
+        Store::new(
+            dir.join("profiles"),
+            Limits {
+                retention_s,
+                max_bytes,
+            },
+        )
+    }
+
+    #[test]
+    fn a_range_merges_the_files_that_start_in_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), 3600, u64::MAX);
+        for (i, hot) in [(0, 5), (1, 7), (2, 11)] {
+            s.write(&profile(1_000_000 + i * 60, hot)).unwrap();
+        }
+        let (p, files) = s.read(1_000_060, 1_000_180).unwrap();
+        assert_eq!(files, 2);
+        assert_eq!(p.samples(), 7 + 11 + 20);
+        assert_eq!(p.start_ns, 1_000_060 * 1_000_000_000);
+        assert_eq!(p.duration_ns, 120_000_000_000);
+        let (_, none) = s.read(0, 1_000_000).unwrap();
+        assert_eq!(none, 0);
+    }
+
+    #[test]
+    fn files_older_than_the_retention_are_removed_at_the_next_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), 120, u64::MAX);
+        for i in 0..5 {
+            s.write(&profile(1_000_000 + i * 60, 1)).unwrap();
+        }
+        let starts: Vec<u64> = s.list().unwrap().iter().map(|e| e.start_s).collect();
+        assert_eq!(starts, [1_000_120, 1_000_180, 1_000_240]);
+    }
+
+    #[test]
+    fn the_oldest_files_go_when_the_store_is_over_its_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let one = pprof::encode(&profile(1_000_000, 1)).len() as u64;
+        let s = store(tmp.path(), u64::MAX, one * 3 + one / 2);
+        for i in 0..6 {
+            s.write(&profile(1_000_000 + i * 60, 1)).unwrap();
+        }
+        let entries = s.list().unwrap();
+        assert_eq!(entries.len(), 3, "{entries:?}");
+        assert_eq!(entries[0].start_s, 1_000_180);
+        assert!(entries.iter().map(|e| e.bytes).sum::<u64>() <= one * 3 + one / 2);
+    }
+
+    #[test]
+    fn a_missing_store_is_empty_and_a_corrupt_file_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), 60, u64::MAX);
+        assert!(s.list().unwrap().is_empty());
+        std::fs::create_dir_all(s.path()).unwrap();
+        std::fs::write(s.path().join("1000.pb.gz"), b"not a profile").unwrap();
+        std::fs::write(s.path().join("notes.txt"), b"ignored").unwrap();
+        let err = s.read(0, u64::MAX).unwrap_err().to_string();
+        assert!(err.contains("1000.pb.gz"), "{err}");
+    }
+}

@@ -1,0 +1,117 @@
+//! `[profiler]`: the host profiler that samples every process's stacks
+//! and keeps a profile per period under `data_dir` (docs/PROFILING.md).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::{ConfigError, Source};
+use super::units::{HumanDuration, HumanSize};
+
+fn yes() -> bool {
+    true
+}
+fn default_frequency() -> Spanned<u32> {
+    Spanned::new(0..0, 19)
+}
+fn default_period() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(60)))
+}
+fn default_retention() -> Spanned<HumanDuration> {
+    Spanned::new(0..0, HumanDuration(Duration::from_secs(24 * 3600)))
+}
+fn default_max_size() -> Spanned<HumanSize> {
+    Spanned::new(0..0, HumanSize(256 << 20))
+}
+
+/// `[profiler]`. Without the section the profiler is off.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilerSection {
+    /// Whether the profiler runs. A host without perf-event permission
+    /// logs one warning and the agent goes on without it. Default `true`
+    /// (the section is there to turn it on).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Samples per second per CPU, 1 to 1000. Default 19.
+    #[serde(default = "default_frequency")]
+    pub frequency: Spanned<u32>,
+    /// How long each stored profile covers, aligned to the wall clock;
+    /// 1s to 1h. Default `"60s"`.
+    #[serde(default = "default_period")]
+    pub period: Spanned<HumanDuration>,
+    /// How long profiles are kept under `{data_dir}/profiles`. Default
+    /// `"24h"`.
+    #[serde(default = "default_retention")]
+    pub retention: Spanned<HumanDuration>,
+    /// The most disk the stored profiles may take; the oldest are removed
+    /// beyond it. Default `"256MiB"`.
+    #[serde(default = "default_max_size")]
+    pub max_size: Spanned<HumanSize>,
+}
+
+/// A validated `[profiler]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profiler {
+    /// Samples per second per CPU.
+    pub frequency: u32,
+    /// Each stored profile's period.
+    pub period: Duration,
+    /// How long profiles are kept.
+    pub retention: Duration,
+    /// The store's size limit in bytes.
+    pub max_bytes: u64,
+}
+
+/// Validates `[profiler]`: `None` when the profiler is off.
+pub(crate) fn check(
+    src: Source<'_>,
+    section: Option<&ProfilerSection>,
+) -> Result<Option<Profiler>, ConfigError> {
+    let Some(p) = section.filter(|p| p.enabled) else {
+        return Ok(None);
+    };
+    let frequency = *p.frequency.get_ref();
+    if !(1..=sonde_profile::sampler::MAX_FREQUENCY).contains(&frequency) {
+        return Err(src.error(
+            p.frequency.span(),
+            "profiler.frequency",
+            "must be between 1 and 1000 samples per second",
+            "use 19 (the default, for always-on) or up to 99 for more detail",
+        ));
+    }
+    let period = p.period.get_ref().0;
+    if period < Duration::from_secs(1) || period > Duration::from_secs(3600) {
+        return Err(src.error(
+            p.period.span(),
+            "profiler.period",
+            "must be between 1s and 1h",
+            "use \"60s\" (the default)",
+        ));
+    }
+    let retention = p.retention.get_ref().0;
+    if retention < period {
+        return Err(src.error(
+            p.retention.span(),
+            "profiler.retention",
+            "is shorter than one period, so nothing would be kept",
+            "use at least the period, e.g. \"24h\" (the default)",
+        ));
+    }
+    let max_bytes = p.max_size.get_ref().0;
+    if max_bytes < 1 << 20 {
+        return Err(src.error(
+            p.max_size.span(),
+            "profiler.max_size",
+            "is under 1MiB",
+            "use \"256MiB\" (the default) or at least \"1MiB\"",
+        ));
+    }
+    Ok(Some(Profiler {
+        frequency,
+        period,
+        retention,
+        max_bytes,
+    }))
+}
