@@ -10,11 +10,19 @@
 # included for perf) and peak RSS are printed, with the top 10 functions
 # of both by self samples.
 #
-# Usage: scripts/bench-profile.sh [DURATION_S=60]
+# With --agent, the always-on profiler instead: the agent runs with only
+# [profiler] (60 s periods, so the run crosses period ends and writes
+# profiles) at 19 and then 99 Hz; after 20 s of warm-up its CPU seconds
+# over the next DURATION_S (from /proc/PID/stat: the whole agent, every
+# thread), its peak RSS (VmHWM) and its /metrics are printed.
+#
+# Usage: scripts/bench-profile.sh [--agent] [DURATION_S=60]
 # Needs root (or CAP_PERFMON) and linux-perf; figures: docs/BENCHMARKS.md,
 # "the profiler's own cost".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+AGENT=0
+if [ "${1:-}" = --agent ]; then AGENT=1; shift; fi
 D=${1:-60}
 SONDE=${SONDE_BIN:-target/release/sonde}
 [ -x "$SONDE" ] || cargo build --release -p sonde
@@ -33,6 +41,31 @@ cost() { # label, then the command; prints CPU-s, % of a core, peak RSS
   awk -v l="$label" -v u="$u" -v s="$s" -v m="$m" -v d="$D" \
     'BEGIN { printf "%-28s %7.3f CPU-s  %6.3f%% of a core  peak RSS %6.1f MiB\n", l, u+s, (u+s)*100/d, m/1024 }'
 }
+
+cpu_s() { # utime + stime of a process, in seconds
+  awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+if [ "$AGENT" = 1 ]; then
+  for F in 19 99; do
+    port=$((18600 + F))
+    printf '[agent]\ndata_dir = "%s"\nadmin_listen = "127.0.0.1:%s"\n\n[profiler]\nfrequency = %s\n' \
+      "$W/data$F" "$port" "$F" >"$W/agent$F.toml"
+    "$SONDE" run --config "$W/agent$F.toml" 2>"$W/agent$F.log" &
+    pid=$!
+    sleep 20
+    c0=$(cpu_s $pid)
+    sleep "$D"
+    c1=$(cpu_s $pid)
+    hwm=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
+    awk -v f="$F" -v a="$c0" -v b="$c1" -v d="$D" -v m="$hwm" \
+      'BEGIN { printf "agent [profiler] %3d Hz  %7.3f CPU-s over %d s  %6.3f%% of a core  peak RSS %6.1f MiB\n", f, b-a, d, (b-a)*100/d, m/1024 }'
+    curl -s "127.0.0.1:$port/metrics" | grep '^sonde_profiler' | tr '\n' ' '; echo
+    kill $pid; wait $pid || true
+    ls "$W/data$F/profiles"
+  done
+  exit 0
+fi
 
 for F in 19 99; do
   cost "sonde profile ${F} Hz" "$SONDE" profile --duration "${D}s" --frequency "$F" --top 10
