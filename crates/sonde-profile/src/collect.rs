@@ -127,6 +127,8 @@ pub struct Collector {
     cache: CacheX86_64,
     stacks: HashMap<(ProcessKey, Vec<RawFrame>), u64>,
     frames: Vec<RawFrame>,
+    user_chain: Vec<u64>,
+    user: Vec<u64>,
     stats: Stats,
 }
 
@@ -145,6 +147,8 @@ impl Collector {
             cache: CacheX86_64::new(),
             stacks: HashMap::new(),
             frames: Vec::new(),
+            user_chain: Vec::new(),
+            user: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -283,13 +287,17 @@ impl Collector {
             self.stats.idle += 1;
             return;
         }
+        // Buffers kept across samples: nothing is allocated for a stack
+        // seen before (docs/BENCHMARKS.md, "the profiler's cost per sample").
         let mut frames = std::mem::take(&mut self.frames);
+        let mut user_chain = std::mem::take(&mut self.user_chain);
+        let mut user = std::mem::take(&mut self.user);
         frames.clear();
+        user_chain.clear();
+        user.clear();
         // The kernel's part, leaf first.
-        let mut chain = s.callchain().peekable();
-        let mut user_chain: Vec<u64> = Vec::new();
         let mut context = 0;
-        for w in chain.by_ref() {
+        for w in s.callchain() {
             if w >= PERF_CONTEXT_MAX {
                 context = w;
                 continue;
@@ -300,36 +308,31 @@ impl Collector {
                 _ => {}
             }
         }
-        let name;
-        if let Some(p) = self.known(s.pid).then(|| &self.procs[&s.pid]) {
-            name = p.name.clone();
-            if !s.regs.is_empty() {
-                self.stats.user += 1;
-                let mut user: Vec<u64> = Vec::with_capacity(32);
-                let complete = unwind(p, &mut self.cache, s, &mut user);
-                // Where the kernel's frame-pointer walk went further
-                // (code with frame pointers but no unwind info the
-                // unwinder trusted), take it.
-                let (addrs, complete) = if user_chain.len() > user.len() {
-                    (&user_chain, false)
-                } else {
-                    (&user, complete)
-                };
-                if complete {
-                    self.stats.user_complete += 1;
-                }
-                for (i, &a) in addrs.iter().enumerate() {
-                    // Callers' addresses are return addresses: step back
-                    // into the call instruction.
-                    let lookup = if i == 0 { a } else { a.saturating_sub(1) };
-                    frames.push(match p.find(lookup) {
-                        Some(m) => RawFrame::Module(m.module, lookup - m.start + m.pgoff),
-                        None => RawFrame::Anon(s.pid, lookup),
-                    });
-                }
+        let known = self.known(s.pid);
+        let p = known.then(|| &self.procs[&s.pid]);
+        if let Some(p) = p.filter(|_| !s.regs.is_empty()) {
+            self.stats.user += 1;
+            let complete = unwind(p, &mut self.cache, s, &mut user);
+            // Where the kernel's frame-pointer walk went further (code
+            // with frame pointers but no unwind info the unwinder
+            // trusted), take it.
+            let (addrs, complete) = if user_chain.len() > user.len() {
+                (&user_chain, false)
+            } else {
+                (&user, complete)
+            };
+            if complete {
+                self.stats.user_complete += 1;
             }
-        } else {
-            name = String::new();
+            for (i, &a) in addrs.iter().enumerate() {
+                // Callers' addresses are return addresses: step back into
+                // the call instruction.
+                let lookup = if i == 0 { a } else { a.saturating_sub(1) };
+                frames.push(match p.find(lookup) {
+                    Some(m) => RawFrame::Module(m.module, lookup - m.start + m.pgoff),
+                    None => RawFrame::Anon(s.pid, lookup),
+                });
+            }
         }
         if frames.is_empty() {
             frames.push(RawFrame::Anon(s.pid, s.ip));
@@ -337,9 +340,41 @@ impl Collector {
         frames.truncate(MAX_FRAMES);
         frames.reverse();
         self.stats.samples += 1;
-        let key = ProcessKey { pid: s.pid, name };
-        *self.stacks.entry((key, frames.clone())).or_insert(0) += 1;
+        let name = p.map_or("", |p| p.name.as_str());
+        let key = StackRef {
+            pid: s.pid,
+            name,
+            frames: &frames,
+        };
+        match self.stacks.get_mut(&key) {
+            Some(count) => *count += 1,
+            None => {
+                let key = ProcessKey {
+                    pid: s.pid,
+                    name: name.to_string(),
+                };
+                self.stacks.insert((key, frames.clone()), 1);
+            }
+        }
         self.frames = frames;
+        self.user_chain = user_chain;
+        self.user = user;
+    }
+}
+
+/// A counted stack's key, borrowed: looks up `(ProcessKey, Vec<RawFrame>)`
+/// without building one. Hashes as the owned key does (derived `Hash`
+/// writes the pid, the name, then the frames with their length).
+#[derive(Hash)]
+struct StackRef<'a> {
+    pid: u32,
+    name: &'a str,
+    frames: &'a [RawFrame],
+}
+
+impl hashbrown::Equivalent<(ProcessKey, Vec<RawFrame>)> for StackRef<'_> {
+    fn equivalent(&self, key: &(ProcessKey, Vec<RawFrame>)) -> bool {
+        self.pid == key.0.pid && self.name == key.0.name && self.frames == key.1.as_slice()
     }
 }
 
@@ -407,4 +442,26 @@ fn parse_maps_line(line: &str) -> Option<(Mapping, Option<Key>, &str)> {
         key,
         path,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_stack_key_finds_the_owned_one() {
+        let mut stacks: HashMap<(ProcessKey, Vec<RawFrame>), u64> = HashMap::new();
+        let frames = vec![RawFrame::Kernel(1), RawFrame::Module(2, 3)];
+        let key = ProcessKey {
+            pid: 7,
+            name: "demo".into(),
+        };
+        stacks.insert((key, frames.clone()), 1);
+        let found =
+            |pid, name, frames: &[RawFrame]| stacks.get(&StackRef { pid, name, frames }).copied();
+        assert_eq!(found(7, "demo", &frames), Some(1));
+        assert_eq!(found(8, "demo", &frames), None);
+        assert_eq!(found(7, "demo2", &frames), None);
+        assert_eq!(found(7, "demo", &frames[..1]), None);
+    }
 }
