@@ -16,13 +16,21 @@
 # over the next DURATION_S (from /proc/PID/stat: the whole agent, every
 # thread), its peak RSS (VmHWM) and its /metrics are printed.
 #
-# Usage: scripts/bench-profile.sh [--agent] [DURATION_S=60]
+# With --churn, the agent's footprint on a host that keeps running new
+# binaries: the agent at 19 Hz (60 s periods) while a loop runs one fresh
+# copy after another of a short C program (each copy a new file with no
+# build id, so a new module to the profiler, removed after it exits);
+# every 60 s its RSS, open descriptors and the sonde_profiler_processes,
+# _modules and _symbol_cache_entries gauges are printed.
+#
+# Usage: scripts/bench-profile.sh [--agent | --churn] [DURATION_S=60]
 # Needs root (or CAP_PERFMON) and linux-perf; figures: docs/BENCHMARKS.md,
 # "the profiler's own cost".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-AGENT=0
+AGENT=0 CHURN=0
 if [ "${1:-}" = --agent ]; then AGENT=1; shift; fi
+if [ "${1:-}" = --churn ]; then CHURN=1; shift; fi
 D=${1:-60}
 SONDE=${SONDE_BIN:-target/release/sonde}
 [ -x "$SONDE" ] || cargo build --release -p sonde
@@ -45,6 +53,28 @@ cost() { # label, then the command; prints CPU-s, % of a core, peak RSS
 cpu_s() { # utime + stime of a process, in seconds
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
+
+if [ "$CHURN" = 1 ]; then
+  cc -O2 -Wl,--build-id=none -o "$W/short" crates/sonde/tests/profile/shortburn.c
+  port=18650
+  printf '[agent]\ndata_dir = "%s"\nadmin_listen = "127.0.0.1:%s"\n\n[profiler]\nfrequency = 19\n' \
+    "$W/data" "$port" >"$W/agent.toml"
+  "$SONDE" run --config "$W/agent.toml" 2>"$W/agent.log" &
+  pid=$!
+  mkdir "$W/bin"
+  (i=0; while :; do i=$((i + 1)); cp "$W/short" "$W/bin/b$i"; "$W/bin/b$i"; rm "$W/bin/b$i"; echo $i >"$W/count"; done) &
+  churn=$!
+  c0=$(cpu_s $pid)
+  for ((t = 60; t <= D; t += 60)); do
+    sleep 60
+    n=$(ls /proc/$pid/fd | wc -l)
+    awk -v t="$t" -v b="$(cat "$W/count" 2>/dev/null || echo 0)" -v n="$n" -v c="$(cpu_s $pid)" -v c0="$c0" '/VmRSS|VmHWM|RssAnon|RssFile/ { m[$1] = $2 } END {
+      printf "%5d s  %5d binaries run  RSS %6.1f MiB (anon %5.1f, file %5.1f; peak %6.1f)  fds %4d  CPU %.2f%% of a core  ", t, b, m["VmRSS:"]/1024, m["RssAnon:"]/1024, m["RssFile:"]/1024, m["VmHWM:"]/1024, n, (c-c0)*100/t }' "/proc/$pid/status"
+    curl -s "127.0.0.1:$port/metrics" | awk '/^sonde_profiler_(processes|modules|symbol_cache_entries|samples_total) / { printf "%s ", $0 } END { print "" }'
+  done
+  kill $churn; kill $pid; wait $pid || true
+  exit 0
+fi
 
 if [ "$AGENT" = 1 ]; then
   for F in 19 99; do

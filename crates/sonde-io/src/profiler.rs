@@ -62,6 +62,12 @@ pub struct ProfilerStats {
     pub write_errors: AtomicU64,
     /// Bytes the store holds after the last write.
     pub store_bytes: AtomicU64,
+    /// Processes tracked after the last period.
+    pub processes: AtomicU64,
+    /// Executable files held open after the last period.
+    pub modules: AtomicU64,
+    /// Frames with a cached name after the last period.
+    pub symbol_cache_entries: AtomicU64,
     /// CPU time of the profiler thread, nanoseconds.
     pub cpu_ns: AtomicU64,
 }
@@ -164,6 +170,10 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
             let cache = profiler.symbol_cache();
             stats.symbol_hits.store(cache.hits, Relaxed);
             stats.symbol_misses.store(cache.misses, Relaxed);
+            let held = profiler.footprint();
+            stats.processes.store(held.processes as u64, Relaxed);
+            stats.modules.store(held.modules as u64, Relaxed);
+            stats.symbol_cache_entries.store(held.names as u64, Relaxed);
             match write(&settings.store, &profile) {
                 Ok(bytes) => {
                     stats.periods.fetch_add(1, Relaxed);

@@ -11,6 +11,8 @@
 //! counted under its process. Symbolising waits until a profile is taken
 //! ([`crate::symbolize`]), once per distinct frame.
 
+use std::sync::Arc;
+
 use hashbrown::HashMap;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -44,6 +46,8 @@ pub struct ProcessKey {
     pub pid: u32,
     /// The command name at the time of the sample.
     pub name: String,
+    /// The container the process runs in (see [`container_of_cgroup`]).
+    pub container: Option<Arc<str>>,
 }
 
 /// Counters the views report about the collection itself.
@@ -75,14 +79,23 @@ type Unwinder64 = UnwinderX86_64<Bytes>;
 #[derive(Clone)]
 struct Proc {
     name: String,
+    container: Option<Arc<str>>,
     maps: Vec<Mapping>,
     unwinder: Unwinder64,
 }
 
 impl Proc {
-    fn new(name: String) -> Self {
+    /// A process as of its last exec: its container is read now (a
+    /// runtime places a container's first process in its cgroup before
+    /// the exec); fork copies it instead.
+    fn new(pid: u32, name: String) -> Self {
+        let container = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .and_then(|text| container_of_cgroup(&text))
+            .map(Arc::from);
         Proc {
             name,
+            container,
             maps: Vec::new(),
             unwinder: Unwinder64::new(),
         }
@@ -177,6 +190,27 @@ impl Collector {
         )
     }
 
+    /// How many processes the table tracks.
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Forgets processes that are gone without an exit record (it was
+    /// lost with a full ring) and drops the modules no process maps any
+    /// more; returns the dropped modules' indices and the paths they were
+    /// read at. Call it after [`Collector::take`], before the next
+    /// record: the counted stacks must hold no frame of a dropped module.
+    pub fn prune(&mut self) -> Vec<(u32, Option<std::path::PathBuf>)> {
+        debug_assert!(self.stacks.is_empty(), "prune after take");
+        self.procs
+            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let mut live = hashbrown::HashSet::new();
+        for p in self.procs.values() {
+            live.extend(p.maps.iter().map(|m| m.module));
+        }
+        self.modules.retain(|i| live.contains(&i))
+    }
+
     /// Applies one record.
     pub fn record(&mut self, record: Record<'_>) {
         match record {
@@ -191,8 +225,8 @@ impl Collector {
             } => {
                 if exec {
                     // A new image: the old mappings are gone.
-                    self.procs
-                        .insert(pid, Proc::new(String::from_utf8_lossy(name).into_owned()));
+                    let name = String::from_utf8_lossy(name).into_owned();
+                    self.procs.insert(pid, Proc::new(pid, name));
                 } else if pid == tid {
                     if let Some(p) = self.procs.get_mut(&pid) {
                         p.name = String::from_utf8_lossy(name).into_owned();
@@ -232,7 +266,7 @@ impl Collector {
 
     fn read_proc(&mut self, pid: u32) -> Option<Proc> {
         let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        let mut p = Proc::new(name.trim_end_matches('\n').to_string());
+        let mut p = Proc::new(pid, name.trim_end_matches('\n').to_string());
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         for line in maps.lines() {
             if let Some((m, key, path)) = parse_maps_line(line) {
@@ -341,9 +375,11 @@ impl Collector {
         frames.reverse();
         self.stats.samples += 1;
         let name = p.map_or("", |p| p.name.as_str());
+        let container = p.and_then(|p| p.container.as_ref());
         let key = StackRef {
             pid: s.pid,
             name,
+            container: container.map(|c| &**c),
             frames: &frames,
         };
         match self.stacks.get_mut(&key) {
@@ -352,6 +388,7 @@ impl Collector {
                 let key = ProcessKey {
                     pid: s.pid,
                     name: name.to_string(),
+                    container: container.cloned(),
                 };
                 self.stacks.insert((key, frames.clone()), 1);
             }
@@ -364,18 +401,44 @@ impl Collector {
 
 /// A counted stack's key, borrowed: looks up `(ProcessKey, Vec<RawFrame>)`
 /// without building one. Hashes as the owned key does (derived `Hash`
-/// writes the pid, the name, then the frames with their length).
+/// writes the pid, the name, the container, then the frames with their
+/// length; an `Option<Arc<str>>` hashes as the `Option<&str>` it holds).
 #[derive(Hash)]
 struct StackRef<'a> {
     pid: u32,
     name: &'a str,
+    container: Option<&'a str>,
     frames: &'a [RawFrame],
 }
 
 impl hashbrown::Equivalent<(ProcessKey, Vec<RawFrame>)> for StackRef<'_> {
     fn equivalent(&self, key: &(ProcessKey, Vec<RawFrame>)) -> bool {
-        self.pid == key.0.pid && self.name == key.0.name && self.frames == key.1.as_slice()
+        self.pid == key.0.pid
+            && self.name == key.0.name
+            && self.container == key.0.container.as_deref()
+            && self.frames == key.1.as_slice()
     }
+}
+
+/// The container id in a process's `/proc/PID/cgroup`: the last run of
+/// 64 hexadecimal digits in a cgroup path, which is how Docker, containerd,
+/// CRI-O and Podman name a container's cgroup under both cgroup drivers
+/// (`/docker/ID`, `/system.slice/docker-ID.scope`,
+/// `/kubepods.slice/…/cri-containerd-ID.scope`, `/kubepods/burstable/podUID/ID`,
+/// `…/crio-ID.scope`, `…/libpod-ID.scope`). The unified (v2) line is read
+/// first; `None` for a process in no container.
+pub fn container_of_cgroup(text: &str) -> Option<String> {
+    let id_in = |path: &str| {
+        path.rsplit(['/', '-', '.', ':'])
+            .find(|part| part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_ascii_lowercase)
+    };
+    let lines = || text.lines().filter_map(|l| l.splitn(3, ':').nth(2));
+    let unified = text
+        .lines()
+        .filter(|l| l.starts_with("0::"))
+        .find_map(|l| id_in(&l[3..]));
+    unified.or_else(|| lines().find_map(id_in))
 }
 
 /// Unwinds the user stack of `s` into `out` (leaf first, raw addresses);
@@ -452,16 +515,146 @@ mod tests {
     fn a_borrowed_stack_key_finds_the_owned_one() {
         let mut stacks: HashMap<(ProcessKey, Vec<RawFrame>), u64> = HashMap::new();
         let frames = vec![RawFrame::Kernel(1), RawFrame::Module(2, 3)];
-        let key = ProcessKey {
-            pid: 7,
-            name: "demo".into(),
+        let id = "c".repeat(64);
+        for container in [None, Some(Arc::from(id.as_str()))] {
+            let key = ProcessKey {
+                pid: 7,
+                name: "demo".into(),
+                container,
+            };
+            stacks.insert((key, frames.clone()), 1);
+        }
+        let found = |pid, name, container, frames: &[RawFrame]| {
+            stacks
+                .get(&StackRef {
+                    pid,
+                    name,
+                    container,
+                    frames,
+                })
+                .copied()
         };
-        stacks.insert((key, frames.clone()), 1);
-        let found =
-            |pid, name, frames: &[RawFrame]| stacks.get(&StackRef { pid, name, frames }).copied();
-        assert_eq!(found(7, "demo", &frames), Some(1));
-        assert_eq!(found(8, "demo", &frames), None);
-        assert_eq!(found(7, "demo2", &frames), None);
-        assert_eq!(found(7, "demo", &frames[..1]), None);
+        assert_eq!(found(7, "demo", None, &frames), Some(1));
+        assert_eq!(found(7, "demo", Some(id.as_str()), &frames), Some(1));
+        assert_eq!(found(7, "demo", Some("other"), &frames), None);
+        assert_eq!(found(8, "demo", None, &frames), None);
+        assert_eq!(found(7, "demo2", None, &frames), None);
+        assert_eq!(found(7, "demo", None, &frames[..1]), None);
+    }
+
+    /// Descriptors of this process open on files under `dir`.
+    fn open_under(dir: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .count()
+    }
+
+    #[test]
+    fn prune_drops_gone_processes_and_closes_the_files_only_they_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let mut files = Vec::new();
+        for name in ["a", "b", "c", "d"] {
+            let path = dir.join(name);
+            std::fs::copy(&exe, &path).unwrap();
+            let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+            files.push((path.to_str().unwrap().to_string(), ino));
+        }
+        fn mmap(pid: u32, (path, ino): &(String, u64)) -> Record<'_> {
+            Record::Mmap(Mmap {
+                pid,
+                start: 0x40_0000,
+                len: 0x1000,
+                pgoff: 0,
+                inode: Some((0, 0, *ino)),
+                build_id: None,
+                prot: 5,
+                path: path.as_bytes(),
+                time: 1,
+            })
+        }
+        let exec = |pid: u32| Record::Comm {
+            pid,
+            tid: pid,
+            name: b"demo",
+            exec: true,
+            time: 1,
+        };
+        // Pids above pid_max: no process has them, so /proc has none.
+        let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let (lost_exit, exited, alive) = (pid_max + 1, pid_max + 2, std::process::id());
+        let mut c = Collector::new();
+        c.record(exec(lost_exit));
+        c.record(mmap(lost_exit, &files[0]));
+        c.record(exec(exited));
+        c.record(mmap(exited, &files[1]));
+        c.record(mmap(alive, &files[2]));
+        c.record(Record::Exit {
+            pid: exited,
+            tid: exited,
+            time: 2,
+        });
+        assert_eq!(open_under(&dir), 3, "one descriptor per module");
+        let before = c.modules().len();
+        let _ = c.take();
+        let dropped = c.prune();
+        let mut paths: Vec<_> = dropped
+            .iter()
+            .map(|(i, _)| c.modules().get(*i).path.clone())
+            .collect();
+        paths.sort();
+        assert_eq!(paths, ["", ""], "dropped modules leave empty slots");
+        assert_eq!(dropped.len(), 2);
+        assert_eq!(c.modules().len(), before - 2);
+        assert_eq!(c.processes(), 1, "only the live process stays");
+        assert_eq!(open_under(&dir), 1, "the dropped modules' files are closed");
+        // A new module takes a freed index.
+        c.record(mmap(alive, &files[3]));
+        let reused = c.procs[&alive]
+            .maps
+            .iter()
+            .find(|m| c.modules().get(m.module).path == files[3].0)
+            .unwrap()
+            .module;
+        assert!(
+            dropped.iter().any(|d| d.0 == reused),
+            "index {reused} is new"
+        );
+        assert_eq!(c.modules().len(), before - 1);
+    }
+
+    #[test]
+    fn container_ids_are_found_in_the_cgroup_paths_of_each_runtime() {
+        let id = "4f2c0e1d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d";
+        for path in [
+            format!("/docker/{id}"),
+            format!("/system.slice/docker-{id}.scope"),
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1c2e_77aa.slice/cri-containerd-{id}.scope"),
+            format!("/kubepods/burstable/pod1c2e77aa-0b6e-4c4e-9a8f-3d2b1c0a9e8f/{id}"),
+            format!("/kubepods.slice/kubepods-pod1.slice/crio-{id}.scope"),
+            format!("/machine.slice/libpod-{id}.scope/container"),
+        ] {
+            let text = format!("0::{path}\n");
+            assert_eq!(container_of_cgroup(&text).as_deref(), Some(id), "{path}");
+        }
+        // cgroup v1: the id from any hierarchy's line.
+        let v1 = format!("12:pids:/docker/{id}\n1:name=systemd:/docker/{id}\n0::/\n");
+        assert_eq!(container_of_cgroup(&v1).as_deref(), Some(id));
+        for none in [
+            "0::/user.slice/user-1000.slice/session-3.scope\n",
+            "0::/\n",
+            "0::/system.slice/sonde.service\n",
+            "",
+            "garbage",
+        ] {
+            assert_eq!(container_of_cgroup(none), None, "{none:?}");
+        }
     }
 }

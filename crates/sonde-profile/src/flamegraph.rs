@@ -732,6 +732,7 @@ mod tests {
         Process {
             pid,
             name: name.to_owned(),
+            container: String::new(),
         }
     }
 

@@ -17,4 +17,4 @@ pub mod views;
 
 pub use model::{Function, Process, Profile, ProfileBuilder, Stack};
 pub use perf::OpenError;
-pub use sampler::Profiler;
+pub use sampler::{Footprint, Profiler};

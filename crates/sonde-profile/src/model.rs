@@ -33,6 +33,9 @@ pub struct Process {
     /// The process's command name (`comm`, at most 15 bytes), as of its
     /// last `exec`.
     pub name: String,
+    /// The id of the container the process runs in, from its cgroup
+    /// (see [`crate::collect::container_of_cgroup`]); empty outside one.
+    pub container: String,
 }
 
 /// A distinct stack in one process and the samples it took.

@@ -8,6 +8,9 @@
 //! through `/proc/PID/root` while the process lives (its own mount
 //! namespace, so containers work), and symbolisation reads it through
 //! `/proc/self/fd/N` after the process has exited or the file was deleted.
+//! Once no tracked process maps a module, [`Modules::retain`] drops it
+//! (closing the descriptor and the mapping), so a host that runs ever new
+//! binaries does not grow the profiler's descriptors or memory.
 
 use std::fs::File;
 use std::ops::{Deref, Range};
@@ -16,7 +19,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
 /// The path of the vDSO in maps and mmap records, and its module name.
@@ -73,6 +76,17 @@ pub struct Module {
 }
 
 impl Module {
+    /// The empty slot a dropped module leaves.
+    fn gone() -> Module {
+        Module {
+            path: String::new(),
+            file: None,
+            segments: Vec::new(),
+            unwind: Arc::default(),
+            symbols: Vec::new(),
+        }
+    }
+
     /// The path blazesym reads the file at.
     pub fn open_path(&self) -> Option<PathBuf> {
         self.file
@@ -132,7 +146,11 @@ pub enum Key {
     Path(String),
 }
 
-/// Every module met, by key, with indices that stay valid.
+/// The modules mapped by the processes the profiler tracks, by key.
+///
+/// An index stays valid until [`Modules::retain`] drops its module (no
+/// process maps it any more); a later load may then reuse it, so whoever
+/// keeps indices (the symbol cache) forgets the dropped ones.
 #[derive(Debug, Default)]
 pub struct Modules {
     by_key: HashMap<Key, u32>,
@@ -140,6 +158,8 @@ pub struct Modules {
     /// mmap2 records name a file by build id and /proc/PID/maps by inode.
     by_stat: HashMap<(u64, u64), u32>,
     modules: Vec<Module>,
+    /// Indices of dropped modules, for reuse.
+    free: Vec<u32>,
 }
 
 impl Modules {
@@ -153,20 +173,58 @@ impl Modules {
         if let Some(&i) = self.by_key.get(&Key::Path(VDSO.to_string())) {
             return i;
         }
-        let i = self.modules.len() as u32;
-        self.modules.push(load_vdso());
+        let i = self.insert(load_vdso());
         self.by_key.insert(Key::Path(VDSO.to_string()), i);
         i
     }
 
     /// How many modules are loaded.
     pub fn len(&self) -> usize {
-        self.modules.len()
+        self.modules.len() - self.free.len()
     }
 
     /// True when no module is loaded.
     pub fn is_empty(&self) -> bool {
-        self.modules.is_empty()
+        self.len() == 0
+    }
+
+    fn insert(&mut self, module: Module) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.modules[i as usize] = module;
+                i
+            }
+            None => {
+                self.modules.push(module);
+                (self.modules.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Drops every module but the vDSO that `live` rejects, closing its
+    /// file and unmapping it, and returns their indices and the paths
+    /// they were read at (for the symbolizer to forget). The caller holds
+    /// no frame of a dropped module: its index may be reused.
+    pub fn retain(&mut self, live: impl Fn(u32) -> bool) -> Vec<(u32, Option<PathBuf>)> {
+        let vdso = self.by_key.get(&Key::Path(VDSO.to_string())).copied();
+        let free: HashSet<u32> = self.free.iter().copied().collect();
+        let mut dropped = Vec::new();
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            let i = i as u32;
+            if Some(i) == vdso || live(i) || free.contains(&i) {
+                continue;
+            }
+            let path = m.open_path();
+            *m = Module::gone();
+            dropped.push((i, path));
+        }
+        if !dropped.is_empty() {
+            let gone: HashSet<u32> = dropped.iter().map(|d| d.0).collect();
+            self.by_key.retain(|_, i| !gone.contains(i));
+            self.by_stat.retain(|_, i| !gone.contains(i));
+            self.free.extend(gone);
+        }
+        dropped
     }
 
     /// The index of the module with `key`, reading the file (through
@@ -185,8 +243,7 @@ impl Modules {
             self.by_key.insert(key, i);
             return i;
         }
-        let i = self.modules.len() as u32;
-        self.modules.push(module);
+        let i = self.insert(module);
         self.by_key.insert(key, i);
         if let Some(s) = stat {
             self.by_stat.insert(s, i);

@@ -15,7 +15,8 @@
 //! - every [`Stack`](crate::model::Stack) becomes one `Sample` with
 //!   values `[count, count * period]` for the sample types
 //!   `samples/count` and `cpu/nanoseconds`, and the labels `pid`
-//!   (numeric) and `comm` (string) for its process.
+//!   (numeric), `comm` (string) and, for a process in a container,
+//!   `container` (its id) for its process.
 //!
 //! Decoding goes the other way and also reads what other producers write:
 //! inlined frames (a location with several lines), unsymbolised locations
@@ -259,6 +260,7 @@ fn to_message(profile: &Profile) -> proto::Profile {
     let nanoseconds = strings.intern("nanoseconds");
     let pid_key = strings.intern("pid");
     let comm_key = strings.intern("comm");
+    let container_key = strings.intern("container");
     let period = period_ns(profile.frequency);
 
     // Function i is pprof function and location i + 1: ids must be
@@ -323,7 +325,7 @@ fn to_message(profile: &Profile) -> proto::Profile {
                     .map(|&f| u64::from(f) + 1)
                     .collect(),
                 value: vec![count, count.saturating_mul(period)],
-                label: vec![
+                label: [
                     proto::Label {
                         key: pid_key,
                         num: i64::from(process.pid),
@@ -334,7 +336,14 @@ fn to_message(profile: &Profile) -> proto::Profile {
                         str: strings.intern(&process.name),
                         ..Default::default()
                     },
-                ],
+                ]
+                .into_iter()
+                .chain((!process.container.is_empty()).then(|| proto::Label {
+                    key: container_key,
+                    str: strings.intern(&process.container),
+                    ..Default::default()
+                }))
+                .collect(),
             }
         })
         .collect();
@@ -554,7 +563,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
     // when a sample first uses the location, so functions no sample
     // reaches stay out of the profile.
     let mut location_frames: Vec<Option<Vec<u32>>> = vec![None; m.location.len()];
-    let mut process_of: HashMap<(u32, &str), u32> = HashMap::new();
+    let mut process_of: HashMap<(u32, &str, &str), u32> = HashMap::new();
     let mut frames = Vec::new();
     for sample in &m.sample {
         if sample.value.len() != sample_types.len() {
@@ -577,6 +586,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
 
         let mut pid = 0u32;
         let mut comm = "";
+        let mut container = "";
         for label in &sample.label {
             let key = strings.get(label.key, "label key")?;
             let value = strings.get(label.str, "label value")?;
@@ -593,6 +603,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
                         .map_err(|_| invalid(format!("pid label {} is not a pid", label.num)))?;
                 }
                 "comm" => comm = value,
+                "container" => container = value,
                 _ => {}
             }
         }
@@ -622,14 +633,15 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
             // anyway, after interning its process for nothing).
             continue;
         }
-        let process = match process_of.get(&(pid, comm)) {
+        let process = match process_of.get(&(pid, comm, container)) {
             Some(&p) => p,
             None => {
                 let p = out.process(&Process {
                     pid,
                     name: comm.to_owned(),
+                    container: container.to_owned(),
                 });
-                process_of.insert((pid, comm), p);
+                process_of.insert((pid, comm, container), p);
                 p
             }
         };
@@ -722,12 +734,13 @@ mod tests {
         Process {
             pid,
             name: name.into(),
+            container: String::new(),
         }
     }
 
-    /// A stack as a comparable value: (pid, comm, frames root first as
-    /// (name, module), count).
-    type Flat = (u32, String, Vec<(String, String)>, u64);
+    /// A stack as a comparable value: (pid, comm, container, frames root
+    /// first as (name, module), count).
+    type Flat = (u32, String, String, Vec<(String, String)>, u64);
 
     /// A profile's stacks as comparable values, sorted.
     fn stacks(profile: &Profile) -> Vec<Flat> {
@@ -739,6 +752,7 @@ mod tests {
                 (
                     process.pid,
                     process.name.clone(),
+                    process.container.clone(),
                     s.frames
                         .iter()
                         .map(|&i| {
@@ -757,7 +771,8 @@ mod tests {
     fn sample_profile() -> Profile {
         let mut b = ProfileBuilder::new(99, 1_700_000_000_123_456_789, 60_000_000_000);
         let nginx = p(4242, "nginx");
-        let other = p(77, "рабочий-процесс");
+        let mut other = p(77, "рабочий-процесс");
+        other.container = "ab".repeat(32);
         let main = f("main", "/usr/sbin/nginx");
         let work = f("ngx_process_events", "/usr/sbin/nginx");
         let sys = f("do_syscall_64", "[kernel]");
@@ -825,6 +840,18 @@ mod tests {
             .map(|l| (s(l.key), l.num, s(l.str)))
             .collect();
         assert_eq!(labels, [("pid", 4242, ""), ("comm", 0, "nginx")]);
+        // A process in a container also carries its id.
+        let in_container = m.sample.iter().find(|x| x.value[0] == 30).unwrap();
+        let labels: Vec<_> = in_container
+            .label
+            .iter()
+            .map(|l| (s(l.key), s(l.str)))
+            .collect();
+        let id = "ab".repeat(32);
+        assert_eq!(
+            labels,
+            [("pid", ""), ("comm", "рабочий-процесс"), ("container", &id)]
+        );
     }
 
     /// A pprof message as other producers write it, with a string table
@@ -926,6 +953,7 @@ mod tests {
             stacks(&profile),
             [(
                 0,
+                String::new(),
                 String::new(),
                 vec![
                     ("main".into(), "app".into()),

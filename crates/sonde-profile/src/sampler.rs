@@ -17,6 +17,17 @@ use crate::symbolize::{CacheStats, Symbols};
 /// unwinding cost grow past what an always-on profiler should spend.
 pub const MAX_FREQUENCY: u32 = 1000;
 
+/// What a profiler holds between periods (see [`Profiler::footprint`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Processes in the process table.
+    pub processes: usize,
+    /// Executable files held open and mapped.
+    pub modules: usize,
+    /// Frames with a cached name.
+    pub names: usize,
+}
+
 /// Samples every CPU and keeps the stacks of the current period.
 pub struct Profiler {
     events: Events,
@@ -96,7 +107,21 @@ impl Profiler {
             start_ns,
             duration_ns,
         );
+        // What the period no longer needs: processes gone, modules no
+        // process maps, and their cached names.
+        let dropped = self.collector.prune();
+        self.symbols.forget(&dropped);
         (profile, stats)
+    }
+
+    /// What the profiler holds between periods, which stays bounded by
+    /// what the host runs now.
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            processes: self.collector.processes(),
+            modules: self.collector.modules().len(),
+            names: self.symbols.len(),
+        }
     }
 
     /// The symbol cache's hits and misses since the start.

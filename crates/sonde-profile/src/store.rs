@@ -220,6 +220,7 @@ mod tests {
         let p = Process {
             pid: 1,
             name: "x".into(),
+            container: String::new(),
         };
         b.add(&p, &[f("main"), f("hot")], hot);
         b.add(&p, &[f("main"), f("cold")], 10);

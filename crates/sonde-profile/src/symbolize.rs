@@ -5,9 +5,16 @@
 //! symbol table is read once (blazesym keeps the parsed file) and a frame
 //! seen in every minute's profile is looked up once. Lookups are batched
 //! per module, sorted, as blazesym prefers.
+//!
+//! The cache is bounded by what the host runs now, not by what it ever
+//! ran: [`Symbols::forget`] drops the names and blazesym's parsed file of
+//! a module no process maps any more, and names from perf maps are looked
+//! up again each profile (a JIT moves and reuses its code, and its map
+//! grows).
 
 use std::path::PathBuf;
 
+use blazesym::symbolize::evict::Evict;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use hashbrown::HashMap;
@@ -72,6 +79,65 @@ impl Symbols {
     /// Cache hits and misses so far.
     pub fn stats(&self) -> CacheStats {
         self.stats
+    }
+
+    /// How many frames have a cached name.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// True when no name is cached.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Forgets the names of dropped modules (see
+    /// [`crate::module::Modules::retain`]), whose indices may be reused,
+    /// and blazesym's data for the paths they were read at (the parsed
+    /// file and its descriptor).
+    pub fn forget(&mut self, dropped: &[(u32, Option<PathBuf>)]) {
+        if dropped.is_empty() {
+            return;
+        }
+        let gone: hashbrown::HashSet<u32> = dropped.iter().map(|d| d.0).collect();
+        self.names
+            .retain(|f, _| !matches!(f, RawFrame::Module(m, _) if gone.contains(m)));
+        for path in dropped.iter().filter_map(|d| d.1.as_ref()) {
+            let _ = self
+                .symbolizer
+                .evict(&Evict::Elf(blazesym::symbolize::evict::Elf::new(path)));
+        }
+        self.compact();
+    }
+
+    /// Rebuilds the function table once most of its entries are no
+    /// longer named by any cached frame, so it shrinks with the cache.
+    fn compact(&mut self) {
+        let mut used = vec![false; self.functions.len()];
+        for &i in self.names.values() {
+            if let Some(u) = used.get_mut(i as usize) {
+                *u = true;
+            }
+        }
+        let live = used.iter().filter(|&&u| u).count();
+        if live * 2 >= self.functions.len() {
+            return;
+        }
+        let mut remap = vec![u32::MAX; self.functions.len()];
+        let old = std::mem::take(&mut self.functions);
+        self.by_function.clear();
+        for (i, f) in old.into_iter().enumerate() {
+            if used[i] {
+                remap[i] = self.functions.len() as u32;
+                self.by_function.insert(f.clone(), remap[i]);
+                self.functions.push(f);
+            }
+        }
+        for i in self.names.values_mut() {
+            if let Some(&r) = remap.get(*i as usize) {
+                *i = r;
+            }
+        }
     }
 
     fn intern(&mut self, f: Function) -> u32 {
@@ -200,8 +266,11 @@ impl Symbols {
         start_ns: u64,
         duration_ns: u64,
     ) -> Profile {
-        // Perf maps grow as a JIT compiles: read them again each profile.
+        // Perf maps grow as a JIT compiles and JIT code moves: read them
+        // again, and name JIT frames afresh, each profile.
         self.perf_maps.clear();
+        self.names.retain(|f, _| !matches!(f, RawFrame::Anon(..)));
+        self.compact();
         self.resolve(modules, stacks.keys().flat_map(|(_, f)| f.iter()));
         let mut out = ProfileBuilder::new(frequency, start_ns, duration_ns);
         let mut frames = Vec::new();
@@ -216,6 +285,7 @@ impl Symbols {
             let p = out.process(&Process {
                 pid: process.pid,
                 name: process.name.clone(),
+                container: process.container.as_deref().unwrap_or("").to_string(),
             });
             out.add_interned(p, &frames, count);
         }
@@ -276,5 +346,68 @@ mod tests {
                 (0x7f40, 0x7f50, "LFoo;::bar (compiled)".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn names_of_dropped_modules_are_forgotten_and_jit_frames_looked_up_each_profile() {
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        let mut modules = Modules::default();
+        let m = modules.get_or_load(
+            crate::module::Key::Path(exe.into()),
+            exe,
+            std::process::id(),
+        );
+        let process = ProcessKey {
+            pid: std::process::id(),
+            name: "demo".into(),
+            container: None,
+        };
+        let stacks: HashMap<_, _> = [(
+            (
+                process,
+                vec![RawFrame::Module(m, 0x1000), RawFrame::Anon(1, 0x7f00)],
+            ),
+            1,
+        )]
+        .into();
+        let mut symbols = Symbols::new();
+        for _ in 0..2 {
+            let p = symbols.profile(&modules, &stacks, 19, 0, 1);
+            assert_eq!(p.samples(), 1);
+        }
+        // The module's frame was looked up once, the JIT frame each time.
+        assert_eq!(symbols.stats(), CacheStats { hits: 1, misses: 3 });
+        assert_eq!(symbols.len(), 2);
+        let dropped = modules.retain(|_| false);
+        assert_eq!(dropped.len(), 1);
+        symbols.forget(&dropped);
+        assert_eq!(symbols.len(), 1, "only the JIT frame is left");
+        // The function table is rebuilt once less than half of it is
+        // named by a cached frame.
+        let named: hashbrown::HashSet<u32> = symbols.names.values().copied().collect();
+        assert!(
+            symbols.functions.len() <= 2 * named.len(),
+            "the function table did not shrink with the cache: {:?}",
+            symbols.functions
+        );
+    }
+
+    #[test]
+    fn compacting_keeps_the_named_functions_and_renumbers_their_frames() {
+        let mut symbols = Symbols::new();
+        let f = |name: &str| Function {
+            name: name.into(),
+            module: "m".into(),
+        };
+        for name in ["a", "b", "c", "d"] {
+            symbols.intern(f(name));
+        }
+        symbols.names.insert(RawFrame::Kernel(1), 2);
+        symbols.compact();
+        assert_eq!(symbols.functions, vec![f("c")]);
+        assert_eq!(symbols.names[&RawFrame::Kernel(1)], 0);
+        assert_eq!(symbols.intern(f("c")), 0);
+        assert_eq!(symbols.intern(f("a")), 1, "a dropped function is new again");
     }
 }

@@ -263,6 +263,7 @@ mod tests {
         let p = Process {
             pid: 7,
             name: "demo".into(),
+            container: String::new(),
         };
         for (s, n) in stacks {
             let frames: Vec<Function> = s.split(';').map(f).collect();
@@ -335,6 +336,7 @@ mod tests {
             let p = Process {
                 pid,
                 name: "x".into(),
+                container: String::new(),
             };
             b.add(&p, &[f("main"), f("a;b")], 2);
         }

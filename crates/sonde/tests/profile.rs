@@ -852,3 +852,170 @@ fn reading_a_store_with_nothing_in_the_range_says_so() {
     assert!(!ok);
     assert!(stderr.contains("longer ago to shorter ago"), "{stderr}");
 }
+
+/// The agent's descriptors open on files under `dir`.
+fn descriptors_under(agent: &common::Agent, dir: &Path) -> usize {
+    fs::read_dir(format!("/proc/{}/fd", agent.child.id()))
+        .map(|fds| {
+            fds.filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+                .filter(|target| target.starts_with(dir))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_agent_lets_go_of_a_binary_once_its_processes_have_exited() {
+    let _cpu = exclusive();
+    let agent = profiling_agent(19, "");
+    wait_periods(&agent, 0.0, 1.0);
+    // A binary no other process maps, in a directory of its own.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = fs::canonicalize(dir.path()).unwrap();
+    let bin = dir.join("burner");
+    fs::copy(&programs().burn_nofp, &bin).unwrap();
+    let burner = Program::burner(&bin);
+    wait_for("the agent to open the burner's binary", WAIT, || {
+        (descriptors_under(&agent, &dir) > 0).then_some(())
+    });
+    wait_for("sonde_profiler_modules to count it", WAIT, || {
+        agent.metric("sonde_profiler_modules").filter(|&m| m >= 1.0)
+    });
+    drop(burner);
+    // The period after the exit drops the module and closes its file.
+    wait_for("the agent to close the burner's binary", WAIT, || {
+        (descriptors_under(&agent, &dir) == 0).then_some(())
+    });
+    assert!(agent.metric("sonde_profiler_processes").unwrap() >= 1.0);
+}
+
+/// A cgroup made for a test under the unified (v2) hierarchy, named as
+/// Docker's systemd driver names a container's (`docker-ID.scope`);
+/// removed on drop once its processes are gone.
+struct ContainerCgroup {
+    parent: PathBuf,
+    dir: PathBuf,
+    id: String,
+}
+
+impl ContainerCgroup {
+    /// `None` where there is no writable cgroup2 mount (not root, or a
+    /// read-only /sys/fs/cgroup).
+    fn create() -> Option<ContainerCgroup> {
+        let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+        let root = mounts.lines().find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, path, kind) = (f.next()?, f.next()?, f.next()?);
+            (kind == "cgroup2").then(|| PathBuf::from(path))
+        })?;
+        let id: String = (0..4)
+            .map(|i| format!("{:016x}", std::process::id() as u64 * 0x9e37_79b9 + i))
+            .collect();
+        let parent = root.join(format!("sonde-test-{}", std::process::id()));
+        let dir = parent.join(format!("docker-{id}.scope"));
+        fs::create_dir_all(&dir).ok()?;
+        Some(ContainerCgroup { parent, dir, id })
+    }
+
+    fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+}
+
+impl Drop for ContainerCgroup {
+    fn drop(&mut self) {
+        // rmdir fails while a process is still in the cgroup: the kernel
+        // moves a killed process out as it exits, a moment after the wait.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = fs::remove_dir(&self.parent);
+    }
+}
+
+#[test]
+fn samples_of_a_process_in_a_container_carry_its_container_id() {
+    let _cpu = exclusive();
+    let go_found = Command::new("go")
+        .arg("version")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .is_ok();
+    if !go_found {
+        eprintln!("skipped: `go` is not on PATH, so `go tool pprof` cannot read the labels");
+        return;
+    }
+    let Some(cgroup) = ContainerCgroup::create() else {
+        eprintln!("skipped: no writable cgroup2 hierarchy (needs root)");
+        return;
+    };
+    let p = programs();
+    // One process moved into the container before the profile (read from
+    // /proc when first sampled) and one that enters it and then execs
+    // during the profile, as a container runtime starts a container.
+    let before = Program::burner(&p.burn_fp);
+    fs::write(cgroup.procs(), before.pid().to_string()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cpu.pb.gz");
+    let mut profiling = Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["profile", "--duration", "3s", "--pprof"])
+        .arg(&file)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let fds = PathBuf::from(format!("/proc/{}/fd", profiling.id()));
+    wait_for("sonde's perf events to open", WAIT, || {
+        has_perf_events(&fds).then_some(())
+    });
+    let script = format!(
+        "echo $$ > {} && exec {} {BURNER_SECONDS}",
+        cgroup.procs().display(),
+        p.burn_nofp.display()
+    );
+    let after = Program::start(Path::new("/bin/sh"), &["-c", &script]);
+    after.wait_line("phase 1");
+    let status = wait_for("sonde profile to finish", WAIT, || {
+        profiling.try_wait().unwrap()
+    });
+    assert!(status.success());
+    let pids = [before.pid(), after.pid()];
+    drop(before);
+    drop(after);
+    // `go tool pprof -tags` lists each label's values with their samples.
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-tags"])
+        .arg(&file)
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof -tags: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(" container:") && text.contains(&cgroup.id),
+        "no container label with {} in:\n{text}",
+        cgroup.id
+    );
+    // `  2.99s (50.00%): VALUE` lines: the share of the samples with
+    // each value of a label.
+    let percent = |value: &str| -> f64 {
+        text.lines()
+            .find(|l| l.trim_end().ends_with(&format!(": {value}")))
+            .and_then(|l| l.split_once('(')?.1.split_once('%'))
+            .and_then(|(p, _)| p.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let burners = percent("burn_fp") + percent("burn_nofp");
+    let labelled = percent(&cgroup.id);
+    // Every sample of both burners, and nothing else of note: the host's
+    // other processes are in no container.
+    assert!(
+        burners >= 30.0 && (labelled - burners).abs() <= 1.0,
+        "the burners {pids:?} took {burners}% of the samples, the container label \
+         {labelled}%:\n{text}"
+    );
+}

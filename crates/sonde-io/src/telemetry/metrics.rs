@@ -416,6 +416,21 @@ pub const METRICS: &[Metric] = &[
         "Bytes the profile store holds under data_dir.",
         Source::Agent(|t| prof(t, |p| &p.store_bytes)),
     ),
+    gauge(
+        "sonde_profiler_processes",
+        "Processes in the profiler's process table after the last period.",
+        Source::Agent(|t| prof(t, |p| &p.processes)),
+    ),
+    gauge(
+        "sonde_profiler_modules",
+        "Executable files the profiler holds open after the last period (those some process maps).",
+        Source::Agent(|t| prof(t, |p| &p.modules)),
+    ),
+    gauge(
+        "sonde_profiler_symbol_cache_entries",
+        "Frames with a cached name after the last period.",
+        Source::Agent(|t| prof(t, |p| &p.symbol_cache_entries)),
+    ),
     counter(
         "sonde_profiler_cpu_seconds_total",
         "CPU time of the profiler's own thread: its overhead.",

@@ -268,6 +268,9 @@ mod tests {
         p.periods.store(12, Relaxed);
         p.write_errors.store(1, Relaxed);
         p.store_bytes.store(48_000, Relaxed);
+        p.processes.store(180, Relaxed);
+        p.modules.store(95, Relaxed);
+        p.symbol_cache_entries.store(4_200, Relaxed);
         p.cpu_ns.store(70_500_000, Relaxed);
         t
     }
