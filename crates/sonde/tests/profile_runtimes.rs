@@ -440,3 +440,164 @@ fn a_java_programs_jit_compiled_hot_method_is_named_from_its_perf_map() {
         through("work")
     );
 }
+
+/// The share of the folded stacks on which some frame satisfies `pred`.
+fn share_through(folded: &str, pred: impl Fn(&str) -> bool) -> f64 {
+    let (mut with, mut all) = (0, 0);
+    for line in folded.lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let count: u64 = count.parse().unwrap();
+        all += count;
+        if stack.split(';').any(&pred) {
+            with += count;
+        }
+    }
+    with as f64 / all.max(1) as f64
+}
+
+/// A burner started by `command` (it prints "ready" once both of its
+/// functions have run), profiled with `--pid` for 3 s: the JSON and the
+/// folded stacks. Its perf map is removed afterwards.
+fn profile_jit(command: &mut Command, dir: &Path) -> (Json, String) {
+    let _serial = one_at_a_time();
+    let program = Program::start(command, dir.join("program.stderr"));
+    let _map = PerfMap(PathBuf::from(format!("/tmp/perf-{}.map", program.pid())));
+    program.wait_line("ready", WAIT);
+    let pid = program.pid().to_string();
+    let folded = dir.join("folded.txt");
+    let top = Profiling::start(
+        dir,
+        &[
+            "--duration",
+            "3s",
+            "--pid",
+            &pid,
+            "--json",
+            "--top",
+            "60",
+            "--folded",
+            folded.to_str().unwrap(),
+        ],
+    )
+    .json();
+    let folded = std::fs::read_to_string(&folded).unwrap_or_default();
+    let samples = top["samples"].as_u64().unwrap();
+    assert!(
+        samples >= MIN_SAMPLES,
+        "{samples} samples, want at least {MIN_SAMPLES}: {top}\n{folded}"
+    );
+    (top, folded)
+}
+
+/// A CPython of 3.12 or later (the first with `-X perf`): on PATH, or
+/// installed by pyenv; the first candidate that runs (a pyenv shim on
+/// PATH may name a version that is not selected).
+fn python_with_perf_support() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = ["python3.14", "python3.13", "python3.12"]
+        .iter()
+        .filter(|name| on_path(name))
+        .map(PathBuf::from)
+        .collect();
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(Ok(versions)) = pyenv.map(|root| std::fs::read_dir(root.join("versions"))) {
+        let mut found: Vec<PathBuf> = versions
+            .filter_map(|e| Some(e.ok()?.path().join("bin/python3")))
+            .collect();
+        found.sort();
+        candidates.extend(found.into_iter().rev());
+    }
+    candidates.into_iter().find(|python| {
+        Command::new(python)
+            .args(["-c", "import sys; sys.exit(sys.version_info < (3, 12))"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+#[test]
+fn a_python_programs_functions_are_named_from_its_perf_map() {
+    let Some(python) = python_with_perf_support() else {
+        eprintln!("skipped: no CPython 3.12 or later on PATH or under pyenv");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (top, folded) = profile_jit(
+        Command::new(&python)
+            .args(["-X", "perf"])
+            .arg(source("hot.py"))
+            .arg("10"),
+        dir.path(),
+    );
+    let context = format!("{python:?}: profile: {top}\nfolded stacks:\n{folded}");
+    // CPython 3.12 runs each Python function through a small trampoline
+    // the perf map names `py::FUNCTION:FILE`; the interpreter's C
+    // functions above it take the self time.
+    let python_function = |f: &str, name: &str| {
+        f.strip_prefix("py::")
+            .is_some_and(|rest| rest.starts_with(&format!("{name}:")) && rest.ends_with("hot.py"))
+    };
+    let hot = share_through(&folded, |f| python_function(f, "hot"));
+    let cold = share_through(&folded, |f| python_function(f, "cold"));
+    // 70% and 30% of the work; the interpreter's start and timing take a
+    // little.
+    assert!(hot >= 0.5, "py::hot is on {hot} of the stacks; {context}");
+    assert!(
+        cold >= 0.15,
+        "py::cold is on {cold} of the stacks; {context}"
+    );
+    let row = row(&top, |f, m| m == "[jit]" && python_function(f, "hot"));
+    assert!(row.is_some(), "no [jit] row names py::hot; {context}");
+}
+
+#[test]
+fn a_node_programs_compiled_functions_are_named_from_its_perf_map() {
+    if !have(&["node"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (top, folded) = profile_jit(
+        Command::new("node")
+            // V8 writes its perf map; hot and cold stay functions of their
+            // own rather than inlined into the loop.
+            .args(["--perf-basic-prof", "--no-turbo-inlining"])
+            .arg(source("hot.js"))
+            .arg("10")
+            // V8 also writes an isolate-*.log of its code events here.
+            .current_dir(dir.path()),
+        dir.path(),
+    );
+    let context = format!("profile: {top}\nfolded stacks:\n{folded}");
+    // V8 names compiled code `JS:*name FILE:LINE:COLUMN` (optimised) or
+    // `JS:~name …` (interpreted), older versions `LazyCompile:*name …`.
+    let js_function = |f: &str, name: &str| {
+        f.split_once(':').is_some_and(|(_, rest)| {
+            rest.trim_start_matches(['*', '~', '^', '+'])
+                .starts_with(&format!("{name} "))
+                && f.contains("hot.js:")
+        })
+    };
+    let hot = row(&top, |f, m| m == "[jit]" && js_function(f, "hot"));
+    assert!(hot.is_some(), "no [jit] row names hot; {context}");
+    assert!(
+        share(hot, "self") >= 0.45,
+        "hot's self share is {}, want about 0.7; {context}",
+        share(hot, "self")
+    );
+    let cold = row(&top, |f, m| m == "[jit]" && js_function(f, "cold"));
+    assert!(
+        share(cold, "self") >= 0.12,
+        "cold's self share is {}, want about 0.3; {context}",
+        share(cold, "self")
+    );
+    // V8 keeps frame pointers, so stacks go from the compiled code down
+    // through node's own entry into JavaScript.
+    let entry = share_through(&folded, |f| f.starts_with("Builtins_JSEntry"));
+    assert!(
+        entry >= 0.8,
+        "Builtins_JSEntry is on {entry} of the stacks; {context}"
+    );
+}

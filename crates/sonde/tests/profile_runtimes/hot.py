@@ -1,0 +1,37 @@
+"""A Python burner for tests/profile_runtimes.rs: `hot` does 70% of the
+work and `cold` 30%, until the given number of seconds has passed.
+Run it with `python3.12 -X perf` so that CPython writes the perf map
+that names these functions (/tmp/perf-PID.map)."""
+
+import sys
+import time
+
+
+def hot(n):
+    x = 0
+    for i in range(n):
+        x = (x * 31 + i) & 0xFFFFFFFF
+    return x
+
+
+def cold(n):
+    x = 0
+    for i in range(n):
+        x = (x * 17 + i) & 0xFFFFFFFF
+    return x
+
+
+def work(seconds):
+    end = time.monotonic() + seconds
+    ready = False
+    while time.monotonic() < end:
+        hot(70_000)
+        cold(30_000)
+        if not ready:
+            # Both functions have run, so both are in the perf map.
+            print("ready", flush=True)
+            ready = True
+
+
+if __name__ == "__main__":
+    work(float(sys.argv[1]))
