@@ -1019,3 +1019,63 @@ fn samples_of_a_process_in_a_container_carry_its_container_id() {
          {labelled}%:\n{text}"
     );
 }
+
+#[test]
+fn an_agent_without_permission_warns_once_and_goes_on_with_its_metrics() {
+    let paranoid: i32 = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().parse().unwrap())
+        .unwrap_or(2);
+    if paranoid <= 0 || fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("skipped: needs root (to drop to nobody) and perf_event_paranoid above 0");
+        return;
+    }
+    let launcher = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ];
+    let bin = env!("CARGO_BIN_EXE_sonde");
+    let runnable = Command::new(launcher[0])
+        .args(&launcher[1..])
+        .args(["/usr/bin/test", "-x", bin])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !runnable {
+        eprintln!("skipped: nobody cannot run {bin} (or there is no setpriv)");
+        return;
+    }
+    let port = common::free_port();
+    let agent = common::Agent::start_config_under(&launcher, |admin, dir| {
+        // nobody writes the data_dir and the file sink here.
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o777)).unwrap();
+        format!(
+            "[agent]\ninterval = \"1s\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{}\n[profiler]\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            dir.join("data").display(),
+            common::statsd_receiver(port),
+            dir.join("points.jsonl").display()
+        )
+    });
+    assert_eq!(agent.metric("sonde_profiler_running"), Some(0.0));
+    // The metrics job goes on.
+    common::udp_send(port, b"jobs.done:3|c");
+    wait_for("the counter in the file sink", WAIT, || {
+        let points = agent.points();
+        common::named(&points, "jobs.done")
+            .iter()
+            .any(|(_, v, _)| *v == 3.0)
+            .then_some(())
+    });
+    let stderr = agent.stderr();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("profiler off"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("perf_event_paranoid") && warnings[0].contains("CAP_PERFMON"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
