@@ -173,12 +173,7 @@ impl Symbols {
             offsets.sort_unstable();
             let module = modules.get(m);
             let names = match module.open_path() {
-                // Symbol tables, then DWARF and separate debug files
-                // (/usr/lib/debug, by build id or debug link) for what they
-                // lack, such as glibc's static functions.
-                Some(path) => {
-                    self.lookup(&Source::Elf(Elf::new(path)), Input::FileOffset(&offsets))
-                }
+                Some(path) => self.lookup_elf(path, &offsets),
                 None => offsets
                     .iter()
                     .map(|&o| module.symbol_at(o).map(str::to_string))
@@ -230,6 +225,37 @@ impl Symbols {
             let i = self.intern(f);
             self.names.insert(RawFrame::Anon(pid, a), i);
         }
+    }
+
+    /// Names file offsets of an ELF file from its symbol tables, then,
+    /// for the offsets they leave unnamed (glibc's static functions, say),
+    /// from DWARF and separate debug files (/usr/lib/debug, by build id
+    /// or debug link). DWARF is read only for those: parsing a large
+    /// binary's debug info costs tens of MiB (the agent's own, built with
+    /// debug info, took 22 MiB of heap and 28 MiB of mapped file when
+    /// every lookup went through DWARF; docs/BENCHMARKS.md, "The
+    /// profiler").
+    fn lookup_elf(&self, path: PathBuf, offsets: &[u64]) -> Vec<Option<String>> {
+        let mut elf = Elf::new(path);
+        elf.debug_syms = false;
+        let mut names = self.lookup(&Source::Elf(elf.clone()), Input::FileOffset(offsets));
+        let unnamed: Vec<u64> = offsets
+            .iter()
+            .zip(&names)
+            .filter(|(_, n)| n.is_none())
+            .map(|(&o, _)| o)
+            .collect();
+        if unnamed.is_empty() {
+            return names;
+        }
+        elf.debug_syms = true;
+        let mut found = self
+            .lookup(&Source::Elf(elf), Input::FileOffset(&unnamed))
+            .into_iter();
+        for name in names.iter_mut().filter(|n| n.is_none()) {
+            *name = found.next().flatten();
+        }
+        names
     }
 
     fn lookup(&self, src: &Source<'_>, input: Input<&[u64]>) -> Vec<Option<String>> {
