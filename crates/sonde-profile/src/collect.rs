@@ -346,7 +346,7 @@ impl Collector {
         let p = known.then(|| &self.procs[&s.pid]);
         if let Some(p) = p.filter(|_| !s.regs.is_empty()) {
             self.stats.user += 1;
-            let complete = unwind(p, &mut self.cache, s, &mut user);
+            let complete = unwind(p, &self.modules, &mut self.cache, s, &mut user);
             // Where the kernel's frame-pointer walk went further (code
             // with frame pointers but no unwind info the unwinder
             // trusted), take it.
@@ -443,7 +443,17 @@ pub fn container_of_cgroup(text: &str) -> Option<String> {
 
 /// Unwinds the user stack of `s` into `out` (leaf first, raw addresses);
 /// true when the unwinder reached the stack's end rather than failing.
-fn unwind(p: &Proc, cache: &mut CacheX86_64, s: &Sample<'_>, out: &mut Vec<u64>) -> bool {
+///
+/// framehop steps through every frame in a module; a return address in
+/// no module (JIT code, CPython's perf trampolines) is stepped over by
+/// [`anon_step`].
+fn unwind(
+    p: &Proc,
+    modules: &Modules,
+    cache: &mut CacheX86_64,
+    s: &Sample<'_>,
+    out: &mut Vec<u64>,
+) -> bool {
     // REGS_USER_MASK order on x86_64: BP, SP, IP.
     let (Some(bp), Some(sp), Some(ip)) = (s.reg(0), s.reg(1), s.reg(2)) else {
         return false;
@@ -454,24 +464,139 @@ fn unwind(p: &Proc, cache: &mut CacheX86_64, s: &Sample<'_>, out: &mut Vec<u64>)
         let b = stack.get(off..off + 8).ok_or(())?;
         Ok(u64::from_ne_bytes(b.try_into().map_err(|_| ())?))
     };
-    let mut it = p
-        .unwinder
-        .iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
+    let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+    let mut address = FrameAddress::InstructionPointer(ip);
+    out.push(ip);
     loop {
-        match it.next() {
-            Ok(Some(f)) => {
+        let step = if address.is_return_address() && p.find(address.address_for_lookup()).is_none()
+        {
+            anon_step(p, modules, &mut regs, &mut read)
+        } else {
+            p.unwinder
+                .unwind_frame(address, &mut regs, cache, &mut read)
+                .map_err(drop)
+        };
+        match step {
+            Ok(Some(ra)) => {
+                let Some(next) = FrameAddress::from_return_address(ra) else {
+                    return false;
+                };
                 if out.len() == MAX_FRAMES {
                     return false;
                 }
-                out.push(match f {
-                    FrameAddress::InstructionPointer(a) => a,
-                    FrameAddress::ReturnAddress(a) => a.get(),
-                });
+                out.push(ra);
+                address = next;
             }
             Ok(None) => return true,
-            Err(_) => return false,
+            Err(()) => return false,
         }
     }
+}
+
+/// One step out of a frame of code in no module, which has no unwind
+/// table. Tried in turn:
+///
+/// 1. its frame pointer (JIT compilers that keep one: V8, HotSpot with
+///    `-XX:+PreserveFramePointer`), taken when the return address it
+///    gives is in JIT code too or follows a call in a module;
+/// 2. a return address in the first or second slot above the stack
+///    pointer that follows a call in a module: code that keeps no frame,
+///    such as CPython's perf trampolines (`sub $8,%rsp; call *%rcx`),
+///    which run in a CPython that is seldom built with frame pointers.
+///
+/// Checking that a return address follows a call instruction keeps a
+/// stale value on the stack from passing for a caller.
+fn anon_step(
+    p: &Proc,
+    modules: &Modules,
+    regs: &mut UnwindRegsX86_64,
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Result<Option<u64>, ()> {
+    let (sp, bp) = (regs.sp(), regs.bp());
+    let after_call = |ra: u64| follows_call(p, modules, ra);
+    if bp > sp {
+        if let (Ok(caller_bp), Ok(ra)) = (read(bp), read(bp + 8)) {
+            if p.find(ra).is_none() || after_call(ra) {
+                regs.set_sp(bp + 16);
+                regs.set_bp(caller_bp);
+                return Ok((ra != 0).then_some(ra));
+            }
+        }
+    }
+    for slot in [1, 0] {
+        let at = sp + 8 * slot;
+        if let Ok(ra) = read(at) {
+            if after_call(ra) {
+                regs.set_sp(at + 8);
+                return Ok(Some(ra));
+            }
+        }
+    }
+    if bp == 0 {
+        // The outermost frame of a frame-pointer chain.
+        return Ok(None);
+    }
+    Err(())
+}
+
+/// Whether `ra` is in a module's `.text` right after a call instruction,
+/// as a return address is.
+fn follows_call(p: &Proc, modules: &Modules, ra: u64) -> bool {
+    let Some(m) = p.find(ra) else {
+        return false;
+    };
+    let module = modules.get(m.module);
+    let (Some(svma), Some((range, text))) = (
+        module.svma_of_offset(ra - m.start + m.pgoff),
+        module.unwind.text.as_ref(),
+    ) else {
+        return false;
+    };
+    if svma <= range.start || svma > range.end {
+        return false;
+    }
+    let end = (svma - range.start) as usize;
+    text.get(end.saturating_sub(8)..end)
+        .is_some_and(ends_with_call)
+}
+
+/// Whether `code` ends with an x86_64 near call: `E8 rel32`, or `FF /2`
+/// with any ModRM addressing form (`call *%rax`, `call *0x10(%rbx)`,
+/// `call *disp(%rip)`, ...).
+fn ends_with_call(code: &[u8]) -> bool {
+    let n = code.len();
+    if n >= 5 && code[n - 5] == 0xe8 {
+        return true;
+    }
+    (2..=7).any(|len| {
+        n >= len
+            && code[n - len] == 0xff
+            && ff2_len(code[n - len + 1], code.get(n - len + 2).copied()) == Some(len)
+    })
+}
+
+/// The length of an `FF /2` (indirect call) instruction from its ModRM
+/// byte and the byte after it (the SIB byte, where there is one); `None`
+/// when the ModRM byte is not that of a call.
+fn ff2_len(modrm: u8, sib: Option<u8>) -> Option<usize> {
+    if (modrm >> 3) & 7 != 2 {
+        return None;
+    }
+    let (mode, rm) = (modrm >> 6, modrm & 7);
+    let mut len = 2;
+    if mode != 3 && rm == 4 {
+        len += 1;
+        if mode == 0 && sib? & 7 == 5 {
+            len += 4;
+        }
+    }
+    match mode {
+        0 if rm == 5 => len += 4,
+        1 => len += 1,
+        2 => len += 4,
+        _ => {}
+    }
+    Some(len)
 }
 
 /// One executable, file-backed line of `/proc/PID/maps`, or the vDSO's
@@ -655,6 +780,35 @@ mod tests {
             "garbage",
         ] {
             assert_eq!(container_of_cgroup(none), None, "{none:?}");
+        }
+    }
+
+    #[test]
+    fn call_instructions_are_recognised_before_a_return_address() {
+        let calls: [&[u8]; 8] = [
+            &[0xe8, 1, 2, 3, 4],             // call rel32
+            &[0xff, 0xd1],                   // call *%rcx
+            &[0x41, 0xff, 0xd3],             // call *%r11
+            &[0xff, 0x50, 0x18],             // call *0x18(%rax)
+            &[0xff, 0x14, 0x24],             // call *(%rsp)
+            &[0xff, 0x54, 0x24, 0x08],       // call *0x8(%rsp)
+            &[0xff, 0x15, 1, 2, 3, 4],       // call *disp(%rip)
+            &[0xff, 0x94, 0xc8, 1, 2, 3, 4], // call *disp(%rax,%rcx,8)
+        ];
+        for call in calls {
+            let mut code = vec![0x90; 8 - call.len()];
+            code.extend_from_slice(call);
+            assert!(ends_with_call(&code), "{call:02x?}");
+        }
+        let not_calls: [&[u8]; 5] = [
+            &[0x48, 0x83, 0xc4, 0x08], // add $8,%rsp
+            &[0xff, 0xe0],             // jmp *%rax (FF /4)
+            &[0xff, 0xc0],             // inc %eax (FF /0)
+            &[0xff, 0x50],             // a call cut short of its disp8
+            &[0x90, 0x90, 0x90],
+        ];
+        for code in not_calls {
+            assert!(!ends_with_call(code), "{code:02x?}");
         }
     }
 }

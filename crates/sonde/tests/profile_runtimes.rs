@@ -551,6 +551,20 @@ fn a_python_programs_functions_are_named_from_its_perf_map() {
     );
     let row = row(&top, |f, m| m == "[jit]" && python_function(f, "hot"));
     assert!(row.is_some(), "no [jit] row names py::hot; {context}");
+    // The trampolines keep no frame pointer, and neither does a CPython
+    // built without them: stepping over them by their return address
+    // carries the stacks through work (which calls both) to the
+    // interpreter's main.
+    let work = share_through(&folded, |f| python_function(f, "work"));
+    assert!(
+        work >= 0.8,
+        "py::work is on {work} of the stacks; {context}"
+    );
+    let main = share_through(&folded, |f| f == "Py_BytesMain");
+    assert!(
+        main >= 0.8,
+        "Py_BytesMain is on {main} of the stacks; {context}"
+    );
 }
 
 #[test]
