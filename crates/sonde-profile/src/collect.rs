@@ -471,6 +471,11 @@ fn unwind(
         let step = if address.is_return_address() && p.find(address.address_for_lookup()).is_none()
         {
             anon_step(p, modules, &mut regs, &mut read)
+        } else if let Some(ra) = (!address.is_return_address())
+            .then(|| frameless_leaf_step(p, modules, ip, &mut regs, &mut read))
+            .flatten()
+        {
+            Ok(Some(ra))
         } else {
             p.unwinder
                 .unwind_frame(address, &mut regs, cache, &mut read)
@@ -539,25 +544,66 @@ fn anon_step(
     Err(())
 }
 
-/// Whether `ra` is in a module's `.text` right after a call instruction,
-/// as a return address is.
-fn follows_call(p: &Proc, modules: &Modules, ra: u64) -> bool {
-    let Some(m) = p.find(ra) else {
-        return false;
-    };
+/// The step out of a leaf function that has set up no frame, in a module
+/// without unwind tables (Go binaries, which unwind by frame pointer):
+/// framehop's frame-pointer rule would read the caller's frame and skip
+/// the caller. Taken when the slot at the stack pointer holds a return
+/// address after a direct call whose target lies at most 4 KiB before
+/// the leaf's instruction pointer, that is, a call of the function the
+/// leaf is in; a framed function's stack slot seldom holds such a value.
+/// The same step is right at a framed function's first instruction,
+/// before it has pushed its frame pointer.
+fn frameless_leaf_step(
+    p: &Proc,
+    modules: &Modules,
+    ip: u64,
+    regs: &mut UnwindRegsX86_64,
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<u64> {
+    let m = p.find(ip)?;
+    let unwind = &modules.get(m.module).unwind;
+    if unwind.eh_frame.is_some() || unwind.debug_frame.is_some() {
+        return None;
+    }
+    let sp = regs.sp();
+    let ra = read(sp).ok()?;
+    let target = direct_call_target(p, modules, ra)?;
+    if target > ip || ip - target >= 4096 {
+        return None;
+    }
+    regs.set_sp(sp + 8);
+    Some(ra)
+}
+
+/// The target of the `E8 rel32` call that ends right before `ra`, if one
+/// does.
+fn direct_call_target(p: &Proc, modules: &Modules, ra: u64) -> Option<u64> {
+    let code = code_before(p, modules, ra)?;
+    let n = code.len();
+    if n < 5 || code[n - 5] != 0xe8 {
+        return None;
+    }
+    let rel = i32::from_le_bytes(code[n - 4..].try_into().ok()?);
+    Some(ra.wrapping_add_signed(i64::from(rel)))
+}
+
+/// Up to 8 bytes of a module's `.text` right before `ra`.
+fn code_before<'m>(p: &Proc, modules: &'m Modules, ra: u64) -> Option<&'m [u8]> {
+    let m = p.find(ra)?;
     let module = modules.get(m.module);
-    let (Some(svma), Some((range, text))) = (
-        module.svma_of_offset(ra - m.start + m.pgoff),
-        module.unwind.text.as_ref(),
-    ) else {
-        return false;
-    };
+    let svma = module.svma_of_offset(ra - m.start + m.pgoff)?;
+    let (range, text) = module.unwind.text.as_ref()?;
     if svma <= range.start || svma > range.end {
-        return false;
+        return None;
     }
     let end = (svma - range.start) as usize;
     text.get(end.saturating_sub(8)..end)
-        .is_some_and(ends_with_call)
+}
+
+/// Whether `ra` is in a module's `.text` right after a call instruction,
+/// as a return address is.
+fn follows_call(p: &Proc, modules: &Modules, ra: u64) -> bool {
+    code_before(p, modules, ra).is_some_and(ends_with_call)
 }
 
 /// Whether `code` ends with an x86_64 near call: `E8 rel32`, or `FF /2`

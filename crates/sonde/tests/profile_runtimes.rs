@@ -300,10 +300,6 @@ fn a_go_programs_hot_loop_is_named_and_its_stacks_reach_main_main() {
 }
 
 #[test]
-#[ignore = "profiler bug: a Go leaf function without a frame (main.hotLoop: no \
-            PUSH BP, frame size 0) loses its caller: the frame-pointer step from \
-            the leaf reads the caller's frame, so main.work is skipped \
-            (`runtime.goexit;runtime.main;main.main;main.hotLoop`)"]
 fn a_go_leaf_functions_caller_is_on_its_stacks() {
     let Some((top, folded)) = profile_go() else {
         return;
