@@ -196,17 +196,23 @@ impl Collector {
     }
 
     /// Forgets processes that are gone without an exit record (it was
-    /// lost with a full ring) and drops the modules no process maps any
-    /// more; returns the dropped modules' indices and the paths they were
-    /// read at. Call it after [`Collector::take`], before the next
-    /// record: the counted stacks must hold no frame of a dropped module.
+    /// lost with a full ring) and drops the modules that no process maps
+    /// and no counted stack names; returns the dropped modules' indices
+    /// and the paths they were read at. Call it once the stacks taken
+    /// with [`Collector::take`] are symbolised: their frames may name a
+    /// dropped module, whose index a later load reuses.
     pub fn prune(&mut self) -> Vec<(u32, Option<std::path::PathBuf>)> {
-        debug_assert!(self.stacks.is_empty(), "prune after take");
         self.procs
             .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
         let mut live = hashbrown::HashSet::new();
         for p in self.procs.values() {
             live.extend(p.maps.iter().map(|m| m.module));
+        }
+        for (_, frames) in self.stacks.keys() {
+            live.extend(frames.iter().filter_map(|f| match f {
+                RawFrame::Module(m, _) => Some(*m),
+                _ => None,
+            }));
         }
         self.modules.retain(|i| live.contains(&i))
     }

@@ -151,13 +151,16 @@ pub enum Key {
 /// An index stays valid until [`Modules::retain`] drops its module (no
 /// process maps it any more); a later load may then reuse it, so whoever
 /// keeps indices (the symbol cache) forgets the dropped ones.
-#[derive(Debug, Default)]
+///
+/// Cloning is cheap (the modules are shared) and gives a snapshot that
+/// keeps its modules' files open while the table moves on.
+#[derive(Debug, Default, Clone)]
 pub struct Modules {
     by_key: HashMap<Key, u32>,
     /// The same files by the (device, inode) of the opened file, since
     /// mmap2 records name a file by build id and /proc/PID/maps by inode.
     by_stat: HashMap<(u64, u64), u32>,
-    modules: Vec<Module>,
+    modules: Vec<Arc<Module>>,
     /// Indices of dropped modules, for reuse.
     free: Vec<u32>,
 }
@@ -191,11 +194,11 @@ impl Modules {
     fn insert(&mut self, module: Module) -> u32 {
         match self.free.pop() {
             Some(i) => {
-                self.modules[i as usize] = module;
+                self.modules[i as usize] = Arc::new(module);
                 i
             }
             None => {
-                self.modules.push(module);
+                self.modules.push(Arc::new(module));
                 (self.modules.len() - 1) as u32
             }
         }
@@ -215,7 +218,7 @@ impl Modules {
                 continue;
             }
             let path = m.open_path();
-            *m = Module::gone();
+            *m = Arc::new(Module::gone());
             dropped.push((i, path));
         }
         if !dropped.is_empty() {

@@ -69,10 +69,7 @@ impl Profiler {
     }
 
     fn drain(&mut self) {
-        let lost_before = self.events.lost();
-        let collector = &mut self.collector;
-        self.events.drain(|r| collector.record(r));
-        self.collector.add_lost(self.events.lost() - lost_before);
+        drain(&mut self.events, &mut self.collector);
     }
 
     /// Stops sampling and reads what the rings still hold.
@@ -100,13 +97,21 @@ impl Profiler {
             .map_or(0, |d| d.as_nanos() as u64);
         let duration_ns = now.1.duration_since(self.period_start.1).as_nanos() as u64;
         self.period_start = now;
-        let profile = self.symbols.profile(
-            self.collector.modules(),
+        // Symbolising reads each new module's symbols, which can outlast
+        // what a ring holds at high frequencies: the rings are drained
+        // between modules, into the next period, while a snapshot of the
+        // module table names this one's frames.
+        let modules = self.collector.modules().clone();
+        let (events, collector) = (&mut self.events, &mut self.collector);
+        let profile = self.symbols.profile_between(
+            &modules,
             &stacks,
             self.frequency,
             start_ns,
             duration_ns,
+            &mut || drain(events, collector),
         );
+        drop(modules);
         // What the period no longer needs: processes gone, modules no
         // process maps, and their cached names.
         let dropped = self.collector.prune();
@@ -128,4 +133,11 @@ impl Profiler {
     pub fn symbol_cache(&self) -> CacheStats {
         self.symbols.stats()
     }
+}
+
+/// Reads every ring into the collector, counting what the kernel lost.
+fn drain(events: &mut Events, collector: &mut Collector) {
+    let lost_before = events.lost();
+    events.drain(|r| collector.record(r));
+    collector.add_lost(events.lost() - lost_before);
 }

@@ -150,8 +150,14 @@ impl Symbols {
         i
     }
 
-    /// Names every frame of `stacks` not named before.
-    fn resolve<'a>(&mut self, modules: &Modules, frames: impl Iterator<Item = &'a RawFrame>) {
+    /// Names every frame of `stacks` not named before, calling `between`
+    /// after each module's lookups.
+    fn resolve<'a>(
+        &mut self,
+        modules: &Modules,
+        frames: impl Iterator<Item = &'a RawFrame>,
+        between: &mut dyn FnMut(),
+    ) {
         let mut by_module: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut kernel = Vec::new();
         let mut anon = Vec::new();
@@ -187,6 +193,7 @@ impl Symbols {
                 let i = self.intern(f);
                 self.names.insert(RawFrame::Module(m, off), i);
             }
+            between();
         }
         if !kernel.is_empty() {
             kernel.sort_unstable();
@@ -205,6 +212,7 @@ impl Symbols {
                 let i = self.intern(f);
                 self.names.insert(RawFrame::Kernel(a), i);
             }
+            between();
         }
         for (pid, a) in anon {
             let name = self.perf_map(pid).and_then(|map| {
@@ -292,12 +300,35 @@ impl Symbols {
         start_ns: u64,
         duration_ns: u64,
     ) -> Profile {
+        self.profile_between(
+            modules,
+            stacks,
+            frequency,
+            start_ns,
+            duration_ns,
+            &mut || {},
+        )
+    }
+
+    /// [`Symbols::profile`], calling `between` after each module's
+    /// lookups (reading a large module's symbols for the first time takes
+    /// a good part of a second): a profiler drains its rings there, so
+    /// that they do not overflow while it symbolises.
+    pub fn profile_between(
+        &mut self,
+        modules: &Modules,
+        stacks: &HashMap<(ProcessKey, Vec<RawFrame>), u64>,
+        frequency: u32,
+        start_ns: u64,
+        duration_ns: u64,
+        between: &mut dyn FnMut(),
+    ) -> Profile {
         // Perf maps grow as a JIT compiles and JIT code moves: read them
         // again, and name JIT frames afresh, each profile.
         self.perf_maps.clear();
         self.names.retain(|f, _| !matches!(f, RawFrame::Anon(..)));
         self.compact();
-        self.resolve(modules, stacks.keys().flat_map(|(_, f)| f.iter()));
+        self.resolve(modules, stacks.keys().flat_map(|(_, f)| f.iter()), between);
         let mut out = ProfileBuilder::new(frequency, start_ns, duration_ns);
         let mut frames = Vec::new();
         for ((process, raw), &count) in stacks {
