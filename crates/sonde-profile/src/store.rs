@@ -11,6 +11,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::model::Profile;
 use crate::pprof;
@@ -81,6 +82,18 @@ impl Store {
     /// A store in `dir` (created at the first write).
     pub fn new(dir: PathBuf, limits: Limits) -> Store {
         Store { dir, limits }
+    }
+
+    /// The store under `data_dir`, opened to read: reading needs no
+    /// limits, which the profiler applies as it writes.
+    pub fn reader(data_dir: &Path) -> Store {
+        Store::new(
+            dir(data_dir),
+            Limits {
+                retention_s: u64::MAX,
+                max_bytes: u64::MAX,
+            },
+        )
     }
 
     /// The store's directory.
@@ -206,6 +219,127 @@ impl Store {
     }
 }
 
+/// A span of the store named by how long ago it starts and ends, as
+/// `sonde profile --since/--until`, `sonde profile diff 20m..10m 10m..0s`
+/// and the admin site's `range=` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ago {
+    /// How long ago the span starts.
+    pub since: Duration,
+    /// How long ago it ends (zero: now).
+    pub until: Duration,
+}
+
+impl Ago {
+    /// The span from `since` ago to `until` ago.
+    ///
+    /// # Errors
+    ///
+    /// When `until` is not shorter ago than `since`.
+    pub fn new(since: Duration, until: Duration) -> Result<Ago, String> {
+        if until >= since {
+            return Err(format!(
+                "the range runs from longer ago to shorter ago, like 20m..10m (got {}..{})",
+                seconds(since),
+                seconds(until)
+            ));
+        }
+        Ok(Ago { since, until })
+    }
+
+    /// Parses `SINCE..UNTIL`, each a duration for [`parse_ago`]
+    /// (`20m..10m`, `1h..0s`).
+    ///
+    /// # Errors
+    ///
+    /// A message naming what is wrong, for the user.
+    pub fn parse(s: &str) -> Result<Ago, String> {
+        let (since, until) = s
+            .split_once("..")
+            .ok_or_else(|| format!("{s:?} is not a range like 20m..10m"))?;
+        let since = parse_ago(since).map_err(|e| format!("{s:?}: {e}"))?;
+        let until = parse_ago(until).map_err(|e| format!("{s:?}: {e}"))?;
+        Ago::new(since, until).map_err(|e| format!("{s:?}: {e}"))
+    }
+
+    /// The span as Unix seconds `[from, until)` at `now_s`.
+    pub fn bounds(&self, now_s: u64) -> (u64, u64) {
+        (
+            now_s.saturating_sub(self.since.as_secs()),
+            now_s.saturating_sub(self.until.as_secs()),
+        )
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{}s", d.as_secs())
+}
+
+/// A duration before now: a whole number and a unit, `s`, `m`, `h` or
+/// `d` (`90s`, `10m`, `2h`, `1d`; `0s` is now).
+///
+/// # Errors
+///
+/// A message saying how to write one.
+pub fn parse_ago(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?} is not a duration like 90s, 10m, 2h or 1d");
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let unit_s = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(unit_s)))
+}
+
+/// Why a span of the store gave no profile.
+#[derive(Debug, thiserror::Error)]
+pub enum SpanError {
+    /// Reading the store failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// No stored period starts in the span.
+    #[error(
+        "no stored profiles in {dir} from {since}s to {until}s ago: is the agent running with [profiler], and is this its data_dir?"
+    )]
+    Empty {
+        /// The store's directory.
+        dir: PathBuf,
+        /// The span's start, seconds ago.
+        since: u64,
+        /// The span's end, seconds ago.
+        until: u64,
+    },
+}
+
+impl Store {
+    /// The merged profile of the periods that start in `span`, now.
+    ///
+    /// # Errors
+    ///
+    /// See [`Store::read`]; [`SpanError::Empty`] when no period starts in
+    /// the span.
+    pub fn read_ago(&self, span: Ago) -> Result<Profile, SpanError> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (from, until) = span.bounds(now);
+        let (profile, files) = self.read(from, until)?;
+        if files == 0 {
+            return Err(SpanError::Empty {
+                dir: self.dir.clone(),
+                since: span.since.as_secs(),
+                until: span.until.as_secs(),
+            });
+        }
+        Ok(profile)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +422,27 @@ mod tests {
         std::fs::write(s.path().join("notes.txt"), b"ignored").unwrap();
         let err = s.read(0, u64::MAX).unwrap_err().to_string();
         assert!(err.contains("1000.pb.gz"), "{err}");
+    }
+
+    #[test]
+    fn spans_parse_from_longer_ago_to_shorter_ago() {
+        let m = |n: u64| Duration::from_secs(n * 60);
+        assert_eq!(
+            Ago::parse("20m..10m"),
+            Ok(Ago {
+                since: m(20),
+                until: m(10)
+            })
+        );
+        assert_eq!(Ago::parse("1d..0s").unwrap().since, m(24 * 60));
+        assert_eq!(Ago::parse("90s..0s").unwrap().bounds(1000), (910, 1000));
+        for bad in [
+            "10m..20m", "10m..10m", "10m", "10x..0s", "..0s", "-5m..0s", "m..0s",
+        ] {
+            assert!(Ago::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Ago::parse("10m..20m")
+            .unwrap_err()
+            .contains("longer ago to shorter ago"));
     }
 }

@@ -4,13 +4,13 @@
 //! compare two profiles, files or ranges of the store.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use sonde::config::HumanDuration;
 use sonde_profile::collect::Stats;
-use sonde_profile::store::{self, Store};
+use sonde_profile::store::{self, Ago, Store};
 use sonde_profile::{flamegraph, pprof, views, Profile, Profiler};
 
 /// Arguments of `sonde profile`.
@@ -38,12 +38,12 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "FILE")]
     folded: Option<PathBuf>,
     /// Read the running agent's stored profiles from this long ago
-    /// (`10m`) instead of sampling.
-    #[arg(long, value_parser = parse_duration)]
-    since: Option<HumanDuration>,
+    /// (`10m`; units s, m, h, d) instead of sampling.
+    #[arg(long, value_parser = store::parse_ago)]
+    since: Option<Duration>,
     /// With --since: up to this long ago (default now).
-    #[arg(long, value_parser = parse_duration, requires = "since")]
-    until: Option<HumanDuration>,
+    #[arg(long, value_parser = store::parse_ago, requires = "since")]
+    until: Option<Duration>,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -67,34 +67,12 @@ impl StoreArgs {
             (None, Some(c)) => crate::load(c)?.agent.data_dir,
             (None, None) => sonde::config::AgentSection::default().data_dir,
         };
-        // Reading needs no limits: the agent applies them when it writes.
-        Ok(Store::new(
-            store::dir(&data_dir),
-            store::Limits {
-                retention_s: u64::MAX,
-                max_bytes: u64::MAX,
-            },
-        ))
+        Ok(Store::reader(&data_dir))
     }
 
-    /// The merged stored profiles of `[now - since, now - until)`.
-    fn read(&self, since: Duration, until: Duration) -> anyhow::Result<Profile> {
-        let store = self.store()?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-        let (from, to) = (
-            now.saturating_sub(since.as_secs()),
-            now.saturating_sub(until.as_secs()),
-        );
-        let (profile, files) = store.read(from, to)?;
-        if files == 0 {
-            bail!(
-                "no stored profiles in {} from {}s to {}s ago: is the agent running with [profiler], and is this its data_dir?",
-                store.path().display(),
-                since.as_secs(),
-                until.as_secs()
-            );
-        }
-        Ok(profile)
+    /// The merged stored profiles of a span.
+    fn read(&self, span: Ago) -> anyhow::Result<Profile> {
+        Ok(self.store()?.read_ago(span)?)
     }
 }
 
@@ -150,12 +128,12 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
         let new = read_either(new, store)?.filter(keep);
         return diff(&base, &new, out);
     }
-    if let Some(since) = &args.since {
-        let until = args.until.as_ref().map_or(Duration::ZERO, |u| u.0);
-        if until >= since.0 {
+    if let Some(since) = args.since {
+        let until = args.until.unwrap_or(Duration::ZERO);
+        if until >= since {
             bail!("--until must be more recent (shorter ago) than --since");
         }
-        let profile = args.store.read(since.0, until)?;
+        let profile = args.store.read(Ago { since, until })?;
         let profile = if args.pids.is_empty() {
             profile
         } else {
@@ -229,17 +207,8 @@ fn read_either(what: &str, store: &StoreArgs) -> anyhow::Result<Profile> {
     if path.exists() {
         return read_profile(path);
     }
-    if let Some((since, until)) = what.split_once("..") {
-        let since: HumanDuration = since
-            .parse()
-            .map_err(|e| anyhow::anyhow!("{what:?}: {e}"))?;
-        let until: HumanDuration = until
-            .parse()
-            .map_err(|e| anyhow::anyhow!("{what:?}: {e}"))?;
-        if until.0 >= since.0 {
-            bail!("{what:?}: the range runs from longer ago to shorter ago, like 20m..10m");
-        }
-        return store.read(since.0, until.0);
+    if what.contains("..") {
+        return store.read(Ago::parse(what).map_err(anyhow::Error::msg)?);
     }
     bail!("{what:?} is neither a file nor a range of the agent's store like 20m..10m")
 }

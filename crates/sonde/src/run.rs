@@ -358,7 +358,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         let l = http::bind(admin)
             .with_context(|| format!("cannot listen on agent.admin_listen {admin}"))?;
         tracing::info!(address = %admin, "admin listening on /health and /metrics");
-        sites.push((l, Site::Admin(Arc::clone(&telemetry))));
+        let admin = sonde_io::http::Admin {
+            telemetry: Arc::clone(&telemetry),
+            profiles: sonde_profile::store::Store::reader(&config.agent.data_dir),
+        };
+        sites.push((l, Site::Admin(Arc::new(admin))));
     }
     if !config.logs.is_empty() {
         // A source opens every file its globs match when it finds them.

@@ -1079,3 +1079,161 @@ fn an_agent_without_permission_warns_once_and_goes_on_with_its_metrics() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// An HTTP GET (or another method) on the admin site: status, content
+/// type and body.
+fn admin_request(method: &str, port: u16, path: &str) -> (u16, String, Vec<u8>) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let mut response = match method {
+        "GET" => agent.get(&url).call(),
+        "POST" => agent.post(&url).send(""),
+        other => panic!("{other}"),
+    }
+    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = response.body_mut().read_to_vec().unwrap();
+    (response.status().as_u16(), content_type, body)
+}
+
+#[test]
+fn the_admin_site_serves_the_stored_profiles_as_json_svg_and_pprof() {
+    let _cpu = exclusive();
+    let burner = Program::burner(&programs().burn_nofp);
+    let pid = burner.pid().to_string();
+    let agent = profiling_agent(99, "");
+    let get = |path: &str| admin_request("GET", agent.admin, path);
+    let json = |path: &str| -> Json {
+        let (status, content_type, body) = get(path);
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(content_type, "application/json", "{path}");
+        serde_json::from_slice(&body).unwrap()
+    };
+    // Enough of the burner stored to judge its shares.
+    let top = wait_for(
+        "200 samples of the burner behind /api/profiles/top",
+        WAIT,
+        || {
+            let (status, _, body) =
+                get(&format!("/api/profiles/top?range=5m..0s&pid={pid}&top=500"));
+            let top: Json = serde_json::from_slice(&body).ok()?;
+            (status == 200 && u64_of(&top["samples"]) >= 200).then_some(top)
+        },
+    );
+    let module = &programs().burn_nofp;
+    assert!(
+        (f64_of(&row(&top, "hot", module)["self"]) - 0.7).abs() <= 0.1,
+        "{top}"
+    );
+    assert!(f64_of(&row(&top, "main", module)["total"]) >= 0.9, "{top}");
+    // The same process by name; the table cut to its top row.
+    let by_name = json("/api/profiles/top?range=5m..0s&process=burn_nofp&top=1");
+    assert_eq!(by_name["functions"].as_array().unwrap().len(), 1);
+    assert_eq!(by_name["functions"][0]["function"], "hot", "{by_name}");
+
+    // The processes in the range, the burner among them by pid and name.
+    let processes = json("/api/profiles/processes?range=5m..0s");
+    let burner_row = processes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"].as_u64() == Some(burner.pid().into()))
+        .unwrap_or_else(|| panic!("no pid {pid} in {processes}"));
+    assert_eq!(burner_row["name"], "burn_nofp");
+    assert!(u64_of(&burner_row["samples"]) >= 200);
+
+    // The flame graph and folded stacks name the hot function.
+    let (status, content_type, svg) =
+        get(&format!("/api/profiles/flamegraph?range=5m..0s&pid={pid}"));
+    assert_eq!((status, content_type.as_str()), (200, "image/svg+xml"));
+    let svg = String::from_utf8(svg).unwrap();
+    assert!(
+        svg_frames(&svg).iter().any(|(name, _, _)| name == "hot"),
+        "{svg}"
+    );
+    let (status, _, folded) = get(&format!("/api/profiles/folded?range=5m..0s&pid={pid}"));
+    assert_eq!(status, 200);
+    let folded = String::from_utf8(folded).unwrap();
+    assert!(
+        folded
+            .lines()
+            .any(|l| l.contains(";main;") && l.contains(";hot ")),
+        "{folded}"
+    );
+
+    // The pprof download: gzip pprof that sonde reads back.
+    let (status, _, pb) = get(&format!("/api/profiles/pprof?range=5m..0s&pid={pid}"));
+    assert_eq!(status, 200);
+    assert_eq!(&pb[..2], &[0x1f, 0x8b]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("range.pb.gz");
+    fs::write(&file, &pb).unwrap();
+    let (ok, stdout, stderr) = sonde(&[
+        "profile",
+        "diff",
+        file.to_str().unwrap(),
+        file.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        ok && stdout.contains("\"function\":\"hot\""),
+        "{stdout}{stderr}"
+    );
+
+    // A diff of the range against itself moves nothing.
+    let diff = json(&format!(
+        "/api/profiles/diff?base=5m..0s&new=5m..0s&pid={pid}"
+    ));
+    let rows = diff["functions"].as_array().unwrap();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| f64_of(&r["delta"]) == 0.0),
+        "{diff}"
+    );
+    let (status, content_type, _) = get(&format!(
+        "/api/profiles/diff/flamegraph?base=5m..0s&new=5m..0s&pid={pid}"
+    ));
+    assert_eq!((status, content_type.as_str()), (200, "image/svg+xml"));
+
+    // Bad requests say what is wrong, in JSON; nothing changes the agent.
+    for (path, status, says) in [
+        (
+            "/api/profiles/top?range=10m..20m",
+            400,
+            "longer ago to shorter ago",
+        ),
+        ("/api/profiles/top?range=soon", 400, "not a range"),
+        ("/api/profiles/top?pid=abc", 400, "not a process id"),
+        ("/api/profiles/top?top=0", 400, "from 1 to"),
+        ("/api/profiles/top?seconds=30", 400, "unknown parameter"),
+        (
+            "/api/profiles/top?range=48h..47h",
+            404,
+            "no stored profiles",
+        ),
+        ("/api/profiles/nothing", 404, "no such path"),
+    ] {
+        let (got, content_type, body) = get(path);
+        let body: Json = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(
+            (got, content_type.as_str()),
+            (status, "application/json"),
+            "{path}: {body}"
+        );
+        assert!(
+            body["error"].as_str().unwrap().contains(says),
+            "{path}: {body}"
+        );
+    }
+    let (status, _, _) = admin_request("POST", agent.admin, "/api/profiles/top");
+    assert_eq!(status, 405);
+    assert_eq!(agent.metric("sonde_profiler_running"), Some(1.0));
+    drop(burner);
+}

@@ -18,21 +18,33 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::CONTENT_TYPE;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
+mod profiles;
 mod profiling;
 
 use profiling::Format;
+use sonde_profile::store::Store;
 
 use crate::sink::Exposition;
 use crate::telemetry::Telemetry;
 
+/// What the admin site serves from.
+#[derive(Debug)]
+pub struct Admin {
+    /// The agent's counters, for `/metrics`.
+    pub telemetry: Arc<Telemetry>,
+    /// The profile store under `data_dir`, for `/api/profiles/` (read
+    /// whether or not the profiler runs now: an empty store answers 404).
+    pub profiles: Store,
+}
+
 /// What an HTTP listener serves.
 #[derive(Clone, Debug)]
 pub enum Site {
-    /// `/health` and `/metrics` of the agent itself.
-    Admin(Arc<Telemetry>),
+    /// `/health`, `/metrics` and the stored profiles of the agent itself.
+    Admin(Arc<Admin>),
     /// A Prometheus exporter sink's latest window at `/metrics` (and `/`).
     Exporter(Exposition),
 }
@@ -62,7 +74,11 @@ fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
             Bytes::from_static(ADMIN_INDEX.as_bytes()),
         ),
         (Site::Admin(_), "/health") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
-        (Site::Admin(t), "/metrics") => (StatusCode::OK, PROMETHEUS_TEXT, Bytes::from(t.render())),
+        (Site::Admin(a), "/metrics") => (
+            StatusCode::OK,
+            PROMETHEUS_TEXT,
+            Bytes::from(a.telemetry.render()),
+        ),
         (Site::Exporter(e), "/metrics" | "/") => (
             StatusCode::OK,
             PROMETHEUS_TEXT,
@@ -130,7 +146,17 @@ pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
 
 async fn route(site: Site, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let query = req.uri().query().map(str::to_string);
+    // Every endpoint only reads: nothing the admin site serves changes the
+    // agent, so a request that is not a read is refused.
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = Response::new(Full::new(Bytes::from_static(b"only GET and HEAD\n")));
+        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        return r;
+    }
     match (&site, req.uri().path()) {
+        (Site::Admin(a), path) if profiles::handles(path) => {
+            profiles::respond(a.profiles.clone(), path.to_string(), query).await
+        }
         (Site::Admin(_), "/debug/pprof/profile") => profiling::respond(query, Format::Pprof).await,
         (Site::Admin(_), "/debug/pprof/flamegraph") => {
             profiling::respond(query, Format::FlameGraph).await
@@ -166,6 +192,16 @@ async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
 mod tests {
     use super::*;
 
+    fn test_store() -> Store {
+        Store::new(
+            std::env::temp_dir().join("sonde-no-such-store"),
+            sonde_profile::store::Limits {
+                retention_s: 0,
+                max_bytes: 0,
+            },
+        )
+    }
+
     fn body(r: Response<Full<Bytes>>) -> String {
         use http_body_util::BodyExt;
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -177,7 +213,10 @@ mod tests {
 
     #[test]
     fn admin_index_links_every_endpoint() {
-        let site = Site::Admin(Arc::new(Telemetry::default()));
+        let site = Site::Admin(Arc::new(Admin {
+            telemetry: Arc::new(Telemetry::default()),
+            profiles: test_store(),
+        }));
         let r = respond(&site, "/");
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
@@ -208,7 +247,10 @@ mod tests {
 
     #[test]
     fn admin_answers_health_and_metrics_and_404s_the_rest() {
-        let site = Site::Admin(Arc::new(Telemetry::default()));
+        let site = Site::Admin(Arc::new(Admin {
+            telemetry: Arc::new(Telemetry::default()),
+            profiles: test_store(),
+        }));
         assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
         assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
         assert_eq!(respond(&site, "/nope").status(), StatusCode::NOT_FOUND);
@@ -223,7 +265,10 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         serve(vec![(
             listener,
-            Site::Admin(Arc::new(Telemetry::default())),
+            Site::Admin(Arc::new(Admin {
+                telemetry: Arc::new(Telemetry::default()),
+                profiles: test_store(),
+            })),
         )])
         .unwrap();
         // The listener is bound before `serve` returns, so the connection

@@ -1,0 +1,287 @@
+//! The agent's stored profiles over HTTP, on the admin site: what the
+//! `/profiles` page draws, and what scripts read (docs/PROFILING.md, "The
+//! profiles over HTTP").
+//!
+//! | path | answers |
+//! |---|---|
+//! | `/api/profiles/top` | the top functions, the JSON of `sonde profile --json` |
+//! | `/api/profiles/diff` | the differential top, the JSON of `sonde profile diff --json` |
+//! | `/api/profiles/flamegraph` | a flame graph (SVG) |
+//! | `/api/profiles/diff/flamegraph` | a differential flame graph (SVG) |
+//! | `/api/profiles/folded` | folded stacks (text) |
+//! | `/api/profiles/pprof` | the merged profile as gzip pprof, to download |
+//! | `/api/profiles/processes` | the processes in the range, by samples |
+//!
+//! Parameters: `range=SINCE..UNTIL` (default `10m..0s`) for one profile,
+//! `base=` and `new=` (defaults `20m..10m` and `10m..0s`) for a diff, in
+//! the units of `sonde profile --since` (s, m, h, d ago); `pid=N` and
+//! `process=NAME` (each repeatable) keep only those processes; `top=N`
+//! (default 50) cuts the tables. A bad or unknown parameter is a 400 with
+//! a JSON `{"error": ...}` saying what is wrong; a range with no stored
+//! profile is a 404 likewise. Each request reads and merges the store's
+//! files on tokio's blocking pool, off the listener's thread.
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{HeaderValue, CONTENT_DISPOSITION, CONTENT_TYPE};
+use hyper::{Response, StatusCode};
+use sonde_profile::store::{Ago, SpanError, Store};
+use sonde_profile::{flamegraph, pprof, views, Profile};
+
+/// The most rows a table may ask for.
+const MAX_TOP: usize = 100_000;
+
+/// What a request asks for.
+#[derive(Debug, PartialEq)]
+struct Query {
+    range: Ago,
+    base: Ago,
+    new: Ago,
+    pids: Vec<u32>,
+    processes: Vec<String>,
+    top: usize,
+}
+
+fn minutes(since: u64, until: u64) -> Ago {
+    Ago {
+        since: std::time::Duration::from_secs(since * 60),
+        until: std::time::Duration::from_secs(until * 60),
+    }
+}
+
+impl Query {
+    fn parse(query: Option<&str>) -> Result<Query, String> {
+        let mut q = Query {
+            range: minutes(10, 0),
+            base: minutes(20, 10),
+            new: minutes(10, 0),
+            pids: Vec::new(),
+            processes: Vec::new(),
+            top: 50,
+        };
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            let value = value.as_ref();
+            let bad = |what: &str| format!("{key}={value:?}: {what}");
+            match key.as_ref() {
+                "range" => q.range = Ago::parse(value).map_err(|e| bad(&e))?,
+                "base" => q.base = Ago::parse(value).map_err(|e| bad(&e))?,
+                "new" => q.new = Ago::parse(value).map_err(|e| bad(&e))?,
+                "pid" => q
+                    .pids
+                    .push(value.parse().map_err(|_| bad("not a process id"))?),
+                "process" if !value.is_empty() => q.processes.push(value.to_string()),
+                "process" => return Err(bad("empty process name")),
+                "top" => {
+                    q.top = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_TOP).contains(n))
+                        .ok_or_else(|| bad(&format!("a number from 1 to {MAX_TOP}")))?;
+                }
+                other => {
+                    return Err(format!(
+                        "unknown parameter {other:?}; known: range, base, new, pid, process, top"
+                    ))
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    /// The profile with only the processes asked for.
+    fn keep(&self, profile: Profile) -> Profile {
+        if self.pids.is_empty() && self.processes.is_empty() {
+            return profile;
+        }
+        profile.filter(|p| {
+            (self.pids.is_empty() || self.pids.contains(&p.pid))
+                && (self.processes.is_empty() || self.processes.contains(&p.name))
+        })
+    }
+
+    fn read(&self, store: &Store, span: Ago) -> Result<Profile, Failure> {
+        match store.read_ago(span) {
+            Ok(p) => Ok(self.keep(p)),
+            Err(e @ SpanError::Empty { .. }) => Err(Failure(StatusCode::NOT_FOUND, e.to_string())),
+            Err(e) => Err(Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        }
+    }
+}
+
+/// A request that cannot be answered: the status and what to say.
+struct Failure(StatusCode, String);
+
+/// Whether the admin site routes `path` here.
+pub(super) fn handles(path: &str) -> bool {
+    path.starts_with("/api/profiles/")
+}
+
+/// Answers a request for `path` from `store`, on the blocking pool.
+pub(super) async fn respond(
+    store: Store,
+    path: String,
+    query: Option<String>,
+) -> Response<Full<Bytes>> {
+    tokio::task::spawn_blocking(move || answer(&store, &path, query.as_deref()))
+        .await
+        .unwrap_or_else(|e| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("reading the profiles failed: {e}"),
+            )
+        })
+}
+
+fn answer(store: &Store, path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+    let q = match Query::parse(query) {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+    };
+    let one = |span| q.read(store, span);
+    let result = match path {
+        "/api/profiles/top" => one(q.range).map(|p| json(&views::top(&p, Some(q.top)))),
+        "/api/profiles/flamegraph" => one(q.range).map(|p| {
+            let options = flamegraph::Options {
+                title: format!("{} samples, {}", p.samples(), describe(q.range)),
+                ..Default::default()
+            };
+            body(SVG, flamegraph::render(&p, &options))
+        }),
+        "/api/profiles/folded" => {
+            one(q.range).map(|p| body("text/plain; charset=utf-8", views::folded(&p)))
+        }
+        "/api/profiles/pprof" => one(q.range).map(|p| {
+            let mut r = body("application/octet-stream", pprof::encode(&p));
+            let name = format!(
+                "attachment; filename=\"sonde-{}-{}.pb.gz\"",
+                ago_name(q.range.since),
+                ago_name(q.range.until)
+            );
+            if let Ok(v) = HeaderValue::from_str(&name) {
+                r.headers_mut().insert(CONTENT_DISPOSITION, v);
+            }
+            r
+        }),
+        "/api/profiles/processes" => one(q.range).map(|p| json(&processes(&p))),
+        "/api/profiles/diff" => one(q.base)
+            .and_then(|base| Ok((base, one(q.new)?)))
+            .map(|(base, new)| json(&views::diff(&base, &new, Some(q.top)))),
+        "/api/profiles/diff/flamegraph" => one(q.base)
+            .and_then(|base| Ok((base, one(q.new)?)))
+            .map(|(base, new)| {
+                let options = flamegraph::Options {
+                    title: format!(
+                        "{} against {}: red grew, blue shrank (widths from the later)",
+                        describe(q.new),
+                        describe(q.base)
+                    ),
+                    ..Default::default()
+                };
+                body(SVG, flamegraph::render_diff(&base, &new, &options))
+            }),
+        _ => Err(Failure(
+            StatusCode::NOT_FOUND,
+            format!("no such path {path:?}"),
+        )),
+    };
+    result.unwrap_or_else(|Failure(status, message)| error(status, &message))
+}
+
+const SVG: &str = "image/svg+xml";
+
+/// One process of a profile and its samples, for the page's filter.
+#[derive(serde::Serialize)]
+struct ProcessRow<'a> {
+    pid: u32,
+    name: &'a str,
+    container: &'a str,
+    samples: u64,
+}
+
+fn processes(p: &Profile) -> Vec<ProcessRow<'_>> {
+    let mut samples = vec![0u64; p.processes.len()];
+    for s in &p.stacks {
+        samples[s.process as usize] += s.count;
+    }
+    let mut rows: Vec<ProcessRow<'_>> = p
+        .processes
+        .iter()
+        .zip(samples)
+        .map(|(proc_, samples)| ProcessRow {
+            pid: proc_.pid,
+            name: &proc_.name,
+            container: &proc_.container,
+            samples,
+        })
+        .collect();
+    rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+    rows
+}
+
+/// `10m..0s` as words: "the last 10 minutes", "20 to 10 minutes ago".
+fn describe(span: Ago) -> String {
+    let m = |d: std::time::Duration| d.as_secs_f64() / 60.0;
+    if span.until.is_zero() {
+        format!("the last {} minutes", m(span.since))
+    } else {
+        format!("{} to {} minutes ago", m(span.since), m(span.until))
+    }
+}
+
+fn ago_name(d: std::time::Duration) -> String {
+    format!("{}s", d.as_secs())
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => body("application/json", bytes),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    let mut r = json(&serde_json::json!({ "error": message }));
+    *r.status_mut() = status;
+    r
+}
+
+fn body(content_type: &'static str, bytes: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(bytes.into()));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_parse_with_defaults_and_bad_ones_say_why() {
+        let q = Query::parse(None).unwrap();
+        assert_eq!(
+            (q.range, q.base, q.new),
+            (minutes(10, 0), minutes(20, 10), minutes(10, 0))
+        );
+        assert_eq!(q.top, 50);
+        let q = Query::parse(Some("range=1h..30m&pid=7&pid=9&process=my%20app&top=5")).unwrap();
+        assert_eq!(q.range, minutes(60, 30));
+        assert_eq!(q.pids, [7, 9]);
+        assert_eq!(q.processes, ["my app"]);
+        assert_eq!(q.top, 5);
+        for (query, says) in [
+            ("range=10m..20m", "longer ago to shorter ago"),
+            ("range=yesterday", "not a range"),
+            ("base=5x..0s", "not a duration"),
+            ("pid=-1", "not a process id"),
+            ("pid=nginx", "not a process id"),
+            ("top=0", "from 1 to 100000"),
+            ("top=many", "from 1 to 100000"),
+            ("process=", "empty process name"),
+            ("seconds=30", "unknown parameter \"seconds\""),
+        ] {
+            let e = Query::parse(Some(query)).unwrap_err();
+            assert!(e.contains(says), "{query}: {e}");
+        }
+    }
+}
