@@ -28,6 +28,12 @@ pub struct Row {
     pub self_samples: u64,
     /// Samples with the function on the stack.
     pub total_samples: u64,
+    /// CPU-seconds with the function as the leaf: its samples over the
+    /// sampling frequency (each sample stands for a CPU busy for one
+    /// sampling interval).
+    pub self_cpu_s: f64,
+    /// CPU-seconds with the function on the stack.
+    pub total_cpu_s: f64,
 }
 
 /// The top table.
@@ -70,6 +76,7 @@ fn share(n: u64, of: u64) -> f64 {
 /// The `n` functions with the most self samples (all with `None`).
 pub fn top(profile: &Profile, n: Option<usize>) -> Top {
     let samples = profile.samples();
+    let per_sample = profile.seconds_per_sample();
     let mut functions: Vec<Row> = counts(profile)
         .into_iter()
         .map(|(f, (s, t))| Row {
@@ -79,6 +86,8 @@ pub fn top(profile: &Profile, n: Option<usize>) -> Top {
             total: share(t, samples),
             self_samples: s,
             total_samples: t,
+            self_cpu_s: s as f64 * per_sample,
+            total_cpu_s: t as f64 * per_sample,
         })
         .collect();
     functions.sort_by(|a, b| {
@@ -219,7 +228,7 @@ pub fn top_text(top: &Top, seconds_per_sample: f64) -> String {
             "{:>6.2}% {:>6.2}% {:>8.2}s  {} ({})\n",
             row.self_share * 100.0,
             row.total * 100.0,
-            row.self_samples as f64 * seconds_per_sample,
+            row.self_cpu_s,
             row.function,
             row.module
         ));

@@ -1237,3 +1237,165 @@ fn the_admin_site_serves_the_stored_profiles_as_json_svg_and_pprof() {
     assert_eq!(agent.metric("sonde_profiler_running"), Some(1.0));
     drop(burner);
 }
+
+/// Headless Chromium (Debian's `chromium`), or `None` with the reason
+/// printed; CI (`SONDE_REQUIRE_BACKENDS=1`) fails instead.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("SONDE_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("SONDE_REQUIRE_BACKENDS").is_none(),
+        "no Chromium at {} (apt-get install chromium)",
+        path.display()
+    );
+    eprintln!(
+        "skipped: no Chromium at {} (apt-get install chromium)",
+        path.display()
+    );
+    None
+}
+
+/// Loads `url` in headless Chromium, lets its scripts and requests run,
+/// and returns the DOM; with `screenshot`, also saves the page as a PNG.
+fn render_page(chromium: &Path, url: &str, screenshot: Option<&Path>) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let run = |extra: &[String]| {
+        let out = Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                // Virtual time waits for the page's fetches before it ends.
+                "--virtual-time-budget=20000",
+                "--window-size=1400,1100",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(url)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "chromium {extra:?} {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    if let Some(png) = screenshot {
+        run(&[format!("--screenshot={}", png.display())]);
+        assert!(
+            fs::metadata(png).is_ok_and(|m| m.len() > 10_000),
+            "{}",
+            png.display()
+        );
+    }
+    run(&["--dump-dom".to_string()])
+}
+
+/// The rows of the page's table: (function, the class of its change cell).
+fn page_rows(dom: &str) -> Vec<(String, String)> {
+    dom.split("<tr data-function=\"")
+        .skip(1)
+        .map(|row| {
+            let name = row.split('"').next().unwrap().to_string();
+            let class = row
+                .split("</tr>")
+                .next()
+                .unwrap()
+                .rsplit("<td class=\"")
+                .next()
+                .and_then(|c| c.split('"').next())
+                .unwrap_or("")
+                .to_string();
+            (name, class)
+        })
+        .collect()
+}
+
+#[test]
+fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
+    let Some(chromium) = chromium() else {
+        return;
+    };
+    let _cpu = exclusive();
+    // Long enough for a slow, busy machine; killed on drop.
+    let burner = Program::start(&programs().burn_nofp, &["600"]);
+    burner.wait_line("phase 1");
+    let pid = burner.pid().to_string();
+    let agent = profiling_agent(99, "");
+    let started = Instant::now();
+    let base_url = format!("http://127.0.0.1:{}", agent.admin);
+    wait_for("200 samples of the burner stored", WAIT, || {
+        let (_, _, body) = admin_request(
+            "GET",
+            agent.admin,
+            &format!("/api/profiles/top?range=5m..0s&pid={pid}"),
+        );
+        let top: Json = serde_json::from_slice(&body).ok()?;
+        (top["samples"].as_u64()? >= 200).then_some(())
+    });
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    fs::create_dir_all(&shots).unwrap();
+
+    // One range: the hot function leads the table and is in the graph.
+    let dom = render_page(
+        &chromium,
+        &format!("{base_url}/profiles?range=5m..0s&pid={pid}"),
+        Some(&shots.join("profiles.png")),
+    );
+    let rows = page_rows(&dom);
+    assert_eq!(
+        rows.first().map(|r| r.0.as_str()),
+        Some("hot"),
+        "{rows:?}\n{dom}"
+    );
+    assert!(rows.iter().any(|r| r.0 == "cold"), "{rows:?}");
+    assert!(
+        dom.contains("<g class=\"frame\" data-name=\"hot\""),
+        "{dom}"
+    );
+    assert!(dom.contains("samples over"), "{dom}");
+    assert!(!dom.contains("class=\"summary error\""), "{dom}");
+
+    // Phase 2 swaps the shares; the comparison marks hot shrinking and
+    // cold growing, in the table and in the differential graph.
+    let periods = agent.metric("sonde_profiler_periods_total").unwrap();
+    assert!(Command::new("kill")
+        .args(["-USR1", &pid])
+        .status()
+        .unwrap()
+        .success());
+    burner.wait_line("phase 2");
+    let switched = Instant::now();
+    wait_periods(&agent, periods, 4.0);
+    let ago = |t: Instant| t.elapsed().as_secs();
+    let base = format!("{}s..{}s", ago(started) + 1, ago(switched) + 2);
+    let new = format!("{}s..0s", ago(switched).saturating_sub(1));
+    let dom = render_page(
+        &chromium,
+        &format!("{base_url}/profiles?compare=1&base={base}&new={new}&pid={pid}"),
+        Some(&shots.join("profiles-diff.png")),
+    );
+    let rows = page_rows(&dom);
+    let class = |f: &str| rows.iter().find(|r| r.0 == f).map(|r| r.1.clone());
+    assert_eq!(
+        class("cold").as_deref(),
+        Some("grew"),
+        "{base} {new}: {rows:?}"
+    );
+    assert_eq!(
+        class("hot").as_deref(),
+        Some("shrank"),
+        "{base} {new}: {rows:?}"
+    );
+    assert!(
+        dom.contains("<g class=\"frame\" data-name=\"cold\""),
+        "{dom}"
+    );
+    eprintln!("screenshots in {}", shots.display());
+}

@@ -58,6 +58,7 @@ const ADMIN_INDEX: &str = "<!DOCTYPE html>
 <body>
 <h1>sonde</h1>
 <ul>
+<li><a href=\"/profiles\">/profiles</a>: where the host's CPU goes, from the profiler's store: top functions, flame graphs, and what changed</li>
 <li><a href=\"/health\">/health</a>: answers <code>ok</code> while the agent runs</li>
 <li><a href=\"/metrics\">/metrics</a>: the agent's own counters, in the Prometheus text format</li>
 <li><a href=\"/debug/pprof/profile?seconds=30\">/debug/pprof/profile?seconds=30</a>: a CPU profile of the agent (pprof protobuf, for <code>go tool pprof</code>)</li>
@@ -66,13 +67,25 @@ const ADMIN_INDEX: &str = "<!DOCTYPE html>
 </body></html>
 ";
 
+const HTML: &str = "text/html; charset=utf-8";
+
+/// The `/profiles` page: one file of HTML, CSS and plain JavaScript, built
+/// into the binary; it reads `/api/profiles/` and loads nothing else.
+const PROFILES_PAGE: &[u8] = include_bytes!("assets/profiles.html");
+
+/// What the pages may load: only the admin site itself (their scripts and
+/// styles are inline), so no request leaves the host.
+const PAGE_POLICY: &str =
+    "default-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'";
+
 fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
     let (status, ctype, body): (StatusCode, &str, Bytes) = match (site, path) {
         (Site::Admin(_), "/") => (
             StatusCode::OK,
-            "text/html; charset=utf-8",
+            HTML,
             Bytes::from_static(ADMIN_INDEX.as_bytes()),
         ),
+        (Site::Admin(_), "/profiles") => (StatusCode::OK, HTML, Bytes::from_static(PROFILES_PAGE)),
         (Site::Admin(_), "/health") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
         (Site::Admin(a), "/metrics") => (
             StatusCode::OK,
@@ -94,6 +107,12 @@ fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
     *r.status_mut() = status;
     if let Ok(v) = ctype.parse() {
         r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    if ctype == HTML {
+        r.headers_mut().insert(
+            hyper::header::CONTENT_SECURITY_POLICY,
+            hyper::header::HeaderValue::from_static(PAGE_POLICY),
+        );
     }
     r
 }
@@ -222,6 +241,7 @@ mod tests {
         assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
         let page = body(r);
         for path in [
+            "/profiles",
             "/health",
             "/metrics",
             "/debug/pprof/profile?seconds=30",
@@ -232,6 +252,15 @@ mod tests {
         // Every link leads somewhere: the plain pages answer, and the
         // profile links carry a valid duration.
         assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
+        let page = respond(&site, "/profiles");
+        assert_eq!(page.status(), StatusCode::OK);
+        // The page may load nothing from outside the admin site.
+        assert!(page.headers()[hyper::header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .starts_with("default-src 'self'"));
+        let page = body(page);
+        assert!(!page.contains("http://") && !page.contains("https://"));
         assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
         assert_eq!(profiling::seconds_param(Some("seconds=30")), Ok(30));
     }
@@ -252,6 +281,15 @@ mod tests {
             profiles: test_store(),
         }));
         assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
+        let page = respond(&site, "/profiles");
+        assert_eq!(page.status(), StatusCode::OK);
+        // The page may load nothing from outside the admin site.
+        assert!(page.headers()[hyper::header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .starts_with("default-src 'self'"));
+        let page = body(page);
+        assert!(!page.contains("http://") && !page.contains("https://"));
         assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
         assert_eq!(respond(&site, "/nope").status(), StatusCode::NOT_FOUND);
     }

@@ -218,18 +218,25 @@ fn processes(p: &Profile) -> Vec<ProcessRow<'_>> {
     rows
 }
 
-/// `10m..0s` as words: "the last 10 minutes", "20 to 10 minutes ago".
+/// `10m..0s` as words: "the last 10m", "20m to 10m ago".
 fn describe(span: Ago) -> String {
-    let m = |d: std::time::Duration| d.as_secs_f64() / 60.0;
     if span.until.is_zero() {
-        format!("the last {} minutes", m(span.since))
+        format!("the last {}", ago_name(span.since))
     } else {
-        format!("{} to {} minutes ago", m(span.since), m(span.until))
+        format!("{} to {} ago", ago_name(span.since), ago_name(span.until))
     }
 }
 
+/// A duration in its largest whole unit: `90s`, `10m`, `2h`, `1d`.
 fn ago_name(d: std::time::Duration) -> String {
-    format!("{}s", d.as_secs())
+    let s = d.as_secs();
+    match s {
+        0 => "0s".to_string(),
+        _ if s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Response<Full<Bytes>> {
@@ -283,5 +290,13 @@ mod tests {
             let e = Query::parse(Some(query)).unwrap_err();
             assert!(e.contains(says), "{query}: {e}");
         }
+    }
+
+    #[test]
+    fn ranges_read_as_words_in_their_largest_unit() {
+        assert_eq!(describe(minutes(10, 0)), "the last 10m");
+        assert_eq!(describe(minutes(120, 60)), "2h to 1h ago");
+        assert_eq!(describe(Ago::parse("90s..45s").unwrap()), "90s to 45s ago");
+        assert_eq!(describe(Ago::parse("2d..0s").unwrap()), "the last 2d");
     }
 }
