@@ -1238,65 +1238,6 @@ fn the_admin_site_serves_the_stored_profiles_as_json_svg_and_pprof() {
     drop(burner);
 }
 
-/// Headless Chromium (Debian's `chromium`), or `None` with the reason
-/// printed; CI (`SONDE_REQUIRE_BACKENDS=1`) fails instead.
-fn chromium() -> Option<PathBuf> {
-    let path = std::env::var_os("SONDE_CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("SONDE_REQUIRE_BACKENDS").is_none(),
-        "no Chromium at {} (apt-get install chromium)",
-        path.display()
-    );
-    eprintln!(
-        "skipped: no Chromium at {} (apt-get install chromium)",
-        path.display()
-    );
-    None
-}
-
-/// Loads `url` in headless Chromium, lets its scripts and requests run,
-/// and returns the DOM; with `screenshot`, also saves the page as a PNG.
-fn render_page(chromium: &Path, url: &str, screenshot: Option<&Path>) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let run = |extra: &[String]| {
-        let out = Command::new(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                // Virtual time waits for the page's fetches before it ends.
-                "--virtual-time-budget=20000",
-                "--window-size=1400,1100",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(extra)
-            .arg(url)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "chromium {extra:?} {url}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
-    if let Some(png) = screenshot {
-        run(&[format!("--screenshot={}", png.display())]);
-        assert!(
-            fs::metadata(png).is_ok_and(|m| m.len() > 10_000),
-            "{}",
-            png.display()
-        );
-    }
-    run(&["--dump-dom".to_string()])
-}
-
 /// The rows of the page's table: (function, the class of its change cell).
 fn page_rows(dom: &str) -> Vec<(String, String)> {
     dom.split("<tr data-function=\"")
@@ -1319,7 +1260,7 @@ fn page_rows(dom: &str) -> Vec<(String, String)> {
 
 #[test]
 fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
-    let Some(chromium) = chromium() else {
+    let Some(chromium) = common::browser::chromium() else {
         return;
     };
     let _cpu = exclusive();
@@ -1343,7 +1284,7 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
     fs::create_dir_all(&shots).unwrap();
 
     // One range: the hot function leads the table and is in the graph.
-    let dom = render_page(
+    let dom = common::browser::render_page(
         &chromium,
         &format!("{base_url}/profiles?range=5m..0s&pid={pid}"),
         Some(&shots.join("profiles.png")),
@@ -1376,7 +1317,7 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
     let ago = |t: Instant| t.elapsed().as_secs();
     let base = format!("{}s..{}s", ago(started) + 1, ago(switched) + 2);
     let new = format!("{}s..0s", ago(switched).saturating_sub(1));
-    let dom = render_page(
+    let dom = common::browser::render_page(
         &chromium,
         &format!("{base_url}/profiles?compare=1&base={base}&new={new}&pid={pid}"),
         Some(&shots.join("profiles-diff.png")),
@@ -1398,4 +1339,69 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
         "{dom}"
     );
     eprintln!("screenshots in {}", shots.display());
+}
+
+#[test]
+fn the_agent_page_shows_receivers_sinks_series_and_the_profiler_in_chromium() {
+    let Some(chromium) = common::browser::chromium() else {
+        return;
+    };
+    let port = common::free_port();
+    let agent = common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\ninterval = \"1s\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{}\n[profiler]\nperiod = \"1s\"\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            dir.join("data").display(),
+            common::statsd_receiver(port),
+            dir.join("points.jsonl").display()
+        )
+    });
+    for i in 0..100 {
+        common::udp_send(port, format!("page.hits:1|c|#n:{}", i % 5).as_bytes());
+    }
+    common::udp_send(port, b"not a statsd line");
+    wait_for("the points counted and a profile stored", WAIT, || {
+        let points = agent.metric(&format!(
+            "sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"statsd\"}}"
+        ))?;
+        let periods = agent.metric("sonde_profiler_periods_total")?;
+        (points >= 100.0 && periods >= 1.0).then_some(())
+    });
+    let (status, content_type, body) = admin_request("GET", agent.admin, "/api/metrics");
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    let metrics: Json = serde_json::from_slice(&body).unwrap();
+    assert!(metrics["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "sonde_receiver_points_total"));
+
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    fs::create_dir_all(&shots).unwrap();
+    let dom = common::browser::render_page(
+        &chromium,
+        &format!("http://127.0.0.1:{}/", agent.admin),
+        Some(&shots.join("agent.png")),
+    );
+    // A table row per receiver and sink, keyed by its name.
+    let row = |name: &str| -> String {
+        let start = dom
+            .find(&format!("<tr data-name=\"{name}\""))
+            .unwrap_or_else(|| panic!("no row {name} in {dom}"));
+        dom[start..].split("</tr>").next().unwrap().to_string()
+    };
+    let receiver = row(&format!("udp://127.0.0.1:{port}"));
+    assert!(receiver.contains(">statsd<"), "{receiver}");
+    assert!(receiver.contains(">100<"), "100 points: {receiver}");
+    assert!(
+        receiver.contains("malformed"),
+        "the bad line's reason: {receiver}"
+    );
+    let sink = dom
+        .split("<tr data-name=\"")
+        .find(|r| r.starts_with("file"))
+        .unwrap_or_else(|| panic!("no file sink row in {dom}"));
+    assert!(sink.contains("<td"), "{sink}");
+    assert!(dom.contains("live series of"), "{dom}");
+    assert!(dom.contains("class=\"ok\">running<"), "{dom}");
+    assert!(dom.contains("updated "), "the page polled: {dom}");
 }

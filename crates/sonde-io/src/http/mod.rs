@@ -1,5 +1,6 @@
-//! The HTTP listeners: the admin endpoint (`/` an index page, `/health`,
-//! `/metrics`) and the Prometheus exporter sinks' scrape endpoints.
+//! The HTTP listeners: the admin site (`/` the agent at a glance,
+//! `/profiles`, `/health`, `/metrics` and `/api/metrics`, `/api/profiles/`)
+//! and the Prometheus exporter sinks' scrape endpoints.
 //!
 //! They share one single-threaded tokio runtime on its own thread: scrapes
 //! are rare and tiny next to the data path, which never touches it. The
@@ -51,21 +52,10 @@ pub enum Site {
 
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The admin site's `/`: a page linking to every endpoint it serves, so a
-/// person who opens the admin address in a browser finds their way.
-const ADMIN_INDEX: &str = "<!DOCTYPE html>
-<html><head><meta charset=\"utf-8\"><title>sonde</title></head>
-<body>
-<h1>sonde</h1>
-<ul>
-<li><a href=\"/profiles\">/profiles</a>: where the host's CPU goes, from the profiler's store: top functions, flame graphs, and what changed</li>
-<li><a href=\"/health\">/health</a>: answers <code>ok</code> while the agent runs</li>
-<li><a href=\"/metrics\">/metrics</a>: the agent's own counters, in the Prometheus text format</li>
-<li><a href=\"/debug/pprof/profile?seconds=30\">/debug/pprof/profile?seconds=30</a>: a CPU profile of the agent (pprof protobuf, for <code>go tool pprof</code>)</li>
-<li><a href=\"/debug/pprof/flamegraph?seconds=30\">/debug/pprof/flamegraph?seconds=30</a>: the same profile as an SVG flame graph</li>
-</ul>
-</body></html>
-";
+/// The admin site's `/`: the agent at a glance (receivers, series,
+/// sinks, log sources, the profiler), refreshed every 2 s from
+/// `/api/metrics`, with a link to every endpoint the site serves.
+const AGENT_PAGE: &[u8] = include_bytes!("assets/agent.html");
 
 const HTML: &str = "text/html; charset=utf-8";
 
@@ -80,10 +70,11 @@ const PAGE_POLICY: &str =
 
 fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
     let (status, ctype, body): (StatusCode, &str, Bytes) = match (site, path) {
-        (Site::Admin(_), "/") => (
+        (Site::Admin(_), "/") => (StatusCode::OK, HTML, Bytes::from_static(AGENT_PAGE)),
+        (Site::Admin(a), "/api/metrics") => (
             StatusCode::OK,
-            HTML,
-            Bytes::from_static(ADMIN_INDEX.as_bytes()),
+            "application/json",
+            Bytes::from(a.telemetry.to_json().to_string()),
         ),
         (Site::Admin(_), "/profiles") => (StatusCode::OK, HTML, Bytes::from_static(PROFILES_PAGE)),
         (Site::Admin(_), "/health") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),

@@ -42,6 +42,15 @@ pub enum Value {
     Float(f64),
 }
 
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Int(v) => v.fmt(f),
+            Value::Float(v) => v.fmt(f),
+        }
+    }
+}
+
 /// Where a metric's samples come from, which also fixes its labels.
 #[derive(Clone, Copy, Debug)]
 pub enum Source {

@@ -13,7 +13,7 @@ mod metrics;
 
 pub use metrics::{Kind, Metric, Source, Value, METRICS};
 
-use std::fmt::{Display, Write};
+use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -54,6 +54,31 @@ impl Telemetry {
     /// [`Telemetry::render`], with the host's `/proc/net/snmp` text (or
     /// `None` where there is none) passed in.
     fn render_with(&self, snmp: Option<&str>) -> String {
+        let mut text = Text {
+            out: String::new(),
+            name: "",
+        };
+        self.walk(snmp, &mut text);
+        text.out
+    }
+
+    /// Every metric of [`METRICS`] as JSON, for the admin site's
+    /// `/api/metrics` and the agent page: `{"metrics": [{"name", "type",
+    /// "help", "samples": [{"labels": {...}, "value": N}]}]}`, the same
+    /// metrics and samples as [`Telemetry::render`].
+    pub fn to_json(&self) -> serde_json::Value {
+        let snmp = std::fs::read_to_string("/proc/net/snmp").ok();
+        self.json_with(snmp.as_deref())
+    }
+
+    fn json_with(&self, snmp: Option<&str>) -> serde_json::Value {
+        let mut json = Json(Vec::new());
+        self.walk(snmp, &mut json);
+        serde_json::json!({ "metrics": json.0 })
+    }
+
+    /// Walks [`METRICS`], handing each metric and its samples to `out`.
+    fn walk(&self, snmp: Option<&str>, out: &mut dyn Emit) {
         let receivers = self
             .receivers
             .lock()
@@ -61,7 +86,6 @@ impl Telemetry {
             .clone();
         let sinks = self.sinks.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let logs = self.logs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut o = String::new();
         for m in METRICS {
             let host = match m.source {
                 Source::HostUdp(field) => match snmp.and_then(|t| parse_snmp(t, "Udp:", field)) {
@@ -70,18 +94,12 @@ impl Telemetry {
                 },
                 _ => None,
             };
-            let _ = writeln!(
-                o,
-                "# HELP {name} {help}\n# TYPE {name} {kind}",
-                name = m.name,
-                help = m.help,
-                kind = m.kind.as_str()
-            );
+            out.metric(m);
             match m.source {
                 Source::Receiver(get) => {
                     for r in &receivers {
                         let labels = [("receiver", r.listen.as_str()), ("protocol", r.protocol)];
-                        sample(&mut o, m.name, &labels, get(r));
+                        out.sample(&labels, Value::Int(get(r)));
                     }
                 }
                 Source::ReceiverDrops => {
@@ -92,34 +110,26 @@ impl Telemetry {
                                 ("protocol", r.protocol),
                                 ("reason", reason.as_str()),
                             ];
-                            sample(&mut o, m.name, &labels, r.dropped(reason));
+                            out.sample(&labels, Value::Int(r.dropped(reason)));
                         }
                     }
                 }
-                Source::Agent(get) => match get(self) {
-                    Value::Int(v) => sample(&mut o, m.name, &[], v),
-                    Value::Float(v) => sample(&mut o, m.name, &[], v),
-                },
+                Source::Agent(get) => out.sample(&[], get(self)),
                 Source::HostUdp(_) => {
                     if let Some(v) = host {
-                        sample(&mut o, m.name, &[], v);
+                        out.sample(&[], Value::Int(v));
                     }
                 }
                 Source::Sink(get) => {
                     for s in &sinks {
-                        sample(&mut o, m.name, &[("sink", &s.name)], get(s));
+                        out.sample(&[("sink", &s.name)], Value::Int(get(s)));
                     }
                 }
                 Source::SinkFailures => {
                     for s in &sinks {
                         for r in FailReason::ALL {
                             let v = s.failures[r as usize].load(Relaxed);
-                            sample(
-                                &mut o,
-                                m.name,
-                                &[("sink", &s.name), ("reason", r.as_str())],
-                                v,
-                            );
+                            out.sample(&[("sink", &s.name), ("reason", r.as_str())], Value::Int(v));
                         }
                     }
                 }
@@ -127,40 +137,89 @@ impl Telemetry {
                     for s in &sinks {
                         for d in SinkDrop::ALL {
                             let v = get(s)[d as usize].load(Relaxed);
-                            sample(
-                                &mut o,
-                                m.name,
-                                &[("sink", &s.name), ("reason", d.as_str())],
-                                v,
-                            );
+                            out.sample(&[("sink", &s.name), ("reason", d.as_str())], Value::Int(v));
                         }
                     }
                 }
                 Source::Log(get) => {
                     for l in &logs {
-                        sample(&mut o, m.name, &[("source", &l.source)], get(l));
+                        out.sample(&[("source", &l.source)], Value::Int(get(l)));
                     }
                 }
             }
         }
-        o
     }
 }
 
-/// Writes one sample line: `name{label="value",...} value`.
-fn sample(o: &mut String, name: &str, labels: &[(&str, &str)], value: impl Display) {
-    o.push_str(name);
-    if !labels.is_empty() {
-        o.push('{');
-        for (i, (k, v)) in labels.iter().enumerate() {
-            if i > 0 {
-                o.push(',');
-            }
-            let _ = write!(o, "{k}=\"{}\"", escape(v));
-        }
-        o.push('}');
+/// What the walk over [`METRICS`] writes to: a metric, then its samples.
+trait Emit {
+    fn metric(&mut self, m: &'static Metric);
+    fn sample(&mut self, labels: &[(&str, &str)], value: Value);
+}
+
+/// The Prometheus text format.
+struct Text {
+    out: String,
+    /// The metric whose samples follow.
+    name: &'static str,
+}
+
+impl Emit for Text {
+    fn metric(&mut self, m: &'static Metric) {
+        let _ = writeln!(
+            self.out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}",
+            name = m.name,
+            help = m.help,
+            kind = m.kind.as_str()
+        );
+        self.name = m.name;
     }
-    let _ = writeln!(o, " {value}");
+
+    /// One line: `name{label="value",...} value`.
+    fn sample(&mut self, labels: &[(&str, &str)], value: Value) {
+        let o = &mut self.out;
+        o.push_str(self.name);
+        if !labels.is_empty() {
+            o.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    o.push(',');
+                }
+                let _ = write!(o, "{k}=\"{}\"", escape(v));
+            }
+            o.push('}');
+        }
+        let _ = writeln!(o, " {value}");
+    }
+}
+
+/// JSON: each metric an object with its samples.
+struct Json(Vec<serde_json::Value>);
+
+impl Emit for Json {
+    fn metric(&mut self, m: &'static Metric) {
+        self.0.push(serde_json::json!({
+            "name": m.name,
+            "type": m.kind.as_str(),
+            "help": m.help,
+            "samples": [],
+        }));
+    }
+
+    fn sample(&mut self, labels: &[(&str, &str)], value: Value) {
+        let labels: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
+            .collect();
+        let value = match value {
+            Value::Int(v) => serde_json::Value::from(v),
+            Value::Float(v) => serde_json::Value::from(v),
+        };
+        if let Some(samples) = self.0.last_mut().and_then(|m| m["samples"].as_array_mut()) {
+            samples.push(serde_json::json!({ "labels": labels, "value": value }));
+        }
+    }
 }
 
 /// A label value escaped for the text format: backslash, quote, newline.
@@ -285,6 +344,59 @@ mod tests {
         for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
             assert_eq!(g, w, "line {}", i + 1);
         }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_json_holds_the_same_metrics_and_samples_as_the_text() {
+        let agent = busy_agent();
+        let text = agent.render_with(Some(SNMP));
+        let json = agent.json_with(Some(SNMP));
+        let metrics = json["metrics"].as_array().unwrap();
+        let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+        assert_eq!(metrics.len(), types);
+        // Each text sample line, rebuilt from the JSON.
+        let mut lines = Vec::new();
+        for m in metrics {
+            for s in m["samples"].as_array().unwrap() {
+                let labels: Vec<String> = s["labels"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape(v.as_str().unwrap())))
+                    .collect();
+                let labels = if labels.is_empty() {
+                    String::new()
+                } else {
+                    format!("{{{}}}", labels.join(","))
+                };
+                lines.push(format!(
+                    "{}{labels} {}",
+                    m["name"].as_str().unwrap(),
+                    s["value"]
+                ));
+            }
+        }
+        // JSON objects keep their keys sorted: compare each line with its
+        // labels sorted (no test label value holds `",`).
+        let sorted = |line: &str| -> String {
+            let Some((name, rest)) = line.split_once('{') else {
+                return line.to_string();
+            };
+            let (labels, value) = rest.rsplit_once("} ").unwrap();
+            let mut labels: Vec<String> = labels
+                .split("\",")
+                .map(|l| l.trim_end_matches('"').to_string() + "\"")
+                .collect();
+            labels.sort();
+            format!("{name}{{{}}} {value}", labels.join(","))
+        };
+        let want: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(sorted)
+            .collect();
+        let got: Vec<String> = lines.iter().map(|l| sorted(l)).collect();
         assert_eq!(got, want);
     }
 

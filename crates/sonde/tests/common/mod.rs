@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod backends;
+pub mod browser;
 
 pub use serde_json::Value as Json;
 
