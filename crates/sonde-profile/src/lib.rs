@@ -15,6 +15,6 @@ pub mod store;
 pub mod symbolize;
 pub mod views;
 
-pub use model::{Function, Process, Profile, ProfileBuilder, Stack};
+pub use model::{Focus, Function, Process, Profile, ProfileBuilder, Stack};
 pub use perf::OpenError;
 pub use sampler::{Footprint, Profiler};

@@ -105,6 +105,35 @@ impl Profile {
         out.finish()
     }
 
+    /// The stacks through the function named `name`, seen from it: with
+    /// [`Focus::Callees`] each is cut to start at the function (what it
+    /// calls, and where its time goes), with [`Focus::Callers`] each runs
+    /// from the function out to the stack's root (who calls it). The
+    /// outermost occurrence counts where the function recurses. Stacks
+    /// without it are left out, so shares are of the function's samples.
+    pub fn focus(&self, name: &str, focus: Focus) -> Profile {
+        let mut out = ProfileBuilder::new(self.frequency, self.start_ns, self.duration_ns);
+        for stack in &self.stacks {
+            let Some(at) = stack
+                .frames
+                .iter()
+                .position(|&f| self.function(f).name == name)
+            else {
+                continue;
+            };
+            let process = &self.processes[stack.process as usize];
+            let frames = stack.frames.iter().map(|&f| self.function(f));
+            match focus {
+                Focus::Callees => out.add(process, frames.skip(at), stack.count),
+                Focus::Callers => {
+                    let callers: Vec<&Function> = frames.take(at + 1).collect();
+                    out.add(process, callers.into_iter().rev(), stack.count);
+                }
+            }
+        }
+        out.finish()
+    }
+
     /// Adds every stack of `other` to this profile, widening the period to
     /// cover both.
     pub fn merge(self, other: &Profile) -> Profile {
@@ -132,6 +161,15 @@ impl Profile {
         }
         out.finish()
     }
+}
+
+/// Which side of a function [`Profile::focus`] shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Focus {
+    /// What the function calls.
+    Callees,
+    /// What calls the function.
+    Callers,
 }
 
 /// Builds a [`Profile`], interning functions and processes and merging
@@ -259,5 +297,62 @@ impl ProfileBuilder {
         stacks.sort_by(|a, b| (a.process, &a.frames).cmp(&(b.process, &b.frames)));
         profile.stacks = stacks;
         profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str) -> Function {
+        Function {
+            name: name.into(),
+            module: "/bin/app".into(),
+        }
+    }
+
+    /// Root-first stacks of one process as `a;b;c count` lines, sorted.
+    fn folded(p: &Profile) -> Vec<String> {
+        let mut lines: Vec<String> = p
+            .stacks
+            .iter()
+            .map(|s| {
+                let names: Vec<&str> = s
+                    .frames
+                    .iter()
+                    .map(|&i| p.function(i).name.as_str())
+                    .collect();
+                format!("{} {}", names.join(";"), s.count)
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn focus_shows_a_functions_callees_and_callers_from_its_outermost_call() {
+        let mut b = ProfileBuilder::new(19, 0, 1);
+        let p = Process {
+            pid: 1,
+            name: "app".into(),
+            container: String::new(),
+        };
+        b.add(&p, &[f("main"), f("serve"), f("parse"), f("alloc")], 5);
+        b.add(
+            &p,
+            &[f("main"), f("batch"), f("parse"), f("parse"), f("memcpy")],
+            3,
+        );
+        b.add(&p, &[f("main"), f("idle")], 7);
+        let profile = b.finish();
+        assert_eq!(
+            folded(&profile.focus("parse", Focus::Callees)),
+            ["parse;alloc 5", "parse;parse;memcpy 3"]
+        );
+        assert_eq!(
+            folded(&profile.focus("parse", Focus::Callers)),
+            ["parse;batch;main 3", "parse;serve;main 5"]
+        );
+        assert_eq!(profile.focus("nothing", Focus::Callers).samples(), 0);
     }
 }

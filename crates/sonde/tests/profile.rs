@@ -1303,6 +1303,33 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
     assert!(dom.contains("samples over"), "{dom}");
     assert!(!dom.contains("class=\"summary error\""), "{dom}");
 
+    // Focused on `work`: its callers run up to main, its callees are the
+    // two loops, and the table still holds the whole profile.
+    let dom = common::browser::render_page(
+        &chromium,
+        &format!("{base_url}/profiles?range=5m..0s&pid={pid}&focus=work"),
+        Some(&shots.join("profiles-focus.png")),
+    );
+    let (callers, callees) = dom
+        .split_once("Callees of work")
+        .unwrap_or_else(|| panic!("no callees graph: {dom}"));
+    let callers = callers
+        .split_once("Callers of work")
+        .unwrap_or_else(|| panic!("no callers graph: {dom}"))
+        .1;
+    let frame = |graph: &str, name: &str| {
+        graph.contains(&format!("<g class=\"frame\" data-name=\"{name}\""))
+    };
+    assert!(
+        frame(callers, "main") && !frame(callers, "hot"),
+        "{callers}"
+    );
+    assert!(
+        frame(callees, "hot") && frame(callees, "cold") && !frame(callees, "main"),
+        "{callees}"
+    );
+    assert_eq!(page_rows(&dom).first().map(|r| r.0.as_str()), Some("hot"));
+
     // Phase 2 swaps the shares; the comparison marks hot shrinking and
     // cold growing, in the table and in the differential graph.
     let periods = agent.metric("sonde_profiler_periods_total").unwrap();

@@ -16,7 +16,9 @@
 //! `base=` and `new=` (defaults `20m..10m` and `10m..0s`) for a diff, in
 //! the units of `sonde profile --since` (s, m, h, d ago); `pid=N` and
 //! `process=NAME` (each repeatable) keep only those processes; `top=N`
-//! (default 50) cuts the tables. A bad or unknown parameter is a 400 with
+//! (default 50) cuts the tables; `focus=FUNCTION` keeps the stacks through
+//! that function, cut to start at it (`side=callees`, the default) or
+//! turned to run from it to their roots (`side=callers`). A bad or unknown parameter is a 400 with
 //! a JSON `{"error": ...}` saying what is wrong; a range with no stored
 //! profile is a 404 likewise. Each request reads and merges the store's
 //! files on tokio's blocking pool, off the listener's thread.
@@ -26,7 +28,7 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderValue, CONTENT_DISPOSITION, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use sonde_profile::store::{Ago, SpanError, Store};
-use sonde_profile::{flamegraph, pprof, views, Profile};
+use sonde_profile::{flamegraph, pprof, views, Focus, Profile};
 
 /// The most rows a table may ask for.
 const MAX_TOP: usize = 100_000;
@@ -40,6 +42,8 @@ struct Query {
     pids: Vec<u32>,
     processes: Vec<String>,
     top: usize,
+    /// A function to see the profile from, and from which side.
+    focus: Option<(String, Focus)>,
 }
 
 fn minutes(since: u64, until: u64) -> Ago {
@@ -58,7 +62,9 @@ impl Query {
             pids: Vec::new(),
             processes: Vec::new(),
             top: 50,
+            focus: None,
         };
+        let mut side = Focus::Callees;
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             let value = value.as_ref();
             let bad = |what: &str| format!("{key}={value:?}: {what}");
@@ -78,25 +84,44 @@ impl Query {
                         .filter(|n| (1..=MAX_TOP).contains(n))
                         .ok_or_else(|| bad(&format!("a number from 1 to {MAX_TOP}")))?;
                 }
+                "focus" if !value.is_empty() => q.focus = Some((value.to_string(), side)),
+                "focus" => return Err(bad("empty function name")),
+                "side" => {
+                    side = match value {
+                        "callees" => Focus::Callees,
+                        "callers" => Focus::Callers,
+                        _ => return Err(bad("callers or callees")),
+                    }
+                }
                 other => {
                     return Err(format!(
-                        "unknown parameter {other:?}; known: range, base, new, pid, process, top"
+                        "unknown parameter {other:?}; known: range, base, new, pid, process, top, focus, side"
                     ))
                 }
             }
         }
+        // `side` may come before or after `focus`.
+        if let Some(focus) = &mut q.focus {
+            focus.1 = side;
+        }
         Ok(q)
     }
 
-    /// The profile with only the processes asked for.
+    /// The profile with only the processes asked for, seen from the
+    /// focused function if there is one.
     fn keep(&self, profile: Profile) -> Profile {
-        if self.pids.is_empty() && self.processes.is_empty() {
-            return profile;
+        let profile = if self.pids.is_empty() && self.processes.is_empty() {
+            profile
+        } else {
+            profile.filter(|p| {
+                (self.pids.is_empty() || self.pids.contains(&p.pid))
+                    && (self.processes.is_empty() || self.processes.contains(&p.name))
+            })
+        };
+        match &self.focus {
+            Some((name, side)) => profile.focus(name, *side),
+            None => profile,
         }
-        profile.filter(|p| {
-            (self.pids.is_empty() || self.pids.contains(&p.pid))
-                && (self.processes.is_empty() || self.processes.contains(&p.name))
-        })
     }
 
     fn read(&self, store: &Store, span: Ago) -> Result<Profile, Failure> {
@@ -271,7 +296,11 @@ mod tests {
             (minutes(10, 0), minutes(20, 10), minutes(10, 0))
         );
         assert_eq!(q.top, 50);
-        let q = Query::parse(Some("range=1h..30m&pid=7&pid=9&process=my%20app&top=5")).unwrap();
+        let q = Query::parse(Some(
+            "range=1h..30m&pid=7&pid=9&process=my%20app&top=5&side=callers&focus=std%3A%3Avec",
+        ))
+        .unwrap();
+        assert_eq!(q.focus, Some(("std::vec".to_string(), Focus::Callers)));
         assert_eq!(q.range, minutes(60, 30));
         assert_eq!(q.pids, [7, 9]);
         assert_eq!(q.processes, ["my app"]);
@@ -285,6 +314,8 @@ mod tests {
             ("top=0", "from 1 to 100000"),
             ("top=many", "from 1 to 100000"),
             ("process=", "empty process name"),
+            ("focus=", "empty function name"),
+            ("side=up", "callers or callees"),
             ("seconds=30", "unknown parameter \"seconds\""),
         ] {
             let e = Query::parse(Some(query)).unwrap_err();
