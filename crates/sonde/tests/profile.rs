@@ -1330,6 +1330,20 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
     );
     assert_eq!(page_rows(&dom).first().map(|r| r.0.as_str()), Some("hot"));
 
+    // The search hides the rows that do not match and keeps the shares.
+    let dom = common::browser::render_page(
+        &chromium,
+        &format!("{base_url}/profiles?range=5m..0s&pid={pid}&q=cold"),
+        None,
+    );
+    let hot_row = dom
+        .split("<tr data-function=\"hot\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no hot row: {dom}"));
+    assert!(hot_row.starts_with(" class=\"hidden\""), "{hot_row}");
+    let cold_row = dom.split("<tr data-function=\"cold\"").nth(1).unwrap();
+    assert!(cold_row.starts_with('>'), "cold is shown: {cold_row}");
+
     // Phase 2 swaps the shares; the comparison marks hot shrinking and
     // cold growing, in the table and in the differential graph.
     let periods = agent.metric("sonde_profiler_periods_total").unwrap();
