@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod collect;
+pub mod cost;
 pub mod flamegraph;
 pub mod model;
 pub mod module;

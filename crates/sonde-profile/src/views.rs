@@ -10,6 +10,7 @@
 use hashbrown::{HashMap, HashSet};
 use serde::Serialize;
 
+use crate::cost::{per_year, Prices, SECONDS_PER_YEAR};
 use crate::model::{Function, Profile};
 
 /// One function's row of the top table.
@@ -34,6 +35,40 @@ pub struct Row {
     pub self_cpu_s: f64,
     /// CPU-seconds with the function on the stack.
     pub total_cpu_s: f64,
+    /// Cost and CO2, where prices are set ([`price_top`]).
+    #[serde(flatten)]
+    pub costs: Costs,
+}
+
+/// A row's cost and CO2 for the period and per year at its rate, self and
+/// total (see [`crate::cost`] for the formula); each absent without its
+/// price.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Costs {
+    /// Cost of the self CPU time over the period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_cost: Option<f64>,
+    /// Cost of the total CPU time over the period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_cost: Option<f64>,
+    /// Self cost extrapolated to a year.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_cost_per_year: Option<f64>,
+    /// Total cost extrapolated to a year.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_cost_per_year: Option<f64>,
+    /// Kilograms of CO2e of the self CPU time over the period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_co2_kg: Option<f64>,
+    /// Kilograms of CO2e of the total CPU time over the period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_co2_kg: Option<f64>,
+    /// Self CO2 extrapolated to a year, kilograms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_co2_kg_per_year: Option<f64>,
+    /// Total CO2 extrapolated to a year, kilograms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_co2_kg_per_year: Option<f64>,
 }
 
 /// The top table.
@@ -43,8 +78,34 @@ pub struct Top {
     pub samples: u64,
     /// The period's length in seconds.
     pub duration_s: f64,
+    /// The currency of the costs, where `core_cost_per_hour` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
     /// Functions by `self` descending, then `total`, then name.
     pub functions: Vec<Row>,
+}
+
+/// Adds each row's cost and CO2, for the period and per year, where
+/// `prices` sets them.
+pub fn price_top(top: &mut Top, prices: &Prices) {
+    top.currency = prices
+        .core_cost_per_hour
+        .as_ref()
+        .map(|p| p.currency.clone());
+    let period = top.duration_s;
+    for r in &mut top.functions {
+        let (s, t) = (r.self_cpu_s, r.total_cpu_s);
+        r.costs = Costs {
+            self_cost: prices.cost(s),
+            total_cost: prices.cost(t),
+            self_cost_per_year: prices.cost(s).map(|c| per_year(c, period)),
+            total_cost_per_year: prices.cost(t).map(|c| per_year(c, period)),
+            self_co2_kg: prices.co2_kg(s),
+            total_co2_kg: prices.co2_kg(t),
+            self_co2_kg_per_year: prices.co2_kg(s).map(|c| per_year(c, period)),
+            total_co2_kg_per_year: prices.co2_kg(t).map(|c| per_year(c, period)),
+        };
+    }
 }
 
 /// Self and total sample counts per (function, module).
@@ -88,6 +149,7 @@ pub fn top(profile: &Profile, n: Option<usize>) -> Top {
             total_samples: t,
             self_cpu_s: s as f64 * per_sample,
             total_cpu_s: t as f64 * per_sample,
+            costs: Costs::default(),
         })
         .collect();
     functions.sort_by(|a, b| {
@@ -101,6 +163,7 @@ pub fn top(profile: &Profile, n: Option<usize>) -> Top {
     Top {
         samples,
         duration_s: profile.duration_ns as f64 / 1e9,
+        currency: None,
         functions,
     }
 }
@@ -122,6 +185,17 @@ pub struct DiffRow {
     pub total_base: f64,
     /// Its total share in the new profile.
     pub total_new: f64,
+    /// Its self CPU-seconds in the base profile.
+    pub self_cpu_s_base: f64,
+    /// Its self CPU-seconds in the new profile.
+    pub self_cpu_s_new: f64,
+    /// How much its self cost a year changed, at each profile's rate
+    /// ([`price_diff`]; absent without `core_cost_per_hour`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_cost_per_year: Option<f64>,
+    /// How much its self CO2 a year changed, kilograms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_co2_kg_per_year: Option<f64>,
 }
 
 /// The difference between two profiles.
@@ -133,14 +207,43 @@ pub struct Diff {
     pub samples: u64,
     /// The new period's length in seconds.
     pub duration_s: f64,
+    /// The base period's length in seconds.
+    pub duration_base_s: f64,
+    /// The currency of the costs, where `core_cost_per_hour` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
     /// Functions by `|delta|` descending.
     pub functions: Vec<DiffRow>,
+}
+
+/// Adds each row's change in self cost and CO2 a year, where `prices`
+/// sets them: the self CPU time per second of each period, times a year.
+pub fn price_diff(diff: &mut Diff, prices: &Prices) {
+    diff.currency = prices
+        .core_cost_per_hour
+        .as_ref()
+        .map(|p| p.currency.clone());
+    let rate = |cpu_s: f64, period_s: f64| {
+        if period_s > 0.0 {
+            cpu_s / period_s
+        } else {
+            0.0
+        }
+    };
+    for r in &mut diff.functions {
+        let year_cpu_s = (rate(r.self_cpu_s_new, diff.duration_s)
+            - rate(r.self_cpu_s_base, diff.duration_base_s))
+            * SECONDS_PER_YEAR;
+        r.delta_cost_per_year = prices.cost(year_cpu_s);
+        r.delta_co2_kg_per_year = prices.co2_kg(year_cpu_s);
+    }
 }
 
 /// How each function's share changed from `base` to `new`, the `n`
 /// largest changes (all with `None`).
 pub fn diff(base: &Profile, new: &Profile, n: Option<usize>) -> Diff {
     let (nb, nn) = (base.samples(), new.samples());
+    let (pb, pn) = (base.seconds_per_sample(), new.seconds_per_sample());
     let cb = counts(base);
     let cn = counts(new);
     let keys: HashSet<&Function> = cb.keys().chain(cn.keys()).copied().collect();
@@ -158,6 +261,10 @@ pub fn diff(base: &Profile, new: &Profile, n: Option<usize>) -> Diff {
                 delta: self_new - self_base,
                 total_base: share(tb, nb),
                 total_new: share(tn, nn),
+                self_cpu_s_base: sb as f64 * pb,
+                self_cpu_s_new: sn as f64 * pn,
+                delta_cost_per_year: None,
+                delta_co2_kg_per_year: None,
             }
         })
         .collect();
@@ -174,6 +281,8 @@ pub fn diff(base: &Profile, new: &Profile, n: Option<usize>) -> Diff {
         samples_base: nb,
         samples: nn,
         duration_s: new.duration_ns as f64 / 1e9,
+        duration_base_s: base.duration_ns as f64 / 1e9,
+        currency: None,
         functions,
     }
 }
@@ -211,46 +320,98 @@ pub fn folded(profile: &Profile) -> String {
     out
 }
 
-/// The top table as text for a terminal.
+/// The top table as text for a terminal, with a year's cost and CO2 of
+/// each function's self time where they are priced.
 pub fn top_text(top: &Top, seconds_per_sample: f64) -> String {
+    let priced = |f: fn(&Costs) -> Option<f64>| top.functions.iter().any(|r| f(&r.costs).is_some());
+    let (cost, co2) = (
+        priced(|c| c.self_cost_per_year),
+        priced(|c| c.self_co2_kg_per_year),
+    );
+    let currency = top.currency.as_deref().unwrap_or("");
     let mut out = format!(
-        "{} samples over {:.1} s ({:.2} CPU-s)\n{:>7} {:>7} {:>9}  {}\n",
+        "{} samples over {:.1} s ({:.2} CPU-s)\n{:>7} {:>7} {:>9}",
         top.samples,
         top.duration_s,
         top.samples as f64 * seconds_per_sample,
         "self",
         "total",
         "self CPU",
-        "function (module)"
     );
+    if cost {
+        out.push_str(&format!(" {:>13}", format!("{currency}/year")));
+    }
+    if co2 {
+        out.push_str(&format!(" {:>11}", "CO2 kg/year"));
+    }
+    out.push_str("  function (module)\n");
     for row in &top.functions {
         out.push_str(&format!(
-            "{:>6.2}% {:>6.2}% {:>8.2}s  {} ({})\n",
+            "{:>6.2}% {:>6.2}% {:>8.2}s",
             row.self_share * 100.0,
             row.total * 100.0,
             row.self_cpu_s,
-            row.function,
-            row.module
         ));
+        if cost {
+            out.push_str(&format!(
+                " {:>13.2}",
+                row.costs.self_cost_per_year.unwrap_or(0.0)
+            ));
+        }
+        if co2 {
+            out.push_str(&format!(
+                " {:>11.2}",
+                row.costs.self_co2_kg_per_year.unwrap_or(0.0)
+            ));
+        }
+        out.push_str(&format!("  {} ({})\n", row.function, row.module));
     }
     out
 }
 
-/// A difference as text for a terminal.
+/// A difference as text for a terminal, with the change in a year's
+/// cost and CO2 where they are priced.
 pub fn diff_text(diff: &Diff) -> String {
+    let cost = diff
+        .functions
+        .iter()
+        .any(|r| r.delta_cost_per_year.is_some());
+    let co2 = diff
+        .functions
+        .iter()
+        .any(|r| r.delta_co2_kg_per_year.is_some());
+    let currency = diff.currency.as_deref().unwrap_or("");
     let mut out = format!(
-        "base {} samples, new {} samples\n{:>8} {:>7} {:>7}  {}\n",
-        diff.samples_base, diff.samples, "delta", "base", "new", "function (module)"
+        "base {} samples, new {} samples\n{:>8} {:>7} {:>7}",
+        diff.samples_base, diff.samples, "delta", "base", "new"
     );
+    if cost {
+        out.push_str(&format!(" {:>13}", format!("{currency}/year")));
+    }
+    if co2 {
+        out.push_str(&format!(" {:>11}", "CO2 kg/year"));
+    }
+    out.push_str("  function (module)\n");
     for row in &diff.functions {
         out.push_str(&format!(
-            "{:>+7.2}% {:>6.2}% {:>6.2}%  {} ({})\n",
+            "{:>+7.2}% {:>6.2}% {:>6.2}%",
             row.delta * 100.0,
             row.self_base * 100.0,
             row.self_new * 100.0,
-            row.function,
-            row.module
         ));
+        if cost {
+            out.push_str(&format!(
+                " {:>+13.2}",
+                row.delta_cost_per_year.unwrap_or(0.0)
+            ));
+        }
+        if co2 {
+            out.push_str(&format!(
+                " {:>+11.2}",
+                row.delta_co2_kg_per_year.unwrap_or(0.0)
+            ));
+        }
+        out.push_str(&format!("  {} ({})\n", row.function, row.module));
     }
     out
 }

@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use sonde::config::HumanDuration;
 use sonde_profile::collect::Stats;
+use sonde_profile::cost::{Price, Prices};
 use sonde_profile::store::{self, Ago, Store};
 use sonde_profile::{flamegraph, pprof, views, Profile, Profiler};
 
@@ -88,6 +89,46 @@ struct Output {
     /// Write a flame graph (SVG).
     #[arg(long, value_name = "FILE.svg")]
     flamegraph: Option<PathBuf>,
+    /// What one core costs for an hour, with its currency ("0.048 USD"):
+    /// the table adds each function's cost a year. Default: the
+    /// `[profiler]` key of --config.
+    #[arg(long, value_name = "PRICE", value_parser = parse_price)]
+    core_cost_per_hour: Option<Price>,
+    /// Grams of CO2e one busy core emits in an hour: the table adds each
+    /// function's CO2 a year. Default: the `[profiler]` key of --config.
+    #[arg(long, value_name = "GRAMS")]
+    co2_grams_per_core_hour: Option<f64>,
+}
+
+impl Output {
+    /// The prices of the flags, else of `[profiler]` in --config.
+    fn prices(&self, store: &StoreArgs) -> anyhow::Result<Prices> {
+        let configured = match &store.config {
+            Some(c) => crate::load(c)?
+                .profiler
+                .map(|p| p.prices)
+                .unwrap_or_default(),
+            None => Prices::default(),
+        };
+        if let Some(g) = self.co2_grams_per_core_hour {
+            if !(g.is_finite() && g >= 0.0) {
+                bail!("--co2-grams-per-core-hour {g}: must be a number of grams, 0 or more");
+            }
+        }
+        Ok(Prices {
+            core_cost_per_hour: self
+                .core_cost_per_hour
+                .clone()
+                .or(configured.core_cost_per_hour),
+            co2_grams_per_core_hour: self
+                .co2_grams_per_core_hour
+                .or(configured.co2_grams_per_core_hour),
+        })
+    }
+}
+
+fn parse_price(s: &str) -> Result<Price, String> {
+    s.parse()
 }
 
 #[derive(Subcommand)]
@@ -126,7 +167,7 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
         let keep = |p: &sonde_profile::Process| pids.is_empty() || pids.contains(&p.pid);
         let base = read_either(base, store)?.filter(keep);
         let new = read_either(new, store)?.filter(keep);
-        return diff(&base, &new, out);
+        return diff(&base, &new, out, &out.prices(store)?);
     }
     if let Some(since) = args.since {
         let until = args.until.unwrap_or(Duration::ZERO);
@@ -183,7 +224,8 @@ fn show(args: &ProfileArgs, profile: Profile, stats: Option<Stats>) -> anyhow::R
         };
         write(path, flamegraph::render(&profile, &options).as_bytes())?;
     }
-    let top = views::top(&profile, Some(args.out.top));
+    let mut top = views::top(&profile, Some(args.out.top));
+    views::price_top(&mut top, &args.out.prices(&args.store)?);
     if args.out.json {
         println!("{}", serde_json::to_string(&top)?);
     } else {
@@ -213,7 +255,7 @@ fn read_either(what: &str, store: &StoreArgs) -> anyhow::Result<Profile> {
     bail!("{what:?} is neither a file nor a range of the agent's store like 20m..10m")
 }
 
-fn diff(base: &Profile, new: &Profile, out: &Output) -> anyhow::Result<()> {
+fn diff(base: &Profile, new: &Profile, out: &Output, prices: &Prices) -> anyhow::Result<()> {
     if let Some(path) = &out.flamegraph {
         let options = flamegraph::Options {
             title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
@@ -225,7 +267,8 @@ fn diff(base: &Profile, new: &Profile, out: &Output) -> anyhow::Result<()> {
             flamegraph::render_diff(base, new, &options).as_bytes(),
         )?;
     }
-    let d = views::diff(base, new, Some(out.top));
+    let mut d = views::diff(base, new, Some(out.top));
+    views::price_diff(&mut d, prices);
     if out.json {
         println!("{}", serde_json::to_string(&d)?);
     } else {

@@ -361,6 +361,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         let admin = sonde_io::http::Admin {
             telemetry: Arc::clone(&telemetry),
             profiles: sonde_profile::store::Store::reader(&config.agent.data_dir),
+            prices: config
+                .profiler
+                .as_ref()
+                .map(|p| p.prices.clone())
+                .unwrap_or_default(),
         };
         sites.push((l, Site::Admin(Arc::new(admin))));
     }

@@ -1268,7 +1268,10 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
     let burner = Program::start(&programs().burn_nofp, &["600"]);
     burner.wait_line("phase 1");
     let pid = burner.pid().to_string();
-    let agent = profiling_agent(99, "");
+    let agent = profiling_agent(
+        99,
+        "core_cost_per_hour = \"0.10 USD\"\nco2_grams_per_core_hour = 50.0",
+    );
     let started = Instant::now();
     let base_url = format!("http://127.0.0.1:{}", agent.admin);
     wait_for("200 samples of the burner stored", WAIT, || {
@@ -1301,6 +1304,10 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
         "{dom}"
     );
     assert!(dom.contains("samples over"), "{dom}");
+    // Priced in [profiler]: a year's cost and CO2 of each function.
+    for heading in [">Self USD/year<", ">Total CO2 kg/year<"] {
+        assert!(dom.contains(heading), "no {heading} column: {dom}");
+    }
     assert!(!dom.contains("class=\"summary error\""), "{dom}");
 
     // Focused on `work`: its callers run up to main, its callees are the
@@ -1375,6 +1382,7 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
         Some("shrank"),
         "{base} {new}: {rows:?}"
     );
+    assert!(dom.contains(">Change USD/year<"), "{dom}");
     assert!(
         dom.contains("<g class=\"frame\" data-name=\"cold\""),
         "{dom}"
@@ -1445,4 +1453,78 @@ fn the_agent_page_shows_receivers_sinks_series_and_the_profiler_in_chromium() {
     assert!(dom.contains("live series of"), "{dom}");
     assert!(dom.contains("class=\"ok\">running<"), "{dom}");
     assert!(dom.contains("updated "), "the page polled: {dom}");
+}
+
+#[test]
+fn cpu_seconds_cost_and_co2_follow_the_formula_and_unset_prices_add_nothing() {
+    let _cpu = exclusive();
+    let path = &programs().burn_nofp;
+    let burner = Program::burner(path);
+    let pid = burner.pid();
+    let run = profile_measured(
+        &[
+            "--duration",
+            "3s",
+            "--frequency",
+            "99",
+            "--pid",
+            &pid.to_string(),
+            "--core-cost-per-hour",
+            "0.10 USD",
+            "--co2-grams-per-core-hour",
+            "50",
+        ],
+        || vec![runtime(pid)],
+    );
+    let top = &run.top;
+    let cpu = run.window_cpu[0];
+    let samples = u64_of(&top["samples"]);
+    assert!(
+        samples >= 100,
+        "the burner got {cpu:.2} CPU-s of 3 s: the host is too busy"
+    );
+    assert_eq!(top["currency"], "USD", "{top}");
+    let hot = row(top, "hot", path);
+    let self_cpu_s = f64_of(&hot["self_cpu_s"]);
+    // The burner's CPU time in the window, 70% of it in hot: within the
+    // share's ±10 points and the sampling error (1/√n) of the docs.
+    let error = 0.1 + 1.0 / (u64_of(&hot["self_samples"]) as f64).sqrt();
+    assert!(
+        (self_cpu_s - 0.7 * cpu).abs() <= error * cpu,
+        "hot: {self_cpu_s} CPU-s, the burner ran {cpu:.3} CPU-s: {top}"
+    );
+    assert!((self_cpu_s - u64_of(&hot["self_samples"]) as f64 / 99.0).abs() < 1e-9);
+    // The formula of docs/PROFILING.md, exactly.
+    let year = 365.25 * 86_400.0 / f64_of(&top["duration_s"]);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    for side in ["self", "total"] {
+        let cpu_s = f64_of(&hot[format!("{side}_cpu_s")]);
+        let cost = f64_of(&hot[format!("{side}_cost")]);
+        let co2 = f64_of(&hot[format!("{side}_co2_kg")]);
+        assert!(close(cost, cpu_s / 3600.0 * 0.10), "{side} cost: {hot}");
+        assert!(
+            close(co2, cpu_s / 3600.0 * 50.0 / 1000.0),
+            "{side} CO2: {hot}"
+        );
+        assert!(
+            close(f64_of(&hot[format!("{side}_cost_per_year")]), cost * year),
+            "{hot}"
+        );
+        assert!(
+            close(f64_of(&hot[format!("{side}_co2_kg_per_year")]), co2 * year),
+            "{hot}"
+        );
+    }
+    // Without prices, no cost or CO2 at all.
+    let plain = profile_json(&["--duration", "1s", "--pid", &pid.to_string()]);
+    assert!(plain.get("currency").is_none(), "{plain}");
+    for r in plain["functions"].as_array().unwrap() {
+        let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
+        assert!(
+            keys.iter()
+                .all(|k| !k.contains("cost") && !k.contains("co2")),
+            "{keys:?}"
+        );
+        assert!(r.get("self_cpu_s").is_some(), "{r}");
+    }
 }

@@ -39,6 +39,8 @@ pub struct Admin {
     /// The profile store under `data_dir`, for `/api/profiles/` (read
     /// whether or not the profiler runs now: an empty store answers 404).
     pub profiles: Store,
+    /// What a core-hour costs and emits (`[profiler]`), for the tables.
+    pub prices: sonde_profile::cost::Prices,
 }
 
 /// What an HTTP listener serves.
@@ -165,7 +167,13 @@ async fn route(site: Site, req: Request<Incoming>) -> Response<Full<Bytes>> {
     }
     match (&site, req.uri().path()) {
         (Site::Admin(a), path) if profiles::handles(path) => {
-            profiles::respond(a.profiles.clone(), path.to_string(), query).await
+            profiles::respond(
+                a.profiles.clone(),
+                a.prices.clone(),
+                path.to_string(),
+                query,
+            )
+            .await
         }
         (Site::Admin(_), "/debug/pprof/profile") => profiling::respond(query, Format::Pprof).await,
         (Site::Admin(_), "/debug/pprof/flamegraph") => {
@@ -226,6 +234,7 @@ mod tests {
         let site = Site::Admin(Arc::new(Admin {
             telemetry: Arc::new(Telemetry::default()),
             profiles: test_store(),
+            prices: Default::default(),
         }));
         let r = respond(&site, "/");
         assert_eq!(r.status(), StatusCode::OK);
@@ -270,6 +279,7 @@ mod tests {
         let site = Site::Admin(Arc::new(Admin {
             telemetry: Arc::new(Telemetry::default()),
             profiles: test_store(),
+            prices: Default::default(),
         }));
         assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
         let page = respond(&site, "/profiles");
@@ -297,6 +307,7 @@ mod tests {
             Site::Admin(Arc::new(Admin {
                 telemetry: Arc::new(Telemetry::default()),
                 profiles: test_store(),
+                prices: Default::default(),
             })),
         )])
         .unwrap();

@@ -4,7 +4,7 @@
 //!
 //! | path | answers |
 //! |---|---|
-//! | `/api/profiles/top` | the top functions, the JSON of `sonde profile --json` |
+//! | `/api/profiles/top` | the top functions, the JSON of `sonde profile --json` (with each function's cost and CO2 where `[profiler]` prices them) |
 //! | `/api/profiles/diff` | the differential top, the JSON of `sonde profile diff --json` |
 //! | `/api/profiles/flamegraph` | a flame graph (SVG) |
 //! | `/api/profiles/diff/flamegraph` | a differential flame graph (SVG) |
@@ -27,6 +27,7 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{HeaderValue, CONTENT_DISPOSITION, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
+use sonde_profile::cost::Prices;
 use sonde_profile::store::{Ago, SpanError, Store};
 use sonde_profile::{flamegraph, pprof, views, Focus, Profile};
 
@@ -144,10 +145,11 @@ pub(super) fn handles(path: &str) -> bool {
 /// Answers a request for `path` from `store`, on the blocking pool.
 pub(super) async fn respond(
     store: Store,
+    prices: Prices,
     path: String,
     query: Option<String>,
 ) -> Response<Full<Bytes>> {
-    tokio::task::spawn_blocking(move || answer(&store, &path, query.as_deref()))
+    tokio::task::spawn_blocking(move || answer(&store, &prices, &path, query.as_deref()))
         .await
         .unwrap_or_else(|e| {
             error(
@@ -157,14 +159,23 @@ pub(super) async fn respond(
         })
 }
 
-fn answer(store: &Store, path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+fn answer(
+    store: &Store,
+    prices: &Prices,
+    path: &str,
+    query: Option<&str>,
+) -> Response<Full<Bytes>> {
     let q = match Query::parse(query) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
     let one = |span| q.read(store, span);
     let result = match path {
-        "/api/profiles/top" => one(q.range).map(|p| json(&views::top(&p, Some(q.top)))),
+        "/api/profiles/top" => one(q.range).map(|p| {
+            let mut top = views::top(&p, Some(q.top));
+            views::price_top(&mut top, prices);
+            json(&top)
+        }),
         "/api/profiles/flamegraph" => one(q.range).map(|p| {
             let options = flamegraph::Options {
                 title: format!("{} samples, {}", p.samples(), describe(q.range)),
@@ -188,9 +199,15 @@ fn answer(store: &Store, path: &str, query: Option<&str>) -> Response<Full<Bytes
             r
         }),
         "/api/profiles/processes" => one(q.range).map(|p| json(&processes(&p))),
-        "/api/profiles/diff" => one(q.base)
-            .and_then(|base| Ok((base, one(q.new)?)))
-            .map(|(base, new)| json(&views::diff(&base, &new, Some(q.top)))),
+        "/api/profiles/diff" => {
+            one(q.base)
+                .and_then(|base| Ok((base, one(q.new)?)))
+                .map(|(base, new)| {
+                    let mut diff = views::diff(&base, &new, Some(q.top));
+                    views::price_diff(&mut diff, prices);
+                    json(&diff)
+                })
+        }
         "/api/profiles/diff/flamegraph" => one(q.base)
             .and_then(|base| Ok((base, one(q.new)?)))
             .map(|(base, new)| {

@@ -1042,8 +1042,18 @@ mod tests {
                 period: Duration::from_secs(60),
                 retention: Duration::from_secs(24 * 3600),
                 max_bytes: 256 << 20,
+                prices: Default::default(),
             })
         );
+        let priced = parse(
+            "[profiler]\ncore_cost_per_hour = \"0.048 USD\"\nco2_grams_per_core_hour = 20.5\n",
+        )
+        .unwrap()
+        .profiler
+        .unwrap()
+        .prices;
+        assert_eq!(priced.core_cost_per_hour.unwrap().to_string(), "0.048 USD");
+        assert_eq!(priced.co2_grams_per_core_hour, Some(20.5));
         assert_eq!(c.receivers.len(), 0, "a profiling-only agent is valid");
         assert_eq!(
             parse("[profiler]\nenabled = false\n")
@@ -1063,6 +1073,16 @@ mod tests {
                 3,
             ),
             ("[profiler]\nmax_size = \"10KiB\"\n", "profiler.max_size", 2),
+            (
+                "[profiler]\ncore_cost_per_hour = \"0.048\"\n",
+                "profiler.core_cost_per_hour",
+                2,
+            ),
+            (
+                "[profiler]\nco2_grams_per_core_hour = -1.0\n",
+                "profiler.co2_grams_per_core_hour",
+                2,
+            ),
         ] {
             let e = err(text);
             assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}");

@@ -8,6 +8,7 @@ use toml::Spanned;
 
 use super::error::{ConfigError, Source};
 use super::units::{HumanDuration, HumanSize};
+use sonde_profile::cost::Prices;
 
 fn yes() -> bool {
     true
@@ -49,10 +50,18 @@ pub struct ProfilerSection {
     /// beyond it. Default `"256MiB"`.
     #[serde(default = "default_max_size")]
     pub max_size: Spanned<HumanSize>,
+    /// What one core costs for an hour, with its currency (`"0.048
+    /// USD"`); the views add each function's cost. Default unset.
+    #[serde(default)]
+    pub core_cost_per_hour: Option<Spanned<String>>,
+    /// Grams of CO2-equivalent one busy core emits in an hour; the views
+    /// add each function's emissions. Default unset.
+    #[serde(default)]
+    pub co2_grams_per_core_hour: Option<Spanned<f64>>,
 }
 
 /// A validated `[profiler]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Profiler {
     /// Samples per second per CPU.
     pub frequency: u32,
@@ -62,6 +71,8 @@ pub struct Profiler {
     pub retention: Duration,
     /// The store's size limit in bytes.
     pub max_bytes: u64,
+    /// What a core-hour costs and emits, for the views.
+    pub prices: Prices,
 }
 
 /// Validates `[profiler]`: `None` when the profiler is off.
@@ -108,10 +119,37 @@ pub(crate) fn check(
             "use \"256MiB\" (the default) or at least \"1MiB\"",
         ));
     }
+    let core_cost_per_hour = match &p.core_cost_per_hour {
+        Some(price) => Some(price.get_ref().parse().map_err(|e: String| {
+            src.error(
+                price.span(),
+                "profiler.core_cost_per_hour",
+                &e,
+                "write an amount and its currency code, like \"0.048 USD\"",
+            )
+        })?),
+        None => None,
+    };
+    let co2_grams_per_core_hour = match &p.co2_grams_per_core_hour {
+        Some(g) if !(g.get_ref().is_finite() && *g.get_ref() >= 0.0) => {
+            return Err(src.error(
+                g.span(),
+                "profiler.co2_grams_per_core_hour",
+                "must be a number of grams, 0 or more",
+                "use your provider's figure for the region, such as 20.0",
+            ))
+        }
+        Some(g) => Some(*g.get_ref()),
+        None => None,
+    };
     Ok(Some(Profiler {
         frequency,
         period,
         retention,
         max_bytes,
+        prices: Prices {
+            core_cost_per_hour,
+            co2_grams_per_core_hour,
+        },
     }))
 }
