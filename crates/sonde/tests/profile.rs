@@ -367,16 +367,23 @@ fn the_whole_host_shows_each_burners_split_under_its_own_module() {
     }
 }
 
-#[test]
-fn pprof_output_gives_go_tool_pprof_the_same_flat_shares_as_json() {
-    let _cpu = exclusive();
-    let go_found = Command::new("go")
+/// Whether `go` runs, for `go tool pprof`; prints the skip otherwise.
+fn go_found() -> bool {
+    let found = Command::new("go")
         .arg("version")
         .env("GOTOOLCHAIN", "local")
         .output()
         .is_ok();
-    if !go_found {
+    if !found {
         eprintln!("skipped: `go` is not on PATH, so `go tool pprof` cannot read the profile");
+    }
+    found
+}
+
+#[test]
+fn pprof_output_gives_go_tool_pprof_the_same_flat_shares_as_json() {
+    let _cpu = exclusive();
+    if !go_found() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -937,13 +944,7 @@ impl Drop for ContainerCgroup {
 #[test]
 fn samples_of_a_process_in_a_container_carry_its_container_id() {
     let _cpu = exclusive();
-    let go_found = Command::new("go")
-        .arg("version")
-        .env("GOTOOLCHAIN", "local")
-        .output()
-        .is_ok();
-    if !go_found {
-        eprintln!("skipped: `go` is not on PATH, so `go tool pprof` cannot read the labels");
+    if !go_found() {
         return;
     }
     let Some(cgroup) = ContainerCgroup::create() else {

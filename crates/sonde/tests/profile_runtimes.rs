@@ -216,7 +216,6 @@ fn profile_go() -> Option<(Json, String)> {
     if !have(&["go"]) {
         return None;
     }
-    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("burn");
     let mut build = Command::new("go");
@@ -236,32 +235,7 @@ fn profile_go() -> Option<(Json, String)> {
         build.env("GOCACHE", dir.path().join("gocache"));
     }
     run("go build", &mut build);
-    let burner = Program::start(Command::new(&bin).arg("10"), dir.path().join("burn.stderr"));
-    burner.wait_line("ready", WAIT);
-    let pid = burner.pid().to_string();
-    let folded = dir.path().join("folded.txt");
-    let top = Profiling::start(
-        dir.path(),
-        &[
-            "--duration",
-            "3s",
-            "--pid",
-            &pid,
-            "--json",
-            "--top",
-            "50",
-            "--folded",
-            folded.to_str().unwrap(),
-        ],
-    )
-    .json();
-    let folded = std::fs::read_to_string(&folded).unwrap_or_default();
-    let samples = top["samples"].as_u64().unwrap();
-    assert!(
-        samples >= MIN_SAMPLES,
-        "{samples} samples of the Go burner, want at least {MIN_SAMPLES}: {top}\n{folded}"
-    );
-    Some((top, folded))
+    Some(profile_program(Command::new(&bin).arg("10"), dir.path()))
 }
 
 #[test]
@@ -453,8 +427,8 @@ fn share_through(folded: &str, pred: impl Fn(&str) -> bool) -> f64 {
 
 /// A burner started by `command` (it prints "ready" once both of its
 /// functions have run), profiled with `--pid` for 3 s: the JSON and the
-/// folded stacks. Its perf map is removed afterwards.
-fn profile_jit(command: &mut Command, dir: &Path) -> (Json, String) {
+/// folded stacks. A perf map it wrote is removed afterwards.
+fn profile_program(command: &mut Command, dir: &Path) -> (Json, String) {
     let _serial = one_at_a_time();
     let program = Program::start(command, dir.join("program.stderr"));
     let _map = PerfMap(PathBuf::from(format!("/tmp/perf-{}.map", program.pid())));
@@ -521,7 +495,7 @@ fn a_python_programs_functions_are_named_from_its_perf_map() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (top, folded) = profile_jit(
+    let (top, folded) = profile_program(
         Command::new(&python)
             .args(["-X", "perf"])
             .arg(source("hot.py"))
@@ -569,7 +543,7 @@ fn a_node_programs_compiled_functions_are_named_from_its_perf_map() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (top, folded) = profile_jit(
+    let (top, folded) = profile_program(
         Command::new("node")
             // V8 writes its perf map; hot and cold stay functions of their
             // own rather than inlined into the loop.

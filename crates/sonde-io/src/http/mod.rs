@@ -210,14 +210,13 @@ async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
 mod tests {
     use super::*;
 
-    fn test_store() -> Store {
-        Store::new(
-            std::env::temp_dir().join("sonde-no-such-store"),
-            sonde_profile::store::Limits {
-                retention_s: 0,
-                max_bytes: 0,
-            },
-        )
+    /// An admin site with empty counters and an empty profile store.
+    fn test_admin() -> Site {
+        Site::Admin(Arc::new(Admin {
+            telemetry: Arc::new(Telemetry::default()),
+            profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
+            prices: Default::default(),
+        }))
     }
 
     fn body(r: Response<Full<Bytes>>) -> String {
@@ -231,11 +230,7 @@ mod tests {
 
     #[test]
     fn admin_index_links_every_endpoint() {
-        let site = Site::Admin(Arc::new(Admin {
-            telemetry: Arc::new(Telemetry::default()),
-            profiles: test_store(),
-            prices: Default::default(),
-        }));
+        let site = test_admin();
         let r = respond(&site, "/");
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
@@ -252,15 +247,7 @@ mod tests {
         // Every link leads somewhere: the plain pages answer, and the
         // profile links carry a valid duration.
         assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
-        let page = respond(&site, "/profiles");
-        assert_eq!(page.status(), StatusCode::OK);
-        // The page may load nothing from outside the admin site.
-        assert!(page.headers()[hyper::header::CONTENT_SECURITY_POLICY]
-            .to_str()
-            .unwrap()
-            .starts_with("default-src 'self'"));
-        let page = body(page);
-        assert!(!page.contains("http://") && !page.contains("https://"));
+        assert_eq!(respond(&site, "/profiles").status(), StatusCode::OK);
         assert_eq!(respond(&site, "/metrics").status(), StatusCode::OK);
         assert_eq!(profiling::seconds_param(Some("seconds=30")), Ok(30));
     }
@@ -276,11 +263,7 @@ mod tests {
 
     #[test]
     fn admin_answers_health_and_metrics_and_404s_the_rest() {
-        let site = Site::Admin(Arc::new(Admin {
-            telemetry: Arc::new(Telemetry::default()),
-            profiles: test_store(),
-            prices: Default::default(),
-        }));
+        let site = test_admin();
         assert_eq!(respond(&site, "/health").status(), StatusCode::OK);
         let page = respond(&site, "/profiles");
         assert_eq!(page.status(), StatusCode::OK);
@@ -302,15 +285,7 @@ mod tests {
 
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
-        serve(vec![(
-            listener,
-            Site::Admin(Arc::new(Admin {
-                telemetry: Arc::new(Telemetry::default()),
-                profiles: test_store(),
-                prices: Default::default(),
-            })),
-        )])
-        .unwrap();
+        serve(vec![(listener, test_admin())]).unwrap();
         // The listener is bound before `serve` returns, so the connection
         // queues until the HTTP thread accepts it.
         let mut conn = std::net::TcpStream::connect(addr).unwrap();
