@@ -37,6 +37,8 @@ pub struct Settings {
     pub period: Duration,
     /// Where the profiles go.
     pub store: Store,
+    /// The host the profiles name (`agent.hostname`).
+    pub host: String,
 }
 
 /// The profiler's counters for `/metrics`.
@@ -117,15 +119,17 @@ pub fn spawn(settings: Settings, stats: Arc<ProfilerStats>) -> Result<Running, O
         let stop = stop.clone();
         std::thread::Builder::new()
             .name("profiler".into())
-            .spawn(move || match Profiler::start(settings.frequency) {
-                Ok(profiler) => {
-                    let _ = opened_tx.send(Ok(()));
-                    run(profiler, &settings, &stats, &stop);
-                }
-                Err(e) => {
-                    let _ = opened_tx.send(Err(e));
-                }
-            })
+            .spawn(
+                move || match Profiler::start(settings.frequency, &settings.host) {
+                    Ok(profiler) => {
+                        let _ = opened_tx.send(Ok(()));
+                        run(profiler, &settings, &stats, &stop);
+                    }
+                    Err(e) => {
+                        let _ = opened_tx.send(Err(e));
+                    }
+                },
+            )
             .map_err(|error| OpenError::Io { cpu: 0, error })?
     };
     match opened_rx.recv() {

@@ -39,7 +39,7 @@ pub enum RawFrame {
     Anon(u32, u64),
 }
 
-/// The process a raw stack belongs to.
+/// The process and thread a raw stack belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProcessKey {
     /// Process id.
@@ -48,6 +48,10 @@ pub struct ProcessKey {
     pub name: String,
     /// The container the process runs in (see [`container_of_cgroup`]).
     pub container: Option<Arc<str>>,
+    /// Thread id.
+    pub tid: u32,
+    /// The thread's name at the time of the sample.
+    pub thread: String,
 }
 
 /// Counters the views report about the collection itself.
@@ -82,6 +86,10 @@ struct Proc {
     container: Option<Arc<str>>,
     maps: Vec<Mapping>,
     unwinder: Unwinder64,
+    /// Thread names by tid: from comm records, from the creating thread's
+    /// name at a thread's fork, or read from /proc when a thread is first
+    /// sampled; dropped at the thread's exit.
+    threads: HashMap<u32, String>,
 }
 
 impl Proc {
@@ -98,7 +106,19 @@ impl Proc {
             container,
             maps: Vec::new(),
             unwinder: Unwinder64::new(),
+            threads: HashMap::new(),
         }
+    }
+
+    /// The name of thread `tid`, read from /proc the first time; the
+    /// process's name for a thread already gone.
+    fn thread(&mut self, pid: u32, tid: u32) -> &str {
+        let name = &self.name;
+        self.threads.entry(tid).or_insert_with(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .map(|n| n.trim_end_matches('\n').to_owned())
+                .unwrap_or_else(|_| name.clone())
+        })
     }
 
     fn find(&self, addr: u64) -> Option<&Mapping> {
@@ -204,6 +224,10 @@ impl Collector {
     pub fn prune(&mut self) -> Vec<(u32, Option<std::path::PathBuf>)> {
         self.procs
             .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        for (pid, p) in &mut self.procs {
+            p.threads
+                .retain(|tid, _| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists());
+        }
         let mut live = hashbrown::HashSet::new();
         for p in self.procs.values() {
             live.extend(p.maps.iter().map(|m| m.module));
@@ -229,28 +253,52 @@ impl Collector {
                 exec,
                 ..
             } => {
+                let name = String::from_utf8_lossy(name).into_owned();
                 if exec {
-                    // A new image: the old mappings are gone.
-                    let name = String::from_utf8_lossy(name).into_owned();
-                    self.procs.insert(pid, Proc::new(pid, name));
-                } else if pid == tid {
-                    if let Some(p) = self.procs.get_mut(&pid) {
-                        p.name = String::from_utf8_lossy(name).into_owned();
+                    // A new image: the old mappings and threads are gone.
+                    let mut p = Proc::new(pid, name.clone());
+                    p.threads.insert(tid, name);
+                    self.procs.insert(pid, p);
+                } else if let Some(p) = self.procs.get_mut(&pid) {
+                    // A thread renamed itself (prctl PR_SET_NAME,
+                    // pthread_setname_np); the main thread's name is the
+                    // process's.
+                    if pid == tid {
+                        p.name.clone_from(&name);
                     }
+                    p.threads.insert(tid, name);
                 }
             }
-            Record::Fork { pid, ppid, .. } => {
-                if pid != ppid && !self.procs.contains_key(&pid) {
-                    // fork copies the address space; an exec follows or not.
+            Record::Fork {
+                pid,
+                ppid,
+                tid,
+                ptid,
+                ..
+            } => {
+                if pid == ppid {
+                    // A new thread, named as the thread that made it.
+                    if let Some(p) = self.procs.get_mut(&pid) {
+                        let name = p.threads.get(&ptid).unwrap_or(&p.name).clone();
+                        p.threads.insert(tid, name);
+                    }
+                } else if !self.procs.contains_key(&pid) {
+                    // fork copies the address space (an exec follows or
+                    // not) and only the forking thread.
                     if self.known(ppid) {
-                        let parent = self.procs[&ppid].clone();
-                        self.procs.insert(pid, parent);
+                        let mut child = self.procs[&ppid].clone();
+                        let name = child.threads.get(&ptid).unwrap_or(&child.name).clone();
+                        child.threads.clear();
+                        child.threads.insert(tid, name);
+                        self.procs.insert(pid, child);
                     }
                 }
             }
             Record::Exit { pid, tid, .. } => {
                 if pid == tid {
                     self.procs.remove(&pid);
+                } else if let Some(p) = self.procs.get_mut(&pid) {
+                    p.threads.remove(&tid);
                 }
             }
             Record::Lost { count } => self.stats.lost += count,
@@ -349,6 +397,11 @@ impl Collector {
             }
         }
         let known = self.known(s.pid);
+        if let Some(p) = self.procs.get_mut(&s.pid) {
+            // Named before the borrows below (a new thread's name is read
+            // from /proc once).
+            p.thread(s.pid, s.tid);
+        }
         let p = known.then(|| &self.procs[&s.pid]);
         if let Some(p) = p.filter(|_| !s.regs.is_empty()) {
             self.stats.user += 1;
@@ -382,10 +435,15 @@ impl Collector {
         self.stats.samples += 1;
         let name = p.map_or("", |p| p.name.as_str());
         let container = p.and_then(|p| p.container.as_ref());
+        let thread = p
+            .and_then(|p| p.threads.get(&s.tid))
+            .map_or(name, |t| t.as_str());
         let key = StackRef {
             pid: s.pid,
             name,
             container: container.map(|c| &**c),
+            tid: s.tid,
+            thread,
             frames: &frames,
         };
         match self.stacks.get_mut(&key) {
@@ -395,6 +453,8 @@ impl Collector {
                     pid: s.pid,
                     name: name.to_string(),
                     container: container.cloned(),
+                    tid: s.tid,
+                    thread: thread.to_string(),
                 };
                 self.stacks.insert((key, frames.clone()), 1);
             }
@@ -407,13 +467,16 @@ impl Collector {
 
 /// A counted stack's key, borrowed: looks up `(ProcessKey, Vec<RawFrame>)`
 /// without building one. Hashes as the owned key does (derived `Hash`
-/// writes the pid, the name, the container, then the frames with their
-/// length; an `Option<Arc<str>>` hashes as the `Option<&str>` it holds).
+/// writes the pid, the name, the container, the tid, the thread's name,
+/// then the frames with their length; an `Option<Arc<str>>` hashes as the
+/// `Option<&str>` it holds).
 #[derive(Hash)]
 struct StackRef<'a> {
     pid: u32,
     name: &'a str,
     container: Option<&'a str>,
+    tid: u32,
+    thread: &'a str,
     frames: &'a [RawFrame],
 }
 
@@ -422,6 +485,8 @@ impl hashbrown::Equivalent<(ProcessKey, Vec<RawFrame>)> for StackRef<'_> {
         self.pid == key.0.pid
             && self.name == key.0.name
             && self.container == key.0.container.as_deref()
+            && self.tid == key.0.tid
+            && self.thread == key.0.thread
             && self.frames == key.1.as_slice()
     }
 }
@@ -698,25 +763,109 @@ mod tests {
                 pid: 7,
                 name: "demo".into(),
                 container,
+                tid: 8,
+                thread: "worker".into(),
             };
             stacks.insert((key, frames.clone()), 1);
         }
-        let found = |pid, name, container, frames: &[RawFrame]| {
+        let found = |pid, name, container, (tid, thread), frames: &[RawFrame]| {
             stacks
                 .get(&StackRef {
                     pid,
                     name,
                     container,
+                    tid,
+                    thread,
                     frames,
                 })
                 .copied()
         };
-        assert_eq!(found(7, "demo", None, &frames), Some(1));
-        assert_eq!(found(7, "demo", Some(id.as_str()), &frames), Some(1));
-        assert_eq!(found(7, "demo", Some("other"), &frames), None);
-        assert_eq!(found(8, "demo", None, &frames), None);
-        assert_eq!(found(7, "demo2", None, &frames), None);
-        assert_eq!(found(7, "demo", None, &frames[..1]), None);
+        let t = (8, "worker");
+        assert_eq!(found(7, "demo", None, t, &frames), Some(1));
+        assert_eq!(found(7, "demo", Some(id.as_str()), t, &frames), Some(1));
+        assert_eq!(found(7, "demo", Some("other"), t, &frames), None);
+        assert_eq!(found(8, "demo", None, t, &frames), None);
+        assert_eq!(found(7, "demo2", None, t, &frames), None);
+        assert_eq!(found(7, "demo", None, (9, "worker"), &frames), None);
+        assert_eq!(found(7, "demo", None, (8, "worker2"), &frames), None);
+        assert_eq!(found(7, "demo", None, t, &frames[..1]), None);
+    }
+
+    #[test]
+    fn samples_carry_their_threads_name_from_comm_fork_and_exit_records() {
+        // A pid no process has, so nothing is read from /proc for it.
+        const PID: u32 = u32::MAX - 7;
+        let mut c = Collector::new();
+        let comm = |tid, name: &'static str, exec| Record::Comm {
+            pid: PID,
+            tid,
+            name: name.as_bytes(),
+            exec,
+            time: 0,
+        };
+        let sample = |tid| {
+            Record::Sample(Sample {
+                ip: 0x1000,
+                pid: PID,
+                tid,
+                time: 0,
+                callchain: &[],
+                regs: &[],
+                stack: &[],
+            })
+        };
+        let threads = |c: &mut Collector| {
+            let (stacks, _) = c.take();
+            let mut named: Vec<(u32, String, String)> = stacks
+                .keys()
+                .map(|(k, _)| (k.tid, k.thread.clone(), k.name.clone()))
+                .collect();
+            named.sort();
+            named
+        };
+        c.record(comm(PID, "server", true));
+        // A thread made by the main thread is named as it until it renames
+        // itself; one made by that thread is named as its maker.
+        for (tid, ptid) in [(PID + 1, PID), (PID + 2, PID + 1)] {
+            c.record(Record::Fork {
+                pid: PID,
+                ppid: PID,
+                tid,
+                ptid,
+                time: 0,
+            });
+            c.record(sample(tid));
+        }
+        c.record(comm(PID + 1, "io-worker", false));
+        c.record(sample(PID + 1));
+        c.record(sample(PID));
+        let s = String::from;
+        assert_eq!(
+            threads(&mut c),
+            [
+                (PID, s("server"), s("server")),
+                (PID + 1, s("io-worker"), s("server")),
+                (PID + 1, s("server"), s("server")),
+                (PID + 2, s("server"), s("server")),
+            ]
+        );
+        // The main thread's new name is the process's; an exited thread's
+        // name is forgotten.
+        c.record(comm(PID, "server-main", false));
+        c.record(Record::Exit {
+            pid: PID,
+            tid: PID + 1,
+            time: 0,
+        });
+        c.record(sample(PID));
+        c.record(sample(PID + 1));
+        assert_eq!(
+            threads(&mut c),
+            [
+                (PID, s("server-main"), s("server-main")),
+                (PID + 1, s("server-main"), s("server-main")),
+            ]
+        );
     }
 
     /// Descriptors of this process open on files under `dir`.

@@ -3,7 +3,8 @@
 //!
 //! Stacks merge by the path of their function names, root first, so the
 //! same code path sampled in several processes (or threads of one binary)
-//! reads as one frame; [`Options::by_process`] splits them again. Siblings
+//! reads as one frame; [`Options::roots`] splits them again by host,
+//! process or thread (see [`Profile::rooted`]). Siblings
 //! are sorted by name, which is what makes two renders of equal profiles
 //! byte-identical whatever order their stacks came in.
 //!
@@ -20,7 +21,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use crate::model::Profile;
+use crate::model::{Profile, Root};
 
 /// Options for a rendered flame graph.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,10 +35,11 @@ pub struct Options {
     /// rather than hidden, which keeps graphs of large profiles small;
     /// zooming cannot bring them back.
     pub min_width_px: f64,
-    /// When true, each process is a frame of its own, labelled
-    /// `name (pid)`, between `all` and the stacks sampled in it (default
-    /// false: stacks of every process merge).
-    pub by_process: bool,
+    /// Frames between `all` and the stacks, outermost first: with
+    /// `[Root::Process, Root::Thread]` each process is a frame labelled
+    /// `name (pid)` and each of its threads one labelled with its name
+    /// (default none: stacks of every process merge).
+    pub roots: Vec<Root>,
 }
 
 impl Default for Options {
@@ -46,7 +48,7 @@ impl Default for Options {
             title: "CPU flame graph".to_owned(),
             width: 1200,
             min_width_px: 0.1,
-            by_process: false,
+            roots: Vec::new(),
         }
     }
 }
@@ -59,8 +61,17 @@ impl Default for Options {
 /// keeps its colour from one graph to the next: warm colours for user
 /// code, brown for the kernel, green for JIT code.
 pub fn render(profile: &Profile, options: &Options) -> String {
-    let tree = Tree::build(profile, options.by_process);
+    let rooted = rooted(profile, &options.roots);
+    let tree = Tree::build(&rooted);
     draw(&tree, options, Paint::Regular)
+}
+
+fn rooted<'a>(profile: &'a Profile, roots: &[Root]) -> Cow<'a, Profile> {
+    if roots.is_empty() {
+        Cow::Borrowed(profile)
+    } else {
+        Cow::Owned(profile.rooted(roots))
+    }
 }
 
 /// A differential flame graph: the shape and widths are those of `new`;
@@ -74,8 +85,9 @@ pub fn render(profile: &Profile, options: &Options) -> String {
 /// changed frame of the graph gets the deepest colour. Paths sampled only
 /// in `base` have no width in `new` and so are not drawn.
 pub fn render_diff(base: &Profile, new: &Profile, options: &Options) -> String {
-    let mut tree = Tree::build(new, options.by_process);
-    let base_total = tree.add_base(base, options.by_process);
+    let (base, new) = (rooted(base, &options.roots), rooted(new, &options.roots));
+    let mut tree = Tree::build(&new);
+    let base_total = tree.add_base(&base);
     draw(&tree, options, Paint::Diff { base_total })
 }
 
@@ -103,8 +115,6 @@ const CHAR_WIDTH: f64 = 7.0;
 enum Kind<'a> {
     /// The root, with every sample.
     All,
-    /// A process (only with [`Options::by_process`]).
-    Process,
     /// A function, and the module it came from.
     Function { module: &'a str },
 }
@@ -135,7 +145,7 @@ struct Tree<'a> {
 }
 
 impl<'a> Tree<'a> {
-    fn build(profile: &'a Profile, by_process: bool) -> Self {
+    fn build(profile: &'a Profile) -> Self {
         let mut tree = Tree {
             nodes: Vec::new(),
             labels: Vec::new(),
@@ -150,21 +160,12 @@ impl<'a> Tree<'a> {
             base: 0,
             children: Vec::new(),
         });
-        // Interned once per function and process rather than per frame.
+        // Interned once per function rather than per frame.
         let functions: Vec<u32> = profile
             .functions
             .iter()
             .map(|f| tree.intern(Cow::Borrowed(f.name.as_str())))
             .collect();
-        let processes: Vec<u32> = if by_process {
-            profile
-                .processes
-                .iter()
-                .map(|p| tree.intern(Cow::Owned(process_label(&p.name, p.pid))))
-                .collect()
-        } else {
-            Vec::new()
-        };
         for stack in &profile.stacks {
             let count = stack.count;
             if count == 0 {
@@ -172,10 +173,6 @@ impl<'a> Tree<'a> {
             }
             let mut node = 0;
             tree.nodes[0].total += count;
-            if by_process {
-                node = tree.child(node, processes[stack.process as usize], Kind::Process);
-                tree.nodes[node as usize].total += count;
-            }
             for &frame in &stack.frames {
                 let module = profile.functions[frame as usize].module.as_str();
                 node = tree.child(node, functions[frame as usize], Kind::Function { module });
@@ -237,20 +234,12 @@ impl<'a> Tree<'a> {
     /// Adds the samples of `base` to the paths it shares with the tree,
     /// and returns its total. Paths the tree lacks are not added: a diff
     /// draws only what `new` sampled.
-    fn add_base(&mut self, base: &Profile, by_process: bool) -> u64 {
+    fn add_base(&mut self, base: &Profile) -> u64 {
         // A name the tree never interned cannot be on any of its paths.
         let functions: Vec<Option<u32>> = base
             .functions
             .iter()
             .map(|f| self.label_ids.get(f.name.as_str()).copied())
-            .collect();
-        let processes: Vec<Option<u32>> = base
-            .processes
-            .iter()
-            .map(|p| {
-                let label = process_label(&p.name, p.pid);
-                self.label_ids.get(label.as_str()).copied()
-            })
             .collect();
         let mut total = 0;
         for stack in &base.stacks {
@@ -258,11 +247,7 @@ impl<'a> Tree<'a> {
             total += count;
             self.nodes[0].base += count;
             let mut node = 0;
-            let process = by_process.then(|| processes[stack.process as usize]);
-            let path = process
-                .into_iter()
-                .chain(stack.frames.iter().map(|&f| functions[f as usize]));
-            for label in path {
+            for label in stack.frames.iter().map(|&f| functions[f as usize]) {
                 match label.and_then(|l| self.edges.get(&(node, l))) {
                     Some(&next) => node = next,
                     None => break,
@@ -276,10 +261,6 @@ impl<'a> Tree<'a> {
     fn label(&self, node: &Node) -> &str {
         &self.labels[node.label as usize]
     }
-}
-
-fn process_label(name: &str, pid: u32) -> String {
-    format!("{name} ({pid})")
 }
 
 /// How frames are coloured and what their tooltips say.
@@ -508,7 +489,10 @@ fn colour(name: &str, kind: Kind) -> [u8; 3] {
     match kind {
         // The structural frames are not code: a neutral grey-blue keeps
         // them from drawing the eye.
-        Kind::All | Kind::Process => hsl(215.0, 0.15, 0.78 + 0.06 * u(0)),
+        Kind::All
+        | Kind::Function {
+            module: "[host]" | "[process]" | "[thread]",
+        } => hsl(215.0, 0.15, 0.78 + 0.06 * u(0)),
         Kind::Function { module: "[kernel]" } => {
             hsl(22.0 + 14.0 * u(0), 0.35 + 0.15 * u(1), 0.45 + 0.1 * u(2))
         }
@@ -733,6 +717,7 @@ mod tests {
             pid,
             name: name.to_owned(),
             container: String::new(),
+            ..Default::default()
         }
     }
 
@@ -910,7 +895,7 @@ mod tests {
     }
 
     #[test]
-    fn stacks_of_different_processes_merge_unless_by_process() {
+    fn stacks_of_different_processes_merge_unless_rooted_by_process() {
         let (a, b) = (process(10, "web"), process(20, "db"));
         let p = profile_in(&[(&a, "main;serve", 4), (&b, "main;serve", 6)]);
         let merged = parse(&render(&p, &Options::default()));
@@ -918,7 +903,7 @@ mod tests {
         assert_eq!(find(&merged, "serve").w, 10);
 
         let options = Options {
-            by_process: true,
+            roots: vec![Root::Process],
             ..Options::default()
         };
         let split = parse(&render(&p, &options));
@@ -1200,7 +1185,7 @@ mod tests {
         let base = profile_in(&[(&a, "main", 1), (&b, "main", 3)]);
         let new = profile_in(&[(&a, "main", 3), (&b, "main", 1)]);
         let options = Options {
-            by_process: true,
+            roots: vec![Root::Process],
             ..Options::default()
         };
         let frames = parse(&render_diff(&base, &new, &options));
@@ -1248,7 +1233,7 @@ mod tests {
                 (prop::collection::vec(0u8..5, 1..12), 1u64..50, 0u32..3),
                 0..30,
             ),
-            by_process in any::<bool>(),
+            rooted in any::<bool>(),
         ) {
             let procs: Vec<Process> = (0..3).map(|i| process(i, "p")).collect();
             let mut builder = ProfileBuilder::new(99, 0, 0);
@@ -1257,7 +1242,8 @@ mod tests {
                 builder.add(&procs[*proc_ as usize], &frames, *count);
             }
             let p = builder.finish();
-            let options = Options { by_process, min_width_px: 0.0, ..Options::default() };
+            let roots = if rooted { vec![Root::Process, Root::Thread] } else { Vec::new() };
+            let options = Options { roots, min_width_px: 0.0, ..Options::default() };
             for svg in [render(&p, &options), render_diff(&p, &p, &options)] {
                 let frames = parse(&svg);
                 let total: u64 = stacks.iter().map(|s| s.1).sum();

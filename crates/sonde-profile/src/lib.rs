@@ -12,10 +12,11 @@ pub mod perf;
 pub mod pprof;
 pub mod record;
 pub mod sampler;
+pub mod select;
 pub mod store;
 pub mod symbolize;
 pub mod views;
 
-pub use model::{Focus, Function, Process, Profile, ProfileBuilder, Stack};
+pub use model::{Focus, Function, Process, Profile, ProfileBuilder, Root, Stack};
 pub use perf::OpenError;
 pub use sampler::{Footprint, Profiler};

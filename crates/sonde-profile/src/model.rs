@@ -25,8 +25,12 @@ pub struct Function {
     pub module: String,
 }
 
-/// The process a stack was sampled in.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Where a stack was sampled: the host, the process and the thread in it.
+///
+/// Each thread of a process is a `Process` of its own in a profile, so a
+/// view can filter or group by thread; views that speak of processes
+/// group by `(host, pid)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Process {
     /// The process id (the thread group id).
     pub pid: u32,
@@ -36,6 +40,14 @@ pub struct Process {
     /// The id of the container the process runs in, from its cgroup
     /// (see [`crate::collect::container_of_cgroup`]); empty outside one.
     pub container: String,
+    /// The thread id (0 when the producer did not say).
+    pub tid: u32,
+    /// The thread's name (`/proc/PID/task/TID/comm`, as the thread last
+    /// set it); empty when the producer did not say.
+    pub thread: String,
+    /// The host the profile was taken on (the agent's `agent.hostname`);
+    /// empty when the producer did not say.
+    pub host: String,
 }
 
 /// A distinct stack in one process and the samples it took.
@@ -90,11 +102,13 @@ impl Profile {
 
     /// A profile with only the stacks of the processes `keep` accepts
     /// (functions and processes re-interned, so nothing unused remains).
-    pub fn filter(&self, mut keep: impl FnMut(&Process) -> bool) -> Profile {
+    pub fn filter(&self, keep: impl FnMut(&Process) -> bool) -> Profile {
         let mut out = ProfileBuilder::new(self.frequency, self.start_ns, self.duration_ns);
+        // Asked once per process, not per stack.
+        let kept: Vec<bool> = self.processes.iter().map(keep).collect();
         for stack in &self.stacks {
             let process = &self.processes[stack.process as usize];
-            if keep(process) {
+            if kept[stack.process as usize] {
                 out.add(
                     process,
                     stack.frames.iter().map(|&f| self.function(f)),
@@ -134,6 +148,56 @@ impl Profile {
         out.finish()
     }
 
+    /// The profile with a frame per root in `roots` (outermost first)
+    /// under every stack: `[Root::Process, Root::Thread]` roots each stack
+    /// at its process, then its thread, which is how a flame graph, folded
+    /// stacks or a top table split by where the samples ran.
+    pub fn rooted(&self, roots: &[Root]) -> Profile {
+        let mut out = ProfileBuilder::new(self.frequency, self.start_ns, self.duration_ns);
+        let prefixes: Vec<Vec<u32>> = self
+            .processes
+            .iter()
+            .map(|p| {
+                roots
+                    .iter()
+                    .map(|r| {
+                        out.function(&Function {
+                            name: r.label(p),
+                            module: r.module().to_owned(),
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let functions: Vec<u32> = self.functions.iter().map(|f| out.function(f)).collect();
+        let processes: Vec<u32> = self.processes.iter().map(|p| out.process(p)).collect();
+        let mut frames = Vec::new();
+        for stack in &self.stacks {
+            frames.clear();
+            frames.extend(&prefixes[stack.process as usize]);
+            frames.extend(stack.frames.iter().map(|&f| functions[f as usize]));
+            out.add_interned(processes[stack.process as usize], &frames, stack.count);
+        }
+        out.finish()
+    }
+
+    /// The samples of each host, sorted by name.
+    pub fn hosts(&self) -> Vec<HostSamples> {
+        let mut by_host: std::collections::BTreeMap<&str, u64> = Default::default();
+        for stack in &self.stacks {
+            *by_host
+                .entry(&self.processes[stack.process as usize].host)
+                .or_default() += stack.count;
+        }
+        by_host
+            .into_iter()
+            .map(|(host, samples)| HostSamples {
+                host: host.to_owned(),
+                samples,
+            })
+            .collect()
+    }
+
     /// Adds every stack of `other` to this profile, widening the period to
     /// cover both.
     pub fn merge(self, other: &Profile) -> Profile {
@@ -161,6 +225,83 @@ impl Profile {
         }
         out.finish()
     }
+}
+
+/// A frame [`Profile::rooted`] puts under every stack, naming where it
+/// was sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Root {
+    /// The host: its name.
+    Host,
+    /// The process: `name (pid)`.
+    Process,
+    /// The thread: its name, so a pool's threads of one name read as one.
+    Thread,
+}
+
+impl Root {
+    /// The module the frames of this kind carry, which is how renderers
+    /// tell them from functions.
+    pub fn module(self) -> &'static str {
+        match self {
+            Root::Host => "[host]",
+            Root::Process => "[process]",
+            Root::Thread => "[thread]",
+        }
+    }
+
+    /// The frame's name for a stack of `p`.
+    pub fn label(self, p: &Process) -> String {
+        let or = |s: &str, unknown: &str| {
+            if s.is_empty() {
+                unknown.to_owned()
+            } else {
+                s.to_owned()
+            }
+        };
+        match self {
+            Root::Host => or(&p.host, "[unknown host]"),
+            Root::Process => format!("{} ({})", p.name, p.pid),
+            Root::Thread => or(&p.thread, "[unknown thread]"),
+        }
+    }
+}
+
+impl std::str::FromStr for Root {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "host" => Ok(Root::Host),
+            "process" => Ok(Root::Process),
+            "thread" => Ok(Root::Thread),
+            _ => Err(format!("{s:?}: expected host, process or thread")),
+        }
+    }
+}
+
+/// Parses `process,thread`: roots in order, outermost first, each at most
+/// once.
+pub fn parse_roots(s: &str) -> Result<Vec<Root>, String> {
+    let mut roots: Vec<Root> = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let root: Root = part.parse()?;
+        if roots.contains(&root) {
+            return Err(format!("{part:?} is given twice"));
+        }
+        roots.push(root);
+    }
+    Ok(roots)
+}
+
+/// Samples per host (the empty name for a producer that did not say),
+/// sorted by host name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HostSamples {
+    /// The host's name.
+    pub host: String,
+    /// Its samples in the profile.
+    pub samples: u64,
 }
 
 /// Which side of a function [`Profile::focus`] shows.
@@ -330,12 +471,68 @@ mod tests {
     }
 
     #[test]
+    fn rooted_stacks_start_at_their_host_process_and_thread() {
+        let mut b = ProfileBuilder::new(19, 0, 1);
+        let at = |host: &str, pid, tid, thread: &str| Process {
+            pid,
+            name: "app".into(),
+            tid,
+            thread: thread.into(),
+            host: host.into(),
+            ..Default::default()
+        };
+        b.add(&at("a", 1, 1, "app"), &[f("main"), f("serve")], 2);
+        b.add(&at("a", 1, 2, "worker"), &[f("run"), f("hash")], 3);
+        b.add(&at("a", 1, 3, "worker"), &[f("run"), f("hash")], 4);
+        b.add(&at("b", 1, 1, ""), &[f("main")], 5);
+        let profile = b.finish();
+        assert_eq!(
+            folded(&profile.rooted(&[Root::Process, Root::Thread])),
+            [
+                "app (1);[unknown thread];main 5",
+                "app (1);app;main;serve 2",
+                "app (1);worker;run;hash 3",
+                "app (1);worker;run;hash 4",
+            ]
+        );
+        let by_host = profile.rooted(&[Root::Host]);
+        assert_eq!(by_host.samples(), profile.samples());
+        assert!(by_host
+            .functions
+            .iter()
+            .filter(|f| f.name == "a" || f.name == "b")
+            .all(|f| f.module == "[host]"));
+        assert_eq!(
+            profile.hosts(),
+            [
+                HostSamples {
+                    host: "a".into(),
+                    samples: 9
+                },
+                HostSamples {
+                    host: "b".into(),
+                    samples: 5
+                }
+            ]
+        );
+        assert_eq!(
+            parse_roots("process, thread"),
+            Ok(vec![Root::Process, Root::Thread])
+        );
+        assert!(parse_roots("process,process").is_err());
+        assert!(parse_roots("pod")
+            .unwrap_err()
+            .contains("host, process or thread"));
+    }
+
+    #[test]
     fn focus_shows_a_functions_callees_and_callers_from_its_outermost_call() {
         let mut b = ProfileBuilder::new(19, 0, 1);
         let p = Process {
             pid: 1,
             name: "app".into(),
             container: String::new(),
+            ..Default::default()
         };
         b.add(&p, &[f("main"), f("serve"), f("parse"), f("alloc")], 5);
         b.add(

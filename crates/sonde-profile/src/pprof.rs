@@ -16,7 +16,9 @@
 //!   values `[count, count * period]` for the sample types
 //!   `samples/count` and `cpu/nanoseconds`, and the labels `pid`
 //!   (numeric), `comm` (string) and, for a process in a container,
-//!   `container` (its id) for its process.
+//!   `container` (its id) for its process, `tid` (numeric) and `thread`
+//!   (its name) for its thread, and `host` for where it was taken
+//!   (`go tool pprof -tagfocus thread=worker` selects by them).
 //!
 //! Decoding goes the other way and also reads what other producers write:
 //! inlined frames (a location with several lines), unsymbolised locations
@@ -261,6 +263,9 @@ fn to_message(profile: &Profile) -> proto::Profile {
     let pid_key = strings.intern("pid");
     let comm_key = strings.intern("comm");
     let container_key = strings.intern("container");
+    let tid_key = strings.intern("tid");
+    let thread_key = strings.intern("thread");
+    let host_key = strings.intern("host");
     let period = period_ns(profile.frequency);
 
     // Function i is pprof function and location i + 1: ids must be
@@ -341,6 +346,21 @@ fn to_message(profile: &Profile) -> proto::Profile {
                 .chain((!process.container.is_empty()).then(|| proto::Label {
                     key: container_key,
                     str: strings.intern(&process.container),
+                    ..Default::default()
+                }))
+                .chain((process.tid != 0).then(|| proto::Label {
+                    key: tid_key,
+                    num: i64::from(process.tid),
+                    ..Default::default()
+                }))
+                .chain((!process.thread.is_empty()).then(|| proto::Label {
+                    key: thread_key,
+                    str: strings.intern(&process.thread),
+                    ..Default::default()
+                }))
+                .chain((!process.host.is_empty()).then(|| proto::Label {
+                    key: host_key,
+                    str: strings.intern(&process.host),
                     ..Default::default()
                 }))
                 .collect(),
@@ -563,7 +583,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
     // when a sample first uses the location, so functions no sample
     // reaches stay out of the profile.
     let mut location_frames: Vec<Option<Vec<u32>>> = vec![None; m.location.len()];
-    let mut process_of: HashMap<(u32, &str, &str), u32> = HashMap::new();
+    let mut process_of: HashMap<(u32, &str, &str, u32, &str, &str), u32> = HashMap::new();
     let mut frames = Vec::new();
     for sample in &m.sample {
         if sample.value.len() != sample_types.len() {
@@ -585,25 +605,22 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
         let count = u64::try_from(count).map_err(|_| invalid("negative sample value"))?;
 
         let mut pid = 0u32;
+        let mut tid = 0u32;
         let mut comm = "";
         let mut container = "";
+        let mut thread = "";
+        let mut host = "";
         for label in &sample.label {
             let key = strings.get(label.key, "label key")?;
             let value = strings.get(label.str, "label value")?;
             strings.get(label.num_unit, "label unit")?;
             match key {
-                "pid" if label.str != 0 => {
-                    // Some producers write the pid as a string label.
-                    pid = value
-                        .parse()
-                        .map_err(|_| invalid(format!("pid label {value:?} is not a pid")))?;
-                }
-                "pid" => {
-                    pid = u32::try_from(label.num)
-                        .map_err(|_| invalid(format!("pid label {} is not a pid", label.num)))?;
-                }
+                "pid" => pid = id_label(label, value, "pid")?,
+                "tid" => tid = id_label(label, value, "tid")?,
                 "comm" => comm = value,
                 "container" => container = value,
+                "thread" => thread = value,
+                "host" => host = value,
                 _ => {}
             }
         }
@@ -633,21 +650,37 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
             // anyway, after interning its process for nothing).
             continue;
         }
-        let process = match process_of.get(&(pid, comm, container)) {
+        let key = (pid, comm, container, tid, thread, host);
+        let process = match process_of.get(&key) {
             Some(&p) => p,
             None => {
                 let p = out.process(&Process {
                     pid,
                     name: comm.to_owned(),
                     container: container.to_owned(),
+                    tid,
+                    thread: thread.to_owned(),
+                    host: host.to_owned(),
                 });
-                process_of.insert((pid, comm, container), p);
+                process_of.insert(key, p);
                 p
             }
         };
         out.add_interned(process, &frames, count);
     }
     Ok(out.finish())
+}
+
+/// A pid or tid label: numeric, or a string some producers write.
+fn id_label(label: &proto::Label, value: &str, key: &str) -> Result<u32, DecodeError> {
+    if label.str != 0 {
+        value
+            .parse()
+            .map_err(|_| invalid(format!("{key} label {value:?} is not a {key}")))
+    } else {
+        u32::try_from(label.num)
+            .map_err(|_| invalid(format!("{key} label {} is not a {key}", label.num)))
+    }
 }
 
 /// The functions of a location, innermost first: one per line, or one
@@ -735,12 +768,17 @@ mod tests {
             pid,
             name: name.into(),
             container: String::new(),
+            ..Default::default()
         }
     }
 
-    /// A stack as a comparable value: (pid, comm, container, frames root
-    /// first as (name, module), count).
-    type Flat = (u32, String, String, Vec<(String, String)>, u64);
+    /// A stack as a comparable value: (pid, comm, container, tid, thread,
+    /// host), frames root first as (name, module), count.
+    type Flat = (
+        (u32, String, String, u32, String, String),
+        Vec<(String, String)>,
+        u64,
+    );
 
     /// A profile's stacks as comparable values, sorted.
     fn stacks(profile: &Profile) -> Vec<Flat> {
@@ -750,9 +788,14 @@ mod tests {
             .map(|s| {
                 let process = &profile.processes[s.process as usize];
                 (
-                    process.pid,
-                    process.name.clone(),
-                    process.container.clone(),
+                    (
+                        process.pid,
+                        process.name.clone(),
+                        process.container.clone(),
+                        process.tid,
+                        process.thread.clone(),
+                        process.host.clone(),
+                    ),
                     s.frames
                         .iter()
                         .map(|&i| {
@@ -770,7 +813,8 @@ mod tests {
 
     fn sample_profile() -> Profile {
         let mut b = ProfileBuilder::new(99, 1_700_000_000_123_456_789, 60_000_000_000);
-        let nginx = p(4242, "nginx");
+        let mut nginx = p(4242, "nginx");
+        (nginx.tid, nginx.thread, nginx.host) = (4243, "worker 1".into(), "web-1".into());
         let mut other = p(77, "рабочий-процесс");
         other.container = "ab".repeat(32);
         let main = f("main", "/usr/sbin/nginx");
@@ -839,7 +883,16 @@ mod tests {
             .iter()
             .map(|l| (s(l.key), l.num, s(l.str)))
             .collect();
-        assert_eq!(labels, [("pid", 4242, ""), ("comm", 0, "nginx")]);
+        assert_eq!(
+            labels,
+            [
+                ("pid", 4242, ""),
+                ("comm", 0, "nginx"),
+                ("tid", 4243, ""),
+                ("thread", 0, "worker 1"),
+                ("host", 0, "web-1")
+            ]
+        );
         // A process in a container also carries its id.
         let in_container = m.sample.iter().find(|x| x.value[0] == 30).unwrap();
         let labels: Vec<_> = in_container
@@ -952,9 +1005,7 @@ mod tests {
         assert_eq!(
             stacks(&profile),
             [(
-                0,
-                String::new(),
-                String::new(),
+                Default::default(),
                 vec![
                     ("main".into(), "app".into()),
                     ("0x1123".into(), "app".into()),

@@ -77,6 +77,8 @@ pub enum Record<'a> {
         ppid: u32,
         /// The new thread's id.
         tid: u32,
+        /// The id of the thread that created it.
+        ptid: u32,
         /// When.
         time: u64,
     },
@@ -271,13 +273,14 @@ pub fn parse(record: &[u8]) -> Option<Record<'_>> {
             let pid = r.u32()?;
             let ppid = r.u32()?;
             let tid = r.u32()?;
-            let _ptid = r.u32()?;
+            let ptid = r.u32()?;
             let time = r.u64()?;
             Some(if kind == PERF_RECORD_FORK {
                 Record::Fork {
                     pid,
                     ppid,
                     tid,
+                    ptid,
                     time,
                 }
             } else {

@@ -34,17 +34,19 @@ pub struct Profiler {
     collector: Collector,
     symbols: Symbols,
     frequency: u32,
+    host: String,
     period_start: (SystemTime, Instant),
 }
 
 impl Profiler {
-    /// Opens the events at `frequency` Hz per CPU and starts sampling.
+    /// Opens the events at `frequency` Hz per CPU and starts sampling;
+    /// the profiles name `host` as where they were taken.
     ///
     /// # Errors
     ///
     /// See [`Events::open`]; a frequency of 0 or above [`MAX_FREQUENCY`]
     /// is clamped into range.
-    pub fn start(frequency: u32) -> Result<Profiler, OpenError> {
+    pub fn start(frequency: u32, host: &str) -> Result<Profiler, OpenError> {
         let frequency = frequency.clamp(1, MAX_FREQUENCY);
         let events = Events::open(frequency)?;
         events.enable();
@@ -53,6 +55,7 @@ impl Profiler {
             collector: Collector::new(),
             symbols: Symbols::new(),
             frequency,
+            host: host.to_owned(),
             period_start: (SystemTime::now(), Instant::now()),
         })
     }
@@ -103,7 +106,7 @@ impl Profiler {
         // module table names this one's frames.
         let modules = self.collector.modules().clone();
         let (events, collector) = (&mut self.events, &mut self.collector);
-        let profile = self.symbols.profile_between(
+        let mut profile = self.symbols.profile_between(
             &modules,
             &stacks,
             self.frequency,
@@ -112,6 +115,10 @@ impl Profiler {
             &mut || drain(events, collector),
         );
         drop(modules);
+        // One host for every process keeps them distinct.
+        for p in &mut profile.processes {
+            p.host.clone_from(&self.host);
+        }
         // What the period no longer needs: processes gone, modules no
         // process maps, and their cached names.
         let dropped = self.collector.prune();

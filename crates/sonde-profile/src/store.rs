@@ -355,6 +355,7 @@ mod tests {
             pid: 1,
             name: "x".into(),
             container: String::new(),
+            ..Default::default()
         };
         b.add(&p, &[f("main"), f("hot")], hot);
         b.add(&p, &[f("main"), f("cold")], 10);

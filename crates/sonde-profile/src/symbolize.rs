@@ -343,6 +343,9 @@ impl Symbols {
                 pid: process.pid,
                 name: process.name.clone(),
                 container: process.container.as_deref().unwrap_or("").to_string(),
+                tid: process.tid,
+                thread: process.thread.clone(),
+                host: String::new(),
             });
             out.add_interned(p, &frames, count);
         }
@@ -419,6 +422,8 @@ mod tests {
             pid: std::process::id(),
             name: "demo".into(),
             container: None,
+            tid: std::process::id(),
+            thread: "demo".into(),
         };
         let stacks: HashMap<_, _> = [(
             (

@@ -11,7 +11,7 @@ use hashbrown::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::cost::{per_year, Prices, SECONDS_PER_YEAR};
-use crate::model::{Function, Profile};
+use crate::model::{Function, HostSamples, Profile};
 
 /// One function's row of the top table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -81,6 +81,8 @@ pub struct Top {
     /// The currency of the costs, where `core_cost_per_hour` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
+    /// The hosts the samples were taken on, with each one's samples.
+    pub hosts: Vec<HostSamples>,
     /// Functions by `self` descending, then `total`, then name.
     pub functions: Vec<Row>,
 }
@@ -164,6 +166,7 @@ pub fn top(profile: &Profile, n: Option<usize>) -> Top {
         samples,
         duration_s: profile.duration_ns as f64 / 1e9,
         currency: None,
+        hosts: profile.hosts(),
         functions,
     }
 }
@@ -212,6 +215,10 @@ pub struct Diff {
     /// The currency of the costs, where `core_cost_per_hour` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
+    /// The hosts of the base profile's samples, with each one's samples.
+    pub hosts_base: Vec<HostSamples>,
+    /// The hosts of the new profile's samples.
+    pub hosts: Vec<HostSamples>,
     /// Functions by `|delta|` descending.
     pub functions: Vec<DiffRow>,
 }
@@ -283,6 +290,8 @@ pub fn diff(base: &Profile, new: &Profile, n: Option<usize>) -> Diff {
         duration_s: new.duration_ns as f64 / 1e9,
         duration_base_s: base.duration_ns as f64 / 1e9,
         currency: None,
+        hosts_base: base.hosts(),
+        hosts: new.hosts(),
         functions,
     }
 }
@@ -329,8 +338,12 @@ pub fn top_text(top: &Top, seconds_per_sample: f64) -> String {
         priced(|c| c.self_co2_kg_per_year),
     );
     let currency = top.currency.as_deref().unwrap_or("");
+    let on = match top.hosts.as_slice() {
+        [one] if !one.host.is_empty() => format!(" on {}", one.host),
+        _ => String::new(),
+    };
     let mut out = format!(
-        "{} samples over {:.1} s ({:.2} CPU-s)\n{:>7} {:>7} {:>9}",
+        "{} samples over {:.1} s ({:.2} CPU-s){on}\n{:>7} {:>7} {:>9}",
         top.samples,
         top.duration_s,
         top.samples as f64 * seconds_per_sample,
@@ -345,6 +358,23 @@ pub fn top_text(top: &Top, seconds_per_sample: f64) -> String {
         out.push_str(&format!(" {:>11}", "CO2 kg/year"));
     }
     out.push_str("  function (module)\n");
+    if top.hosts.len() > 1 {
+        let mut hosts = String::new();
+        for h in &top.hosts {
+            hosts.push_str(&format!(
+                "host {}: {} samples ({:.1}%, {:.2} CPU-s)\n",
+                if h.host.is_empty() {
+                    "[unknown]"
+                } else {
+                    &h.host
+                },
+                h.samples,
+                share(h.samples, top.samples) * 100.0,
+                h.samples as f64 * seconds_per_sample
+            ));
+        }
+        out.insert_str(out.find('\n').map_or(0, |i| i + 1), &hosts);
+    }
     for row in &top.functions {
         out.push_str(&format!(
             "{:>6.2}% {:>6.2}% {:>8.2}s",
@@ -434,6 +464,7 @@ mod tests {
             pid: 7,
             name: "demo".into(),
             container: String::new(),
+            ..Default::default()
         };
         for (s, n) in stacks {
             let frames: Vec<Function> = s.split(';').map(f).collect();
@@ -507,6 +538,7 @@ mod tests {
                 pid,
                 name: "x".into(),
                 container: String::new(),
+                ..Default::default()
             };
             b.add(&p, &[f("main"), f("a;b")], 2);
         }

@@ -1,7 +1,8 @@
 //! `sonde profile`: sample the host for a while (or read the running
 //! agent's stored profiles with `--since`) and print the top functions, or
 //! write pprof, folded stacks and a flame graph; `sonde profile diff`:
-//! compare two profiles, files or ranges of the store.
+//! compare two profiles, files or ranges of the store; `sonde profile
+//! merge`: read exports of several hosts as one.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,15 +12,16 @@ use clap::{Args, Subcommand};
 use sonde::config::HumanDuration;
 use sonde_profile::collect::Stats;
 use sonde_profile::cost::{Price, Prices};
+use sonde_profile::select::Select;
 use sonde_profile::store::{self, Ago, Store};
-use sonde_profile::{flamegraph, pprof, views, Profile, Profiler};
+use sonde_profile::{flamegraph, pprof, views, Profile, Profiler, Root};
 
 /// Arguments of `sonde profile`.
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct ProfileArgs {
     #[command(subcommand)]
-    diff: Option<DiffCommand>,
+    command: Option<ProfileCommand>,
     /// How long to sample.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     duration: HumanDuration,
@@ -27,17 +29,12 @@ pub struct ProfileArgs {
     /// profiler samples at 19; a short run samples faster for detail.
     #[arg(long, default_value_t = 99)]
     frequency: u32,
-    /// Only these processes (repeat for several); all when absent.
-    #[arg(long = "pid")]
-    pids: Vec<u32>,
+    #[command(flatten)]
+    select: SelectArgs,
     #[command(flatten)]
     out: Output,
-    /// Write the profile as gzip-compressed pprof (`go tool pprof` reads it).
-    #[arg(long, value_name = "FILE")]
-    pprof: Option<PathBuf>,
-    /// Write folded stacks (`main;work;hot 752`), one line per stack.
-    #[arg(long, value_name = "FILE")]
-    folded: Option<PathBuf>,
+    #[command(flatten)]
+    files: Files,
     /// Read the running agent's stored profiles from this long ago
     /// (`10m`; units s, m, h, d) instead of sampling.
     #[arg(long, value_parser = store::parse_ago)]
@@ -47,6 +44,46 @@ pub struct ProfileArgs {
     until: Option<Duration>,
     #[command(flatten)]
     store: StoreArgs,
+}
+
+/// Which stacks to keep.
+#[derive(Args)]
+struct SelectArgs {
+    /// Only these processes (repeat for several); all when absent.
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    /// Only threads whose name matches this regular expression (found
+    /// anywhere in the name; `^worker-[0-9]+$` for the whole name).
+    #[arg(long, value_name = "PATTERN")]
+    thread: Option<String>,
+    /// Only the stacks of this host (repeat for several).
+    #[arg(long = "host", value_name = "NAME")]
+    hosts: Vec<String>,
+}
+
+impl SelectArgs {
+    fn select(&self) -> anyhow::Result<Select> {
+        Ok(Select {
+            pids: self.pids.clone(),
+            processes: Vec::new(),
+            thread: match &self.thread {
+                Some(t) => Some(Select::thread_pattern(t).map_err(anyhow::Error::msg)?),
+                None => None,
+            },
+            hosts: self.hosts.clone(),
+        })
+    }
+}
+
+/// The files a profile can be written to.
+#[derive(Args)]
+struct Files {
+    /// Write the profile as gzip-compressed pprof (`go tool pprof` reads it).
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+    /// Write folded stacks (`main;work;hot 752`), one line per stack.
+    #[arg(long, value_name = "FILE")]
+    folded: Option<PathBuf>,
 }
 
 /// Where the agent's stored profiles are.
@@ -75,6 +112,18 @@ impl StoreArgs {
     fn read(&self, span: Ago) -> anyhow::Result<Profile> {
         Ok(self.store()?.read_ago(span)?)
     }
+
+    /// The host a profile taken now names: --config's `agent.hostname`,
+    /// else the kernel's host name.
+    fn host(&self) -> anyhow::Result<String> {
+        let configured = match &self.config {
+            Some(c) => crate::load(c)?.agent.hostname.map(|h| h.into_inner()),
+            None => None,
+        };
+        Ok(configured
+            .or_else(sonde::sinks::hostname)
+            .unwrap_or_else(|| "localhost".into()))
+    }
 }
 
 /// The output options both forms share.
@@ -89,6 +138,11 @@ struct Output {
     /// Write a flame graph (SVG).
     #[arg(long, value_name = "FILE.svg")]
     flamegraph: Option<PathBuf>,
+    /// Root the flame graph and folded stacks at where each stack ran:
+    /// `host`, `process`, `thread` or several, outermost first
+    /// (`process,thread`).
+    #[arg(long, value_name = "ROOTS", value_delimiter = ',')]
+    by: Vec<Root>,
     /// What one core costs for an hour, with its currency ("0.048 USD"):
     /// the table adds each function's cost a year. Default: the
     /// `[profiler]` key of --config.
@@ -132,7 +186,7 @@ fn parse_price(s: &str) -> Result<Price, String> {
 }
 
 #[derive(Subcommand)]
-enum DiffCommand {
+enum ProfileCommand {
     /// Compare two profiles (pprof files): what grew and what shrank.
     Diff {
         /// The earlier profile: a pprof file, or a range of the agent's
@@ -140,11 +194,27 @@ enum DiffCommand {
         base: String,
         /// The later profile, likewise (`10m..0s`).
         new: String,
-        /// Only these processes (repeat for several); all when absent.
-        #[arg(long = "pid")]
-        pids: Vec<u32>,
+        #[command(flatten)]
+        select: SelectArgs,
         #[command(flatten)]
         out: Output,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Read pprof exports of several hosts (or periods) as one profile:
+    /// one top table with each host's samples, one flame graph (`--by
+    /// host` roots it at the hosts).
+    Merge {
+        /// The exports, each a gzip pprof file. An export without a host
+        /// label is named after its file (`web-1` for `web-1.pb.gz`).
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        select: SelectArgs,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        written: Files,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -154,33 +224,52 @@ fn parse_duration(s: &str) -> Result<HumanDuration, String> {
     s.parse()
 }
 
-/// Runs `sonde profile` or `sonde profile diff`.
+/// Runs `sonde profile`, `sonde profile diff` or `sonde profile merge`.
 pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
-    if let Some(DiffCommand::Diff {
-        base,
-        new,
-        pids,
-        out,
-        store,
-    }) = &args.diff
-    {
-        let keep = |p: &sonde_profile::Process| pids.is_empty() || pids.contains(&p.pid);
-        let base = read_either(base, store)?.filter(keep);
-        let new = read_either(new, store)?.filter(keep);
-        return diff(&base, &new, out, &out.prices(store)?);
+    match &args.command {
+        Some(ProfileCommand::Diff {
+            base,
+            new,
+            select,
+            out,
+            store,
+        }) => {
+            let select = select.select()?;
+            let base = select.apply(read_either(base, store)?);
+            let new = select.apply(read_either(new, store)?);
+            return diff(&base, &new, out, &out.prices(store)?);
+        }
+        Some(ProfileCommand::Merge {
+            files,
+            select,
+            out,
+            written,
+            store,
+        }) => {
+            let profile = merge(files, &select.select()?)?;
+            let title = format!(
+                "sonde profile merge: {} samples from {} hosts",
+                profile.samples(),
+                profile.hosts().len()
+            );
+            return show(profile, out, written, store, None, title);
+        }
+        None => {}
     }
+    let select = args.select.select()?;
     if let Some(since) = args.since {
         let until = args.until.unwrap_or(Duration::ZERO);
         if until >= since {
             bail!("--until must be more recent (shorter ago) than --since");
         }
-        let profile = args.store.read(Ago { since, until })?;
-        let profile = if args.pids.is_empty() {
-            profile
-        } else {
-            profile.filter(|p| args.pids.contains(&p.pid))
-        };
-        return show(args, profile, None);
+        let profile = select.apply(args.store.read(Ago { since, until })?);
+        let title = format!(
+            "sonde profile: {} samples stored from {} s to {} s ago",
+            profile.samples(),
+            since.as_secs(),
+            until.as_secs()
+        );
+        return show(profile, &args.out, &args.files, &args.store, None, title);
     }
     if !(1..=sonde_profile::sampler::MAX_FREQUENCY).contains(&args.frequency) {
         bail!(
@@ -189,7 +278,7 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
             sonde_profile::sampler::MAX_FREQUENCY
         );
     }
-    let mut profiler = Profiler::start(args.frequency)?;
+    let mut profiler = Profiler::start(args.frequency, &args.store.host()?)?;
     let deadline = Instant::now() + args.duration.0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -199,34 +288,93 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
         profiler.poll(left.as_millis().min(100) as i32);
     }
     profiler.stop();
-    let (profile, stats) =
-        profiler.take_where(|p| args.pids.is_empty() || args.pids.contains(&p.pid));
-    show(args, profile, Some(stats))
+    // Only the processes asked for are symbolised; threads and hosts are
+    // known once they are.
+    let pids = &args.select.pids;
+    let (profile, stats) = profiler.take_where(|p| pids.is_empty() || pids.contains(&p.pid));
+    let profile = select.apply(profile);
+    let title = format!(
+        "sonde profile: {} samples over {:.1} s at {} Hz",
+        profile.samples(),
+        profile.duration_ns as f64 / 1e9,
+        profile.frequency
+    );
+    show(
+        profile,
+        &args.out,
+        &args.files,
+        &args.store,
+        Some(stats),
+        title,
+    )
+}
+
+/// The exports merged, each named by its host label or else its file,
+/// and each cut to what `select` keeps first: an export left with no
+/// samples is left out, so that its period does not widen the merged one
+/// (`--host web-2` reads as web-2's export alone).
+fn merge(files: &[PathBuf], select: &Select) -> anyhow::Result<Profile> {
+    let mut merged: Option<(Profile, &Path)> = None;
+    for path in files {
+        let mut p = read_profile(path)?;
+        if p.processes.iter().all(|p| p.host.is_empty()) {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let host = name.split('.').next().unwrap_or(name);
+            for process in &mut p.processes {
+                process.host = host.to_owned();
+            }
+        }
+        let p = select.apply(p);
+        if p.samples() == 0 {
+            continue;
+        }
+        merged = Some(match merged {
+            None => (p, path),
+            Some((m, first)) => {
+                if m.frequency != p.frequency {
+                    bail!(
+                        "{} was sampled at {} Hz and {} at {} Hz: the samples of one stand for \
+                         more CPU time than the other's, so they do not add up; merge exports \
+                         of one frequency",
+                        first.display(),
+                        m.frequency,
+                        path.display(),
+                        p.frequency
+                    );
+                }
+                (m.merge(&p), first)
+            }
+        });
+    }
+    Ok(merged.map(|(m, _)| m).unwrap_or_default())
 }
 
 /// Writes the files asked for and prints the top table.
-fn show(args: &ProfileArgs, profile: Profile, stats: Option<Stats>) -> anyhow::Result<()> {
-    if let Some(path) = &args.pprof {
+fn show(
+    profile: Profile,
+    out: &Output,
+    files: &Files,
+    store: &StoreArgs,
+    stats: Option<Stats>,
+    title: String,
+) -> anyhow::Result<()> {
+    if let Some(path) = &files.pprof {
         write(path, &pprof::encode(&profile))?;
     }
-    if let Some(path) = &args.folded {
-        write(path, views::folded(&profile).as_bytes())?;
+    if let Some(path) = &files.folded {
+        write(path, views::folded(&profile.rooted(&out.by)).as_bytes())?;
     }
-    if let Some(path) = &args.out.flamegraph {
+    if let Some(path) = &out.flamegraph {
         let options = flamegraph::Options {
-            title: format!(
-                "sonde profile: {} samples over {:.1} s at {} Hz",
-                profile.samples(),
-                profile.duration_ns as f64 / 1e9,
-                profile.frequency
-            ),
+            title,
+            roots: out.by.clone(),
             ..Default::default()
         };
         write(path, flamegraph::render(&profile, &options).as_bytes())?;
     }
-    let mut top = views::top(&profile, Some(args.out.top));
-    views::price_top(&mut top, &args.out.prices(&args.store)?);
-    if args.out.json {
+    let mut top = views::top(&profile, Some(out.top));
+    views::price_top(&mut top, &out.prices(store)?);
+    if out.json {
         println!("{}", serde_json::to_string(&top)?);
     } else {
         print!("{}", views::top_text(&top, profile.seconds_per_sample()));
@@ -260,6 +408,7 @@ fn diff(base: &Profile, new: &Profile, out: &Output, prices: &Prices) -> anyhow:
         let options = flamegraph::Options {
             title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
                 .to_string(),
+            roots: out.by.clone(),
             ..Default::default()
         };
         write(
@@ -284,4 +433,56 @@ fn read_profile(path: &Path) -> anyhow::Result<Profile> {
 
 fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_profile::{Function, Process, ProfileBuilder};
+
+    fn export(dir: &Path, name: &str, host: &str, frequency: u32) -> PathBuf {
+        let mut b = ProfileBuilder::new(frequency, 0, 1_000_000_000);
+        let process = Process {
+            pid: 1,
+            name: "app".into(),
+            host: host.into(),
+            ..Default::default()
+        };
+        let main = Function {
+            name: "main".into(),
+            module: "/bin/app".into(),
+        };
+        b.add(&process, [&main], 5);
+        let path = dir.join(name);
+        std::fs::write(&path, pprof::encode(&b.finish())).unwrap();
+        path
+    }
+
+    #[test]
+    fn an_export_without_a_host_is_named_after_its_file_and_frequencies_must_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = export(dir.path(), "a.pb.gz", "web-1", 19);
+        let unnamed = export(dir.path(), "web-7.pb.gz", "", 19);
+        let all = Select::default();
+        let merged = merge(&[named.clone(), unnamed.clone()], &all).unwrap();
+        let hosts: Vec<(String, u64)> = merged
+            .hosts()
+            .into_iter()
+            .map(|h| (h.host, h.samples))
+            .collect();
+        assert_eq!(hosts, [("web-1".into(), 5), ("web-7".into(), 5)]);
+        let faster = export(dir.path(), "b.pb.gz", "web-2", 99);
+        let e = merge(&[named.clone(), faster.clone()], &all)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at 19 Hz") && e.contains("at 99 Hz"), "{e}");
+        // Filtered out first, an export neither counts nor clashes.
+        let web_7 = Select {
+            hosts: vec!["web-7".into()],
+            ..Select::default()
+        };
+        let alone = merge(&[named, faster, unnamed], &web_7).unwrap();
+        assert_eq!(alone.samples(), 5);
+        assert_eq!(alone.frequency, 19);
+    }
 }

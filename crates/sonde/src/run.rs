@@ -204,7 +204,7 @@ fn start_sink(
 
 /// The host this agent names: `agent.hostname`, else the kernel's host
 /// name.
-fn agent_host(config: &Config) -> String {
+pub(crate) fn agent_host(config: &Config) -> String {
     match &config.agent.hostname {
         Some(h) => h.get_ref().clone(),
         None => sonde::sinks::hostname().unwrap_or_else(|| "localhost".into()),
@@ -312,6 +312,7 @@ fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_io::pr
         frequency: p.frequency,
         period: p.period,
         store,
+        host: agent_host(config),
     };
     match sonde_io::profiler::spawn(settings, Arc::clone(&telemetry.profiler)) {
         Ok(running) => {

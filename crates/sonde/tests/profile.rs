@@ -35,6 +35,8 @@ struct Programs {
     burn_nofp: PathBuf,
     shortburn: PathBuf,
     spawner: PathBuf,
+    /// threads.c: threads "spin-a" and "spin-b" in spin_a and spin_b.
+    threads: PathBuf,
 }
 
 fn programs() -> &'static Programs {
@@ -48,6 +50,7 @@ fn programs() -> &'static Programs {
             burn_nofp: build(&dir, "burn.c", "burn_nofp", "-fomit-frame-pointer"),
             shortburn: build(&dir, "shortburn.c", "shortburn", "-fno-omit-frame-pointer"),
             spawner: build(&dir, "spawner.c", "spawner", "-fno-omit-frame-pointer"),
+            threads: build(&dir, "threads.c", "threads", "-fno-omit-frame-pointer"),
         }
     })
 }
@@ -1150,6 +1153,32 @@ fn the_admin_site_serves_the_stored_profiles_as_json_svg_and_pprof() {
         .unwrap_or_else(|| panic!("no pid {pid} in {processes}"));
     assert_eq!(burner_row["name"], "burn_nofp");
     assert!(u64_of(&burner_row["samples"]) >= 200);
+    // Its one thread, by id and name, holds its samples; the stored
+    // profiles name this host.
+    assert_eq!(
+        burner_row["threads"],
+        serde_json::json!([{ "tid": burner.pid(), "name": "burn_nofp", "samples": burner_row["samples"] }])
+    );
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(burner_row["host"], host.trim());
+    assert_eq!(top["hosts"][0]["host"], host.trim(), "{top}");
+    // The thread filter and a graph rooted at process, then thread.
+    let by_thread = json(&format!(
+        "/api/profiles/top?range=5m..0s&pid={pid}&thread=%5Eburn_nofp%24&top=500"
+    ));
+    assert!(u64_of(&by_thread["samples"]) >= 200, "{by_thread}");
+    let no_thread = json(&format!(
+        "/api/profiles/top?range=5m..0s&pid={pid}&thread=nothing"
+    ));
+    assert_eq!(u64_of(&no_thread["samples"]), 0, "{no_thread}");
+    let (_, _, svg) = get(&format!(
+        "/api/profiles/flamegraph?range=5m..0s&pid={pid}&by=process,thread"
+    ));
+    let frames = svg_frames(&String::from_utf8(svg).unwrap());
+    let process = format!("burn_nofp ({pid})");
+    for root in [process.as_str(), "burn_nofp"] {
+        assert!(frames.iter().any(|f| f.0 == root), "no {root} frame");
+    }
 
     // The flame graph and folded stacks name the hot function.
     let (status, content_type, svg) =
@@ -1214,6 +1243,12 @@ fn the_admin_site_serves_the_stored_profiles_as_json_svg_and_pprof() {
         ("/api/profiles/top?pid=abc", 400, "not a process id"),
         ("/api/profiles/top?top=0", 400, "from 1 to"),
         ("/api/profiles/top?seconds=30", 400, "unknown parameter"),
+        ("/api/profiles/top?thread=%28", 400, "thread pattern"),
+        (
+            "/api/profiles/flamegraph?by=pod",
+            400,
+            "host, process or thread",
+        ),
         (
             "/api/profiles/top?range=48h..47h",
             404,
@@ -1392,6 +1427,67 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
 }
 
 #[test]
+fn the_profiles_page_filters_by_thread_and_roots_the_graph_at_threads_in_chromium() {
+    let Some(chromium) = common::browser::chromium() else {
+        return;
+    };
+    let _cpu = exclusive();
+    let program = Program::start(&programs().threads, &["600"]);
+    program.wait_line("a running");
+    let pid = program.pid().to_string();
+    assert!(Command::new("kill")
+        .args(["-USR1", &pid])
+        .status()
+        .unwrap()
+        .success());
+    program.wait_line("b running");
+    let agent = profiling_agent(99, "");
+    let top_of = |thread: &str| -> Option<Json> {
+        let (_, _, body) = admin_request(
+            "GET",
+            agent.admin,
+            &format!("/api/profiles/top?range=5m..0s&pid={pid}&thread={thread}"),
+        );
+        serde_json::from_slice(&body).ok()
+    };
+    wait_for("100 samples of each thread stored", WAIT, || {
+        let enough = |t| Some(top_of(t)?["samples"].as_u64()? >= 100);
+        (enough("spin-a")? && enough("spin-b")?).then_some(())
+    });
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    fs::create_dir_all(&shots).unwrap();
+    let dom = common::browser::render_page(
+        &chromium,
+        &format!(
+            "http://127.0.0.1:{}/profiles?range=5m..0s&pid={pid}&thread=%5Espin-a%24&by=process%2Cthread",
+            agent.admin
+        ),
+        Some(&shots.join("profiles-threads.png")),
+    );
+    assert!(!dom.contains("class=\"summary error\""), "{dom}");
+    let rows = page_rows(&dom);
+    assert_eq!(
+        rows.first().map(|r| r.0.as_str()),
+        Some("spin_a"),
+        "{rows:?}"
+    );
+    assert!(!rows.iter().any(|r| r.0 == "spin_b"), "{rows:?}");
+    let frame = |name: &str| dom.contains(&format!("<g class=\"frame\" data-name=\"{name}\""));
+    assert!(
+        frame(&format!("threads ({pid})")) && frame("spin-a"),
+        "{dom}"
+    );
+    assert!(!frame("spin-b") && !frame("spin_b"), "{dom}");
+    // The filter box offers the threads' names.
+    for name in ["spin-a", "spin-b"] {
+        assert!(
+            dom.contains(&format!("<option value=\"{name}\"")),
+            "no {name} option: {dom}"
+        );
+    }
+}
+
+#[test]
 fn the_agent_page_shows_receivers_sinks_series_and_the_profiler_in_chromium() {
     let Some(chromium) = common::browser::chromium() else {
         return;
@@ -1527,5 +1623,217 @@ fn cpu_seconds_cost_and_co2_follow_the_formula_and_unset_prices_add_nothing() {
             "{keys:?}"
         );
         assert!(r.get("self_cpu_s").is_some(), "{r}");
+    }
+}
+
+/// Self samples by function name of a `--json` top table.
+fn self_by_function(top: &Json) -> std::collections::BTreeMap<String, u64> {
+    top["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["function"].as_str().unwrap().to_owned(),
+                u64_of(&r["self_samples"]),
+            )
+        })
+        .collect()
+}
+
+/// Sums the counts of folded lines by their first `n` frames.
+fn folded_by_prefix(text: &str, n: usize) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let (stack, count) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no count on {line:?}"));
+        let prefix: Vec<&str> = stack.split(';').take(n).collect();
+        *out.entry(prefix.join(";")).or_default() += count.parse::<u64>().unwrap();
+    }
+    out
+}
+
+#[test]
+fn the_thread_filter_keeps_only_the_named_threads_functions() {
+    let _cpu = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("threads.pb.gz");
+    let program = Program::start(&programs().threads, &[BURNER_SECONDS]);
+    program.wait_line("a running");
+    let pid = program.pid().to_string();
+    // spin-b is born and names itself while sonde samples, so its name
+    // comes from the perf stream's fork and comm records; spin-a's was
+    // set before, and is read from /proc.
+    let child = Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["profile", "--duration", "3s", "--pid", &pid, "--pprof"])
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let fds = PathBuf::from(format!("/proc/{}/fd", child.id()));
+    wait_for("sonde's perf events to open", WAIT, || {
+        has_perf_events(&fds).then_some(())
+    });
+    let status = Command::new("kill").args(["-USR1", &pid]).status().unwrap();
+    assert!(status.success());
+    program.wait_line("b running");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let file = file.to_str().unwrap();
+    let all = self_by_function(&profile_json(&["merge", file]));
+    let (a, b) = (all["spin_a"], all.get("spin_b").copied().unwrap_or(0));
+    assert!(
+        a >= 50 && b >= 20,
+        "spin_a {a}, spin_b {b} samples: {all:?}"
+    );
+    let only_a = self_by_function(&profile_json(&["merge", file, "--thread", "^spin-a$"]));
+    assert_eq!(only_a.get("spin_a"), Some(&a), "{only_a:?}");
+    assert!(!only_a.contains_key("spin_b"), "{only_a:?}");
+    // A pattern found anywhere in the name, as grep does.
+    let only_b = self_by_function(&profile_json(&["merge", file, "--thread", "n-b"]));
+    assert!(!only_b.contains_key("spin_a"), "{only_b:?}");
+    // The samples spin-b took before it named itself carry its maker's
+    // name: a few at most.
+    let named_b = only_b.get("spin_b").copied().unwrap_or(0);
+    assert!(
+        named_b as f64 >= 0.9 * b as f64,
+        "{named_b} of spin_b's {b} samples are under the name spin-b"
+    );
+
+    // Rooted at process, then thread.
+    let folded = dir.path().join("stacks.txt");
+    profile_json(&[
+        "merge",
+        file,
+        "--by",
+        "process,thread",
+        "--folded",
+        folded.to_str().unwrap(),
+    ]);
+    let by_thread = folded_by_prefix(&fs::read_to_string(&folded).unwrap(), 2);
+    let process = format!("threads ({pid})");
+    assert!(
+        by_thread[&format!("{process};spin-a")] >= a,
+        "{by_thread:?}"
+    );
+    assert!(
+        by_thread[&format!("{process};spin-b")] >= named_b,
+        "{by_thread:?}"
+    );
+
+    // Straight from sampling, the same flag.
+    let sampled = self_by_function(&profile_json(&[
+        "--duration",
+        "1s",
+        "--pid",
+        &pid,
+        "--thread",
+        "^spin-b$",
+    ]));
+    assert!(sampled.contains_key("spin_b"), "{sampled:?}");
+    assert!(!sampled.contains_key("spin_a"), "{sampled:?}");
+    let bad = sonde(&["profile", "merge", file, "--thread", "spin-("]);
+    assert!(
+        !bad.0 && bad.2.contains("thread pattern \"spin-(\""),
+        "{}",
+        bad.2
+    );
+}
+
+#[test]
+fn exports_of_two_hosts_merge_into_one_view_with_each_hosts_totals() {
+    let _cpu = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let path = &programs().burn_fp;
+    let burner = Program::burner(path);
+    let pid = burner.pid().to_string();
+    let mut exports = Vec::new();
+    for host in ["host-a", "host-b"] {
+        let config = dir.path().join(format!("{host}.toml"));
+        fs::write(
+            &config,
+            format!(
+                "[agent]\nhostname = \"{host}\"\n[[receivers]]\nprotocol = \"statsd\"\n\
+                 listen = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"console\"\n"
+            ),
+        )
+        .unwrap();
+        let file = dir.path().join(format!("export-{host}.pb.gz"));
+        let top = profile_json(&[
+            "--duration",
+            "1s",
+            "--pid",
+            &pid,
+            "--config",
+            config.to_str().unwrap(),
+            "--pprof",
+            file.to_str().unwrap(),
+        ]);
+        let samples = u64_of(&top["samples"]);
+        assert!(samples > 0, "{top}");
+        assert_eq!(
+            top["hosts"],
+            serde_json::json!([{ "host": host, "samples": samples }])
+        );
+        exports.push((host, file.to_str().unwrap().to_owned(), top));
+    }
+    drop(burner);
+    let (a, b) = (&exports[0], &exports[1]);
+    let (na, nb) = (u64_of(&a.2["samples"]), u64_of(&b.2["samples"]));
+
+    let (folded, svg) = (dir.path().join("fleet.txt"), dir.path().join("fleet.svg"));
+    let merged = profile_json(&[
+        "merge",
+        &a.1,
+        &b.1,
+        "--by",
+        "host",
+        "--folded",
+        folded.to_str().unwrap(),
+        "--flamegraph",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(u64_of(&merged["samples"]), na + nb);
+    assert_eq!(
+        merged["hosts"],
+        serde_json::json!([
+            { "host": "host-a", "samples": na },
+            { "host": "host-b", "samples": nb },
+        ])
+    );
+    // hot's samples add up across the two.
+    let hot = |top: &Json| u64_of(&row(top, "hot", path)["self_samples"]);
+    assert_eq!(hot(&merged), hot(&a.2) + hot(&b.2));
+    // The host is the first frame of every folded stack and of the graph.
+    let by_host = folded_by_prefix(&fs::read_to_string(&folded).unwrap(), 1);
+    assert_eq!(
+        by_host.into_iter().collect::<Vec<_>>(),
+        [("host-a".to_owned(), na), ("host-b".to_owned(), nb)]
+    );
+    let frames = svg_frames(&fs::read_to_string(&svg).unwrap());
+    for (host, n) in [("host-a", na), ("host-b", nb)] {
+        let widths: Vec<u64> = frames.iter().filter(|f| f.0 == host).map(|f| f.1).collect();
+        assert_eq!(widths, [n], "{host}'s frame");
+    }
+    // One host singled out reads as its export alone.
+    let only_b = profile_json(&["merge", &a.1, &b.1, "--host", "host-b"]);
+    assert_eq!(self_by_function(&only_b), self_by_function(&b.2));
+    assert_eq!(only_b["duration_s"], b.2["duration_s"]);
+    assert_eq!(only_b["hosts"], b.2["hosts"]);
+    let text = sonde(&["profile", "merge", &a.1, &b.1]);
+    assert!(text.0, "{}", text.2);
+    for (host, n) in [("host-a", na), ("host-b", nb)] {
+        assert!(
+            text.1.contains(&format!("host {host}: {n} samples")),
+            "{}",
+            text.1
+        );
     }
 }

@@ -14,11 +14,15 @@
 //!
 //! Parameters: `range=SINCE..UNTIL` (default `10m..0s`) for one profile,
 //! `base=` and `new=` (defaults `20m..10m` and `10m..0s`) for a diff, in
-//! the units of `sonde profile --since` (s, m, h, d ago); `pid=N` and
-//! `process=NAME` (each repeatable) keep only those processes; `top=N`
-//! (default 50) cuts the tables; `focus=FUNCTION` keeps the stacks through
-//! that function, cut to start at it (`side=callees`, the default) or
-//! turned to run from it to their roots (`side=callers`). A bad or unknown parameter is a 400 with
+//! the units of `sonde profile --since` (s, m, h, d ago); `pid=N`,
+//! `process=NAME` and `host=NAME` (each repeatable) keep only those
+//! processes, `thread=PATTERN` only the threads whose name matches the
+//! regular expression; `top=N` (default 50) cuts the tables;
+//! `focus=FUNCTION` keeps the stacks through that function, cut to start
+//! at it (`side=callees`, the default) or turned to run from it to their
+//! roots (`side=callers`); `by=process,thread` (any of host, process,
+//! thread, outermost first) roots the flame graphs and folded stacks at
+//! where each stack ran. A bad or unknown parameter is a 400 with
 //! a JSON `{"error": ...}` saying what is wrong; a range with no stored
 //! profile is a 404 likewise. Each request reads and merges the store's
 //! files on tokio's blocking pool, off the listener's thread.
@@ -28,23 +32,26 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderValue, CONTENT_DISPOSITION, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use sonde_profile::cost::Prices;
+use sonde_profile::model::parse_roots;
+use sonde_profile::select::Select;
 use sonde_profile::store::{Ago, SpanError, Store};
-use sonde_profile::{flamegraph, pprof, views, Focus, Profile};
+use sonde_profile::{flamegraph, pprof, views, Focus, Profile, Root};
 
 /// The most rows a table may ask for.
 const MAX_TOP: usize = 100_000;
 
 /// What a request asks for.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Query {
     range: Ago,
     base: Ago,
     new: Ago,
-    pids: Vec<u32>,
-    processes: Vec<String>,
+    select: Select,
     top: usize,
     /// A function to see the profile from, and from which side.
     focus: Option<(String, Focus)>,
+    /// What flame graphs and folded stacks are rooted at.
+    by: Vec<Root>,
 }
 
 fn minutes(since: u64, until: u64) -> Ago {
@@ -60,10 +67,10 @@ impl Query {
             range: minutes(10, 0),
             base: minutes(20, 10),
             new: minutes(10, 0),
-            pids: Vec::new(),
-            processes: Vec::new(),
+            select: Select::default(),
             top: 50,
             focus: None,
+            by: Vec::new(),
         };
         let mut side = Focus::Callees;
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
@@ -74,10 +81,17 @@ impl Query {
                 "base" => q.base = Ago::parse(value).map_err(|e| bad(&e))?,
                 "new" => q.new = Ago::parse(value).map_err(|e| bad(&e))?,
                 "pid" => q
+                    .select
                     .pids
                     .push(value.parse().map_err(|_| bad("not a process id"))?),
-                "process" if !value.is_empty() => q.processes.push(value.to_string()),
+                "process" if !value.is_empty() => q.select.processes.push(value.to_string()),
                 "process" => return Err(bad("empty process name")),
+                "host" if !value.is_empty() => q.select.hosts.push(value.to_string()),
+                "host" => return Err(bad("empty host name")),
+                // An empty pattern is the page's empty filter box.
+                "thread" if value.is_empty() => {}
+                "thread" => q.select.thread = Some(Select::thread_pattern(value)?),
+                "by" => q.by = parse_roots(value).map_err(|e| bad(&e))?,
                 "top" => {
                     q.top = value
                         .parse()
@@ -96,7 +110,7 @@ impl Query {
                 }
                 other => {
                     return Err(format!(
-                        "unknown parameter {other:?}; known: range, base, new, pid, process, top, focus, side"
+                        "unknown parameter {other:?}; known: range, base, new, pid, process, thread, host, top, focus, side, by"
                     ))
                 }
             }
@@ -111,14 +125,7 @@ impl Query {
     /// The profile with only the processes asked for, seen from the
     /// focused function if there is one.
     fn keep(&self, profile: Profile) -> Profile {
-        let profile = if self.pids.is_empty() && self.processes.is_empty() {
-            profile
-        } else {
-            profile.filter(|p| {
-                (self.pids.is_empty() || self.pids.contains(&p.pid))
-                    && (self.processes.is_empty() || self.processes.contains(&p.name))
-            })
-        };
+        let profile = self.select.apply(profile);
         match &self.focus {
             Some((name, side)) => profile.focus(name, *side),
             None => profile,
@@ -179,12 +186,13 @@ fn answer(
         "/api/profiles/flamegraph" => one(q.range).map(|p| {
             let options = flamegraph::Options {
                 title: format!("{} samples, {}", p.samples(), describe(q.range)),
+                roots: q.by.clone(),
                 ..Default::default()
             };
             body(SVG, flamegraph::render(&p, &options))
         }),
         "/api/profiles/folded" => {
-            one(q.range).map(|p| body("text/plain; charset=utf-8", views::folded(&p)))
+            one(q.range).map(|p| body("text/plain; charset=utf-8", views::folded(&p.rooted(&q.by))))
         }
         "/api/profiles/pprof" => one(q.range).map(|p| {
             let mut r = body("application/octet-stream", pprof::encode(&p));
@@ -217,6 +225,7 @@ fn answer(
                         describe(q.new),
                         describe(q.base)
                     ),
+                    roots: q.by.clone(),
                     ..Default::default()
                 };
                 body(SVG, flamegraph::render_diff(&base, &new, &options))
@@ -231,12 +240,23 @@ fn answer(
 
 const SVG: &str = "image/svg+xml";
 
-/// One process of a profile and its samples, for the page's filter.
-#[derive(serde::Serialize)]
+/// One process of a profile, its samples and its threads', for the
+/// page's filters.
+#[derive(Debug, serde::Serialize)]
 struct ProcessRow<'a> {
+    host: &'a str,
     pid: u32,
     name: &'a str,
     container: &'a str,
+    samples: u64,
+    /// By samples, most first.
+    threads: Vec<ThreadRow<'a>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ThreadRow<'a> {
+    tid: u32,
+    name: &'a str,
     samples: u64,
 }
 
@@ -245,18 +265,37 @@ fn processes(p: &Profile) -> Vec<ProcessRow<'_>> {
     for s in &p.stacks {
         samples[s.process as usize] += s.count;
     }
-    let mut rows: Vec<ProcessRow<'_>> = p
-        .processes
-        .iter()
-        .zip(samples)
-        .map(|(proc_, samples)| ProcessRow {
-            pid: proc_.pid,
-            name: &proc_.name,
-            container: &proc_.container,
+    // A Process of a profile is one thread of a process on a host.
+    let mut rows: std::collections::HashMap<(&str, u32, &str, &str), ProcessRow<'_>> =
+        Default::default();
+    for (t, samples) in p.processes.iter().zip(samples) {
+        let row = rows
+            .entry((&t.host, t.pid, &t.name, &t.container))
+            .or_insert_with(|| ProcessRow {
+                host: &t.host,
+                pid: t.pid,
+                name: &t.name,
+                container: &t.container,
+                samples: 0,
+                threads: Vec::new(),
+            });
+        row.samples += samples;
+        row.threads.push(ThreadRow {
+            tid: t.tid,
+            name: &t.thread,
             samples,
-        })
-        .collect();
-    rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+        });
+    }
+    let mut rows: Vec<ProcessRow<'_>> = rows.into_values().collect();
+    for row in &mut rows {
+        row.threads
+            .sort_by(|a, b| b.samples.cmp(&a.samples).then(a.tid.cmp(&b.tid)));
+    }
+    rows.sort_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then((a.host, a.pid).cmp(&(b.host, b.pid)))
+    });
     rows
 }
 
@@ -314,13 +353,19 @@ mod tests {
         );
         assert_eq!(q.top, 50);
         let q = Query::parse(Some(
-            "range=1h..30m&pid=7&pid=9&process=my%20app&top=5&side=callers&focus=std%3A%3Avec",
+            "range=1h..30m&pid=7&pid=9&process=my%20app&top=5&side=callers&focus=std%3A%3Avec&thread=%5Eworker&host=web-1&by=process,thread",
         ))
         .unwrap();
         assert_eq!(q.focus, Some(("std::vec".to_string(), Focus::Callers)));
         assert_eq!(q.range, minutes(60, 30));
-        assert_eq!(q.pids, [7, 9]);
-        assert_eq!(q.processes, ["my app"]);
+        assert_eq!(q.select.pids, [7, 9]);
+        assert_eq!(q.select.processes, ["my app"]);
+        assert_eq!(q.select.hosts, ["web-1"]);
+        assert_eq!(
+            q.select.thread.as_ref().map(|t| t.as_str()),
+            Some("^worker")
+        );
+        assert_eq!(q.by, [Root::Process, Root::Thread]);
         assert_eq!(q.top, 5);
         for (query, says) in [
             ("range=10m..20m", "longer ago to shorter ago"),
@@ -333,6 +378,9 @@ mod tests {
             ("process=", "empty process name"),
             ("focus=", "empty function name"),
             ("side=up", "callers or callees"),
+            ("thread=worker-(", "thread pattern \"worker-(\""),
+            ("host=", "empty host name"),
+            ("by=pod", "expected host, process or thread"),
             ("seconds=30", "unknown parameter \"seconds\""),
         ] {
             let e = Query::parse(Some(query)).unwrap_err();
