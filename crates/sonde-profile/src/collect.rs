@@ -48,6 +48,8 @@ pub struct ProcessKey {
     pub name: String,
     /// The container the process runs in (see [`container_of_cgroup`]).
     pub container: Option<Arc<str>>,
+    /// The Kubernetes pod's uid (see [`pod_of_cgroup`]).
+    pub pod: Option<Arc<str>>,
     /// Thread id.
     pub tid: u32,
     /// The thread's name at the time of the sample.
@@ -84,6 +86,7 @@ type Unwinder64 = UnwinderX86_64<Bytes>;
 struct Proc {
     name: String,
     container: Option<Arc<str>>,
+    pod: Option<Arc<str>>,
     maps: Vec<Mapping>,
     unwinder: Unwinder64,
     /// Thread names by tid: from comm records, from the creating thread's
@@ -97,13 +100,16 @@ impl Proc {
     /// runtime places a container's first process in its cgroup before
     /// the exec); fork copies it instead.
     fn new(pid: u32, name: String) -> Self {
-        let container = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .ok()
-            .and_then(|text| container_of_cgroup(&text))
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let container = container_of_cgroup(&cgroup).map(Arc::from);
+        let pod = container
+            .as_ref()
+            .and_then(|_| pod_of_cgroup(&cgroup))
             .map(Arc::from);
         Proc {
             name,
             container,
+            pod,
             maps: Vec::new(),
             unwinder: Unwinder64::new(),
             threads: HashMap::new(),
@@ -435,6 +441,7 @@ impl Collector {
         self.stats.samples += 1;
         let name = p.map_or("", |p| p.name.as_str());
         let container = p.and_then(|p| p.container.as_ref());
+        let pod = p.and_then(|p| p.pod.as_ref());
         let thread = p
             .and_then(|p| p.threads.get(&s.tid))
             .map_or(name, |t| t.as_str());
@@ -442,6 +449,7 @@ impl Collector {
             pid: s.pid,
             name,
             container: container.map(|c| &**c),
+            pod: pod.map(|c| &**c),
             tid: s.tid,
             thread,
             frames: &frames,
@@ -453,6 +461,7 @@ impl Collector {
                     pid: s.pid,
                     name: name.to_string(),
                     container: container.cloned(),
+                    pod: pod.cloned(),
                     tid: s.tid,
                     thread: thread.to_string(),
                 };
@@ -467,7 +476,7 @@ impl Collector {
 
 /// A counted stack's key, borrowed: looks up `(ProcessKey, Vec<RawFrame>)`
 /// without building one. Hashes as the owned key does (derived `Hash`
-/// writes the pid, the name, the container, the tid, the thread's name,
+/// writes the pid, the name, the container, the pod, the tid, the thread's name,
 /// then the frames with their length; an `Option<Arc<str>>` hashes as the
 /// `Option<&str>` it holds).
 #[derive(Hash)]
@@ -475,6 +484,7 @@ struct StackRef<'a> {
     pid: u32,
     name: &'a str,
     container: Option<&'a str>,
+    pod: Option<&'a str>,
     tid: u32,
     thread: &'a str,
     frames: &'a [RawFrame],
@@ -485,6 +495,7 @@ impl hashbrown::Equivalent<(ProcessKey, Vec<RawFrame>)> for StackRef<'_> {
         self.pid == key.0.pid
             && self.name == key.0.name
             && self.container == key.0.container.as_deref()
+            && self.pod == key.0.pod.as_deref()
             && self.tid == key.0.tid
             && self.thread == key.0.thread
             && self.frames == key.1.as_slice()
@@ -510,6 +521,34 @@ pub fn container_of_cgroup(text: &str) -> Option<String> {
         .filter(|l| l.starts_with("0::"))
         .find_map(|l| id_in(&l[3..]));
     unified.or_else(|| lines().find_map(id_in))
+}
+
+/// The uid of the Kubernetes pod in a process's `/proc/PID/cgroup`: a
+/// path component `pod<uid>` (the cgroupfs driver,
+/// `/kubepods/burstable/pod1f4f…/<container>`) or `…-pod<uid>.slice` with
+/// the uid's dashes written as underscores (the systemd driver,
+/// `kubepods-burstable-pod1f4f_….slice`), given with dashes. The unified
+/// (v2) line is read first; `None` outside a pod.
+pub fn pod_of_cgroup(text: &str) -> Option<String> {
+    fn uid_in(path: &str) -> Option<String> {
+        // `kubepods` has a "pod" of its own: every one is tried.
+        path.split('/')
+            .flat_map(|part| part.match_indices("pod").map(move |(at, _)| (part, at + 3)))
+            .find_map(|(part, at)| {
+                let uid = part.get(at..at + 36)?;
+                let ok = uid.bytes().enumerate().all(|(i, b)| match i {
+                    8 | 13 | 18 | 23 => b == b'-' || b == b'_',
+                    _ => b.is_ascii_hexdigit(),
+                });
+                ok.then(|| uid.replace('_', "-").to_ascii_lowercase())
+            })
+    }
+    let paths = || text.lines().filter_map(|l| l.splitn(3, ':').nth(2));
+    let unified = text
+        .lines()
+        .filter(|l| l.starts_with("0::"))
+        .find_map(|l| uid_in(&l[3..]));
+    unified.or_else(|| paths().find_map(uid_in))
 }
 
 /// Unwinds the user stack of `s` into `out` (leaf first, raw addresses);
@@ -763,6 +802,7 @@ mod tests {
                 pid: 7,
                 name: "demo".into(),
                 container,
+                pod: None,
                 tid: 8,
                 thread: "worker".into(),
             };
@@ -774,6 +814,7 @@ mod tests {
                     pid,
                     name,
                     container,
+                    pod: None,
                     tid,
                     thread,
                     frames,
@@ -981,6 +1022,36 @@ mod tests {
             "garbage",
         ] {
             assert_eq!(container_of_cgroup(none), None, "{none:?}");
+        }
+    }
+
+    #[test]
+    fn pod_uids_are_found_in_the_cgroup_paths_of_both_drivers() {
+        let uid = "1c2e77aa-0b6e-4c4e-9a8f-3d2b1c0a9e8f";
+        let id = "4f2c0e1d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d";
+        for path in [
+            format!("/kubepods/burstable/pod{uid}/{id}"),
+            format!("/kubepods/pod{uid}/{id}"),
+            format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope",
+                uid.replace('-', "_")
+            ),
+            format!(
+                "/kubepods.slice/kubepods-pod{}.slice/crio-{id}.scope",
+                uid.to_uppercase().replace('-', "_")
+            ),
+        ] {
+            assert_eq!(pod_of_cgroup(&format!("0::{path}\n")).as_deref(), Some(uid), "{path}");
+        }
+        let v1 = format!("12:pids:/kubepods/besteffort/pod{uid}/{id}\n0::/\n");
+        assert_eq!(pod_of_cgroup(&v1).as_deref(), Some(uid));
+        for none in [
+            format!("0::/docker/{id}\n"),
+            "0::/kubepods.slice/kubepods-pod1.slice/x.scope\n".to_owned(),
+            "0::/system.slice/podman.service\n".to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(pod_of_cgroup(&none), None, "{none:?}");
         }
     }
 

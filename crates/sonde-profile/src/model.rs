@@ -40,6 +40,9 @@ pub struct Process {
     /// The id of the container the process runs in, from its cgroup
     /// (see [`crate::collect::container_of_cgroup`]); empty outside one.
     pub container: String,
+    /// The uid of the Kubernetes pod the container belongs to, from its
+    /// cgroup (see [`crate::collect::pod_of_cgroup`]); empty outside one.
+    pub pod: String,
     /// The thread id (0 when the producer did not say).
     pub tid: u32,
     /// The thread's name (`/proc/PID/task/TID/comm`, as the thread last

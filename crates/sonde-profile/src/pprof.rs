@@ -16,7 +16,8 @@
 //!   values `[count, count * period]` for the sample types
 //!   `samples/count` and `cpu/nanoseconds`, and the labels `pid`
 //!   (numeric), `comm` (string) and, for a process in a container,
-//!   `container` (its id) for its process, `tid` (numeric) and `thread`
+//!   `container` (its id) and, in a Kubernetes pod, `pod_uid`, for its
+//!   process, `tid` (numeric) and `thread`
 //!   (its name) for its thread, and `host` for where it was taken
 //!   (`go tool pprof -tagfocus thread=worker` selects by them).
 //!
@@ -263,6 +264,7 @@ fn to_message(profile: &Profile) -> proto::Profile {
     let pid_key = strings.intern("pid");
     let comm_key = strings.intern("comm");
     let container_key = strings.intern("container");
+    let pod_key = strings.intern("pod_uid");
     let tid_key = strings.intern("tid");
     let thread_key = strings.intern("thread");
     let host_key = strings.intern("host");
@@ -346,6 +348,11 @@ fn to_message(profile: &Profile) -> proto::Profile {
                 .chain((!process.container.is_empty()).then(|| proto::Label {
                     key: container_key,
                     str: strings.intern(&process.container),
+                    ..Default::default()
+                }))
+                .chain((!process.pod.is_empty()).then(|| proto::Label {
+                    key: pod_key,
+                    str: strings.intern(&process.pod),
                     ..Default::default()
                 }))
                 .chain((process.tid != 0).then(|| proto::Label {
@@ -583,7 +590,8 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
     // when a sample first uses the location, so functions no sample
     // reaches stay out of the profile.
     let mut location_frames: Vec<Option<Vec<u32>>> = vec![None; m.location.len()];
-    let mut process_of: HashMap<(u32, &str, &str, u32, &str, &str), u32> = HashMap::new();
+    type Key<'s> = (u32, &'s str, &'s str, &'s str, u32, &'s str, &'s str);
+    let mut process_of: HashMap<Key<'_>, u32> = HashMap::new();
     let mut frames = Vec::new();
     for sample in &m.sample {
         if sample.value.len() != sample_types.len() {
@@ -608,6 +616,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
         let mut tid = 0u32;
         let mut comm = "";
         let mut container = "";
+        let mut pod = "";
         let mut thread = "";
         let mut host = "";
         for label in &sample.label {
@@ -619,6 +628,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
                 "tid" => tid = id_label(label, value, "tid")?,
                 "comm" => comm = value,
                 "container" => container = value,
+                "pod_uid" => pod = value,
                 "thread" => thread = value,
                 "host" => host = value,
                 _ => {}
@@ -650,7 +660,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
             // anyway, after interning its process for nothing).
             continue;
         }
-        let key = (pid, comm, container, tid, thread, host);
+        let key = (pid, comm, container, pod, tid, thread, host);
         let process = match process_of.get(&key) {
             Some(&p) => p,
             None => {
@@ -658,6 +668,7 @@ fn from_message(m: &proto::Profile) -> Result<Profile, DecodeError> {
                     pid,
                     name: comm.to_owned(),
                     container: container.to_owned(),
+                    pod: pod.to_owned(),
                     tid,
                     thread: thread.to_owned(),
                     host: host.to_owned(),
@@ -772,10 +783,10 @@ mod tests {
         }
     }
 
-    /// A stack as a comparable value: (pid, comm, container, tid, thread,
-    /// host), frames root first as (name, module), count.
+    /// A stack as a comparable value: (pid, comm, container, pod, tid,
+    /// thread, host), frames root first as (name, module), count.
     type Flat = (
-        (u32, String, String, u32, String, String),
+        (u32, String, String, String, u32, String, String),
         Vec<(String, String)>,
         u64,
     );
@@ -792,6 +803,7 @@ mod tests {
                         process.pid,
                         process.name.clone(),
                         process.container.clone(),
+                        process.pod.clone(),
                         process.tid,
                         process.thread.clone(),
                         process.host.clone(),
@@ -817,6 +829,7 @@ mod tests {
         (nginx.tid, nginx.thread, nginx.host) = (4243, "worker 1".into(), "web-1".into());
         let mut other = p(77, "рабочий-процесс");
         other.container = "ab".repeat(32);
+        other.pod = "1c2e77aa-0b6e-4c4e-9a8f-3d2b1c0a9e8f".into();
         let main = f("main", "/usr/sbin/nginx");
         let work = f("ngx_process_events", "/usr/sbin/nginx");
         let sys = f("do_syscall_64", "[kernel]");
@@ -903,7 +916,12 @@ mod tests {
         let id = "ab".repeat(32);
         assert_eq!(
             labels,
-            [("pid", ""), ("comm", "рабочий-процесс"), ("container", &id)]
+            [
+                ("pid", ""),
+                ("comm", "рабочий-процесс"),
+                ("container", &id),
+                ("pod_uid", "1c2e77aa-0b6e-4c4e-9a8f-3d2b1c0a9e8f")
+            ]
         );
     }
 

@@ -1,7 +1,8 @@
-//! Which stacks a view keeps: by process id, process name, thread name
-//! and host. The command line (`--pid`, `--thread`, `--host`) and the
-//! admin site (`pid=`, `process=`, `thread=`, `host=`) both read a profile
-//! through a [`Select`].
+//! Which stacks a view keeps: by process id, process name, thread name,
+//! container and host. The command line (`--pid`, `--thread`,
+//! `--container`, `--host`) and the admin site (`pid=`, `process=`,
+//! `thread=`, `container=`, `host=`) both read a profile through a
+//! [`Select`].
 
 use regex::{Regex, RegexBuilder};
 
@@ -23,6 +24,9 @@ pub struct Select {
     pub thread: Option<Regex>,
     /// Host names, exactly.
     pub hosts: Vec<String>,
+    /// Container ids or their prefixes (`docker ps` shows 12 digits), or
+    /// Kubernetes pod uids, exactly.
+    pub containers: Vec<String>,
 }
 
 impl Select {
@@ -44,6 +48,7 @@ impl Select {
             && self.processes.is_empty()
             && self.thread.is_none()
             && self.hosts.is_empty()
+            && self.containers.is_empty()
     }
 
     /// Whether stacks sampled in `p` are kept.
@@ -52,6 +57,12 @@ impl Select {
             && (self.processes.is_empty() || self.processes.contains(&p.name))
             && self.thread.as_ref().is_none_or(|t| t.is_match(&p.thread))
             && (self.hosts.is_empty() || self.hosts.contains(&p.host))
+            && (self.containers.is_empty()
+                || self.containers.iter().any(|c| {
+                    !c.is_empty()
+                        && ((!p.container.is_empty() && p.container.starts_with(c.as_str()))
+                            || p.pod == *c)
+                }))
     }
 
     /// The profile with only the stacks this keeps.
@@ -98,6 +109,29 @@ mod tests {
             ..Default::default()
         };
         assert!(hosts.matches(&p));
+        let id = "4f2c0e1d9a8b".repeat(5) + "abcd";
+        let uid = "1c2e77aa-0b6e-4c4e-9a8f-3d2b1c0a9e8f";
+        let in_pod = Process {
+            container: id.clone(),
+            pod: uid.into(),
+            ..p.clone()
+        };
+        let containers = |c: &[&str]| Select {
+            containers: c.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        assert!(containers(&[&id[..12]]).matches(&in_pod));
+        assert!(containers(&[&id]).matches(&in_pod));
+        assert!(containers(&["ffff", uid]).matches(&in_pod));
+        assert!(
+            !containers(&[&uid[..8]]).matches(&in_pod),
+            "a pod uid is whole"
+        );
+        assert!(
+            !containers(&[&id[..12]]).matches(&p),
+            "outside any container"
+        );
+        assert!(!containers(&[""]).matches(&p));
         let err = Select::thread_pattern("worker-(").unwrap_err();
         assert!(err.starts_with("thread pattern \"worker-(\": "), "{err}");
         assert!(Select::thread_pattern(&"a{1000}".repeat(100)).is_err());

@@ -343,6 +343,7 @@ impl Symbols {
                 pid: process.pid,
                 name: process.name.clone(),
                 container: process.container.as_deref().unwrap_or("").to_string(),
+                pod: process.pod.as_deref().unwrap_or("").to_string(),
                 tid: process.tid,
                 thread: process.thread.clone(),
                 host: String::new(),
@@ -422,6 +423,7 @@ mod tests {
             pid: std::process::id(),
             name: "demo".into(),
             container: None,
+            pod: None,
             tid: std::process::id(),
             thread: "demo".into(),
         };

@@ -59,6 +59,11 @@ struct SelectArgs {
     /// Only the stacks of this host (repeat for several).
     #[arg(long = "host", value_name = "NAME")]
     hosts: Vec<String>,
+    /// Only the processes of this container: its id or a prefix of it
+    /// (the 12 digits `docker ps` shows), or its Kubernetes pod's uid
+    /// (repeat for several).
+    #[arg(long = "container", value_name = "ID")]
+    containers: Vec<String>,
 }
 
 impl SelectArgs {
@@ -71,6 +76,7 @@ impl SelectArgs {
                 None => None,
             },
             hosts: self.hosts.clone(),
+            containers: self.containers.clone(),
         })
     }
 }

@@ -904,8 +904,10 @@ fn the_agent_lets_go_of_a_binary_once_its_processes_have_exited() {
 /// removed on drop once its processes are gone.
 struct ContainerCgroup {
     parent: PathBuf,
+    pod_dir: PathBuf,
     dir: PathBuf,
     id: String,
+    pod: String,
 }
 
 impl ContainerCgroup {
@@ -921,10 +923,22 @@ impl ContainerCgroup {
         let id: String = (0..4)
             .map(|i| format!("{:016x}", std::process::id() as u64 * 0x9e37_79b9 + i))
             .collect();
+        let pod = format!("1c2e77aa-0b6e-4c4e-9a8f-{:012x}", std::process::id());
+        // As the kubelet's systemd cgroup driver names a pod's container.
         let parent = root.join(format!("sonde-test-{}", std::process::id()));
-        let dir = parent.join(format!("docker-{id}.scope"));
+        let pod_dir = parent.join(format!(
+            "kubepods-burstable-pod{}.slice",
+            pod.replace('-', "_")
+        ));
+        let dir = pod_dir.join(format!("cri-containerd-{id}.scope"));
         fs::create_dir_all(&dir).ok()?;
-        Some(ContainerCgroup { parent, dir, id })
+        Some(ContainerCgroup {
+            parent,
+            pod_dir,
+            dir,
+            id,
+            pod,
+        })
     }
 
     fn procs(&self) -> PathBuf {
@@ -940,12 +954,13 @@ impl Drop for ContainerCgroup {
         while fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = fs::remove_dir(&self.pod_dir);
         let _ = fs::remove_dir(&self.parent);
     }
 }
 
 #[test]
-fn samples_of_a_process_in_a_container_carry_its_container_id() {
+fn samples_of_a_process_in_a_container_carry_its_container_and_pod_and_filter_by_them() {
     let _cpu = exclusive();
     if !go_found() {
         return;
@@ -984,7 +999,6 @@ fn samples_of_a_process_in_a_container_carry_its_container_id() {
     });
     assert!(status.success());
     let pids = [before.pid(), after.pid()];
-    drop(before);
     drop(after);
     // `go tool pprof -tags` lists each label's values with their samples.
     let out = Command::new("go")
@@ -1022,6 +1036,86 @@ fn samples_of_a_process_in_a_container_carry_its_container_id() {
         "the burners {pids:?} took {burners}% of the samples, the container label \
          {labelled}%:\n{text}"
     );
+    assert_eq!(percent(&cgroup.pod), labelled, "pod_uid label:\n{text}");
+
+    // --container keeps them, by the short id or the pod's uid.
+    let file = file.to_str().unwrap();
+    let all = profile_json(&["merge", file]);
+    let burner_samples: u64 = ["hot", "cold", "work", "main"]
+        .iter()
+        .flat_map(|f| [row(&all, f, &p.burn_fp), row(&all, f, &p.burn_nofp)])
+        .map(|r| u64_of(&r["self_samples"]))
+        .sum();
+    for id in [&cgroup.id[..12], &cgroup.pod] {
+        let kept = profile_json(&["merge", file, "--container", id]);
+        let modules: std::collections::BTreeSet<&str> = kept["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["module"].as_str().unwrap())
+            .collect();
+        let samples = u64_of(&kept["samples"]);
+        assert!(
+            samples >= burner_samples && samples as f64 <= burner_samples as f64 * 1.02 + 5.0,
+            "--container {id}: {samples} samples, the burners' functions {burner_samples}"
+        );
+        assert!(modules.contains(p.burn_fp.to_str().unwrap()), "{modules:?}");
+    }
+    let none = profile_json(&["merge", file, "--container", "ffffffffffff"]);
+    assert_eq!(u64_of(&none["samples"]), 0);
+
+    // The agent's site and page: the container is on the processes and
+    // filters the top table.
+    let agent = profiling_agent(99, "");
+    let short = &cgroup.id[..12];
+    let top = wait_for("100 samples of the container stored", WAIT, || {
+        let (_, _, body) = admin_request(
+            "GET",
+            agent.admin,
+            &format!("/api/profiles/top?range=5m..0s&container={short}"),
+        );
+        let top: Json = serde_json::from_slice(&body).ok()?;
+        (top["samples"].as_u64()? >= 100).then_some(top)
+    });
+    assert!(
+        f64_of(&row(&top, "hot", &p.burn_fp)["self"]) >= 0.5,
+        "{top}"
+    );
+    let (_, _, body) = admin_request("GET", agent.admin, "/api/profiles/processes?range=5m..0s");
+    let processes: Json = serde_json::from_slice(&body).unwrap();
+    let row = processes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pid"].as_u64() == Some(pids[0].into()))
+        .unwrap_or_else(|| panic!("no burner in {processes}"));
+    assert_eq!(
+        (&row["container"], &row["pod"]),
+        (
+            &Json::from(cgroup.id.as_str()),
+            &Json::from(cgroup.pod.as_str())
+        )
+    );
+    if let Some(chromium) = common::browser::chromium() {
+        let dom = common::browser::render_page(
+            &chromium,
+            &format!(
+                "http://127.0.0.1:{}/profiles?range=5m..0s&container={short}",
+                agent.admin
+            ),
+            None,
+        );
+        assert_eq!(
+            page_rows(&dom).first().map(|r| r.0.as_str()),
+            Some("hot"),
+            "{dom}"
+        );
+        assert!(
+            dom.contains(&format!("<option value=\"{}\"", cgroup.id)),
+            "the container is not offered: {dom}"
+        );
+    }
+    drop(before);
 }
 
 #[test]

@@ -15,8 +15,8 @@
 //! Parameters: `range=SINCE..UNTIL` (default `10m..0s`) for one profile,
 //! `base=` and `new=` (defaults `20m..10m` and `10m..0s`) for a diff, in
 //! the units of `sonde profile --since` (s, m, h, d ago); `pid=N`,
-//! `process=NAME` and `host=NAME` (each repeatable) keep only those
-//! processes, `thread=PATTERN` only the threads whose name matches the
+//! `process=NAME`, `container=ID` (an id, a prefix of one, or a pod uid)
+//! and `host=NAME` (each repeatable) keep only those processes, `thread=PATTERN` only the threads whose name matches the
 //! regular expression; `top=N` (default 50) cuts the tables;
 //! `focus=FUNCTION` keeps the stacks through that function, cut to start
 //! at it (`side=callees`, the default) or turned to run from it to their
@@ -87,6 +87,8 @@ impl Query {
                 "process" if !value.is_empty() => q.select.processes.push(value.to_string()),
                 "process" => return Err(bad("empty process name")),
                 "host" if !value.is_empty() => q.select.hosts.push(value.to_string()),
+                "container" if !value.is_empty() => q.select.containers.push(value.to_string()),
+                "container" => return Err(bad("empty container id")),
                 "host" => return Err(bad("empty host name")),
                 // An empty pattern is the page's empty filter box.
                 "thread" if value.is_empty() => {}
@@ -110,7 +112,7 @@ impl Query {
                 }
                 other => {
                     return Err(format!(
-                        "unknown parameter {other:?}; known: range, base, new, pid, process, thread, host, top, focus, side, by"
+                        "unknown parameter {other:?}; known: range, base, new, pid, process, thread, container, host, top, focus, side, by"
                     ))
                 }
             }
@@ -248,6 +250,7 @@ struct ProcessRow<'a> {
     pid: u32,
     name: &'a str,
     container: &'a str,
+    pod: &'a str,
     samples: u64,
     /// By samples, most first.
     threads: Vec<ThreadRow<'a>>,
@@ -276,6 +279,7 @@ fn processes(p: &Profile) -> Vec<ProcessRow<'_>> {
                 pid: t.pid,
                 name: &t.name,
                 container: &t.container,
+                pod: &t.pod,
                 samples: 0,
                 threads: Vec::new(),
             });
@@ -353,7 +357,7 @@ mod tests {
         );
         assert_eq!(q.top, 50);
         let q = Query::parse(Some(
-            "range=1h..30m&pid=7&pid=9&process=my%20app&top=5&side=callers&focus=std%3A%3Avec&thread=%5Eworker&host=web-1&by=process,thread",
+            "range=1h..30m&pid=7&pid=9&process=my%20app&top=5&side=callers&focus=std%3A%3Avec&thread=%5Eworker&host=web-1&by=process,thread&container=4f2c0e1d9a8b",
         ))
         .unwrap();
         assert_eq!(q.focus, Some(("std::vec".to_string(), Focus::Callers)));
@@ -361,6 +365,7 @@ mod tests {
         assert_eq!(q.select.pids, [7, 9]);
         assert_eq!(q.select.processes, ["my app"]);
         assert_eq!(q.select.hosts, ["web-1"]);
+        assert_eq!(q.select.containers, ["4f2c0e1d9a8b"]);
         assert_eq!(
             q.select.thread.as_ref().map(|t| t.as_str()),
             Some("^worker")
@@ -380,6 +385,7 @@ mod tests {
             ("side=up", "callers or callees"),
             ("thread=worker-(", "thread pattern \"worker-(\""),
             ("host=", "empty host name"),
+            ("container=", "empty container id"),
             ("by=pod", "expected host, process or thread"),
             ("seconds=30", "unknown parameter \"seconds\""),
         ] {
