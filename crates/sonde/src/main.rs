@@ -38,10 +38,14 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sonde::config;
 
+/// The version and the commit it was built from (`unknown` outside a git
+/// checkout), as `sonde --version` prints them.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SONDE_COMMIT"), ")");
+
 /// sonde: a host telemetry agent. Receives metrics over msgpack
 /// (metricserver2) and StatsD, aggregates them per window, writes them out.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -57,12 +61,19 @@ enum Command {
         /// The configuration file (TOML).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// How the agent's own log lines (on stderr) are written: `text`
+        /// for people, `json` (one object a line) for a log pipeline.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Check a configuration file and exit non-zero naming the problem.
     Validate {
         /// The configuration file (TOML).
-        #[arg(long, short)]
-        config: PathBuf,
+        #[arg(value_name = "FILE", required_unless_present = "config")]
+        file: Option<PathBuf>,
+        /// The same, as a flag.
+        #[arg(long, short, conflicts_with = "file")]
+        config: Option<PathBuf>,
     },
     /// Print the embedded default configuration.
     DefaultConfig,
@@ -82,34 +93,59 @@ fn load(path: &PathBuf) -> anyhow::Result<config::Config> {
     config::parse(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// `2026-11-27T14:58:23.123Z  INFO sonde: profiler running frequency=19`.
+    Text,
+    /// `{"timestamp":"…","level":"INFO","fields":{"message":"profiler running","frequency":19},"target":"sonde"}`.
+    Json,
+}
+
+/// The agent's own log on stderr, which journald takes under systemd.
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SONDE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        // Colours for a terminal only, not for a log file or journald.
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Run { config: None }) {
-        Command::Run { config } => {
-            let filter = tracing_subscriber::EnvFilter::try_from_env("SONDE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-            tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                // Colours for a terminal only, not for a log file or journald.
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .init();
+    let default = Command::Run {
+        config: None,
+        log_format: LogFormat::Text,
+    };
+    let result = match cli.command.unwrap_or(default) {
+        Command::Run { config, log_format } => {
+            init_logging(log_format);
             match &config {
                 Some(path) => load(path),
                 None => config::parse(config::DEFAULT_CONFIG).context("embedded default config"),
             }
             .and_then(|c| run::run(c, config))
         }
-        Command::Validate { config } => load(&config).map(|c| {
-            println!(
-                "{}: ok ({} receivers, {} sinks, {:?} windows, {} log sources)",
-                config.display(),
-                c.receivers.len(),
-                c.sinks.len(),
-                c.aggregate.interval,
-                c.logs.len()
-            );
-        }),
+        Command::Validate { file, config } => {
+            let config = file.or(config).unwrap_or_default();
+            load(&config).map(|c| {
+                println!(
+                    "{}: ok ({} receivers, {} sinks, {:?} windows, {} log sources)",
+                    config.display(),
+                    c.receivers.len(),
+                    c.sinks.len(),
+                    c.aggregate.interval,
+                    c.logs.len()
+                );
+            })
+        }
         Command::DefaultConfig => {
             print!("{}", config::DEFAULT_CONFIG);
             Ok(())

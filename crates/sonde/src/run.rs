@@ -15,6 +15,13 @@
 //! take log sources apply at the next start; a reload that changes them
 //! says so in the log.
 //!
+//! # Under systemd
+//!
+//! With `$NOTIFY_SOCKET` set (a unit of `Type=notify`), the agent says
+//! `READY=1` once every receiver is bound and the admin site answers,
+//! `RELOADING=1` then `READY=1` around a SIGHUP, and `STOPPING=1` when a
+//! stop begins (sd_notify(3)); without it, nothing.
+//!
 //! # Clean shutdown
 //!
 //! On SIGTERM or SIGINT the log sources stop reading, wait up to 10 s for
@@ -32,6 +39,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::Context;
+use sd_notify::NotifyState;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use sonde::config::{Config, Receiver, Sink};
 use sonde::sinks::Start;
@@ -331,6 +339,14 @@ fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_io::pr
     }
 }
 
+/// Tells systemd (through `$NOTIFY_SOCKET`, set for a unit of
+/// Type=notify) where the agent is; nothing without the variable.
+fn notify(state: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(false, state) {
+        tracing::warn!(error = %e, "cannot notify systemd");
+    }
+}
+
 /// Runs the agent until SIGTERM or SIGINT; SIGHUP reloads `path`.
 pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
@@ -427,10 +443,16 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
             flusher.run()
         })?;
     tracing::info!(interval = ?aggregate.interval, "sonde running");
+    // Every receiver is bound and the admin site answers: a systemd unit
+    // of Type=notify counts the agent started from here.
+    notify(&[NotifyState::Ready, NotifyState::Status("running")]);
 
     let mut current = config;
     for sig in signals.forever() {
         if sig == SIGHUP {
+            if let Ok(now) = NotifyState::monotonic_usec_now() {
+                notify(&[NotifyState::Reloading, now]);
+            }
             match &path {
                 None => tracing::info!("SIGHUP: running the embedded defaults; nothing to reload"),
                 Some(p) => match crate::load(p) {
@@ -444,9 +466,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                     }
                 },
             }
+            notify(&[NotifyState::Ready]);
             continue;
         }
         tracing::info!(signal = sig, "stopping: flushing the open window");
+        notify(&[NotifyState::Stopping]);
         break;
     }
     // Sources first: each waits for its sinks to acknowledge what it sent,

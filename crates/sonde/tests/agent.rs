@@ -736,3 +736,105 @@ fn flusher_sink_and_http_threads_run_nicer_than_the_receive_threads() {
         "{err}"
     );
 }
+
+/// The next datagram on `socket` as text (its read timeout set).
+fn next_notice(socket: &std::os::unix::net::UnixDatagram) -> String {
+    let mut buf = [0u8; 4096];
+    let n = socket
+        .recv(&mut buf)
+        .unwrap_or_else(|e| panic!("no notice from sonde: {e}"));
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn under_systemd_it_is_ready_once_bound_notifies_reloads_and_stops_and_logs_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = std::os::unix::net::UnixDatagram::bind(dir.path().join("notify")).unwrap();
+    notify.set_read_timeout(Some(WAIT)).unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let config = dir.path().join("sonde.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{}\n[[sinks]]\ntype = \"console\"\n",
+            dir.path().join("data").display(),
+            statsd_receiver(port)
+        ),
+    )
+    .unwrap();
+    let stderr = dir.path().join("stderr");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["run", "--log-format", "json", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", dir.path().join("notify"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    // READY=1 comes once the receivers are bound and the admin site
+    // answers: a unit of Type=notify orders what follows it after this.
+    assert_eq!(next_notice(&notify), "READY=1\nSTATUS=running\n");
+    assert!(
+        std::net::UdpSocket::bind(("127.0.0.1", port)).is_err(),
+        "the receiver's port is not bound at READY"
+    );
+    assert!(http_get(admin, "/health").is_some_and(|b| b.starts_with("ok")));
+
+    let pid = child.id().to_string();
+    let kill = |signal: &str| {
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    kill("-HUP");
+    let reloading = next_notice(&notify);
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reloading:?}"
+    );
+    assert_eq!(next_notice(&notify), "READY=1\n");
+    kill("-TERM");
+    assert_eq!(next_notice(&notify), "STOPPING=1\n");
+    assert!(child.wait().unwrap().success());
+
+    // --log-format json: one object a line, each with its level and message.
+    let log = std::fs::read_to_string(&stderr).unwrap();
+    let messages: Vec<String> = log
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            assert!(
+                v["level"].is_string() && v["timestamp"].is_string(),
+                "{line}"
+            );
+            v["fields"]["message"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    for said in ["sonde running", "SIGHUP: config reloaded"] {
+        assert!(
+            messages.iter().any(|m| m == said),
+            "no {said:?} in {messages:?}"
+        );
+    }
+}
+
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let (ok, stdout, _) = sonde(&["--version"]);
+    assert!(ok);
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let commit = head.as_deref().unwrap_or("unknown");
+    assert_eq!(
+        stdout.trim(),
+        format!("sonde {} ({commit})", env!("CARGO_PKG_VERSION"))
+    );
+}

@@ -1,0 +1,32 @@
+//! Names the commit the binary is built from, for `sonde --version`:
+//! `SONDE_COMMIT` is the short hash of HEAD, or `unknown` outside a git
+//! checkout (a source tarball) or without git.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=SONDE_COMMIT={commit}");
+    // Built again when HEAD moves: a commit, a checkout.
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+        let dir = PathBuf::from(dir);
+        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={}", dir.join(head).display());
+        }
+        println!(
+            "cargo:rerun-if-changed={}",
+            dir.join("packed-refs").display()
+        );
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
