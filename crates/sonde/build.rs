@@ -16,17 +16,18 @@ fn git(args: &[&str]) -> Option<String> {
 fn main() {
     let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=SONDE_COMMIT={commit}");
-    // Built again when HEAD moves: a commit, a checkout.
+    // Built again when HEAD moves: a commit, a checkout. Only files that
+    // exist are named: cargo reruns the script at every build for a
+    // missing one, and rebuilds the binary after it.
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         let dir = PathBuf::from(dir);
-        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        let mut files = vec![dir.join("HEAD"), dir.join("packed-refs")];
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", dir.join(head).display());
+            files.push(dir.join(head));
         }
-        println!(
-            "cargo:rerun-if-changed={}",
-            dir.join("packed-refs").display()
-        );
+        for file in files.iter().filter(|f| f.exists()) {
+            println!("cargo:rerun-if-changed={}", file.display());
+        }
     }
     println!("cargo:rerun-if-changed=build.rs");
 }

@@ -785,6 +785,49 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_config_and_each_example_in_it_are_valid() {
+        let shipped = include_str!("../../../../packaging/sonde.toml");
+        let c = parse(shipped).unwrap();
+        // The embedded defaults, the unixgram socket moved out of /tmp.
+        let defaults = parse(DEFAULT_CONFIG).unwrap();
+        assert_eq!(c.agent.interval, defaults.agent.interval);
+        assert_eq!(c.receivers.len(), defaults.receivers.len());
+        assert!(c
+            .receivers
+            .iter()
+            .any(|r| r.listen.to_string() == "unixgram:///run/sonde/metric.sock"));
+        assert!(c.logs.is_empty() && c.profiler.is_none());
+        // Every commented example uncommented: a sink of each type, both
+        // protocols on each transport, a log source and the profiler.
+        let example = regex::Regex::new(r"^# (\[\[?[a-z.]+\]\]?|[a-z_]+ = .*)$").unwrap();
+        let all: String = shipped
+            .lines()
+            .map(|l| {
+                example
+                    .captures(l)
+                    .map_or(l, |m| m.get(1).unwrap().as_str())
+            })
+            .flat_map(|l| [l, "\n"])
+            .collect();
+        let c = parse(&all).unwrap_or_else(|e| panic!("{e}\n{all}"));
+        let mut types: Vec<&str> = c.sinks.iter().map(|s| s.kind.name).collect();
+        types.sort_unstable();
+        let mut registry: Vec<&str> = crate::sinks::REGISTRY.iter().map(|t| t.name).collect();
+        registry.sort_unstable();
+        assert_eq!(types, registry);
+        let mut transports: Vec<String> = c
+            .receivers
+            .iter()
+            .map(|r| r.listen.to_string().split(':').next().unwrap().to_owned())
+            .collect();
+        transports.sort();
+        transports.dedup();
+        assert_eq!(transports, ["tcp", "udp", "unix", "unixgram", "unixseq"]);
+        assert_eq!(c.logs.len(), 1);
+        assert!(c.profiler.is_some());
+    }
+
+    #[test]
     fn every_example_config_parses() {
         parse(include_str!("../../../../examples/sonde.toml")).unwrap();
         // Every TOML block of the README that has receivers is a full
