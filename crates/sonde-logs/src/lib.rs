@@ -95,6 +95,7 @@
 #![deny(missing_docs)]
 
 pub mod checkpoint;
+pub mod container;
 pub mod identity;
 pub mod lines;
 pub mod multiline;

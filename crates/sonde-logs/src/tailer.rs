@@ -264,6 +264,14 @@ pub struct Counters {
     pub multiline_limited: u64,
     /// Files skipped because they are gzip-compressed.
     pub files_skipped: u64,
+    /// Lines of a container log format that did not parse, delivered as
+    /// they are ([`crate::container`]).
+    pub malformed_lines: u64,
+    /// Container log records joined from more than one piece.
+    pub joined_records: u64,
+    /// Container log records handed on before their last piece came (the
+    /// file was done with, or the other stream waited too long).
+    pub unfinished_records: u64,
 }
 
 /// Something that happened to a file, worth a log line.
