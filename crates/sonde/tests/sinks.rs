@@ -300,7 +300,8 @@ fn windows(points: &[Json], name: &str) -> Vec<(i64, f64)> {
 #[test]
 fn disk_buffer_keeps_every_window_through_an_outage_and_a_restart() {
     // The backend is down from the start.
-    let port = free_port();
+    let hold = PortHold::new();
+    let port = hold.port;
     let udp = free_port();
     let mut agent = Agent::start(
         "1s",
@@ -340,6 +341,7 @@ fn disk_buffer_keeps_every_window_through_an_outage_and_a_restart() {
     // The backend returns; nothing more is sent. Every window the agent
     // produced (the file sink's record) arrives, none twice.
     let server = Server::start(port, 200);
+    drop(hold);
     let want = |a: &Agent| windows(&a.points(), "o.n");
     wait_eq(
         "every window at the backend",
@@ -369,7 +371,8 @@ fn disk_buffer_keeps_every_window_through_an_outage_and_a_restart() {
 
 #[test]
 fn a_full_memory_buffer_drops_the_oldest_and_counts_them() {
-    let port = free_port();
+    let hold = PortHold::new();
+    let port = hold.port;
     let udp = free_port();
     let agent = Agent::start(
         "1s",
@@ -390,6 +393,7 @@ fn a_full_memory_buffer_drops_the_oldest_and_counts_them() {
     // The buffer holds at most 300 bytes: the newest request or two.
     assert!(m("sonde_sink_queue_bytes{sink=\"http\"}") <= 300.0);
     let server = Server::start(port, 200);
+    drop(hold);
     wait_for("the queue to drain", Duration::from_secs(10), || {
         (m("sonde_sink_queue_batches{sink=\"http\"}") == 0.0).then_some(())
     });
@@ -575,7 +579,8 @@ fn sighup_reloads_receivers_and_sinks_keeping_what_did_not_change() {
 #[test]
 fn sigterm_drops_and_counts_what_a_memory_buffer_could_not_deliver() {
     // The backend never comes up; the grace period is short.
-    let port = free_port();
+    let hold = PortHold::new();
+    let port = hold.port;
     let udp = free_port();
     let mut agent = Agent::start(
         "1s",

@@ -66,6 +66,57 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A loopback TCP port held, bound but not listening, until dropped: a
+/// connection to it is refused, as to a backend that is down, and nothing
+/// else takes it meanwhile. A test that starts its backend late would
+/// otherwise lose the port to another test, or to the agent itself: a
+/// client retrying a closed port in the ephemeral range connects to
+/// itself when the kernel happens to pick that port as the source.
+/// Both this socket and the backend's listener set SO_REUSEADDR, so the
+/// backend binds the port while it is still held; drop it after.
+pub struct PortHold {
+    fd: libc::c_int,
+    pub port: u16,
+}
+
+impl PortHold {
+    pub fn new() -> PortHold {
+        // SAFETY: plain socket calls on a descriptor this function owns;
+        // the address structs are initialised before use.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let one: libc::c_int = 1;
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEADDR,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), len);
+            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+            let mut len = len;
+            libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_in).cast(), &mut len);
+            PortHold {
+                fd,
+                port: u16::from_be(addr.sin_port),
+            }
+        }
+    }
+}
+
+impl Drop for PortHold {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is this struct's own.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
 pub struct Agent {
     pub child: Child,
     pub dir: tempfile::TempDir,
