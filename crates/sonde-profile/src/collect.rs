@@ -116,6 +116,12 @@ impl Proc {
         }
     }
 
+    /// The name of thread `tid` as known; the process's name for a thread
+    /// not met yet.
+    fn thread_name(&self, tid: u32) -> &str {
+        self.threads.get(&tid).map_or(&self.name, String::as_str)
+    }
+
     /// The name of thread `tid`, read from /proc the first time; the
     /// process's name for a thread already gone.
     fn thread(&mut self, pid: u32, tid: u32) -> &str {
@@ -285,7 +291,7 @@ impl Collector {
                 if pid == ppid {
                     // A new thread, named as the thread that made it.
                     if let Some(p) = self.procs.get_mut(&pid) {
-                        let name = p.threads.get(&ptid).unwrap_or(&p.name).clone();
+                        let name = p.thread_name(ptid).to_owned();
                         p.threads.insert(tid, name);
                     }
                 } else if !self.procs.contains_key(&pid) {
@@ -293,7 +299,7 @@ impl Collector {
                     // not) and only the forking thread.
                     if self.known(ppid) {
                         let mut child = self.procs[&ppid].clone();
-                        let name = child.threads.get(&ptid).unwrap_or(&child.name).clone();
+                        let name = child.thread_name(ptid).to_owned();
                         child.threads.clear();
                         child.threads.insert(tid, name);
                         self.procs.insert(pid, child);
@@ -442,9 +448,7 @@ impl Collector {
         let name = p.map_or("", |p| p.name.as_str());
         let container = p.and_then(|p| p.container.as_ref());
         let pod = p.and_then(|p| p.pod.as_ref());
-        let thread = p
-            .and_then(|p| p.threads.get(&s.tid))
-            .map_or(name, |t| t.as_str());
+        let thread = p.map_or(name, |p| p.thread_name(s.tid));
         let key = StackRef {
             pid: s.pid,
             name,
@@ -515,12 +519,21 @@ pub fn container_of_cgroup(text: &str) -> Option<String> {
             .find(|part| part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()))
             .map(str::to_ascii_lowercase)
     };
-    let lines = || text.lines().filter_map(|l| l.splitn(3, ':').nth(2));
+    in_cgroup_paths(text, id_in)
+}
+
+/// The first path of `/proc/PID/cgroup` in which `find` finds something,
+/// the unified (v2) line's first, then every hierarchy's in order.
+fn in_cgroup_paths(text: &str, find: impl Fn(&str) -> Option<String>) -> Option<String> {
     let unified = text
         .lines()
         .filter(|l| l.starts_with("0::"))
-        .find_map(|l| id_in(&l[3..]));
-    unified.or_else(|| lines().find_map(id_in))
+        .find_map(|l| find(&l[3..]));
+    unified.or_else(|| {
+        text.lines()
+            .filter_map(|l| l.splitn(3, ':').nth(2))
+            .find_map(&find)
+    })
 }
 
 /// The uid of the Kubernetes pod in a process's `/proc/PID/cgroup`: a
@@ -543,12 +556,7 @@ pub fn pod_of_cgroup(text: &str) -> Option<String> {
                 ok.then(|| uid.replace('_', "-").to_ascii_lowercase())
             })
     }
-    let paths = || text.lines().filter_map(|l| l.splitn(3, ':').nth(2));
-    let unified = text
-        .lines()
-        .filter(|l| l.starts_with("0::"))
-        .find_map(|l| uid_in(&l[3..]));
-    unified.or_else(|| paths().find_map(uid_in))
+    in_cgroup_paths(text, uid_in)
 }
 
 /// Unwinds the user stack of `s` into `out` (leaf first, raw addresses);

@@ -252,6 +252,16 @@ impl Strings {
         self.index.insert(s.to_owned(), i);
         i
     }
+
+    /// A string label `key = value`, none for an empty value (a label the
+    /// producer had nothing for).
+    fn label(&mut self, key: i64, value: &str) -> Option<proto::Label> {
+        (!value.is_empty()).then(|| proto::Label {
+            key,
+            str: self.intern(value),
+            ..Default::default()
+        })
+    }
 }
 
 /// The pprof message for `profile`, before compression.
@@ -345,31 +355,15 @@ fn to_message(profile: &Profile) -> proto::Profile {
                     },
                 ]
                 .into_iter()
-                .chain((!process.container.is_empty()).then(|| proto::Label {
-                    key: container_key,
-                    str: strings.intern(&process.container),
-                    ..Default::default()
-                }))
-                .chain((!process.pod.is_empty()).then(|| proto::Label {
-                    key: pod_key,
-                    str: strings.intern(&process.pod),
-                    ..Default::default()
-                }))
+                .chain(strings.label(container_key, &process.container))
+                .chain(strings.label(pod_key, &process.pod))
                 .chain((process.tid != 0).then(|| proto::Label {
                     key: tid_key,
                     num: i64::from(process.tid),
                     ..Default::default()
                 }))
-                .chain((!process.thread.is_empty()).then(|| proto::Label {
-                    key: thread_key,
-                    str: strings.intern(&process.thread),
-                    ..Default::default()
-                }))
-                .chain((!process.host.is_empty()).then(|| proto::Label {
-                    key: host_key,
-                    str: strings.intern(&process.host),
-                    ..Default::default()
-                }))
+                .chain(strings.label(thread_key, &process.thread))
+                .chain(strings.label(host_key, &process.host))
                 .collect(),
             }
         })
