@@ -9,12 +9,14 @@
 //!
 //! * `body`: the record's text as a string (invalid UTF-8 replaced by
 //!   U+FFFD; a multiline record's lines joined with `\n`);
-//! * `observed_time_unix_nano`: when the record was encoded (`time_unix_nano`
-//!   stays 0, "unknown": sonde does not parse timestamps out of lines);
+//! * `observed_time_unix_nano`: when the record was encoded;
+//!   `time_unix_nano`: the time the record carries where its format has
+//!   one (a container runtime's), else 0, "unknown";
 //! * attributes `log.file.path` and `log.file.name` (OpenTelemetry's
 //!   semantic conventions for log files) and `log.file.record_offset`, the
 //!   file offset of the record's first byte, as an integer (the name the
-//!   Collector's `filelog` receiver gives it).
+//!   Collector's `filelog` receiver gives it), then the record's own
+//!   string attributes (a container record's stream and pod).
 //!
 //! A record with a [`RecordMeta`] (a DogStatsD event or service check) has
 //! no file attributes: its `time_unix_nano` is its timestamp, its severity
@@ -57,6 +59,9 @@ const RESOURCE_LOGS_SCOPE_LOGS: u32 = 2;
 const SCOPE_LOGS_SCOPE: u32 = 1;
 const SCOPE_LOGS_LOG_RECORDS: u32 = 2;
 
+/// The attributes every record of a file has: path, name and offset.
+const FILE_ATTRIBUTES: usize = 3;
+
 fn string(k: &str, v: &str) -> KeyValue {
     let mut kv = KeyValue::default();
     set_attribute(&mut kv, k, v);
@@ -74,6 +79,11 @@ pub struct LogRecordIn<'a> {
     pub offset: u64,
     /// When it was read or encoded, in nanoseconds since the Unix epoch.
     pub observed_unix_nano: u64,
+    /// When it happened, in nanoseconds since the Unix epoch; 0 when
+    /// unknown.
+    pub time_unix_nano: u64,
+    /// String attributes after the file's.
+    pub attributes: &'a [(&'a str, &'a str)],
     /// What it says about itself, if it was not read from a file.
     pub meta: Option<&'a RecordMeta>,
 }
@@ -155,7 +165,9 @@ impl OtlpLogs {
         };
         set(&mut self.record.body, &String::from_utf8_lossy(r.body));
         let name = r.path.rsplit('/').next().unwrap_or(r.path);
-        let [path, file, offset] = &mut self.record.attributes[..] else {
+        let attributes = &mut self.record.attributes;
+        attributes.truncate(FILE_ATTRIBUTES + r.attributes.len());
+        let [path, file, offset, ..] = &mut attributes[..] else {
             unreachable!("three attributes, set in new()");
         };
         set(&mut path.value, r.path);
@@ -163,6 +175,19 @@ impl OtlpLogs {
         offset.value = Some(AnyValue {
             value: Some(Value::IntValue(i64::try_from(r.offset).unwrap_or(i64::MAX))),
         });
+        // The record's own, in the key-values of the record before where
+        // there are some, so that their strings are reused.
+        for (i, &(k, v)) in r.attributes.iter().enumerate() {
+            match attributes.get_mut(FILE_ATTRIBUTES + i) {
+                Some(kv) => {
+                    kv.key.clear();
+                    kv.key.push_str(k);
+                    set(&mut kv.value, v);
+                }
+                None => attributes.push(string(k, v)),
+            }
+        }
+        self.record.time_unix_nano = r.time_unix_nano;
         self.record.observed_time_unix_nano = r.observed_unix_nano;
         encode_record(&mut self.records, &self.record);
         self.count += 1;
@@ -271,6 +296,8 @@ mod tests {
                 path: "/var/log/app/a.log",
                 offset: 100 * i as u64,
                 observed_unix_nano: 1_700_000_000_000_000_000 + i as u64,
+                time_unix_nano: 0,
+                attributes: &[],
                 meta: None,
             });
         }
@@ -331,6 +358,8 @@ mod tests {
             path: "/a",
             offset: 0,
             observed_unix_nano: 1,
+            time_unix_nano: 0,
+            attributes: &[],
             meta: None,
         });
         let mut next = Vec::new();
@@ -362,6 +391,8 @@ mod tests {
             path: "",
             offset: 0,
             observed_unix_nano: 5,
+            time_unix_nano: 0,
+            attributes: &[],
             meta: Some(&meta),
         });
         let mut out = Vec::new();
@@ -391,5 +422,47 @@ mod tests {
             ]
         );
         assert_eq!(text(&r.attributes[3].value), V::StringValue("db-1".into()));
+    }
+
+    #[test]
+    fn a_records_own_time_and_attributes_follow_the_files_and_do_not_linger() {
+        let mut e = OtlpLogs::new();
+        e.begin([("host.name", "node-1")]);
+        let pod = [("log.iostream", "stderr"), ("k8s.pod.name", "web-0")];
+        for (attributes, time) in [(&pod[..], 42), (&pod[..1], 43), (&[][..], 0)] {
+            e.push(&LogRecordIn {
+                body: b"x",
+                path: "/var/log/pods/a/b/0.log",
+                offset: 0,
+                observed_unix_nano: 1,
+                time_unix_nano: time,
+                attributes,
+                meta: None,
+            });
+        }
+        let mut out = Vec::new();
+        e.finish(&mut out);
+        let req = ExportLogsServiceRequest::decode(&out[..]).unwrap();
+        let records = &req.resource_logs[0].scope_logs[0].log_records;
+        let keys = |i: usize| -> Vec<&str> {
+            records[i]
+                .attributes
+                .iter()
+                .map(|a| a.key.as_str())
+                .collect()
+        };
+        let file = ["log.file.path", "log.file.name", "log.file.record_offset"];
+        assert_eq!(
+            keys(0),
+            [&file[..], &["log.iostream", "k8s.pod.name"]].concat()
+        );
+        assert_eq!(
+            text(&records[0].attributes[4].value),
+            V::StringValue("web-0".into())
+        );
+        assert_eq!(keys(1), [&file[..], &["log.iostream"]].concat());
+        assert_eq!(keys(2), file);
+        let times: Vec<u64> = records.iter().map(|r| r.time_unix_nano).collect();
+        assert_eq!(times, [42, 43, 0]);
     }
 }

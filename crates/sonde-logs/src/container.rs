@@ -27,10 +27,17 @@
 //! streams' pieces interleave, no offset inside the group satisfies both,
 //! and the records before the group's last one carry the offset before the
 //! group with [`Record::hold`] set: the caller keeps them in one batch with
-//! the last, so that the group is delivered, or redelivered, whole.
+//! the last, so that the group is delivered, or redelivered, whole. A
+//! group is handed on at once, when its last record is complete.
+//!
+//! A record left open waits [`PARTIAL_WAIT`] for its next piece (a
+//! runtime writes a line's pieces together once it has the line's end);
+//! then it is handed on as it is and counted as unfinished, and a piece
+//! that comes later starts a record of its own.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use crate::lines::Line;
 use crate::tailer::Counters;
@@ -99,9 +106,22 @@ impl Format {
     }
 }
 
-/// Whether `t` looks like an RFC 3339 time: `YYYY-MM-DDTHH:MM:SS` and more.
+/// The longest time a piece may carry: RFC 3339 with nanoseconds and a
+/// numeric offset is 35 bytes.
+pub const MAX_TIME_BYTES: usize = 40;
+
+/// A record's time (RFC 3339, any offset) in nanoseconds since the Unix
+/// epoch; `None` if it is not one or lies before the epoch.
+pub fn unix_nanos(time: &str) -> Option<u64> {
+    let t: jiff::Timestamp = time.parse().ok()?;
+    u64::try_from(t.as_nanosecond()).ok()
+}
+
+/// Whether `t` looks like an RFC 3339 time: `YYYY-MM-DDTHH:MM:SS` and more,
+/// printable ASCII, at most [`MAX_TIME_BYTES`].
 fn is_time(t: &[u8]) -> bool {
-    t.len() >= 20
+    (20..=MAX_TIME_BYTES).contains(&t.len())
+        && t.iter().all(u8::is_ascii_graphic)
         && t[4] == b'-'
         && t[7] == b'-'
         && t[10] == b'T'
@@ -201,6 +221,10 @@ struct Building {
     stream: Option<Stream>,
 }
 
+/// How long an open record waits for its next piece; see the
+/// [module docs](self).
+pub const PARTIAL_WAIT: Duration = Duration::from_secs(5);
+
 /// The records one file is joining; see the [module docs](self).
 #[derive(Debug, Default)]
 pub struct Joiner {
@@ -215,6 +239,8 @@ pub struct Joiner {
     safe: Option<u64>,
     /// The largest end offset of a line of a record handed on.
     delivered_end: u64,
+    /// When a piece last went into an open record.
+    last_at: Option<Instant>,
 }
 
 impl Joiner {
@@ -230,14 +256,21 @@ impl Joiner {
         self.open.iter().all(Option::is_none) && self.done.is_empty()
     }
 
-    /// Takes one line of the file in `format`, joining at most
-    /// `max_bytes` of a record; hands on through `emit` every record that
-    /// can go.
+    /// When the open records have waited [`PARTIAL_WAIT`] for their next
+    /// piece, if one is open: [`Joiner::flush`] them then.
+    pub fn due(&self) -> Option<Instant> {
+        let open = self.open.iter().any(Option::is_some);
+        self.last_at.filter(|_| open).map(|at| at + PARTIAL_WAIT)
+    }
+
+    /// Takes one line of the file in `format`, read at `now`, joining at
+    /// most `max_bytes` of a record; hands on through `emit` every record
+    /// that can go.
     pub fn push(
         &mut self,
         format: Format,
         line: &Line<'_>,
-        max_bytes: usize,
+        (max_bytes, now): (usize, Instant),
         counters: &mut Counters,
         emit: &mut impl FnMut(&Record<'_>),
     ) {
@@ -271,6 +304,7 @@ impl Joiner {
                 open.cut += (piece.message.len() - kept) as u64 + line.cut_bytes;
                 open.last_end = line.end;
                 open.pieces += 1;
+                self.last_at = Some(now);
                 if !piece.partial {
                     let b = self.open[piece.stream as usize].take().unwrap_or_default();
                     self.queue(b);
@@ -333,7 +367,10 @@ impl Joiner {
         self.done.insert(at, b);
     }
 
-    /// Hands on the waiting records that no open record started before.
+    /// Hands on the waiting records that no open record started before,
+    /// up to the last one after which the checkpoint can move past every
+    /// piece handed on: a group of interleaved records goes whole, in one
+    /// call, so that a caller's batch boundary can respect [`Record::hold`].
     fn release(
         &mut self,
         consumed: u64,
@@ -341,10 +378,28 @@ impl Joiner {
         emit: &mut impl FnMut(&Record<'_>),
     ) {
         let earliest_open = self.open.iter().flatten().map(|b| b.start).min();
-        while let Some(head) = self.done.front() {
-            if earliest_open.is_some_and(|o| o < head.start) {
+        // The first offset not handed on once the first `i` waiting
+        // records are.
+        let next = |done: &VecDeque<Building>, i: usize| {
+            let waiting = done.get(i).map(|d| d.start);
+            waiting
+                .into_iter()
+                .chain(earliest_open)
+                .min()
+                .unwrap_or(consumed)
+        };
+        let mut go = 0;
+        let mut end = self.delivered_end;
+        for (i, b) in self.done.iter().enumerate() {
+            if earliest_open.is_some_and(|o| o < b.start) {
                 break;
             }
+            end = end.max(b.last_end);
+            if end <= next(&self.done, i + 1) {
+                go = i + 1;
+            }
+        }
+        for _ in 0..go {
             let Some(b) = self.done.pop_front() else {
                 break;
             };
@@ -355,14 +410,7 @@ impl Joiner {
             self.delivered_end = self.delivered_end.max(b.last_end);
             // The checkpoint may move to the first piece not yet handed
             // on, if no piece handed on lies beyond it.
-            let next = self
-                .done
-                .front()
-                .map(|d| d.start)
-                .into_iter()
-                .chain(earliest_open)
-                .min()
-                .unwrap_or(consumed);
+            let next = next(&self.done, 0);
             let hold = self.delivered_end > next;
             let end = if hold {
                 self.safe.unwrap_or(b.start)
@@ -385,45 +433,131 @@ impl Joiner {
     }
 }
 
-/// What a kubelet log path says about its container:
-/// `/var/log/pods/<namespace>_<pod>_<pod uid>/<container>/<n>.log` (and
-/// its rotated `<n>.log.<timestamp>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodPath<'a> {
+/// What a container log file's path says about its container, for
+/// the paths the runtimes write:
+///
+/// * `/var/log/pods/<namespace>_<pod>_<pod uid>/<container>/<n>.log`, the
+///   kubelet's (and its rotated `<n>.log.<timestamp>`, gzip'd or not);
+/// * `/var/log/containers/<pod>_<namespace>_<container>-<id>.log`, the
+///   kubelet's links to them;
+/// * `/var/lib/docker/containers/<id>/<id>-json.log`, dockerd's (and its
+///   rotated `<id>-json.log.<n>`).
+///
+/// Only the directory names are matched, so the same trees mounted
+/// elsewhere are named too. Any other path names nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerPath<'a> {
     /// The pod's namespace.
-    pub namespace: &'a str,
+    pub namespace: Option<&'a str>,
     /// The pod's name.
-    pub pod_name: &'a str,
+    pub pod_name: Option<&'a str>,
     /// The pod's uid.
-    pub pod_uid: &'a str,
+    pub pod_uid: Option<&'a str>,
     /// The container's name.
-    pub container_name: &'a str,
+    pub container_name: Option<&'a str>,
+    /// The container's id.
+    pub container_id: Option<&'a str>,
 }
 
-impl<'a> PodPath<'a> {
-    /// The pod and container of a kubelet log file's path; `None` for any
-    /// other path.
-    pub fn parse(path: &'a str) -> Option<PodPath<'a>> {
+/// The keys [`ContainerPath::fields`] names them by, and the record's own
+/// `time` and `stream`: the keys a container record has besides a line's.
+pub const RECORD_KEYS: [&str; 7] = [
+    "time",
+    "stream",
+    "namespace",
+    "pod_name",
+    "pod_uid",
+    "container_name",
+    "container_id",
+];
+
+impl<'a> ContainerPath<'a> {
+    /// What `path` says; all `None` for a path of no runtime's.
+    pub fn parse(path: &'a str) -> ContainerPath<'a> {
+        Self::pods(path)
+            .or_else(|| Self::links(path))
+            .or_else(|| Self::docker(path))
+            .unwrap_or_default()
+    }
+
+    /// The fields it names, by [`RECORD_KEYS`] names, in that order.
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, &'a str)> {
+        [
+            ("namespace", self.namespace),
+            ("pod_name", self.pod_name),
+            ("pod_uid", self.pod_uid),
+            ("container_name", self.container_name),
+            ("container_id", self.container_id),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+    }
+
+    fn pods(path: &'a str) -> Option<Self> {
         let mut parts = path.rsplit('/');
         let file = parts.next()?;
-        let container_name = parts.next()?;
+        let container_name = parts.next().filter(|c| !c.is_empty())?;
         let pod_dir = parts.next()?;
-        if parts.next()? != "pods" || !file.contains(".log") || container_name.is_empty() {
+        if parts.next()? != "pods" || !file.contains(".log") {
             return None;
         }
         // Namespaces and pod names have no `_`; the uid is last.
         let mut pod = pod_dir.splitn(3, '_');
         let (namespace, pod_name, pod_uid) = (pod.next()?, pod.next()?, pod.next()?);
-        if namespace.is_empty() || pod_name.is_empty() || pod_uid.is_empty() {
+        if [namespace, pod_name, pod_uid].iter().any(|s| s.is_empty()) {
             return None;
         }
-        Some(PodPath {
-            namespace,
-            pod_name,
-            pod_uid,
-            container_name,
+        Some(ContainerPath {
+            namespace: Some(namespace),
+            pod_name: Some(pod_name),
+            pod_uid: Some(pod_uid),
+            container_name: Some(container_name),
+            container_id: None,
         })
     }
+
+    fn links(path: &'a str) -> Option<Self> {
+        let (dir, file) = path.rsplit_once('/')?;
+        if !dir.ends_with("/containers") && dir != "containers" {
+            return None;
+        }
+        let stem = file.strip_suffix(".log")?;
+        let mut parts = stem.splitn(3, '_');
+        let (pod_name, namespace, rest) = (parts.next()?, parts.next()?, parts.next()?);
+        let (container_name, id) = rest.rsplit_once('-')?;
+        if [pod_name, namespace, container_name]
+            .iter()
+            .any(|s| s.is_empty())
+            || !is_id(id)
+        {
+            return None;
+        }
+        Some(ContainerPath {
+            namespace: Some(namespace),
+            pod_name: Some(pod_name),
+            container_name: Some(container_name),
+            container_id: Some(id),
+            pod_uid: None,
+        })
+    }
+
+    fn docker(path: &'a str) -> Option<Self> {
+        let mut parts = path.rsplit('/');
+        let file = parts.next()?;
+        let id = parts.next().filter(|id| is_id(id))?;
+        if parts.next()? != "containers" || !file.strip_prefix(id)?.starts_with("-json.log") {
+            return None;
+        }
+        Some(ContainerPath {
+            container_id: Some(id),
+            ..ContainerPath::default()
+        })
+    }
+}
+
+/// Whether `s` is a container id: 64 lowercase hex digits.
+fn is_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 #[cfg(test)]
@@ -458,6 +592,28 @@ mod tests {
             b"2024-01-02T03:04:05Z stdout",
         ] {
             assert_eq!(parse_cri(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn times_in_any_offset_give_nanoseconds_since_the_epoch() {
+        let want = 1_704_164_645_123_456_789;
+        assert_eq!(unix_nanos("2024-01-02T03:04:05.123456789Z"), Some(want));
+        assert_eq!(
+            unix_nanos("2024-01-02T04:04:05.123456789+01:00"),
+            Some(want)
+        );
+        assert_eq!(
+            unix_nanos("2024-01-02T03:04:05Z"),
+            Some(want / 1_000_000_000 * 1_000_000_000)
+        );
+        for bad in [
+            "",
+            "2024-01-02",
+            "1969-12-31T23:59:59Z",
+            "2024-13-02T03:04:05Z",
+        ] {
+            assert_eq!(unix_nanos(bad), None, "{bad}");
         }
     }
 
@@ -510,7 +666,7 @@ mod tests {
                 cut_bytes: 0,
             };
             at = line.end;
-            j.push(format, &line, max, &mut c, &mut emit);
+            j.push(format, &line, (max, Instant::now()), &mut c, &mut emit);
         }
         j.flush(at, &mut c, &mut emit);
         (out, c)
@@ -620,11 +776,20 @@ mod tests {
                 let mut emit = |r: &Record<'_>| {
                     out.push((String::from_utf8_lossy(r.line.bytes).into_owned(), r.stream, r.line.end, r.hold))
                 };
+                // Each push hands on whole groups: its last record holds
+                // nothing back.
+                let mut whole = true;
                 for (start, bytes) in file.iter().filter(|(s, _)| *s >= from) {
                     let line = Line { bytes, start: *start, end: start + bytes.len() as u64 + 1, cut_bytes: 0 };
-                    j.push(Format::Cri, &line, 1 << 20, &mut c, &mut emit);
+                    let mut last_hold = None;
+                    j.push(Format::Cri, &line, (1 << 20, Instant::now()), &mut c, &mut |r| {
+                        last_hold = Some(r.hold);
+                        emit(r);
+                    });
+                    whole &= last_hold != Some(true);
                 }
                 j.flush(at, &mut c, &mut emit);
+                prop_assert!(whole, "a push ended inside a group");
                 prop_assert_eq!(c.unfinished_records, 0);
                 Ok(out)
             };
@@ -664,25 +829,54 @@ mod tests {
     }
 
     #[test]
-    fn kubelet_paths_name_the_pod_and_container() {
-        let p = PodPath::parse("/var/log/pods/kube-system_coredns-5d78c9869d-8xq2v_0b2c5a7e-1f3d-4c6b-9a8e-7d6f5e4c3b2a/coredns/0.log").unwrap();
+    fn runtime_paths_name_the_pod_and_container() {
+        let p = ContainerPath::parse("/var/log/pods/kube-system_coredns-5d78c9869d-8xq2v_0b2c5a7e-1f3d-4c6b-9a8e-7d6f5e4c3b2a/coredns/0.log");
         assert_eq!(
-            (p.namespace, p.pod_name, p.pod_uid, p.container_name),
-            (
-                "kube-system",
-                "coredns-5d78c9869d-8xq2v",
-                "0b2c5a7e-1f3d-4c6b-9a8e-7d6f5e4c3b2a",
-                "coredns"
-            )
+            p.fields().collect::<Vec<_>>(),
+            [
+                ("namespace", "kube-system"),
+                ("pod_name", "coredns-5d78c9869d-8xq2v"),
+                ("pod_uid", "0b2c5a7e-1f3d-4c6b-9a8e-7d6f5e4c3b2a"),
+                ("container_name", "coredns"),
+            ]
         );
-        assert!(PodPath::parse("/var/log/pods/ns_pod_uid/app/1.log.20240102-030405").is_some());
+        for rotated in ["1.log.20240102-030405", "1.log.20240102-030405.gz"] {
+            let path = format!("/var/log/pods/ns_pod_uid/app/{rotated}");
+            assert_eq!(ContainerPath::parse(&path).container_name, Some("app"));
+        }
+        let id = "3f4e".repeat(16);
+        let link = format!("/var/log/containers/web-0_shop_nginx-proxy-{id}.log");
+        let p = ContainerPath::parse(&link);
+        assert_eq!(
+            p.fields().collect::<Vec<_>>(),
+            [
+                ("namespace", "shop"),
+                ("pod_name", "web-0"),
+                ("container_name", "nginx-proxy"),
+                ("container_id", id.as_str()),
+            ]
+        );
+        for file in [format!("{id}-json.log"), format!("{id}-json.log.3")] {
+            let path = format!("/var/lib/docker/containers/{id}/{file}");
+            let p = ContainerPath::parse(&path);
+            assert_eq!(
+                p.fields().collect::<Vec<_>>(),
+                [("container_id", id.as_str())]
+            );
+        }
         for other in [
-            "/var/log/app.log",
-            "/var/log/pods/nounderscore/app/0.log",
-            "/var/log/containers/x.log",
-            "0.log",
+            "/var/log/app.log".to_string(),
+            "/var/log/pods/nounderscore/app/0.log".into(),
+            "/var/log/containers/x.log".into(),
+            format!("/var/log/containers/a_b_c-{}.log", &id[1..]),
+            format!("/var/lib/docker/containers/{id}/other.log"),
+            "0.log".into(),
         ] {
-            assert_eq!(PodPath::parse(other), None, "{other}");
+            assert_eq!(
+                ContainerPath::parse(&other),
+                ContainerPath::default(),
+                "{other}"
+            );
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use sonde_encode::record::RecordMeta;
+use sonde_logs::container::{self, ContainerPath, Format, Stream};
 use sonde_logs::{Checkpoints, FileKey, Line, LineSink, Origin};
 
 /// What every record of a source carries besides its line.
@@ -34,16 +35,61 @@ pub struct LogLine<'a> {
     /// What a record not read from a file (a DogStatsD event) says about
     /// itself; `None` for lines of files.
     pub meta: Option<&'a RecordMeta>,
+    /// What a record of a container log file says besides its line;
+    /// `None` for a source of plain lines.
+    pub container: Option<ContainerLine<'a>>,
 }
+
+/// What a record of a container log file ([`Format::Cri`],
+/// [`Format::DockerJson`]) says besides its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerLine<'a> {
+    /// When the runtime read it, RFC 3339 as the runtime wrote it; empty
+    /// for a line that did not parse.
+    pub time: &'a str,
+    /// Its stream; `None` for a line that did not parse.
+    pub stream: Option<Stream>,
+    /// What its file's path says about its container
+    /// ([`ContainerPath::fields`]): `(key, value)`s.
+    pub path_fields: &'a [(&'static str, Box<str>)],
+}
+
+/// A path's [`ContainerPath::fields`], owned.
+type PathFields = Box<[(&'static str, Box<str>)]>;
 
 #[derive(Debug, Clone, Copy)]
 struct Span {
     /// Index into `LogBatch::paths`.
-    path: usize,
+    path: u32,
+    /// The line's length; a container record's time follows it in
+    /// `LogBatch::data`.
+    len: u32,
     /// Where the line's bytes start in `LogBatch::data`.
     at: usize,
-    len: usize,
     offset: u64,
+    /// The length of a container record's time.
+    time_len: u8,
+    /// A container record's stream: 0 none, 1 stdout, 2 stderr.
+    stream: u8,
+}
+
+impl Span {
+    fn line(path: usize, at: usize, len: usize, offset: u64) -> Span {
+        Span {
+            // Paths are per batch, lines at most `max_line_bytes`: both
+            // far below 4 Gi.
+            path: u32::try_from(path).unwrap_or(u32::MAX),
+            len: u32::try_from(len).unwrap_or(u32::MAX),
+            at,
+            offset,
+            time_len: 0,
+            stream: 0,
+        }
+    }
+
+    fn end(&self) -> usize {
+        self.at + self.len as usize
+    }
 }
 
 /// Lines of one source, read together, shared by every sink that takes
@@ -63,6 +109,9 @@ pub struct LogBatch {
     paths: Vec<Arc<str>>,
     /// The file of each entry of `paths`.
     keys: Vec<Option<FileKey>>,
+    /// For a container source, what each entry of `paths` says about its
+    /// container; empty otherwise.
+    path_fields: Vec<PathFields>,
     /// Per file in the batch, the end offset of its last line.
     ends: Vec<(FileKey, u64)>,
     /// Empty for lines of files; else one per span.
@@ -160,10 +209,23 @@ impl LogBatch {
             .iter()
             .zip(range)
             .map(|(s, i)| LogLine {
-                bytes: &self.data[s.at..s.at + s.len],
-                path: &self.paths[s.path],
+                bytes: &self.data[s.at..s.end()],
+                path: &self.paths[s.path as usize],
                 offset: s.offset,
                 meta: self.metas.get(i),
+                container: self.path_fields.get(s.path as usize).map(|f| {
+                    let time = &self.data[s.end()..s.end() + usize::from(s.time_len)];
+                    ContainerLine {
+                        // Times are ASCII (`container::MAX_TIME_BYTES`).
+                        time: std::str::from_utf8(time).unwrap_or_default(),
+                        stream: match s.stream {
+                            1 => Some(Stream::Stdout),
+                            2 => Some(Stream::Stderr),
+                            _ => None,
+                        },
+                        path_fields: f,
+                    }
+                }),
             })
     }
 
@@ -177,7 +239,8 @@ impl LogBatch {
         self.spans.is_empty()
     }
 
-    /// The lines' bytes, newlines not counted.
+    /// The lines' bytes, newlines not counted (and container records'
+    /// times counted).
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
@@ -216,17 +279,22 @@ impl LogBatch {
         debug_assert!(self.metas.is_empty(), "records with meta have no file");
         let keys = &self.keys;
         self.spans.retain(|s| {
-            let floor = keys[s.path].and_then(|k| floors.iter().find(|(f, _)| *f == k));
+            let floor = keys[s.path as usize].and_then(|k| floors.iter().find(|(f, _)| *f == k));
             floor.is_none_or(|&(_, at)| s.offset >= at)
         });
     }
 }
 
 /// Collects the lines a tailer pushes into batches of about `max_bytes`
-/// (a batch closes after the line that reaches it). Batches come out
-/// unarmed: the source arms each ([`LogBatch::arm`]) as it sends it.
+/// (a batch closes after the line that reaches it, unless it is a
+/// container record held for the next: [`container::Record::hold`]).
+/// Batches come out unarmed: the source arms each ([`LogBatch::arm`]) as
+/// it sends it.
 pub(crate) struct BatchBuilder {
     source: Arc<SourceInfo>,
+    /// Whether the source reads container log files, whose paths name
+    /// their containers.
+    container: bool,
     max_bytes: usize,
     next_seq: u64,
     current: Parts,
@@ -241,6 +309,7 @@ struct Parts {
     spans: Vec<Span>,
     paths: Vec<Arc<str>>,
     keys: Vec<Option<FileKey>>,
+    path_fields: Vec<PathFields>,
     ends: Vec<(FileKey, u64)>,
     metas: Vec<RecordMeta>,
     /// The file of the last line, whose path the next line of the same file
@@ -249,9 +318,11 @@ struct Parts {
 }
 
 impl BatchBuilder {
-    pub(crate) fn new(source: Arc<SourceInfo>, max_bytes: usize) -> Self {
+    /// A builder for the lines of `source`, whose files are in `format`.
+    pub(crate) fn new(source: Arc<SourceInfo>, format: Format, max_bytes: usize) -> Self {
         Self {
             source,
+            container: format != Format::Lines,
             max_bytes,
             next_seq: 0,
             current: Parts::default(),
@@ -307,6 +378,7 @@ impl BatchBuilder {
             spans: parts.spans,
             paths: parts.paths,
             keys: parts.keys,
+            path_fields: parts.path_fields,
             ends: parts.ends,
             metas: parts.metas,
             positions: None,
@@ -331,12 +403,7 @@ impl BatchBuilder {
             c.paths.push(Arc::from(""));
             c.keys.push(None);
         }
-        c.spans.push(Span {
-            path: 0,
-            at: c.data.len(),
-            len: bytes.len(),
-            offset: 0,
-        });
+        c.spans.push(Span::line(0, c.data.len(), bytes.len(), 0));
         c.data.extend_from_slice(bytes);
         c.metas.push(meta);
         if c.data.len() >= self.max_bytes {
@@ -345,29 +412,61 @@ impl BatchBuilder {
     }
 }
 
-impl LineSink for BatchBuilder {
-    fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>) {
+impl BatchBuilder {
+    /// Adds `line` of `origin`'s file; returns its span, to complete.
+    fn push(&mut self, origin: &Origin<'_>, line: &Line<'_>) -> &mut Span {
         if self.current.data.capacity() == 0 {
             self.open();
         }
         let c = &mut self.current;
         if c.last != Some(origin.key) {
-            c.paths.push(Arc::from(origin.path.to_string_lossy()));
+            let path: Arc<str> = Arc::from(origin.path.to_string_lossy());
+            if self.container {
+                let fields = ContainerPath::parse(&path).fields();
+                c.path_fields
+                    .push(fields.map(|(k, v)| (k, Box::from(v))).collect());
+            }
+            c.paths.push(path);
             c.keys.push(Some(origin.key));
             c.last = Some(origin.key);
         }
-        c.spans.push(Span {
-            path: c.paths.len() - 1,
-            at: c.data.len(),
-            len: line.bytes.len(),
-            offset: line.start,
-        });
+        c.spans.push(Span::line(
+            c.paths.len() - 1,
+            c.data.len(),
+            line.bytes.len(),
+            line.start,
+        ));
         c.data.extend_from_slice(line.bytes);
         match c.ends.iter_mut().find(|(k, _)| *k == origin.key) {
             Some((_, end)) => *end = line.end,
             None => c.ends.push((origin.key, line.end)),
         }
-        if c.data.len() >= self.max_bytes {
+        // Just pushed.
+        let last = c.spans.len() - 1;
+        &mut c.spans[last]
+    }
+}
+
+impl LineSink for BatchBuilder {
+    fn line(&mut self, origin: &Origin<'_>, line: &Line<'_>) {
+        self.push(origin, line);
+        if self.current.data.len() >= self.max_bytes {
+            self.close();
+        }
+    }
+
+    fn record(&mut self, origin: &Origin<'_>, record: &container::Record<'_>) {
+        let span = self.push(origin, &record.line);
+        // The joiner keeps times to `container::MAX_TIME_BYTES`.
+        let time = &record.time[..record.time.len().min(usize::from(u8::MAX))];
+        span.time_len = time.len() as u8;
+        span.stream = match record.stream {
+            None => 0,
+            Some(Stream::Stdout) => 1,
+            Some(Stream::Stderr) => 2,
+        };
+        self.current.data.extend_from_slice(time);
+        if self.current.data.len() >= self.max_bytes && !record.hold {
             self.close();
         }
     }
@@ -407,12 +506,7 @@ impl LogBatch {
                     paths.len() - 1
                 }
             };
-            spans.push(Span {
-                path: p,
-                at: data.len(),
-                len: bytes.len(),
-                offset: *offset,
-            });
+            spans.push(Span::line(p, data.len(), bytes.len(), *offset));
             data.extend_from_slice(bytes);
         }
         LogBatch {
@@ -422,6 +516,7 @@ impl LogBatch {
             spans,
             keys: vec![None; paths.len()],
             paths,
+            path_fields: Vec::new(),
             ends: Vec::new(),
             metas: Vec::new(),
             positions: None,
@@ -472,7 +567,7 @@ mod tests {
         .unwrap();
         tailer.rescan(Instant::now());
         // Batches of about 4 KiB: each poll of 12 KiB fills three.
-        let mut builder = BatchBuilder::new(info(), 4096);
+        let mut builder = BatchBuilder::new(info(), Format::Lines, 4096);
         write(&mut file, 0);
         tailer.poll(Instant::now(), &mut builder);
         let first = builder.take();
@@ -500,5 +595,73 @@ mod tests {
         assert_eq!(builder.pool.free.lock().unwrap().len(), 3);
         builder.trim();
         assert!(builder.pool.free.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn container_records_carry_time_stream_and_pod_and_a_held_one_shares_its_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("pods/shop_web-0_0b2c/nginx");
+        std::fs::create_dir_all(&logs).unwrap();
+        let t = "2024-05-06T07:08:09.000000001Z";
+        // A stdout line in two pieces around a whole stderr line: the
+        // stdout record is held for the stderr one.
+        let text = format!(
+            "{t} stdout P one \n{t} stderr F two\n{t} stdout F more\nnot cri\n{t} stdout F three\n"
+        );
+        std::fs::write(logs.join("0.log"), text).unwrap();
+        let mut cfg = TailerConfig::new(vec![format!("{}/pods/*/*/*.log", dir.path().display())]);
+        cfg.format = Format::Cri;
+        let mut tailer = Tailer::new(cfg, None).unwrap();
+        tailer.rescan(Instant::now());
+        // Every record fills a batch.
+        let mut builder = BatchBuilder::new(info(), Format::Cri, 1);
+        tailer.poll(Instant::now(), &mut builder);
+        let batches = builder.take();
+        let got: Vec<Vec<(String, Option<Stream>, String)>> = batches
+            .iter()
+            .map(|b| {
+                b.lines()
+                    .map(|l| {
+                        let c = l.container.unwrap();
+                        let text = String::from_utf8(l.bytes.to_vec()).unwrap();
+                        (text, c.stream, c.time.to_string())
+                    })
+                    .collect()
+            })
+            .collect();
+        let rec = |text: &str, stream, time: &str| (text.to_string(), stream, time.to_string());
+        assert_eq!(
+            got,
+            [
+                vec![
+                    rec("one more", Some(Stream::Stdout), t),
+                    rec("two", Some(Stream::Stderr), t)
+                ],
+                vec![rec("not cri", None, "")],
+                vec![rec("three", Some(Stream::Stdout), t)],
+            ]
+        );
+        let line = batches[0].lines().next().unwrap();
+        let fields: Vec<(&str, &str)> = line
+            .container
+            .unwrap()
+            .path_fields
+            .iter()
+            .map(|(k, v)| (*k, &**v))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("namespace", "shop"),
+                ("pod_name", "web-0"),
+                ("pod_uid", "0b2c"),
+                ("container_name", "nginx")
+            ]
+        );
+        // The first batch moves the checkpoint past both of its records'
+        // pieces, and no further.
+        let third_line = format!("{t} stdout P one \n{t} stderr F two\n{t} stdout F more\n").len();
+        assert_eq!(batches[0].ends()[0].1, third_line as u64);
+        assert_eq!(tailer.counters().malformed_lines, 1);
     }
 }

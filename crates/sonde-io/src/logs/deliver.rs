@@ -24,6 +24,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sonde_encode::compress::Compression;
+use sonde_logs::container;
 
 use super::{record, LogBatch, LogLine, SourceInfo};
 use crate::sender::{Backoff, Transport};
@@ -203,10 +204,22 @@ impl LogEncoder for JsonLines {
     }
 }
 
+/// A container record's path fields and the names OpenTelemetry's
+/// semantic conventions give them.
+pub const OTEL_NAMES: [(&str, &str); 5] = [
+    ("namespace", "k8s.namespace.name"),
+    ("pod_name", "k8s.pod.name"),
+    ("pod_uid", "k8s.pod.uid"),
+    ("container_name", "k8s.container.name"),
+    ("container_id", "container.id"),
+];
+
 /// OTLP/HTTP logs ([`sonde_encode::otlp_logs`]): the resource is the
 /// host (`host.name`), the source (`sonde.source`) and the source's
 /// fields; every record of a request is observed at the time the request
-/// began.
+/// began. A container record's time is its `time_unix_nano`, and its
+/// stream and pod are attributes by OpenTelemetry's names
+/// ([`OTEL_NAMES`]).
 #[derive(Debug, Default)]
 pub struct OtlpLogs {
     enc: sonde_encode::otlp_logs::OtlpLogs,
@@ -231,11 +244,28 @@ impl LogEncoder for OtlpLogs {
     }
 
     fn push(&mut self, _: &SourceInfo, line: &LogLine<'_>) {
+        let mut attributes = [("", ""); 1 + OTEL_NAMES.len()];
+        let mut n = 0;
+        let mut time_unix_nano = 0;
+        if let Some(c) = &line.container {
+            time_unix_nano = container::unix_nanos(c.time).unwrap_or(0);
+            let stream = c.stream.map(|s| ("log.iostream", s.as_str()));
+            let pod = c.path_fields.iter().filter_map(|(k, v)| {
+                let name = OTEL_NAMES.iter().find(|(ours, _)| ours == k)?.1;
+                Some((name, &**v))
+            });
+            for (slot, kv) in attributes.iter_mut().zip(stream.into_iter().chain(pod)) {
+                *slot = kv;
+                n += 1;
+            }
+        }
         self.enc.push(&sonde_encode::otlp_logs::LogRecordIn {
             body: line.bytes,
             path: line.path,
             offset: line.offset,
             observed_unix_nano: self.observed,
+            time_unix_nano,
+            attributes: &attributes[..n],
             meta: line.meta,
         });
     }

@@ -42,6 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use sonde_encode::record::{AttrValue, RecordMeta, Severity};
+use sonde_logs::container::Format;
 use sonde_proto::statsd::event::{self, Happening};
 
 use super::batch::{BatchBuilder, SourceInfo};
@@ -199,7 +200,7 @@ pub fn spawn(
         .name(format!("logs {}", info.name))
         .spawn(move || {
             crate::priority::enter_background();
-            let builder = BatchBuilder::new(Arc::new(info), BATCH_BYTES);
+            let builder = BatchBuilder::new(Arc::new(info), Format::Lines, BATCH_BYTES);
             Run {
                 rx,
                 queued: thread_queued,

@@ -8,6 +8,13 @@
 //! top-level keys. A field named like one of the first five is left out
 //! (the line's own value wins).
 //!
+//! A record of a container log file (a source with a container `format`)
+//! has, after `source`, `time` (as the runtime wrote it) and `stream`
+//! (`stdout` or `stderr`) unless its line did not parse, then what its
+//! path names of its container: `namespace`, `pod_name`, `pod_uid`,
+//! `container_name`, `container_id`, those it names
+//! ([`sonde_logs::container::ContainerPath`]).
+//!
 //! A record not read from a file (a DogStatsD event or service check,
 //! with a [`RecordMeta`]) has no `file` and `offset`; its `host` is the
 //! one it names, if it does; `source` is followed by `timestamp` (seconds
@@ -17,7 +24,9 @@
 use std::io::Write as _;
 
 use sonde_encode::record::{AttrValue, RecordMeta};
+use sonde_logs::container;
 
+use super::batch::ContainerLine;
 use super::{LogLine, SourceInfo};
 
 /// The keys of a record that fields cannot take.
@@ -45,9 +54,13 @@ pub fn json(out: &mut Vec<u8>, source: &SourceInfo, line: &LogLine<'_>) {
     if let Some(m) = meta {
         attributes(out, m);
     }
+    if let Some(c) = &line.container {
+        container_keys(out, c);
+    }
     for (k, v) in &source.fields {
-        let taken =
-            meta.is_some_and(|m| k == "timestamp" || m.attributes.iter().any(|(a, _)| a == k));
+        let taken = meta
+            .is_some_and(|m| k == "timestamp" || m.attributes.iter().any(|(a, _)| a == k))
+            || (line.container.is_some() && container::RECORD_KEYS.contains(&k.as_str()));
         if FIXED.contains(&k.as_str()) || taken {
             continue;
         }
@@ -55,6 +68,22 @@ pub fn json(out: &mut Vec<u8>, source: &SourceInfo, line: &LogLine<'_>) {
         string(out, v);
     }
     out.push(b'}');
+}
+
+/// A container record's time, stream and path fields, each after a comma.
+fn container_keys(out: &mut Vec<u8>, c: &ContainerLine<'_>) {
+    if !c.time.is_empty() {
+        key(out, "time");
+        string(out, c.time);
+    }
+    if let Some(s) = c.stream {
+        key(out, "stream");
+        string(out, s.as_str());
+    }
+    for (k, v) in c.path_fields {
+        key(out, k);
+        string(out, v);
+    }
 }
 
 /// The `timestamp` and attributes of a record with a meta, each after a
@@ -108,6 +137,7 @@ mod tests {
             path: "/var/log/a.log",
             offset: 42,
             meta: None,
+            container: None,
         };
         let mut out = b"before ".to_vec();
         json(&mut out, &src, &line);
@@ -150,6 +180,7 @@ mod tests {
             path: "",
             offset: 0,
             meta: Some(&meta),
+            container: None,
         };
         let mut out = Vec::new();
         json(&mut out, &src, &line);
@@ -171,5 +202,55 @@ mod tests {
         json(&mut out, &src, &line);
         let parsed: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(parsed["host"], "agent-host");
+    }
+
+    #[test]
+    fn a_container_record_has_its_time_stream_and_pod_after_the_source() {
+        let src = SourceInfo {
+            name: "pods".into(),
+            host: "node-1".into(),
+            fields: vec![("cluster".into(), "eu-1".into())],
+        };
+        let path_fields: Vec<(&'static str, Box<str>)> = vec![
+            ("namespace", "shop".into()),
+            ("pod_name", "web-0".into()),
+            ("pod_uid", "0b2c".into()),
+            ("container_name", "nginx".into()),
+        ];
+        let line = LogLine {
+            bytes: b"GET / 200",
+            path: "/var/log/pods/shop_web-0_0b2c/nginx/0.log",
+            offset: 7,
+            meta: None,
+            container: Some(ContainerLine {
+                time: "2024-05-06T07:08:09.123456789Z",
+                stream: Some(container::Stream::Stderr),
+                path_fields: &path_fields,
+            }),
+        };
+        let mut out = Vec::new();
+        json(&mut out, &src, &line);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "{\"message\":\"GET / 200\",\"file\":\"/var/log/pods/shop_web-0_0b2c/nginx/0.log\",\
+             \"offset\":7,\"host\":\"node-1\",\"source\":\"pods\",\
+             \"time\":\"2024-05-06T07:08:09.123456789Z\",\"stream\":\"stderr\",\
+             \"namespace\":\"shop\",\"pod_name\":\"web-0\",\"pod_uid\":\"0b2c\",\
+             \"container_name\":\"nginx\",\"cluster\":\"eu-1\"}"
+        );
+        // A line that did not parse keeps its path's fields alone.
+        let raw = LogLine {
+            container: Some(ContainerLine {
+                time: "",
+                stream: None,
+                path_fields: &path_fields[..1],
+            }),
+            ..line
+        };
+        out.clear();
+        json(&mut out, &src, &raw);
+        let parsed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(parsed["namespace"], "shop");
+        assert!(parsed.get("time").is_none() && parsed.get("stream").is_none());
     }
 }

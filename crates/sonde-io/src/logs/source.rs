@@ -202,6 +202,7 @@ pub fn spawn(
                 tailer,
                 builder: BatchBuilder::new(
                     Arc::new(config.info.clone()),
+                    config.tailer.format,
                     BATCH_BYTES.min(config.max_in_flight_bytes),
                 ),
                 in_flight: VecDeque::new(),
@@ -673,6 +674,7 @@ mod tests {
     use std::sync::mpsc::Receiver as Rx;
 
     use super::*;
+    use sonde_logs::container::Format;
     use sonde_logs::multiline::{Multiline, Rule};
 
     fn info() -> SourceInfo {
@@ -979,7 +981,7 @@ mod tests {
         // Where a first run stopped: after 3 lines.
         let mut tailer = Tailer::new(config(logs.path(), data.path(), 1).tailer, None).unwrap();
         tailer.rescan(Instant::now());
-        let mut builder = BatchBuilder::new(Arc::new(info()), 1 << 20);
+        let mut builder = BatchBuilder::new(Arc::new(info()), Format::Lines, 1 << 20);
         tailer.poll(Instant::now(), &mut builder);
         let mut kept = tailer.positions();
         kept.files[0].offset = 36;

@@ -29,6 +29,13 @@ pub struct LogStats {
     pub multiline_limited: AtomicU64,
     /// Files skipped because they are gzip-compressed.
     pub files_skipped: AtomicU64,
+    /// Lines of a container log format that did not parse, sent as they
+    /// are.
+    pub malformed_lines: AtomicU64,
+    /// Container records joined from more than one piece.
+    pub joined_records: AtomicU64,
+    /// Container records sent before their last piece came.
+    pub unfinished_records: AtomicU64,
     /// Files found truncated and read again from 0.
     pub truncations: AtomicU64,
     /// Files found renamed, or gone from the globs while still existing.
@@ -57,6 +64,9 @@ impl LogStats {
             multiline_records: AtomicU64::new(0),
             multiline_limited: AtomicU64::new(0),
             files_skipped: AtomicU64::new(0),
+            malformed_lines: AtomicU64::new(0),
+            joined_records: AtomicU64::new(0),
+            unfinished_records: AtomicU64::new(0),
             truncations: AtomicU64::new(0),
             rotations: AtomicU64::new(0),
             bytes_behind: AtomicU64::new(0),
@@ -77,6 +87,9 @@ impl LogStats {
         self.multiline_records.store(c.multiline_records, Relaxed);
         self.multiline_limited.store(c.multiline_limited, Relaxed);
         self.files_skipped.store(c.files_skipped, Relaxed);
+        self.malformed_lines.store(c.malformed_lines, Relaxed);
+        self.joined_records.store(c.joined_records, Relaxed);
+        self.unfinished_records.store(c.unfinished_records, Relaxed);
         self.truncations.store(c.truncations, Relaxed);
         self.rotations.store(c.rotations, Relaxed);
         self.bytes_behind.store(bytes_behind, Relaxed);

@@ -340,6 +340,21 @@ pub const METRICS: &[Metric] = &[
         Source::Log(|l| l.multiline_limited.load(Relaxed)),
     ),
     counter(
+        "sonde_log_malformed_lines_total",
+        "Lines of a container log format (cri, docker_json) that did not parse; each was sent as it is.",
+        Source::Log(|l| l.malformed_lines.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_joined_records_total",
+        "Container log records joined from more than one partial piece.",
+        Source::Log(|l| l.joined_records.load(Relaxed)),
+    ),
+    counter(
+        "sonde_log_unfinished_records_total",
+        "Container log records sent before their last piece came: their file was done with, or the piece waited too long.",
+        Source::Log(|l| l.unfinished_records.load(Relaxed)),
+    ),
+    counter(
         "sonde_log_files_skipped_total",
         "Files a log source's globs matched but it did not read: gzip-compressed.",
         Source::Log(|l| l.files_skipped.load(Relaxed)),

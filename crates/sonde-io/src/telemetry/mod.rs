@@ -295,6 +295,9 @@ mod tests {
         l.multiline_records.store(6, Relaxed);
         l.multiline_limited.store(7, Relaxed);
         l.files_skipped.store(8, Relaxed);
+        l.malformed_lines.store(11, Relaxed);
+        l.joined_records.store(12, Relaxed);
+        l.unfinished_records.store(13, Relaxed);
         l.truncations.store(2, Relaxed);
         l.rotations.store(4, Relaxed);
         l.bytes_behind.store(150, Relaxed);

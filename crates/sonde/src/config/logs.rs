@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use sonde_io::logs::events::EVENTS_SOURCE;
+use sonde_logs::container::{self, Format};
 use sonde_logs::multiline::{Multiline, Preset, Rule};
 use sonde_logs::tailer::{BuildError, Gzip, ReadFrom};
 use sonde_logs::{CheckpointFile, Tailer, TailerConfig};
@@ -48,6 +49,18 @@ pub enum GzipName {
     Skip,
     /// Decompress and read them.
     Read,
+}
+
+/// `format` as written.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FormatName {
+    /// Each line is a record.
+    Lines,
+    /// The kubelet's CRI log files.
+    Cri,
+    /// dockerd's json-file logs.
+    DockerJson,
 }
 
 /// `multiline.preset` as written.
@@ -118,6 +131,10 @@ pub struct LogSection {
     /// What to do with gzip-compressed files the globs match: `"skip"`
     /// or `"read"`. Default `"skip"`.
     pub gzip: Option<Spanned<GzipName>>,
+    /// How the files' lines are read: `"lines"`, each line a record;
+    /// `"cri"`, the kubelet's container log files; `"docker_json"`,
+    /// dockerd's. Default `"lines"`.
+    pub format: Option<Spanned<FormatName>>,
 }
 
 /// A log source, validated.
@@ -237,7 +254,22 @@ fn one(src: Source<'_>, i: usize, s: &LogSection) -> Result<LogSource, ConfigErr
     if let Some(w) = &s.rotate_wait {
         tailer.rotate_wait = w.get_ref().0;
     }
+    if let Some(f) = &s.format {
+        tailer.format = match f.get_ref() {
+            FormatName::Lines => Format::Lines,
+            FormatName::Cri => Format::Cri,
+            FormatName::DockerJson => Format::DockerJson,
+        };
+    }
     if let Some(m) = &s.multiline {
+        if tailer.format != Format::Lines {
+            return Err(src.error(
+                m.span(),
+                format!("logs[{i}].multiline"),
+                "multiline joining with a container log format: the runtime's pieces already make each record",
+                "remove the multiline table, or read the files with format = \"lines\"",
+            ));
+        }
         tailer.multiline = Some(multiline(src, i, m)?);
     }
     if let Some(g) = &s.gzip {
@@ -265,11 +297,20 @@ fn one(src: Source<'_>, i: usize, s: &LogSection) -> Result<LogSource, ConfigErr
     }
     let mut fields = Vec::new();
     if let Some(f) = &s.fields {
+        let container = tailer.format != Format::Lines;
         for (k, v) in f.get_ref() {
-            if k.is_empty() || RECORD_KEYS.contains(&k.as_str()) {
+            let taken = RECORD_KEYS.contains(&k.as_str())
+                || (container && container::RECORD_KEYS.contains(&k.as_str()));
+            if k.is_empty() || taken {
                 let line = src.key_line(&f.span(), k).or_else(|| src.line(&f.span()));
+                let container_keys: &[&str] = if container {
+                    &container::RECORD_KEYS
+                } else {
+                    &[]
+                };
                 let taken = RECORD_KEYS
                     .iter()
+                    .chain(container_keys)
                     .map(|k| format!("`{k}`"))
                     .collect::<Vec<_>>()
                     .join(", ");
@@ -430,6 +471,12 @@ fn tailer_error(
                 "write a pattern in Rust regex syntax, like '^\\d{4}-\\d{2}-\\d{2}' (in single quotes, so that TOML keeps the backslashes)",
             )
         }
+        BuildError::MultilineAndFormat => src.error(
+            s.name.span(),
+            format!("logs[{i}].multiline"),
+            "multiline joining with a container log format",
+            "remove the multiline table",
+        ),
         BuildError::Zero { key } => src.error(
             s.max_line_bytes
                 .as_ref()
@@ -734,5 +781,35 @@ mod tests {
             at(&format!("{APP}fields = {{ port = 80 }}\n")),
             key("logs[0].fields", 4)
         );
+    }
+
+    #[test]
+    fn a_container_format_is_read_by_name_alone_and_not_with_multiline() {
+        assert_eq!(source(APP).unwrap().logs[0].tailer.format, Format::Lines);
+        for (name, format) in [
+            ("lines", Format::Lines),
+            ("cri", Format::Cri),
+            ("docker_json", Format::DockerJson),
+        ] {
+            let c = source(&format!("{APP}format = \"{name}\"\n")).unwrap();
+            assert_eq!(c.logs[0].tailer.format, format);
+        }
+        let e = err(&format!("{APP}format = \"json\"\n"));
+        assert_eq!((e.key.as_str(), e.line), ("logs[0].format", Some(4)));
+        let e = err(&format!(
+            "{APP}format = \"cri\"\nmultiline = {{ preset = \"java\" }}\n"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("logs[0].multiline", Some(5)));
+        assert!(e.fix.contains("format = \"lines\""), "{e}");
+        // A container record has keys of its own that fields may not take;
+        // a source of plain lines has not.
+        for k in container::RECORD_KEYS {
+            let e = err(&format!(
+                "{APP}format = \"cri\"\nfields = {{ {k} = \"x\" }}\n"
+            ));
+            assert_eq!(e.key, format!("logs[0].fields.{k}"));
+            assert!(e.fix.contains("`pod_name`"), "{e}");
+            assert!(source(&format!("{APP}fields = {{ {k} = \"x\" }}\n")).is_ok());
+        }
     }
 }

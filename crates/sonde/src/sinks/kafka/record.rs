@@ -3,7 +3,11 @@
 //! * `raw`: the value is the line's bytes (no newline); each of the
 //!   source's `fields` is a header (key = the field, value = its text).
 //!   A record with a meta (a DogStatsD event) also has the headers
-//!   `host`, `timestamp` and one per attribute (a list comma-joined).
+//!   `host`, `timestamp` and one per attribute (a list comma-joined). A
+//!   record of a container log file also has the headers `time` and
+//!   `stream` (unless its line did not parse) and those of its path:
+//!   `namespace`, `pod_name`, `pod_uid`, `container_name`,
+//!   `container_id`, where the path names them.
 //! * `json`: the value is one object,
 //!   `{"message","file","offset","host","source", fields...}`, as
 //!   [`sonde_io::logs::record`] writes it; no headers.
@@ -94,6 +98,8 @@ impl Encoder {
     ) -> usize {
         let source = batch.source();
         let fields = self.field_pairs(source);
+        // A container record's headers, reused from record to record.
+        let mut headers: Vec<(&str, &[u8])> = Vec::new();
         let mut end = lines.start;
         for line in batch.lines_in(lines) {
             if !builder.is_empty()
@@ -102,8 +108,20 @@ impl Encoder {
                 break;
             }
             let meta = self.meta_headers(source, &line);
+            let container = line.container.filter(|_| self.format == Format::Raw);
             let value = self.value(source, &line);
-            if meta.is_empty() {
+            if let Some(c) = container {
+                headers.clear();
+                headers.extend_from_slice(&fields);
+                if !c.time.is_empty() {
+                    headers.push(("time", c.time.as_bytes()));
+                }
+                if let Some(s) = c.stream {
+                    headers.push(("stream", s.as_str().as_bytes()));
+                }
+                headers.extend(c.path_fields.iter().map(|(k, v)| (*k, v.as_bytes())));
+                builder.push(now, None, value, &headers);
+            } else if meta.is_empty() {
                 builder.push(now, None, value, &fields);
             } else {
                 let mut h = fields.clone();
@@ -152,6 +170,7 @@ mod tests {
             path: "/var/log/a.log",
             offset: 7,
             meta: None,
+            container: None,
         };
         assert_eq!(e.value(&src, &line), b"GET / 200");
         assert_eq!(
@@ -173,6 +192,7 @@ mod tests {
             path: "/var/log/a.log",
             offset: 42,
             meta: None,
+            container: None,
         };
         assert_eq!(
             std::str::from_utf8(e.value(&src, &line)).unwrap(),
@@ -200,6 +220,7 @@ mod tests {
             path: "",
             offset: 0,
             meta: Some(&meta),
+            container: None,
         };
         let e = Encoder::new(Format::Raw);
         let meta = e.meta_headers(&src, &line);
