@@ -3,6 +3,7 @@ ConfigMap's config makes the agent read or write, holds the capability the
 profiler needs, and probes the admin site where the config puts it; the
 ConfigMap's config is one `sonde validate` accepts."""
 
+import fnmatch
 import re
 import subprocess
 import tomllib
@@ -101,6 +102,19 @@ def test_every_path_the_config_reads_or_writes_is_mounted(config_text, pod):
     for path in ["/var/log/pods", "/var/log/containers"]:
         m, volume = mount_for(pod, path)
         assert m["mountPath"] == path == volume["hostPath"]["path"] and m["readOnly"]
+
+
+def test_pod_logs_are_read_as_cri_with_the_kubelets_rotated_files(config_text):
+    config = tomllib.loads(config_text)
+    pods = [s for s in config["logs"]
+            if any(p.startswith("/var/log/pods/") for p in s["include"])]
+    assert pods, "a source reads /var/log/pods"
+    for source in pods:
+        assert source.get("format") == "cri", source
+        # 0.log and the kubelet's 0.log.<timestamp>, so that a rotation
+        # while the agent is down loses nothing.
+        assert any(fnmatch.fnmatchcase("/var/log/pods/ns_pod_uid/app/0.log.20240102-030405", p)
+                   for p in source["include"]), source["include"]
 
 
 def test_the_profiler_sees_the_node_with_its_capability_and_no_more(config_text, pod):

@@ -798,7 +798,8 @@ mod tests {
             .any(|r| r.listen.to_string() == "unixgram:///run/sonde/metric.sock"));
         assert!(c.logs.is_empty() && c.profiler.is_none());
         // Every commented example uncommented: a sink of each type, both
-        // protocols on each transport, a log source and the profiler.
+        // protocols on each transport, a log source of files and one of
+        // containers, and the profiler.
         let example = regex::Regex::new(r"^# (\[\[?[a-z.]+\]\]?|[a-z_]+ = .*)$").unwrap();
         let all: String = shipped
             .lines()
@@ -823,7 +824,8 @@ mod tests {
         transports.sort();
         transports.dedup();
         assert_eq!(transports, ["tcp", "udp", "unix", "unixgram", "unixseq"]);
-        assert_eq!(c.logs.len(), 1);
+        assert_eq!(c.logs.len(), 2);
+        assert_eq!(c.logs[1].tailer.format, sonde_logs::container::Format::Cri);
         assert!(c.profiler.is_some());
     }
 
