@@ -1,7 +1,8 @@
 //! Log source benchmarks: splitting a read buffer into ~150-byte lines
 //! (next to `memchr_iter` finding the same newlines, the ceiling), and
 //! a tailer reading a file from the page cache into a sink that touches
-//! every line, with and without multiline joining.
+//! every line, with and without multiline joining; and the same messages
+//! as container log files (CRI, docker json-file), per record.
 //!
 //! Run: `cargo bench -p sonde-logs --bench tail`
 
@@ -10,6 +11,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sonde_logs::container::Format;
 use sonde_logs::lines::Splitter;
 use sonde_logs::multiline::{Multiline, Preset, Rule};
 use sonde_logs::{Line, LineSink, Origin, Tailer, TailerConfig};
@@ -97,5 +99,75 @@ fn tail(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, split, tail);
+/// `text`'s lines as a container runtime writes them: each a CRI `F` line
+/// or a docker json-file object, on stdout, one in eight on stderr; with
+/// `long`, every line is also cut into three pieces, as a line of
+/// 3 x 16 KiB would be.
+fn container_text(text: &[u8], format: Format, long: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() * 2);
+    for (n, line) in text
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
+        let stream = if n % 8 == 7 { "stderr" } else { "stdout" };
+        let time = format!("2026-11-25T10:55:03.{:09}Z", n % 1_000_000_000);
+        let third = line.len() / 3;
+        let pieces: Vec<&[u8]> = if long {
+            vec![&line[..third], &line[third..2 * third], &line[2 * third..]]
+        } else {
+            vec![line]
+        };
+        for (i, piece) in pieces.iter().enumerate() {
+            let last = i + 1 == pieces.len();
+            let piece = std::str::from_utf8(piece).unwrap();
+            match format {
+                Format::Cri => {
+                    let tag = if last { "F" } else { "P" };
+                    writeln!(out, "{time} {stream} {tag} {piece}").unwrap();
+                }
+                _ => {
+                    let nl = if last { "\\n" } else { "" };
+                    writeln!(
+                        out,
+                        r#"{{"log":"{piece}{nl}","stream":"{stream}","time":"{time}"}}"#
+                    )
+                    .unwrap();
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Records per second: the same 16 MiB of messages as plain lines, as
+/// CRI and docker json-file lines, and cut into partial pieces.
+fn container(c: &mut Criterion) {
+    let text = log_text(16 * 1024 * 1024);
+    let records = text.iter().filter(|&&b| b == b'\n').count() as u64;
+    let mut group = c.benchmark_group("container");
+    group.throughput(Throughput::Elements(records));
+    group.sample_size(10);
+    let cases = [
+        ("lines", Format::Lines, false),
+        ("cri", Format::Cri, false),
+        ("cri_3_pieces", Format::Cri, true),
+        ("docker_json", Format::DockerJson, false),
+        ("docker_json_3_pieces", Format::DockerJson, true),
+    ];
+    for (name, format, long) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let file = match format {
+            Format::Lines => text.clone(),
+            _ => container_text(&text, format, long),
+        };
+        std::fs::write(dir.path().join("0.log"), &file).unwrap();
+        let mut config = TailerConfig::new(vec![format!("{}/*.log", dir.path().display())]);
+        config.format = format;
+        group.bench_function(name, |b| b.iter(|| black_box(read_all(&config))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, split, tail, container);
 criterion_main!(benches);

@@ -241,7 +241,14 @@ pub struct Joiner {
     delivered_end: u64,
     /// When a piece last went into an open record.
     last_at: Option<Instant>,
+    /// Records handed on, cleared, for the next ones to fill: joining
+    /// reuses their buffers instead of allocating two per record.
+    spare: Vec<Building>,
 }
+
+/// How many handed-on records' buffers a [`Joiner`] keeps, and the largest
+/// it keeps.
+const SPARE: (usize, usize) = (2, 64 << 10);
 
 impl Joiner {
     /// The offset of the first piece of the earliest record not handed
@@ -275,26 +282,28 @@ impl Joiner {
         emit: &mut impl FnMut(&Record<'_>),
     ) {
         self.safe.get_or_insert(line.start);
-        match format.parse(line.bytes) {
+        let piece = format.parse(line.bytes);
+        if self.is_empty() && piece.as_ref().is_none_or(|p| !p.partial) {
+            self.pass(piece, line, max_bytes, counters, emit);
+            return;
+        }
+        match piece {
             None => {
                 counters.malformed_lines += 1;
-                self.queue(Building {
-                    buf: line.bytes.to_vec(),
-                    time: Vec::new(),
-                    start: line.start,
-                    last_end: line.end,
-                    cut: line.cut_bytes,
-                    pieces: 1,
-                    stream: None,
-                });
+                let mut b = self.building(line.start, None, b"");
+                b.buf.extend_from_slice(line.bytes);
+                b.last_end = line.end;
+                b.cut = line.cut_bytes;
+                b.pieces = 1;
+                self.queue(b);
             }
             Some(piece) => {
-                let open = self.open[piece.stream as usize].get_or_insert_with(|| Building {
-                    time: piece.time.to_vec(),
-                    start: line.start,
-                    stream: Some(piece.stream),
-                    ..Building::default()
-                });
+                let s = piece.stream as usize;
+                if self.open[s].is_none() {
+                    let b = self.building(line.start, Some(piece.stream), &piece.time);
+                    self.open[s] = Some(b);
+                }
+                let open = self.open[s].get_or_insert_with(Building::default);
                 let room = max_bytes.saturating_sub(open.buf.len());
                 let kept = piece.message.len().min(room);
                 if kept < piece.message.len() && open.cut == 0 {
@@ -317,6 +326,48 @@ impl Joiner {
             self.close_open(counters);
         }
         self.release(line.end, counters, emit);
+    }
+
+    /// Hands on a line that is a record of its own (a whole piece, or a
+    /// line that did not parse) while nothing is open or waiting, as it
+    /// is: no copy, and the checkpoint may move past it. Most lines of a
+    /// container log take this path (docs/BENCHMARKS.md, "Container log
+    /// formats").
+    fn pass(
+        &mut self,
+        piece: Option<Piece<'_>>,
+        line: &Line<'_>,
+        max_bytes: usize,
+        counters: &mut Counters,
+        emit: &mut impl FnMut(&Record<'_>),
+    ) {
+        self.safe = Some(line.end);
+        self.delivered_end = line.end;
+        let Some(piece) = piece else {
+            counters.malformed_lines += 1;
+            emit(&Record {
+                line: *line,
+                time: b"",
+                stream: None,
+                hold: false,
+            });
+            return;
+        };
+        let kept = piece.message.len().min(max_bytes);
+        if kept < piece.message.len() {
+            counters.lines_truncated += 1;
+        }
+        emit(&Record {
+            line: Line {
+                bytes: &piece.message[..kept],
+                start: line.start,
+                end: line.end,
+                cut_bytes: (piece.message.len() - kept) as u64 + line.cut_bytes,
+            },
+            time: &piece.time,
+            stream: Some(piece.stream),
+            hold: false,
+        });
     }
 
     /// Hands on everything: open records as they are (their file is done
@@ -349,6 +400,26 @@ impl Joiner {
         self.done_bytes = self.done.iter().map(|b| b.buf.len()).sum();
         if self.safe.is_some_and(|s| s < offset) {
             self.safe = Some(offset);
+        }
+    }
+
+    /// A record starting at `start`, in a spare buffer if there is one.
+    fn building(&mut self, start: u64, stream: Option<Stream>, time: &[u8]) -> Building {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.time.extend_from_slice(time);
+        b.start = start;
+        b.stream = stream;
+        b
+    }
+
+    /// Keeps a handed-on record's buffers for [`Joiner::building`].
+    fn recycle(&mut self, mut b: Building) {
+        if self.spare.len() < SPARE.0 && b.buf.capacity() <= SPARE.1 {
+            b.buf.clear();
+            b.time.clear();
+            b.cut = 0;
+            b.pieces = 0;
+            self.spare.push(b);
         }
     }
 
@@ -429,6 +500,7 @@ impl Joiner {
                 stream: b.stream,
                 hold,
             });
+            self.recycle(b);
         }
     }
 }
