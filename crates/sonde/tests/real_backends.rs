@@ -671,6 +671,74 @@ fn otlp_log_records_reach_the_opentelemetry_collector() {
     );
 }
 
+/// A CRI log file over `otlp_http` into the real Collector: each record
+/// joined from its pieces, its time the first piece's, its stream and pod
+/// as OpenTelemetry's attributes; a malformed line as it is.
+#[test]
+fn otlp_container_records_carry_their_time_stream_and_pod() {
+    let Some(col) = or_skip(OtelCollector::start()) else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let dir = logs.path().join("pods/shop_web-0_6f1c7a52/nginx");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _agent = Agent::start_config(|admin, data| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n\
+             [[logs]]\nname = \"pods\"\ninclude = [\"{}/pods/*/*/*.log\"]\nformat = \"cri\"\n\n\
+             [[sinks]]\ntype = \"otlp_http\"\ninputs = [\"pods\"]\nurl = \"{}\"\n",
+            data.join("data").display(),
+            logs.path().display(),
+            col.metrics_url()
+        )
+    });
+    let long = "x".repeat(20_000);
+    let text = format!(
+        "2026-11-27T10:00:00.123456789Z stdout P {}\n\
+         2026-11-27T11:00:00.5+01:00 stderr F boom\n\
+         2026-11-27T10:00:00.200000000Z stdout F {}\n\
+         not a cri line\n",
+        &long[..16_384],
+        &long[16_384..]
+    );
+    std::fs::write(dir.join("0.log"), text).unwrap();
+    let got: Vec<OtelLog> = wait_for(
+        "3 records in the collector",
+        Duration::from_secs(20),
+        || {
+            let got = col.logs();
+            (got.len() >= 3).then_some(got)
+        },
+    );
+    let bodies: Vec<&str> = got.iter().map(|l| l.body.as_str()).collect();
+    assert_eq!(bodies, [long.as_str(), "boom", "not a cri line"]);
+    let times: Vec<&str> = got.iter().map(|l| l.timestamp.as_str()).collect();
+    assert_eq!(
+        times,
+        [
+            "2026-11-27 10:00:00.123456789 +0000 UTC",
+            "2026-11-27 10:00:00.5 +0000 UTC",
+            "1970-01-01 00:00:00 +0000 UTC"
+        ]
+    );
+    let pod = [
+        ("k8s.namespace.name", "shop"),
+        ("k8s.pod.name", "web-0"),
+        ("k8s.pod.uid", "6f1c7a52"),
+        ("k8s.container.name", "nginx"),
+    ];
+    for (record, stream) in got.iter().zip([Some("stdout"), Some("stderr"), None]) {
+        for (k, v) in pod {
+            assert_eq!(record.attributes[k], v, "{k} of {:?}", record.body);
+        }
+        assert_eq!(
+            record.attributes.get("log.iostream").map(String::as_str),
+            stream
+        );
+        assert_eq!(record.attributes["log.file.name"], "0.log");
+    }
+}
+
 /// Log records through the disk buffer of an `otlp_http` sink while the
 /// real Collector is down: stored and acknowledged, kept across a kill of
 /// the agent and the deletion of their file, delivered once when both

@@ -1273,6 +1273,9 @@ pub struct OtelLog {
     pub body: String,
     /// Its attributes; `Str(x)` as `x`, `Int(3)` as `3`.
     pub attributes: Labels,
+    /// `Timestamp` (its `time_unix_nano`) as the exporter prints it, like
+    /// `2026-11-27 10:00:00.123456789 +0000 UTC`; the epoch when unset.
+    pub timestamp: String,
 }
 
 /// Parses the debug exporter's `detailed` text for logs:
@@ -1306,6 +1309,7 @@ pub fn parse_debug_logs(log: &str) -> Vec<OtelLog> {
     let mut resource = Labels::new();
     let mut body = String::new();
     let mut attributes = Labels::new();
+    let mut timestamp = String::new();
     let mut in_record = false;
     for line in log.lines() {
         let t = line.trim();
@@ -1322,6 +1326,9 @@ pub fn parse_debug_logs(log: &str) -> Vec<OtelLog> {
             in_record = true;
             body.clear();
             attributes.clear();
+            timestamp.clear();
+        } else if let Some(ts) = t.strip_prefix("Timestamp: ") {
+            timestamp = ts.to_string();
         } else if let Some(b) = line.strip_prefix("Body: Str(") {
             section = Section::Body;
             body = b.to_string();
@@ -1339,6 +1346,7 @@ pub fn parse_debug_logs(log: &str) -> Vec<OtelLog> {
                     resource: resource.clone(),
                     body: body.clone(),
                     attributes: attributes.clone(),
+                    timestamp: timestamp.clone(),
                 });
             }
             in_record = false;
