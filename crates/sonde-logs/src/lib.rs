@@ -26,6 +26,11 @@
 //! * [`multiline`]: joining the lines of one event (a stack trace) into one
 //!   record, by a start pattern or a preset, so that a checkpoint never
 //!   falls inside a record.
+//! * [`container`]: container runtimes' log files (the kubelet's CRI
+//!   format, dockerd's json-file): each line the container wrote joined
+//!   from its pieces, with its time and stream, handed on through
+//!   [`LineSink::record`] so that a checkpoint never falls inside one;
+//!   and the pod and container a file's path names.
 //! * [`checkpoint`]: the acknowledged offsets of a source's files, in one
 //!   file written atomically and loaded only if its checksum agrees.
 //! * [`tailer`]: the files of one source, followed through rename and
