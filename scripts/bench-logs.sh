@@ -10,7 +10,7 @@
 #   scripts/bench-logs.sh --steady 10MB [--steady-total 600MB] [--files 20] [--idle-files 9980]
 #       [--sink blackhole] [--compression lz4] [--agents "sonde rsyslog"]
 #   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
-#       [--multiline REGEX]
+#       [--multiline REGEX] [--format lines|cri]
 #
 # Throughput (the default): sonde-logwrite writes --total bytes of
 # --line-bytes lines into --files files first; then the agent starts and
@@ -67,6 +67,11 @@
 # startmsg.regex with readTimeout 1 (its least). Each file's last record
 # waits for that timeout, which the time includes.
 #
+# --format cri writes every line as a container runtime's CRI line (a
+# whole stdout piece, `<time> stdout F <line>`, the prefix counted in
+# --line-bytes) and has sonde read them with format = "cri", shipping the
+# line alone; rsyslog has no reader of the format and is skipped.
+#
 # --delivery is the sonde sink's delivery mode; with exactly_once the
 # checker reads read_committed, as the mode's promise is stated (rsyslog
 # has no such mode: its runs are the same either way).
@@ -104,6 +109,7 @@ rotate=rename
 ct_pause=1s
 keep_dir=0
 multiline=
+format=lines
 steady=
 steady_total=600MB
 idle_files=0
@@ -127,6 +133,7 @@ while [ $# -gt 0 ]; do
     --copytruncate-pause) ct_pause=$2; shift ;;
     --keep-dir) keep_dir=1 ;;
     --multiline) multiline=$2; shift ;;
+    --format) format=$2; shift ;;
     --steady) steady=$2; shift ;;
     --steady-total) steady_total=$2; shift ;;
     --idle-files) idle_files=$2; shift ;;
@@ -139,6 +146,7 @@ case "$follow" in active | rotated) ;; *) echo "bench-logs: --follow active or r
 case "$sink" in kafka | blackhole) ;; *) echo "bench-logs: --sink kafka or blackhole" >&2; exit 2 ;; esac
 [ "$sink" = kafka ] || [ -z "$kills" ] || { echo "bench-logs: --kill runs into kafka" >&2; exit 2; }
 [ "$sink" = kafka ] || compressions=none
+case "$format" in lines | cri) ;; *) echo "bench-logs: --format lines or cri" >&2; exit 2 ;; esac
 case "$rotate" in rename | copytruncate) ;; *) echo "bench-logs: --rotate rename or copytruncate" >&2; exit 2 ;; esac
 case "$delivery" in
   at_least_once) isolation=read_uncommitted ;;
@@ -221,6 +229,7 @@ follow_paths() {
 # agent_rsyslog_prepare RUN_DIR LOG_DIR TOPIC COMPRESSION
 agent_rsyslog_prepare() {
   local run=$1 logs=$2 topic=$3 compression=$4
+  [ "$format" = lines ] || { echo "rsyslog has no reader of the $format format"; return 1; }
   command -v rsyslogd >/dev/null || { echo "rsyslogd is not installed (Debian package rsyslog; or --install)"; return 1; }
   [ -n "$(find /usr/lib -name omkafka.so -print -quit 2>/dev/null)" ] ||
     { echo "omkafka is not installed (Debian package rsyslog-kafka; or --install)"; return 1; }
@@ -294,6 +303,7 @@ admin_listen = "$admin"
 [[logs]]
 name = "app"
 include = [$include]
+format = "$format"
 
 TOML
   if [ -n "$multiline" ]; then
@@ -361,7 +371,7 @@ throughput() {
   local run="$work/$agent-$compression" topic="bench-$agent-$compression"
   mkdir -p "$run"
   "$logwrite" --dir "$run/logs" --files "$files" --line-bytes "$line_bytes" --total "$total" \
-    --summary "$run/summary.json" >/dev/null 2>"$run/write.log"
+    --format "$format" --summary "$run/summary.json" >/dev/null 2>"$run/write.log"
   local why
   if ! why=$("agent_${agent}_prepare" "$run" "$run/logs" "$topic" "$compression"); then
     echo "bench-logs: skipping $agent: $why" >&2

@@ -62,6 +62,31 @@ impl std::str::FromStr for Rotate {
     }
 }
 
+/// How each line is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Wrap {
+    /// The line alone.
+    #[default]
+    Lines,
+    /// As a container runtime's CRI log line, a whole piece on stdout:
+    /// `<RFC 3339 time> stdout F <line>`; a shipper that reads the format
+    /// ships the line alone.
+    Cri,
+}
+
+impl std::str::FromStr for Wrap {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Wrap, String> {
+        match s {
+            "lines" => Ok(Wrap::Lines),
+            "cri" => Ok(Wrap::Cri),
+            _ => Err(format!("unknown format {s:?}: use lines or cri")),
+        }
+    }
+}
+
 /// The path of file `index`'s active file in `dir`: `dir/app-<index>.log`.
 pub fn active_path(dir: &Path, index: u32) -> PathBuf {
     dir.join(format!("app-{index}.log"))
@@ -78,6 +103,7 @@ pub fn rotated_path(dir: &Path, index: u32, generation: u32) -> PathBuf {
 pub struct LineMaker {
     line_bytes: usize,
     filler: Vec<u8>,
+    wrap: Wrap,
 }
 
 /// Bytes of pseudo-random text the filler is cut from; lines start at
@@ -100,7 +126,17 @@ impl LineMaker {
             }
             filler.push(b' ');
         }
-        LineMaker { line_bytes, filler }
+        LineMaker {
+            line_bytes,
+            filler,
+            wrap: Wrap::Lines,
+        }
+    }
+
+    /// The same lines written as `wrap` says; the wrapping counts in the
+    /// line length.
+    pub fn wrapped(self, wrap: Wrap) -> LineMaker {
+        LineMaker { wrap, ..self }
     }
 
     /// The configured line length, newline included.
@@ -112,6 +148,13 @@ impl LineMaker {
     pub fn append(&self, buf: &mut Vec<u8>, file: u32, seq: u64) -> usize {
         let start = buf.len();
         let mut num = itoa::Buffer::new();
+        if self.wrap == Wrap::Cri {
+            // A time that moves with the line, nanoseconds padded to nine.
+            let nanos = num.format(1_000_000_000 + seq % 1_000_000_000);
+            buf.extend_from_slice(b"2026-11-27T10:00:00.");
+            buf.extend_from_slice(&nanos.as_bytes()[1..]);
+            buf.extend_from_slice(b"Z stdout F ");
+        }
         buf.extend_from_slice(b"f=");
         buf.extend_from_slice(num.format(file).as_bytes());
         buf.extend_from_slice(b" s=");
@@ -282,6 +325,8 @@ pub struct WritePlan {
     pub keep: u32,
     /// Bytes handed to one `write` call per file.
     pub chunk_bytes: usize,
+    /// How each line is written.
+    pub wrap: Wrap,
     /// With copytruncate: how long no file is written before a copy, so
     /// that a shipper can read what was written last. Lines written after
     /// a shipper's last read and before the truncation exist only in the
@@ -447,7 +492,7 @@ pub fn write(
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<Summary, WriteError> {
     std::fs::create_dir_all(&plan.dir).map_err(io_err("creating", &plan.dir))?;
-    let maker = LineMaker::new(plan.line_bytes);
+    let maker = LineMaker::new(plan.line_bytes).wrapped(plan.wrap);
     let mut outputs = Vec::with_capacity(plan.files as usize);
     for index in 0..plan.files {
         let path = active_path(&plan.dir, index);
@@ -741,6 +786,13 @@ mod tests {
         let mut buf = Vec::new();
         maker.append(&mut buf, 1, 22);
         assert_eq!(buf, b"f=1 s=22 \n");
+        // A CRI line of the length asked, the line after its prefix.
+        let maker = LineMaker::new(150).wrapped(Wrap::Cri);
+        buf.clear();
+        assert_eq!(maker.append(&mut buf, 1, 22), 150);
+        let prefix = b"2026-11-27T10:00:00.000000022Z stdout F ";
+        assert_eq!(&buf[..prefix.len()], prefix);
+        assert_eq!(parse_line(&buf[prefix.len()..]), Some((1, 22)));
     }
 
     #[test]
@@ -848,6 +900,7 @@ mod tests {
             keep,
             chunk_bytes: 4096,
             copytruncate_pause: Duration::ZERO,
+            wrap: Wrap::Lines,
         }
     }
 

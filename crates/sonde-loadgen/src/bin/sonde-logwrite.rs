@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Parser;
-use sonde_loadgen::logs::{self, Amount, Rotate, WritePlan};
+use sonde_loadgen::logs::{self, Amount, Rotate, Wrap, WritePlan};
 
 #[derive(Parser)]
 #[command(
@@ -61,6 +61,10 @@ struct Args {
     /// Also write the JSON summary to this file.
     #[arg(long)]
     summary: Option<PathBuf>,
+    /// How lines are written: `lines`, or `cri` (each line a container
+    /// runtime's whole stdout piece, its prefix counted in --line-bytes).
+    #[arg(long, default_value = "lines")]
+    format: Wrap,
 }
 
 fn main() {
@@ -88,6 +92,7 @@ fn main() {
         keep: args.keep,
         chunk_bytes: args.chunk_bytes as usize,
         copytruncate_pause: args.copytruncate_pause,
+        wrap: args.format,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
