@@ -19,10 +19,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::backends::{or_skip, Isolation, Kafka, KafkaRecord};
+use common::backends::{Isolation, Kafka, KafkaRecord};
 use common::{wait_for, Agent};
 
 /// How long a test waits for every record to arrive.
@@ -36,11 +35,6 @@ const POD_UID: &str = "6f1c7a52-9d1e-4b0a-8c43-2f5e7d9a1b30";
 /// 64 hex digits, as docker names containers.
 fn docker_id() -> String {
     "c0ffee42".repeat(8)
-}
-
-fn shared_broker() -> Option<&'static Kafka> {
-    static BROKER: OnceLock<Option<Kafka>> = OnceLock::new();
-    BROKER.get_or_init(|| or_skip(Kafka::start())).as_ref()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -414,7 +408,7 @@ fn assert_exact(kafka: &Kafka, topic: &str, isolation: Isolation, c: &Container)
 /// Writes, rotates and restarts in the middle: with `exactly_once` the
 /// agent is killed while it reads; with `at_least_once` it is stopped.
 fn container_logs(runtime: Runtime, exactly_once: bool) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let root = tempfile::tempdir().unwrap();

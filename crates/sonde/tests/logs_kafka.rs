@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::backends::{or_skip, Isolation, Kafka, KafkaRecord};
@@ -25,13 +24,6 @@ use common::{wait_for, Agent};
 
 /// How long a test waits for every line to arrive.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// One broker for the tests of this file that do not stop it; each test has
-/// topics of its own.
-fn shared_broker() -> Option<&'static Kafka> {
-    static BROKER: OnceLock<Option<Kafka>> = OnceLock::new();
-    BROKER.get_or_init(|| or_skip(Kafka::start())).as_ref()
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Delivery {
@@ -314,7 +306,7 @@ macro_rules! both_modes {
 /// Case 1: rename rotation while writing, many rotations, the glob
 /// covering the rotated names.
 fn rename_rotation(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -334,7 +326,7 @@ both_modes!(rename_rotation);
 /// Case 2: SIGKILL of the agent at random moments, many times, while
 /// writing and rotating.
 fn sigkill_while_writing(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -371,7 +363,7 @@ fn fastrand_ms(round: u64) -> u64 {
 
 /// Case 3: several rotations while the agent is down.
 fn rotations_while_down(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -398,7 +390,7 @@ both_modes!(rotations_while_down);
 /// Case 4: copytruncate, writes paused during the copy, the copies
 /// excluded from the globs.
 fn copytruncate(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -431,7 +423,7 @@ both_modes!(copytruncate);
 /// Case 5: truncation followed by growth past the old offset before the
 /// next poll: the new head differs, so the file is read again from 0.
 fn truncate_and_grow(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -467,7 +459,7 @@ both_modes!(truncate_and_grow);
 /// Case 6: inode reuse: a file read to its end is deleted and a new one
 /// is created at the same path, which ext4 gives the same inode.
 fn inode_reuse(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -526,7 +518,7 @@ both_modes!(inode_reuse);
 /// Case 7: files shorter than the fingerprint, files with identical heads,
 /// empty files that later grow.
 fn short_identical_and_empty_files(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -586,7 +578,7 @@ both_modes!(short_identical_and_empty_files);
 /// Case 9: a partial last line completed later; a line longer than
 /// `max_line_bytes` is cut there and counted.
 fn partial_and_long_lines(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -631,7 +623,7 @@ both_modes!(partial_and_long_lines);
 /// holds. The file gets far more lines than one read takes, and is
 /// rotated and deleted at once.
 fn deleted_while_open(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -711,7 +703,7 @@ both_modes!(broker_outage);
 /// the files are read from their start (at least once), or, with
 /// exactly_once, from the offsets Kafka holds.
 fn checkpoint_after_kill_and_corrupt(delivery: Delivery) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -807,7 +799,7 @@ fn write_in_pieces(f: &mut File, text: &[u8], seed: u64) {
 /// middle of a trace it has read, and the trace still arrives as one
 /// record (once with exactly_once).
 fn multiline(delivery: Delivery, preset: &str) {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let (text, expected) = match preset {
@@ -909,7 +901,7 @@ both_modes!(multiline_java);
 /// metrics the same datagram carries.
 #[test]
 fn dogstatsd_events_become_kafka_records_with_their_fields_as_headers() {
-    let Some(kafka) = shared_broker() else {
+    let Some(kafka) = Kafka::shared() else {
         return;
     };
     let udp = common::free_port();

@@ -1508,6 +1508,14 @@ pub struct Kafka {
 }
 
 impl Kafka {
+    /// One broker for the tests of a test binary that do not stop it
+    /// (each test has topics of its own), started by the first that asks;
+    /// `None` when it cannot run ([`or_skip`]).
+    pub fn shared() -> Option<&'static Kafka> {
+        static BROKER: std::sync::OnceLock<Option<Kafka>> = std::sync::OnceLock::new();
+        BROKER.get_or_init(|| or_skip(Kafka::start())).as_ref()
+    }
+
     /// Writes `server.properties` into a temp dir with a broker listener and
     /// a controller listener on free loopback ports, formats the data dir
     /// with `kafka.tools.StorageTool` and a random cluster id, starts the
