@@ -315,7 +315,7 @@ impl Joiner {
                 open.pieces += 1;
                 self.last_at = Some(now);
                 if !piece.partial {
-                    let b = self.open[piece.stream as usize].take().unwrap_or_default();
+                    let b = self.open[s].take().unwrap_or_default();
                     self.queue(b);
                 }
             }

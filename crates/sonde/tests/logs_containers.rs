@@ -138,8 +138,12 @@ impl Container {
 
     /// The time the runtime stamps the next piece with: 1 ms apart.
     fn stamp(&mut self) -> String {
-        let ms = self.clock;
         self.clock += 1;
+        Container::time_at(self.clock - 1)
+    }
+
+    /// The time of piece `ms` of the file.
+    fn time_at(ms: u64) -> String {
         format!(
             "2026-11-27T{:02}:{:02}:{:02}.{:03}456789Z",
             10 + ms / 3_600_000,
@@ -217,13 +221,9 @@ impl Container {
         if n > 1 {
             self.joined += 1;
         }
-        let saved = self.clock;
-        self.clock = first_time;
-        let time = self.stamp();
-        self.clock = saved;
         let want = Want {
             value: message.to_vec(),
-            time: Some(time),
+            time: Some(Container::time_at(first_time)),
             stream: Some(["stdout", "stderr"][stream]),
         };
         (lines, want)

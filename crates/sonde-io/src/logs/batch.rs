@@ -69,8 +69,8 @@ struct Span {
     offset: u64,
     /// The length of a container record's time.
     time_len: u8,
-    /// A container record's stream: 0 none, 1 stdout, 2 stderr.
-    stream: u8,
+    /// A container record's stream.
+    stream: Option<Stream>,
 }
 
 impl Span {
@@ -83,7 +83,7 @@ impl Span {
             at,
             offset,
             time_len: 0,
-            stream: 0,
+            stream: None,
         }
     }
 
@@ -218,11 +218,7 @@ impl LogBatch {
                     ContainerLine {
                         // Times are ASCII (`container::MAX_TIME_BYTES`).
                         time: std::str::from_utf8(time).unwrap_or_default(),
-                        stream: match s.stream {
-                            1 => Some(Stream::Stdout),
-                            2 => Some(Stream::Stderr),
-                            _ => None,
-                        },
+                        stream: s.stream,
                         path_fields: f,
                     }
                 }),
@@ -460,11 +456,7 @@ impl LineSink for BatchBuilder {
         // The joiner keeps times to `container::MAX_TIME_BYTES`.
         let time = &record.time[..record.time.len().min(usize::from(u8::MAX))];
         span.time_len = time.len() as u8;
-        span.stream = match record.stream {
-            None => 0,
-            Some(Stream::Stdout) => 1,
-            Some(Stream::Stderr) => 2,
-        };
+        span.stream = record.stream;
         self.current.data.extend_from_slice(time);
         if self.current.data.len() >= self.max_bytes && !record.hold {
             self.close();
