@@ -2403,6 +2403,46 @@ mod tests {
     }
 
     #[test]
+    fn a_file_first_seen_rotated_keeps_its_unfinished_line_until_it_rotates_again() {
+        // Written and renamed before any scan: the tailer cannot tell it
+        // from a live file whose writer is in the middle of a line.
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("app.log.1");
+        append(&first, b"whole\nno newline");
+        append(&dir.path().join("app.log"), b"live\n");
+        let mut t = Tailer::new(config(dir.path(), "app.log*"), None).unwrap();
+        let mut sink = Collect::default();
+        let now = Instant::now();
+        drain(&mut t, now, &mut sink);
+        ack_all(&mut t, &sink);
+        let hour = now + Duration::from_secs(3600);
+        drain(&mut t, hour, &mut sink);
+        let mut texts = sink.texts();
+        texts.sort();
+        assert_eq!(texts, ["live", "whole"], "it waits for its newline");
+
+        // The next rotation (or its deletion) says its writer is gone.
+        for (k, gone) in [(2, false), (3, true)] {
+            let dir = tempfile::tempdir().unwrap();
+            let first = dir.path().join("app.log.1");
+            append(&first, b"whole\nno newline");
+            let mut t = Tailer::new(config(dir.path(), "app.log*"), None).unwrap();
+            let mut sink = Collect::default();
+            drain(&mut t, now, &mut sink);
+            ack_all(&mut t, &sink);
+            if gone {
+                fs::remove_file(&first).unwrap();
+            } else {
+                fs::rename(&first, dir.path().join(format!("app.log.{k}"))).unwrap();
+            }
+            drain(&mut t, hour, &mut sink);
+            assert_eq!(sink.texts(), ["whole"], "quiet for rotate_wait first");
+            t.poll(hour + Duration::from_secs(5), &mut sink);
+            assert_eq!(sink.texts(), ["whole", "no newline"], "deleted: {gone}");
+        }
+    }
+
+    #[test]
     fn rotate_wait_counts_from_the_rotation_not_from_the_last_write() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("app.log");

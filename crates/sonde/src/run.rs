@@ -18,7 +18,8 @@
 //! # Under systemd
 //!
 //! With `$NOTIFY_SOCKET` set (a unit of `Type=notify`), the agent says
-//! `READY=1` once every receiver is bound and the admin site answers,
+//! `READY=1` once every receiver is bound, every log source watches its
+//! directories and has scanned its globs, and the admin site answers,
 //! `RELOADING=1` then `READY=1` around a SIGHUP, and `STOPPING=1` when a
 //! stop begins (sd_notify(3)); without it, nothing.
 //!
@@ -304,6 +305,30 @@ fn start_sources(
     Ok((running, inputs))
 }
 
+/// How long the start waits for the log sources' first scans before it
+/// says the agent is ready all the same.
+const SOURCES_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until every log source watches its directories and has scanned
+/// its globs, so that the agent answers `/health` (and tells systemd
+/// READY=1) only once a file created or renamed from then on cannot be
+/// missed. A first scan takes milliseconds; one slower than
+/// [`SOURCES_READY_WAIT`] (a vast tree on a slow disk) is logged and the
+/// start goes on.
+fn wait_ready(sources: &mut [RunningSource], config: &Config) {
+    let deadline = std::time::Instant::now() + SOURCES_READY_WAIT;
+    for (source, l) in sources.iter_mut().zip(&config.logs) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if !source.wait_ready(left) {
+            tracing::warn!(
+                source = %l.name,
+                waited = ?SOURCES_READY_WAIT,
+                "log source still scanning its globs; the agent says it is ready without it"
+            );
+        }
+    }
+}
+
 /// Starts the host profiler when `[profiler]` asks for it. Without
 /// perf-event permission it logs once, with what to change, and the agent
 /// goes on without it.
@@ -408,7 +433,8 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         log_inputs.extend(started.logs);
         sinks.push(started.running);
     }
-    let (sources, rest) = start_sources(&config, &infos, log_inputs, &telemetry)?;
+    let (mut sources, rest) = start_sources(&config, &infos, log_inputs, &telemetry)?;
+    wait_ready(&mut sources, &config);
     let (events, events_source) = start_events(&infos, rest, &telemetry)?.unzip();
 
     let (shard_tx, shard_rx) = sync_channel(SHARD_QUEUE);
@@ -443,8 +469,9 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
             flusher.run()
         })?;
     tracing::info!(interval = ?aggregate.interval, "sonde running");
-    // Every receiver is bound and the admin site answers: a systemd unit
-    // of Type=notify counts the agent started from here.
+    // Every receiver is bound, every log source has scanned and the admin
+    // site answers: a systemd unit of Type=notify counts the agent started
+    // from here.
     notify(&[NotifyState::Ready, NotifyState::Status("running")]);
 
     let mut current = config;

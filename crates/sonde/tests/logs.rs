@@ -102,6 +102,30 @@ fn lines_reach_the_sink_and_the_source_counts_them_on_metrics() {
 }
 
 #[test]
+fn health_answers_only_once_every_source_has_scanned_its_globs() {
+    // Enough files that the first scan takes a while: an agent that
+    // answered /health before it would show fewer files watched.
+    let logs = tempfile::tempdir().unwrap();
+    const FILES: u32 = 3000;
+    for f in 0..FILES {
+        append(&logs.path().join(format!("f{f:05}.log")), 0, 1);
+    }
+    let agent = agent(logs.path(), "");
+    // Agent::start_config returned at the first 200 from /health.
+    assert_eq!(
+        agent.metric("sonde_log_files_watched{source=\"app\"}"),
+        Some(f64::from(FILES))
+    );
+    // A file written and renamed within the globs right after /health
+    // answers is read whole, whichever name it is first seen under.
+    let now = logs.path().join("new.log");
+    append(&now, 0, 1);
+    std::fs::rename(&now, logs.path().join("new.log.1")).unwrap();
+    append(&now, 1, 2);
+    wait_records(&agent, FILES + 2);
+}
+
+#[test]
 fn a_clean_stop_and_a_kill_after_a_quiet_second_resend_nothing() {
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("a.log");

@@ -949,3 +949,71 @@ fn dogstatsd_events_become_kafka_records_with_their_fields_as_headers() {
         (agent.metric("sonde_sink_records_total{sink=\"kafka\"}") == Some(2.0)).then_some(())
     });
 }
+
+/// The README's log quickstart, step by step as a newcomer types it: its
+/// `logs.toml` (paths, broker and topic moved into the test's own), the
+/// agent started and `/health` awaited, one line appended and the file
+/// renamed at once, another line appended: both lines reach the topic,
+/// once each.
+#[test]
+fn the_readme_log_quickstart_delivers_every_line_once() {
+    let Some(kafka) = Kafka::shared() else {
+        return;
+    };
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let after = readme
+        .split_once("Write `logs.toml`")
+        .expect("the README's log quickstart")
+        .1;
+    let toml = after
+        .split_once("```toml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("the quickstart's logs.toml")
+        .0;
+    let demo = tempfile::tempdir().unwrap();
+    let topic = "readme-demo";
+    let config = |admin: u16, dir: &Path| {
+        toml.replace("/tmp/sonde-demo", &demo.path().display().to_string())
+            .replace("/tmp/sonde-data", &dir.join("data").display().to_string())
+            .replace("127.0.0.1:9092", &kafka.bootstrap())
+            .replace("topic = \"demo\"", &format!("topic = \"{topic}\""))
+            .replace(
+                "[agent]\n",
+                &format!("[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\n"),
+            )
+    };
+    // Agent::start_config returns once /health answers, as the README's
+    // `curl --retry` does.
+    let agent = Agent::start_config(config);
+    let log = demo.path().join("app.log");
+    let append = |text: &str| {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap()
+    };
+    append("hello from a log file\n");
+    fs::rename(&log, demo.path().join("app.log.1")).unwrap();
+    append("after the rotation\n");
+    let records = kafka.consume(topic, Isolation::ReadUncommitted, 2, DELIVERY_TIMEOUT);
+    let values: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect();
+    for line in ["hello from a log file", "after the rotation"] {
+        assert_eq!(
+            values.iter().filter(|v| v.contains(line)).count(),
+            1,
+            "{line:?} once in {values:?}"
+        );
+    }
+    assert_eq!(values.len(), 2, "{values:?}");
+    assert_eq!(
+        agent.metric("sonde_log_lines_read_total{source=\"demo\"}"),
+        Some(2.0)
+    );
+}

@@ -121,11 +121,40 @@ pub struct SourceConfig {
 pub struct RunningSource {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
+    /// Says once that the source watches its directories and has scanned
+    /// its globs ([`RunningSource::wait_ready`]); `None` for a source that
+    /// is ready when spawned.
+    ready: Option<Receiver<()>>,
 }
 
 impl RunningSource {
     pub(crate) fn new(stop: Arc<AtomicBool>, thread: JoinHandle<()>) -> Self {
-        RunningSource { stop, thread }
+        RunningSource {
+            stop,
+            thread,
+            ready: None,
+        }
+    }
+
+    /// Waits up to `timeout` for the source to be ready: its inotify
+    /// watches set and its first scan of the globs done, so that every
+    /// file that matches from now on is either open already or will be
+    /// seen being created. A file renamed after this is followed through
+    /// the rename; one renamed before could have been first seen under its
+    /// new name, or missed, if that name is outside the globs. Returns
+    /// whether it became ready in time; a source whose thread ended (an
+    /// error, logged) counts as ready, since it will never be more so.
+    pub fn wait_ready(&mut self, timeout: Duration) -> bool {
+        let Some(rx) = &self.ready else {
+            return true;
+        };
+        match rx.recv_timeout(timeout) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                self.ready = None;
+                true
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
+        }
     }
 
     /// Stops the source (see the module docs) and waits for its thread.
@@ -180,6 +209,7 @@ pub fn spawn(
     let name = config.info.name.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let thread = std::thread::Builder::new()
         .name(format!("logs {name}"))
         .spawn(move || {
@@ -218,10 +248,14 @@ pub fn spawn(
                 held: Vec::new(),
                 held_bytes: 0,
             };
-            run.run();
+            run.run(ready_tx);
         })
         .map_err(StartError::Spawn)?;
-    Ok(RunningSource { stop, thread })
+    Ok(RunningSource {
+        stop,
+        thread,
+        ready: Some(ready_rx),
+    })
 }
 
 /// The saved checkpoints; a file that cannot be trusted is reported,
@@ -278,7 +312,10 @@ struct Run {
 }
 
 impl Run {
-    fn run(&mut self) {
+    /// Runs the rounds until told to stop; says on `ready` when the
+    /// watches are set and the first scan is done.
+    fn run(&mut self, ready: std::sync::mpsc::SyncSender<()>) {
+        let mut ready = Some(ready);
         let name = self.config.info.name.clone();
         let mut watcher = match Watcher::start(&self.config.tailer) {
             Ok((w, refused)) => {
@@ -369,6 +406,14 @@ impl Run {
                 // The safety net reads too, for writes inotify did not see.
                 read_now = true;
                 stale = true;
+                // The watches were set before this scan, so every file the
+                // globs match is now open or will be reported. The counters
+                // say so before the agent does.
+                if let Some(r) = ready.take() {
+                    self.stats
+                        .store(&self.tailer.counters(), self.tailer.bytes_behind());
+                    let _ = r.send(());
+                }
             }
             if watcher.is_none() && now >= last_read + POLL_WITHOUT_INOTIFY {
                 read_now = true;
