@@ -103,7 +103,7 @@ fn bind(r: &Receiver) -> anyhow::Result<Vec<Bound>> {
         receiver = %first.local_addr(),
         protocol = r.protocol.as_str(),
         workers = socks.len(),
-        receive_buffer = first.receive_buffer().map(|b| b / 2),
+        receive_buffer = first.receive_buffer(),
         "listening"
     );
     Ok(socks)
@@ -117,8 +117,7 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
         r.protocol.as_str(),
     ));
     if let Some(b) = socks[0].receive_buffer() {
-        // Linux reports double the usable size (bookkeeping).
-        stats.receive_buffer.store(b as u64 / 2, Ordering::Relaxed);
+        stats.receive_buffer.store(b as u64, Ordering::Relaxed);
     }
     let retire = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();

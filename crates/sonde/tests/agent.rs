@@ -573,6 +573,24 @@ fn several_workers_share_a_udp_port_and_their_counts_add_up() {
         })
         .count();
     assert_eq!(threads, 2, "two receive threads");
+    // As root SO_RCVBUFFORCE grants what was asked, and what /metrics and
+    // the log say is what the socket holds (`ss -m` shows it as rb).
+    let labels = format!("{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"statsd\"}}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(
+            agent.metric(&format!("sonde_receiver_receive_buffer_bytes{labels}")),
+            Some(4194304.0)
+        );
+        assert!(agent.stderr().contains("receive_buffer=4194304"));
+        let ss = std::process::Command::new("ss")
+            .args(["-ulmnH", &format!("sport = :{port}")])
+            .output();
+        if let Some(ss) = ss.ok().filter(|o| o.status.success()) {
+            let text = String::from_utf8_lossy(&ss.stdout);
+            assert_eq!(text.matches("rb4194304").count(), 2, "{text}");
+        }
+    }
     // Many source ports, so the kernel spreads them over both sockets.
     for _ in 0..40 {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();

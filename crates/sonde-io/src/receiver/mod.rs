@@ -129,13 +129,16 @@ pub fn group_id(name: &str) -> io::Result<u32> {
     }
 }
 
-/// Sets the receive buffer: `SO_RCVBUFFORCE` where permitted (root or
-/// CAP_NET_ADMIN, which ignores `net.core.rmem_max`), else `SO_RCVBUF`,
-/// which the kernel caps at `rmem_max` (212992 bytes by default).
+/// Sets the receive buffer to `bytes` as the kernel counts it (what
+/// `SO_RCVBUF` reads back and `ss -m` shows as `rb`): `SO_RCVBUFFORCE`
+/// where permitted (root or CAP_NET_ADMIN, which ignores
+/// `net.core.rmem_max`), else `SO_RCVBUF`, which the kernel caps at
+/// `rmem_max` (212992 bytes by default). Both take half: the kernel
+/// doubles what it is given, for the bookkeeping of each datagram.
 fn set_receive_buffer(socket: &Socket, bytes: usize) {
     if sys::force_receive_buffer(socket, bytes).is_err() {
         // Best effort: a smaller buffer only means earlier kernel drops.
-        let _ = socket.set_recv_buffer_size(bytes);
+        let _ = socket.set_recv_buffer_size(bytes / 2);
     }
 }
 
@@ -178,8 +181,8 @@ pub struct Bound {
 }
 
 impl Bound {
-    /// The receive buffer the kernel granted, in bytes (it reports double
-    /// the usable size, as Linux does for bookkeeping).
+    /// The receive buffer the kernel granted, in bytes, as `SO_RCVBUF`
+    /// reads it back: the configured `receive_buffer` unless capped.
     pub fn receive_buffer(&self) -> Option<usize> {
         self.socket.recv_buffer_size().ok()
     }
