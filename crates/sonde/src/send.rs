@@ -5,6 +5,7 @@ use std::io::Write;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use sonde_io::addr::ListenAddr;
+use sonde_proto::{DropReason, Point, PointSink};
 
 /// The wire protocol to send.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -134,9 +135,64 @@ pub fn encode(a: &SendArgs) -> anyhow::Result<Vec<u8>> {
     }
 }
 
+/// Refuses a point the agent would drop, with the reason, by running the
+/// agent's own parser over the bytes: what `send` accepts is what a
+/// receiver aggregates.
+fn check(a: &SendArgs, bytes: &[u8]) -> anyhow::Result<()> {
+    struct Verdict(Option<DropReason>);
+    impl PointSink<'_> for Verdict {
+        fn point(&mut self, _: &Point<'_>) {}
+        fn drop(&mut self, reason: DropReason) {
+            self.0.get_or_insert(reason);
+        }
+    }
+    let mut verdict = Verdict(None);
+    match a.protocol {
+        Wire::Msgpack => sonde_proto::msgpack::parse(bytes, &mut verdict),
+        Wire::Statsd => sonde_proto::statsd::parse(bytes, &mut verdict),
+    }
+    let Some(reason) = verdict.0 else {
+        return Ok(());
+    };
+    let why = match reason {
+        DropReason::BadValue => format!("the value {:?} is not a finite number", a.value),
+        DropReason::BadSampleRate => format!(
+            "--rate {} is not a sample rate in (0, 1]",
+            a.rate.unwrap_or_default()
+        ),
+        DropReason::BadTimestamp => "a ts_store needs --ts, in unix seconds".to_string(),
+        other => format!("it is malformed ({})", other.as_str()),
+    };
+    bail!(
+        "the agent would drop this point ({} in sonde_receiver_dropped_total): {why}",
+        reason.as_str()
+    )
+}
+
+/// How long `send` listens, after a UDP datagram, for the kernel's word
+/// that nothing listens at the port (an ICMP port unreachable, which on
+/// loopback comes back at once). A remote host may say nothing at all.
+const REFUSED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// What to say when nothing listens at `addr`.
+fn nothing_listens(addr: &ListenAddr) -> String {
+    format!(
+        "nothing listens at {addr}: is the agent running, with a receiver there? \
+         (`sonde run` listens on udp://127.0.0.1:9123 for msgpack and \
+         udp://127.0.0.1:8125 for StatsD by default; --to names another)"
+    )
+}
+
 /// Sends one point.
+///
+/// # Errors
+///
+/// A point the agent would drop ([`check`]), an address that does not
+/// parse, and nothing listening at it where the OS can tell (a unix
+/// socket file, a TCP port, a UDP port on this host).
 pub fn send(a: &SendArgs) -> anyhow::Result<()> {
     let bytes = encode(a)?;
+    check(a, &bytes)?;
     let to = a.to.clone().unwrap_or_else(|| {
         match a.protocol {
             Wire::Msgpack => "udp://127.0.0.1:9123",
@@ -145,41 +201,55 @@ pub fn send(a: &SendArgs) -> anyhow::Result<()> {
         .to_string()
     });
     let addr: ListenAddr = to.parse().with_context(|| format!("--to {to}"))?;
-    let ctx = || format!("sending to {addr}");
-    match &addr {
+    let sent = match &addr {
         ListenAddr::Udp(sa) => {
             let local: std::net::SocketAddr = if sa.is_ipv4() {
                 ([0, 0, 0, 0], 0).into()
             } else {
                 (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
             };
-            std::net::UdpSocket::bind(local)
-                .and_then(|s| s.send_to(&bytes, sa))
-                .with_context(ctx)?;
+            // Connected, so that the kernel hands the port-unreachable
+            // answer back to this socket as ECONNREFUSED.
+            std::net::UdpSocket::bind(local).and_then(|s| {
+                s.connect(sa)?;
+                s.send(&bytes)?;
+                s.set_read_timeout(Some(REFUSED_WAIT))?;
+                match s.recv(&mut [0; 1]) {
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(e),
+                    _ => Ok(()),
+                }
+            })
         }
-        ListenAddr::Unixgram(p) => {
-            std::os::unix::net::UnixDatagram::unbound()
-                .and_then(|s| s.send_to(&bytes, p))
-                .with_context(ctx)?;
-        }
+        ListenAddr::Unixgram(p) => std::os::unix::net::UnixDatagram::unbound()
+            .and_then(|s| s.send_to(&bytes, p))
+            .map(drop),
         ListenAddr::Unixseq(p) => {
-            let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)
-                .with_context(ctx)?;
-            s.connect(&socket2::SockAddr::unix(p)?).with_context(ctx)?;
-            s.send(&bytes).with_context(ctx)?;
+            socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None).and_then(
+                |s| {
+                    s.connect(&socket2::SockAddr::unix(p)?)?;
+                    s.send(&bytes).map(drop)
+                },
+            )
         }
         ListenAddr::Unix(p) => {
-            std::os::unix::net::UnixStream::connect(p)
-                .and_then(|mut s| s.write_all(&bytes))
-                .with_context(ctx)?;
+            std::os::unix::net::UnixStream::connect(p).and_then(|mut s| s.write_all(&bytes))
         }
         ListenAddr::Tcp(sa) => {
-            std::net::TcpStream::connect(sa)
-                .and_then(|mut s| s.write_all(&bytes))
-                .with_context(ctx)?;
+            std::net::TcpStream::connect(sa).and_then(|mut s| s.write_all(&bytes))
         }
+    };
+    match sent {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+            ) =>
+        {
+            bail!("{}", nothing_listens(&addr))
+        }
+        Err(e) => Err(e).with_context(|| format!("sending to {addr}")),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -229,6 +299,35 @@ mod tests {
         assert!(encode(&args(Wire::Statsd, "counter", &["novalue"])).is_err());
         assert!(encode(&args(Wire::Statsd, "counter", &["a=b|c"])).is_err());
         assert!(encode(&args(Wire::Statsd, "counter", &["a=b,c"])).is_err());
+    }
+
+    #[test]
+    fn points_the_agent_would_drop_are_refused_with_the_reason() {
+        let mut a = args(Wire::Statsd, "counter", &[]);
+        a.value = "abc".into();
+        let e = check(&a, &encode(&a).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("bad_value") && e.contains("\"abc\""), "{e}");
+        a.value = "NaN".into();
+        assert!(check(&a, &encode(&a).unwrap()).is_err());
+        a.value = "1".into();
+        a.rate = Some(0.0);
+        let e = check(&a, &encode(&a).unwrap()).unwrap_err().to_string();
+        assert!(
+            e.contains("bad_sample_rate") && e.contains("--rate 0"),
+            "{e}"
+        );
+        a.rate = Some(0.5);
+        assert!(check(&a, &encode(&a).unwrap()).is_ok());
+
+        let mut m = args(Wire::Msgpack, "timer", &[]);
+        m.value = "nan".into();
+        assert!(check(&m, &encode(&m).unwrap()).is_err());
+        m.r#type = "ts_store".into();
+        m.value = "1".into();
+        let e = check(&m, &encode(&m).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("--ts"), "{e}");
+        m.ts = Some(1_700_000_000);
+        assert!(check(&m, &encode(&m).unwrap()).is_ok());
     }
 
     #[test]

@@ -856,3 +856,54 @@ fn the_version_names_the_commit_it_was_built_from() {
         format!("sonde {} ({commit})", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// `sonde send` fails, saying why, where its point would not be
+/// aggregated: a value or sample rate the agent drops, or no agent there.
+#[test]
+fn send_fails_for_points_the_agent_drops_and_when_nothing_listens() {
+    let port = free_port();
+    let to = format!("udp://127.0.0.1:{port}");
+    let cases: [(&[&str], &str); 4] = [
+        (&["counter", "web.bad", "abc"], "bad_value"),
+        (&["counter", "web.bad", "NaN"], "bad_value"),
+        (
+            &["counter", "web.bad", "1", "--rate", "0"],
+            "bad_sample_rate",
+        ),
+        (&["counter", "web.ok", "1"], "nothing listens at"),
+    ];
+    for (args, said) in cases {
+        let mut all = vec!["send", "--protocol", "statsd", "--to", &to];
+        all.extend_from_slice(args);
+        let (ok, _, err) = sonde(&all);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = format!("unixgram://{}/none.sock", dir.path().display());
+    let (ok, _, err) = sonde(&["send", "--to", &sock, "counter", "web.ok", "1"]);
+    assert!(!ok && err.contains("nothing listens at"), "{err}");
+
+    // With the agent there, the same good point goes through.
+    let agent = Agent::start(
+        "1h",
+        &format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"{to}\"\n"),
+    );
+    let (ok, _, err) = sonde(&[
+        "send",
+        "--protocol",
+        "statsd",
+        "--to",
+        &to,
+        "counter",
+        "web.ok",
+        "1",
+    ]);
+    assert!(ok, "{err}");
+    wait_for("the point", WAIT, || {
+        (agent.metric(&format!(
+            "sonde_receiver_points_total{{receiver=\"{to}\",protocol=\"statsd\"}}"
+        ))? == 1.0)
+            .then_some(())
+    });
+}
