@@ -1017,3 +1017,93 @@ fn the_readme_log_quickstart_delivers_every_line_once() {
         Some(2.0)
     );
 }
+
+/// A first start against a broker that creates topics on first use is
+/// healthy: the topic's absence while it is being created is said at
+/// info, and the agent's log holds no warning.
+#[test]
+fn a_first_start_against_a_broker_that_creates_the_topic_warns_of_nothing() {
+    let Some(kafka) = Kafka::shared() else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let topic = topic("auto-created", Delivery::AtLeastOnce);
+    let mut w = Writer::new(logs.path(), "app");
+    let mut agent = agent(
+        kafka,
+        logs.path(),
+        &topic,
+        Delivery::AtLeastOnce,
+        &Source::default(),
+    );
+    w.write(10);
+    let records = kafka.consume(&topic, Isolation::ReadUncommitted, 10, DELIVERY_TIMEOUT);
+    assert_eq!(records.len(), 10);
+    agent.stop();
+    let log = agent.stderr();
+    assert!(!log.contains(" WARN "), "{log}");
+    // The broker's first answer for a new topic is an error code.
+    for line in log
+        .lines()
+        .filter(|l| l.contains("UNKNOWN_TOPIC_OR_PARTITION"))
+    {
+        assert!(
+            line.contains("waiting for the broker to create it"),
+            "{line}"
+        );
+    }
+}
+
+/// SIGTERM with the broker out of reach takes the sources' wait for
+/// acknowledgements, then the sink's shutdown_grace: the log says so as
+/// each begins, and the agent exits after them.
+#[test]
+fn a_stop_with_the_broker_unreachable_says_what_it_waits_for() {
+    let logs = tempfile::tempdir().unwrap();
+    let nobody = common::PortHold::new();
+    let include = format!("{}/*.log", logs.path().display());
+    let mut agent = Agent::start_config(|admin, dir| {
+        format!(
+            r#"[agent]
+admin_listen = "127.0.0.1:{admin}"
+data_dir = "{data}"
+
+[[logs]]
+name = "app"
+include = ["{include}"]
+
+[[sinks]]
+type = "kafka"
+inputs = ["app"]
+brokers = ["127.0.0.1:{port}"]
+topic = "nowhere"
+shutdown_grace = "1s"
+"#,
+            data = dir.join("data").display(),
+            port = nobody.port,
+        )
+    });
+    let mut w = Writer::new(logs.path(), "app");
+    w.write(5);
+    wait_for("the lines read", Duration::from_secs(20), || {
+        (agent.metric("sonde_log_lines_read_total{source=\"app\"}")? == 5.0).then_some(())
+    });
+    let started = Instant::now();
+    agent.stop();
+    let log = agent.stderr();
+    assert!(
+        log.contains("stopping: waiting for the sinks to acknowledge what was sent")
+            && log.contains("wait=10s"),
+        "{log}"
+    );
+    assert!(
+        log.contains("stopping: waiting for kafka to acknowledge what is queued")
+            && log.contains("shutdown_grace=1s"),
+        "{log}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -630,6 +630,18 @@ impl Run {
 
     fn finish(&mut self) {
         let deadline = Instant::now() + STOP_GRACE;
+        self.take_acks();
+        if !self.in_flight.is_empty() || !self.held.is_empty() {
+            // A sink that cannot deliver (its backend down) makes the stop
+            // take this long, then its own shutdown_grace: say so now.
+            tracing::info!(
+                source = %self.config.info.name,
+                batches = self.in_flight.len() + self.held.len(),
+                bytes = self.in_flight_bytes + self.held_bytes,
+                wait = ?STOP_GRACE,
+                "stopping: waiting for the sinks to acknowledge what was sent"
+            );
+        }
         loop {
             // Lines read while a sink's offsets were awaited go out once
             // they come, within the same grace.

@@ -121,6 +121,7 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         producer: None,
         sequences: HashMap::new(),
         backoff: Backoff::new(d.backoff_min, d.backoff_max),
+        creating: None,
         next_try: Instant::now(),
         max_records: d.max_batch_points.clamp(1, i32::MAX as usize),
         timeout_ms: i32::try_from(d.request_timeout.as_millis()).unwrap_or(i32::MAX),
@@ -165,6 +166,10 @@ struct Sent {
     bytes: usize,
 }
 
+/// How long a topic may be "being created" (see [`Sender::failed`])
+/// before that is a warning; a broker creates one in well under a second.
+const TOPIC_CREATION_PATIENCE: Duration = Duration::from_secs(10);
+
 struct Sender {
     cluster: Cluster,
     compressor: Compressor,
@@ -184,6 +189,10 @@ struct Sender {
     /// The sequence number of the next record, per partition.
     sequences: HashMap<i32, i32>,
     backoff: Backoff,
+    /// Since when the topic's metadata says it is being created, while
+    /// it does, and whether that was warned of
+    /// ([`TOPIC_CREATION_PATIENCE`]).
+    creating: Option<(Instant, bool)>,
     /// No send before this (after a failure).
     next_try: Instant,
     max_records: usize,
@@ -219,7 +228,13 @@ impl Sender {
                         }
                     }
                     Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => closed_at = Some(Instant::now()),
+                    Err(RecvTimeoutError::Disconnected) => {
+                        closed_at = Some(Instant::now());
+                        if !self.pending.is_empty() || !self.in_flight.is_empty() {
+                            let lines: usize = self.batches.values().map(|t| t.batch.len()).sum();
+                            tracing::info!(sink = %self.stats.name, lines, shutdown_grace = ?grace, "stopping: waiting for kafka to acknowledge what is queued");
+                        }
+                    }
                 }
             }
             self.send_ready();
@@ -449,9 +464,10 @@ impl Sender {
                 let next = self.sequences.entry(sent.partition).or_insert(0);
                 *next = next_sequence(*next, records);
             }
-            if self.backoff.failures() > 0 {
+            if self.backoff.failures() > 0 && self.creating.is_none() {
                 tracing::info!(sink = %self.stats.name, after_failures = self.backoff.failures(), "kafka reachable again");
             }
+            self.creating = None;
             self.backoff.reset();
             self.stats.records.fetch_add(records as u64, Relaxed);
             self.stats.bytes_sent.fetch_add(sent.bytes as u64, Relaxed);
@@ -565,7 +581,31 @@ impl Sender {
         self.stats.failures[reason as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let first = self.backoff.failures() == 0;
         let delay = self.backoff.next_delay();
-        self.next_try = Instant::now() + delay;
+        let now = Instant::now();
+        self.next_try = now + delay;
+        // A broker that creates topics on first use answers the first
+        // metadata request for a new topic with UNKNOWN_TOPIC_OR_PARTITION
+        // (or LEADER_NOT_AVAILABLE while it elects one): the healthy first
+        // start, said at info. Only when that lasts is it a warning.
+        if matches!(
+            e,
+            KafkaError::Broker {
+                api: "Metadata",
+                code: 3 | 5
+            }
+        ) {
+            let (since, warned) = self.creating.get_or_insert((now, false));
+            if first {
+                tracing::info!(sink = %self.stats.name, error = %e, "the topic is not there yet; waiting for the broker to create it");
+            } else if !*warned && since.elapsed() >= TOPIC_CREATION_PATIENCE {
+                *warned = true;
+                tracing::warn!(sink = %self.stats.name, error = %e, waited = ?since.elapsed(), "the topic still does not exist: create it, or let the broker create topics on first use (auto.create.topics.enable); will retry");
+            } else {
+                tracing::debug!(sink = %self.stats.name, error = %e, retry_in = ?delay, "{what}; will retry");
+            }
+            return;
+        }
+        self.creating = None;
         if first {
             tracing::warn!(sink = %self.stats.name, error = %e, retry_in = ?delay, "{what}; will retry");
         } else {
