@@ -54,13 +54,12 @@ pub enum Compression {
 
 /// A batch that could not be compressed or decompressed.
 #[derive(Debug, thiserror::Error)]
-#[error("{codec}: {source}")]
+#[error("{codec}: {error}")]
 pub struct CompressError {
     /// The codec's name, as in `Content-Encoding`.
     pub codec: &'static str,
     /// What the codec said.
-    #[source]
-    pub source: std::io::Error,
+    pub error: std::io::Error,
 }
 
 impl Compression {
@@ -93,7 +92,7 @@ impl Compression {
     pub fn compress(self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressError> {
         let err = |source| CompressError {
             codec: self.name(),
-            source,
+            error: source,
         };
         match self {
             Compression::None => out.extend_from_slice(input),
@@ -140,7 +139,7 @@ impl Compression {
     pub fn decompress(self, input: &[u8]) -> Result<Vec<u8>, CompressError> {
         let err = |source| CompressError {
             codec: self.name(),
-            source,
+            error: source,
         };
         let mut out = Vec::new();
         match self {

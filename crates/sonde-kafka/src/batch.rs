@@ -144,7 +144,7 @@ impl Compressor {
     fn compress(&mut self, src: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
         match self.codec {
             c @ (Compression::None | Compression::Gzip { .. }) => {
-                c.compress(src, out).map_err(|e| e.source)?;
+                c.compress(src, out).map_err(|e| e.error)?;
             }
             Compression::Snappy => {
                 out.extend_from_slice(&SNAPPY_HEADER);

@@ -48,7 +48,7 @@ const MAX_RESPONSE: usize = 64 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The connection failed or timed out.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     /// The broker's answer did not parse.
     #[error(transparent)]

@@ -96,12 +96,12 @@ pub struct Report {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The socket could not be opened or connected.
-    #[error("cannot send to {target}: {source}")]
+    #[error("cannot send to {target}: {error}")]
     Connect {
         /// The target.
         target: String,
         /// What the OS said.
-        source: io::Error,
+        error: io::Error,
     },
     /// Sending failed with something other than a full buffer.
     #[error("sending failed: {0}")]
@@ -126,7 +126,7 @@ impl Socket {
 fn connect(target: &Target) -> Result<Socket, LoadError> {
     let err = |source| LoadError::Connect {
         target: format!("{target:?}"),
-        source,
+        error: source,
     };
     match target {
         Target::Udp(a) => {

@@ -371,14 +371,14 @@ pub struct Summary {
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     /// A file operation failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {error}")]
     Io {
         /// What was being done.
         op: &'static str,
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -386,7 +386,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Wri
     move |source| WriteError::Io {
         op,
         path: path.to_path_buf(),
-        source,
+        error: source,
     }
 }
 
@@ -502,7 +502,7 @@ pub fn write(
             return Err(WriteError::Io {
                 op: "writing",
                 path,
-                source: io::Error::new(
+                error: io::Error::new(
                     io::ErrorKind::AlreadyExists,
                     "the file is not empty; write into an empty directory",
                 ),

@@ -126,12 +126,12 @@ pub struct NameError {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The file could not be read.
-    #[error("cannot read checkpoint file {path}: {source}")]
+    #[error("cannot read checkpoint file {path}: {error}")]
     Read {
         /// The checkpoint file.
         path: PathBuf,
         /// The read error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The header line is missing or malformed, or the body is shorter or
     /// longer than the header says: the file was cut or overwritten.
@@ -159,12 +159,12 @@ pub enum LoadError {
         path: PathBuf,
     },
     /// The body checks out but is not valid checkpoint JSON.
-    #[error("checkpoint file {path} has a malformed body: {source}")]
+    #[error("checkpoint file {path} has a malformed body: {error}")]
     Body {
         /// The checkpoint file.
         path: PathBuf,
         /// The JSON error.
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 
@@ -173,31 +173,31 @@ pub enum LoadError {
 #[derive(Debug, thiserror::Error)]
 pub enum SaveError {
     /// Writing or syncing the temporary file failed.
-    #[error("cannot write checkpoint file {path}: {source}")]
+    #[error("cannot write checkpoint file {path}: {error}")]
     Write {
         /// The temporary file.
         path: PathBuf,
         /// The I/O error.
-        source: io::Error,
+        error: io::Error,
     },
     /// Renaming the temporary file over the checkpoint file failed.
-    #[error("cannot rename {from} to {to}: {source}")]
+    #[error("cannot rename {from} to {to}: {error}")]
     Rename {
         /// The temporary file.
         from: PathBuf,
         /// The checkpoint file.
         to: PathBuf,
         /// The I/O error.
-        source: io::Error,
+        error: io::Error,
     },
     /// Syncing the directory failed, so the rename may not survive a power
     /// loss.
-    #[error("cannot sync directory {path}: {source}")]
+    #[error("cannot sync directory {path}: {error}")]
     SyncDir {
         /// The directory.
         path: PathBuf,
         /// The I/O error.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -245,7 +245,7 @@ impl CheckpointFile {
             Err(source) => {
                 return Err(LoadError::Read {
                     path: self.path.clone(),
-                    source,
+                    error: source,
                 })
             }
         };
@@ -348,7 +348,7 @@ impl CheckpointFile {
             self.saved = None;
             return Err(SaveError::Write {
                 path: self.journal.clone(),
-                source,
+                error: source,
             });
         }
         let Some(saved) = &mut self.saved else {
@@ -375,7 +375,7 @@ impl CheckpointFile {
         let header = format!("{JOURNAL_MAGIC} {id}\n");
         let write = |source| SaveError::Write {
             path: self.journal_temp.clone(),
-            source,
+            error: source,
         };
         fs::write(&self.journal_temp, &header).map_err(write)?;
         File::open(&self.journal_temp)
@@ -386,7 +386,7 @@ impl CheckpointFile {
         fs::rename(&self.journal_temp, &self.journal).map_err(|source| SaveError::Rename {
             from: self.journal_temp.clone(),
             to: self.journal.clone(),
-            source,
+            error: source,
         })?;
         self.sync_dir()?;
         self.saved = Some(Saved {
@@ -418,7 +418,7 @@ impl CheckpointFile {
         let bytes = &out[start..];
         let write = |source| SaveError::Write {
             path: self.temp.clone(),
-            source,
+            error: source,
         };
         let mut file = OpenOptions::new()
             .write(true)
@@ -432,7 +432,7 @@ impl CheckpointFile {
         fs::rename(&self.temp, &self.path).map_err(|source| SaveError::Rename {
             from: self.temp.clone(),
             to: self.path.clone(),
-            source,
+            error: source,
         })?;
         // The rename lives in the directory: without this fsync a power loss
         // could bring back the old checkpoints, or none at all.
@@ -446,7 +446,7 @@ impl CheckpointFile {
             .and_then(|d| d.sync_all())
             .map_err(|source| SaveError::SyncDir {
                 path: self.dir.clone(),
-                source,
+                error: source,
             })
     }
 }
@@ -583,7 +583,7 @@ fn decode<'b>(bytes: &'b [u8], path: &Path) -> Result<(Checkpoints, &'b [u8]), L
     }
     let checkpoints = serde_json::from_slice(body).map_err(|source| LoadError::Body {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })?;
     Ok((checkpoints, body))
 }

@@ -154,12 +154,12 @@ impl TailerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// A glob does not parse.
-    #[error("invalid glob {pattern:?}: {source}")]
+    #[error("invalid glob {pattern:?}: {error}")]
     Glob {
         /// The pattern.
         pattern: String,
         /// What is wrong with it.
-        source: globset::Error,
+        error: globset::Error,
     },
     /// An include pattern is relative, so where to look would depend on the
     /// working directory.
@@ -171,7 +171,7 @@ pub enum BuildError {
     /// The patterns parse one by one but not as one set (the regex they
     /// make together is too large).
     #[error("the glob patterns together are too large to match: {0}")]
-    Set(#[source] globset::Error),
+    Set(globset::Error),
     /// `max_line_bytes`, `read_buffer_bytes` or a multiline limit is 0.
     #[error("{key} must be at least 1")]
     Zero {
@@ -183,12 +183,12 @@ pub enum BuildError {
     #[error("multiline joining does not apply to a container log format")]
     MultilineAndFormat,
     /// `multiline`'s start pattern is not a regular expression.
-    #[error("invalid multiline start pattern {pattern:?}: {source}")]
+    #[error("invalid multiline start pattern {pattern:?}: {error}")]
     Regex {
         /// The pattern.
         pattern: String,
         /// What is wrong with it.
-        source: regex::Error,
+        error: regex::Error,
     },
 }
 
@@ -197,32 +197,32 @@ pub enum BuildError {
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
     /// Listing a directory failed.
-    #[error("cannot list directory {path}: {source}")]
+    #[error("cannot list directory {path}: {error}")]
     ReadDir {
         /// The directory.
         path: PathBuf,
         /// The I/O error.
-        source: io::Error,
+        error: io::Error,
     },
     /// Opening or reading the head of a matching file failed.
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}: {error}")]
     Open {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
 /// An open file that [`Tailer::poll`] could not read this time; it stays
 /// open and is tried again by the next poll.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read {path}: {source}")]
+#[error("cannot read {path}: {error}")]
 pub struct ReadError {
     /// The path the file was last seen at.
     pub path: PathBuf,
     /// The I/O error.
-    pub source: io::Error,
+    pub error: io::Error,
 }
 
 /// Names one file, from the moment it is found until it is closed or
@@ -598,7 +598,7 @@ impl Tailer {
                     crate::multiline::Rule::Start(p) => p.clone(),
                     crate::multiline::Rule::Preset(p) => format!("{p:?}"),
                 },
-                source,
+                error: source,
             })?),
         };
         let glob = |pattern: &str| {
@@ -607,7 +607,7 @@ impl Tailer {
                 .build()
                 .map_err(|source| BuildError::Glob {
                     pattern: pattern.to_owned(),
-                    source,
+                    error: source,
                 })
         };
         let set = |b: GlobSetBuilder| b.build().map_err(BuildError::Set);
@@ -762,7 +762,10 @@ impl Tailer {
                     skipped.insert(id);
                 }
                 Ok(Opened::NotAFile) => {}
-                Err(source) => errors.push(ScanError::Open { path, source }),
+                Err(source) => errors.push(ScanError::Open {
+                    path,
+                    error: source,
+                }),
             }
         }
         // Compressed files no longer found are forgotten, so that a new file
@@ -1197,7 +1200,10 @@ impl Tailer {
                 Ok(file) => file,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(source) => {
-                    report.errors.push(ReadError { path, source });
+                    report.errors.push(ReadError {
+                        path,
+                        error: source,
+                    });
                     continue;
                 }
             };
@@ -1347,7 +1353,10 @@ impl Tailer {
                     // A directory that does not exist yet may come later.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(source) => {
-                        errors.push(ScanError::ReadDir { path: dir, source });
+                        errors.push(ScanError::ReadDir {
+                            path: dir,
+                            error: source,
+                        });
                         continue;
                     }
                 };
@@ -1591,7 +1600,7 @@ impl PollCtx<'_> {
             Err(source) => {
                 self.report.errors.push(ReadError {
                     path: w.path.clone(),
-                    source,
+                    error: source,
                 });
                 return Fate::Keep;
             }

@@ -121,7 +121,7 @@ pub enum WatchError {
     /// The inotify instance could not be made (the per-user cap on
     /// instances, `fs.inotify.max_user_instances`, is the usual cause).
     #[error("cannot start inotify: {0}")]
-    Init(#[source] io::Error),
+    Init(io::Error),
     /// The kernel's cap on watches is reached.
     #[error(
         "cannot watch {path:?}: the inotify watch limit is reached (raise \
@@ -133,25 +133,24 @@ pub enum WatchError {
         path: PathBuf,
     },
     /// Any other refusal (permissions, the path is not a directory...).
-    #[error("cannot watch {path:?}: {source}")]
+    #[error("cannot watch {path:?}: {error}")]
     Add {
         /// The directory left unwatched.
         path: PathBuf,
         /// What the kernel said.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
 }
 
 /// Why [`Watcher::drain`] failed: reading the inotify fd.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read inotify events: {0}")]
-pub struct DrainError(#[source] io::Error);
+pub struct DrainError(io::Error);
 
 /// Why [`Watcher::wait`] failed: `poll(2)` on the inotify fd.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot wait for inotify events: {0}")]
-pub struct WaitError(#[source] io::Error);
+pub struct WaitError(io::Error);
 
 /// The inotify watches over the directories of one source's include globs.
 #[derive(Debug)]
@@ -527,16 +526,16 @@ fn refused(dir: &Path, e: Errno) -> WatchError {
         },
         e => WatchError::Add {
             path: dir.to_path_buf(),
-            source: e.into(),
+            error: e.into(),
         },
     }
 }
 
 /// The directory went away before it could be watched.
 fn is_gone(e: &WatchError) -> bool {
-    matches!(e, WatchError::Add { source, .. }
-        if source.kind() == io::ErrorKind::NotFound
-            || source.raw_os_error() == Some(Errno::ENOTDIR as i32))
+    matches!(e, WatchError::Add { error, .. }
+        if error.kind() == io::ErrorKind::NotFound
+            || error.raw_os_error() == Some(Errno::ENOTDIR as i32))
 }
 
 impl AsFd for Watcher {

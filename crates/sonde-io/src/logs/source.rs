@@ -168,12 +168,12 @@ impl RunningSource {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The checkpoint directory could not be made.
-    #[error("cannot make the checkpoint directory {path}: {source}")]
+    #[error("cannot make the checkpoint directory {path}: {error}")]
     Dir {
         /// The directory.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The source's name cannot name a checkpoint file.
     #[error(transparent)]
@@ -199,7 +199,7 @@ pub fn spawn(
 ) -> Result<RunningSource, StartError> {
     std::fs::create_dir_all(&config.checkpoint_dir).map_err(|source| StartError::Dir {
         path: config.checkpoint_dir.clone(),
-        source,
+        error: source,
     })?;
     let store = CheckpointFile::new(&config.checkpoint_dir, &config.info.name)?;
     // The globs are checked here, so that a bad one fails the start; the

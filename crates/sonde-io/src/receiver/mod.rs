@@ -156,12 +156,12 @@ impl Drop for SocketFile {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     /// The socket could not be created or bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Io {
         /// The address.
         addr: String,
         /// What the OS said.
-        source: io::Error,
+        error: io::Error,
     },
     /// A live process already serves the unix socket file.
     #[error("cannot listen on {0}: another process is serving that socket file")]
@@ -216,7 +216,7 @@ fn clear_stale(path: &Path, ty: Type, addr: &ListenAddr) -> Result<(), BindError
         Err(source) => {
             return Err(BindError::Io {
                 addr: addr.to_string(),
-                source,
+                error: source,
             })
         }
     };
@@ -225,18 +225,18 @@ fn clear_stale(path: &Path, ty: Type, addr: &ListenAddr) -> Result<(), BindError
     }
     let probe = Socket::new(Domain::UNIX, ty, None).map_err(|source| BindError::Io {
         addr: addr.to_string(),
-        source,
+        error: source,
     })?;
     let target = SockAddr::unix(path).map_err(|source| BindError::Io {
         addr: addr.to_string(),
-        source,
+        error: source,
     })?;
     if probe.connect(&target).is_ok() {
         return Err(BindError::InUse(addr.to_string()));
     }
     std::fs::remove_file(path).map_err(|source| BindError::Io {
         addr: addr.to_string(),
-        source,
+        error: source,
     })
 }
 
@@ -263,7 +263,7 @@ pub fn bind(addr: &ListenAddr, options: SocketOptions) -> Result<Vec<Bound>, Bin
     if !matches!(addr, ListenAddr::Udp(_)) {
         return Err(BindError::Io {
             addr: addr.to_string(),
-            source: io::Error::new(
+            error: io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "several workers need a udp:// address",
             ),
@@ -286,7 +286,7 @@ fn bind_one(
 ) -> Result<Bound, BindError> {
     let err = |source| BindError::Io {
         addr: addr.to_string(),
-        source,
+        error: source,
     };
     let (socket, file) = match addr {
         ListenAddr::Udp(a) | ListenAddr::Tcp(a) => {

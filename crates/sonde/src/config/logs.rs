@@ -435,12 +435,12 @@ fn tailer_error(
             .unwrap_or_else(|| (format!("logs[{i}].include"), s.include.span()))
     };
     match e {
-        BuildError::Glob { pattern, source } => {
+        BuildError::Glob { pattern, error } => {
             let (key, span) = find(&pattern);
             src.error(
                 span,
                 key,
-                format!("{pattern:?} is not a glob: {}", source.kind()),
+                format!("{pattern:?} is not a glob: {}", error.kind()),
                 "write a glob like \"/var/log/app/*.log\" or \"/var/log/**/*.log\"; escape a literal `*`, `?`, `[` or `{` as [*], [?], [[] or [{]",
             )
         }
@@ -459,7 +459,7 @@ fn tailer_error(
             format!("the patterns together are too large to match: {source}"),
             "use fewer or simpler patterns, or split them over two sources",
         ),
-        BuildError::Regex { pattern, source } => {
+        BuildError::Regex { pattern, error } => {
             let start = s
                 .multiline
                 .as_ref()
@@ -467,7 +467,7 @@ fn tailer_error(
             src.error(
                 start.map_or_else(|| s.name.span(), Spanned::span),
                 format!("logs[{i}].multiline.start"),
-                format!("{pattern:?} is not a regular expression: {source}"),
+                format!("{pattern:?} is not a regular expression: {error}"),
                 "write a pattern in Rust regex syntax, like '^\\d{4}-\\d{2}-\\d{2}' (in single quotes, so that TOML keeps the backslashes)",
             )
         }
