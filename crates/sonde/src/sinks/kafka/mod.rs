@@ -163,6 +163,36 @@ fn topic_named(key: &str, t: &str) -> Result<String, ConfigError> {
     }
 }
 
+/// Checks one entry of `brokers`: `HOST:PORT`, as librdkafka's
+/// `bootstrap.servers` takes it, with no scheme and no path (librdkafka
+/// would take `kafka://a:9092` for a host named `kafka://a` and fail
+/// every lookup at run time); the error is the fix.
+fn broker(b: &str) -> Result<(), String> {
+    if let Some((scheme, rest)) = b.split_once("://") {
+        return Err(format!("write {rest:?}, without {scheme}://"));
+    }
+    let ok = match b.rsplit_once(':') {
+        Some((h, p)) => {
+            let bracketed = h.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+            let host_ok = match bracketed {
+                Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+                None => {
+                    !h.is_empty()
+                        && h.bytes()
+                            .all(|c| c.is_ascii_alphanumeric() || b"-._".contains(&c))
+                }
+            };
+            host_ok && p.parse::<u16>().is_ok_and(|p| p > 0)
+        }
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("write each broker as \"HOST:PORT\", like \"127.0.0.1:9092\" or \"kafka-1.example.com:9092\" (an IPv6 address in brackets: \"[::1]:9092\")".into())
+    }
+}
+
 /// Reads the sink's own keys.
 ///
 /// # Errors
@@ -181,23 +211,21 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         Some(toml::Value::Array(list)) if !list.is_empty() => {
             let mut brokers = Vec::new();
             for (i, b) in list.iter().enumerate() {
-                let valid = b.as_str().filter(|b| match b.rsplit_once(':') {
-                    Some((h, p)) => !h.is_empty() && !h.contains(',') && p.parse::<u16>().is_ok(),
-                    None => false,
-                });
-                match valid {
-                    Some(b) => brokers.push(b.to_string()),
-                    None => {
-                        return Err(ConfigError::new(
-                            format!("brokers[{i}]"),
-                            match b.as_str() {
-                                Some(b) => format!("{b:?} is not \"HOST:PORT\""),
-                                None => "a broker is not a string".to_string(),
-                            },
-                            format!("write each broker as a string, like {example}"),
-                        ))
-                    }
-                }
+                let Some(b) = b.as_str() else {
+                    return Err(ConfigError::new(
+                        format!("brokers[{i}]"),
+                        "a broker is not a string",
+                        format!("write each broker as a string, like {example}"),
+                    ));
+                };
+                broker(b).map_err(|fix| {
+                    ConfigError::new(
+                        format!("brokers[{i}]"),
+                        format!("{b:?} is not \"HOST:PORT\""),
+                        fix,
+                    )
+                })?;
+                brokers.push(b.to_string());
             }
             brokers
         }
@@ -443,6 +471,40 @@ mod tests {
         let c = producer_config(&k, s.net.as_ref().unwrap());
         assert_eq!(c.get("compression.type"), Some("zstd"));
         assert_eq!(c.get("compression.level"), Some("3"));
+    }
+
+    #[test]
+    fn brokers_are_host_port_without_a_scheme() {
+        let e = parse(&format!(
+            "{HEAD}brokers = [\"kafka://127.0.0.1:9092\"]\ntopic = \"logs\"\n"
+        ))
+        .unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].brokers[0]", Some(6)));
+        assert!(e.problem.contains("\"kafka://127.0.0.1:9092\""), "{e}");
+        assert_eq!(e.fix, "write \"127.0.0.1:9092\", without kafka://");
+        for bad in [
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "127.0.0.1:99999",
+            ":9092",
+            "a b:9092",
+            "k/1:9092",
+            "::1:9092",
+            "[nope]:9092",
+        ] {
+            let e = sink(&format!("brokers = [{bad:?}]\ntopic = \"logs\"\n")).unwrap_err();
+            assert_eq!(e.key, "sinks[0].brokers[0]", "{bad}");
+            assert!(e.fix.contains("\"HOST:PORT\""), "{bad}: {e}");
+        }
+        for good in [
+            "127.0.0.1:9092",
+            "kafka-1.example.com:9092",
+            "[::1]:9092",
+            "k_2:1",
+        ] {
+            sink(&format!("brokers = [{good:?}]\ntopic = \"logs\"\n"))
+                .unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
     }
 
     #[test]
