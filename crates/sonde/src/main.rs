@@ -42,10 +42,17 @@ use sonde::config;
 /// checkout), as `sonde --version` prints them.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SONDE_COMMIT"), ")");
 
-/// sonde: a host telemetry agent. Receives metrics over msgpack
-/// (metricserver2) and StatsD, aggregates them per window, writes them out.
+/// sonde: a host telemetry agent: metrics, logs and profiles of this host,
+/// sent where you choose.
+///
+/// It receives metrics (StatsD, DogStatsD and msgpack) and aggregates them
+/// per window, tails log files, and samples the host's CPU profile; sinks
+/// write them to the console, files, Prometheus, OTLP, InfluxDB, Graphite,
+/// HTTP, TCP or Kafka. Start with `sonde default-config > sonde.toml`, edit
+/// it, check it with `sonde validate sonde.toml`, and run it with `sonde
+/// run --config sonde.toml`.
 #[derive(Parser)]
-#[command(version = VERSION, about)]
+#[command(version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -53,10 +60,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the agent (the default command). Without --config it uses the
-    /// embedded defaults: msgpack on udp://127.0.0.1:9123 and
+    /// Run the agent (the default command).
+    ///
+    /// Without --config it runs the embedded defaults (`sonde
+    /// default-config` prints them): msgpack on udp://127.0.0.1:9123 and
     /// unixgram:///tmp/metric.sock, StatsD on udp://127.0.0.1:8125, 30 s
-    /// windows printed to the console.
+    /// windows printed to the console. The config is checked as `sonde
+    /// validate` checks it before anything starts. SIGHUP reloads the
+    /// file; SIGTERM and SIGINT flush and stop.
+    ///
+    /// The agent's own log goes to stderr at level `info`; the SONDE_LOG
+    /// environment variable sets another level or filter, as
+    /// `SONDE_LOG=debug` or `SONDE_LOG=info,sonde_io=debug`.
     Run {
         /// The configuration file (TOML).
         #[arg(long, short)]
@@ -66,7 +81,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
     },
-    /// Check a configuration file and exit non-zero naming the problem.
+    /// Check a configuration file without starting anything.
+    ///
+    /// Checks what the agent would refuse at start: the TOML, every key
+    /// and value, how sinks and sources connect, and what the config needs
+    /// of this host (users and groups of unix sockets, the directories of
+    /// file sinks, agent.data_dir when something keeps data there). Run it
+    /// as the user the agent runs as. Exits non-zero naming the key, its
+    /// line and the fix.
     Validate {
         /// The configuration file (TOML).
         #[arg(value_name = "FILE", required_unless_present = "config")]
@@ -75,22 +97,35 @@ enum Command {
         #[arg(long, short, conflicts_with = "file")]
         config: Option<PathBuf>,
     },
-    /// Print the embedded default configuration.
+    /// Print the embedded default configuration, a starting point for a
+    /// file of your own.
     DefaultConfig,
-    /// Send one point to a running agent.
+    /// Send one metric point to a running agent.
     Send(send::SendArgs),
     /// Drive a running agent with a load and report loss, CPU and memory.
     Bench(bench::BenchArgs),
     /// Sample every process's stacks for a while and print the functions
-    /// that took the most CPU (needs perf-event permission: root,
-    /// CAP_PERFMON, or kernel.perf_event_paranoid <= 0).
+    /// that took the most CPU, or read the agent's stored profiles.
+    ///
+    /// Sampling needs perf-event permission: root, CAP_PERFMON, or
+    /// kernel.perf_event_paranoid <= 0.
     Profile(Box<profile::ProfileArgs>),
 }
 
-fn load(path: &PathBuf) -> anyhow::Result<config::Config> {
+/// Reads and parses a configuration file, without looking at the host:
+/// for commands that only read settings from it (`sonde profile`).
+fn read(path: &PathBuf) -> anyhow::Result<config::Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file {}", path.display()))?;
     config::parse(&text).with_context(|| format!("invalid config file {}", path.display()))
+}
+
+/// Reads a configuration file and checks it, and what it needs of this
+/// host ([`config::load`]): `sonde validate`, `sonde run` and every reload.
+fn load(path: &PathBuf) -> anyhow::Result<config::Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    config::load(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
 /// `--log-format`.
@@ -129,7 +164,7 @@ fn main() -> ExitCode {
             init_logging(log_format);
             match &config {
                 Some(path) => load(path),
-                None => config::parse(config::DEFAULT_CONFIG).context("embedded default config"),
+                None => config::load(config::DEFAULT_CONFIG).context("embedded default config"),
             }
             .and_then(|c| run::run(c, config))
         }

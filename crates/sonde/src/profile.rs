@@ -108,7 +108,7 @@ impl StoreArgs {
     fn store(&self) -> anyhow::Result<Store> {
         let data_dir = match (&self.data_dir, &self.config) {
             (Some(d), _) => d.clone(),
-            (None, Some(c)) => crate::load(c)?.agent.data_dir,
+            (None, Some(c)) => crate::read(c)?.agent.data_dir,
             (None, None) => sonde::config::AgentSection::default().data_dir,
         };
         Ok(Store::reader(&data_dir))
@@ -123,7 +123,7 @@ impl StoreArgs {
     /// else the kernel's host name.
     fn host(&self) -> anyhow::Result<String> {
         let configured = match &self.config {
-            Some(c) => crate::load(c)?.agent.hostname.map(|h| h.into_inner()),
+            Some(c) => crate::read(c)?.agent.hostname.map(|h| h.into_inner()),
             None => None,
         };
         Ok(configured
@@ -164,7 +164,7 @@ impl Output {
     /// The prices of the flags, else of `[profiler]` in --config.
     fn prices(&self, store: &StoreArgs) -> anyhow::Result<Prices> {
         let configured = match &store.config {
-            Some(c) => crate::load(c)?
+            Some(c) => crate::read(c)?
                 .profiler
                 .map(|p| p.prices)
                 .unwrap_or_default(),
@@ -221,8 +221,12 @@ enum ProfileCommand {
         out: Output,
         #[command(flatten)]
         written: Files,
-        #[command(flatten)]
-        store: StoreArgs,
+        // Not StoreArgs: merge reads no store, so --data-dir would do
+        // nothing.
+        /// The agent's configuration file, for the prices of its
+        /// `[profiler]` (see --core-cost-per-hour).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -250,15 +254,19 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
             select,
             out,
             written,
-            store,
+            config,
         }) => {
+            let store = StoreArgs {
+                config: config.clone(),
+                data_dir: None,
+            };
             let profile = merge(files, &select.select()?)?;
             let title = format!(
                 "sonde profile merge: {} samples from {} hosts",
                 profile.samples(),
                 profile.hosts().len()
             );
-            return show(profile, out, written, store, None, title);
+            return show(profile, out, written, &store, None, title);
         }
         None => {}
     }

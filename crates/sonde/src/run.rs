@@ -42,7 +42,7 @@ use std::thread::JoinHandle;
 use anyhow::Context;
 use sd_notify::NotifyState;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use sonde::config::{Config, Receiver, Sink};
+use sonde::config::{self, Config, ConfigError, Receiver, Sink};
 use sonde::sinks::Start;
 use sonde_aggregate::AggregateConfig;
 use sonde_io::flusher::{self, Flusher, FlusherCommand};
@@ -107,6 +107,47 @@ fn bind(r: &Receiver) -> anyhow::Result<Vec<Bound>> {
         "listening"
     );
     Ok(socks)
+}
+
+/// A receiver that cannot bind, as an error at its `listen` with the fix;
+/// other errors (its socket file's owner or group, which loading the
+/// config checks) as they are.
+fn bind_error(config: &Config, i: usize, r: &Receiver, e: anyhow::Error) -> anyhow::Error {
+    let fix = match e.downcast_ref::<receiver::BindError>() {
+        Some(receiver::BindError::Io { error, .. }) => {
+            config::listen_fix(error, r.listen.unix_path().is_some())
+        }
+        Some(receiver::BindError::InUse(_)) => {
+            "another process (a second agent?) serves that socket file: stop it, or choose another path"
+        }
+        Some(receiver::BindError::NotSocket(_)) => {
+            "listen on a path of its own: the agent replaces a stale socket file there, never another file"
+        }
+        None => return e,
+    };
+    config
+        .error(format!("receivers[{i}].listen"), format!("{e:#}"), fix)
+        .into()
+}
+
+/// A start error that names a key ([`sonde::sinks::Start::key`]), placed
+/// at the key's line; others as they are.
+fn placed(config: &Config, e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<ConfigError>() {
+        Ok(c) => config.error(c.key, c.problem, c.fix).into(),
+        Err(e) => e,
+    }
+}
+
+/// A log source whose checkpoint directory cannot be made, as an error
+/// at `agent.data_dir` with the fix; other errors as they are.
+fn checkpoint_error(config: &Config, e: anyhow::Error) -> anyhow::Error {
+    match e.downcast_ref::<logs::source::StartError>() {
+        Some(logs::source::StartError::Dir { .. }) => config
+            .error("agent.data_dir", format!("{e:#}"), config::DATA_DIR_FIX)
+            .into(),
+        _ => e,
+    }
 }
 
 /// Starts the workers of a bound receiver.
@@ -176,6 +217,7 @@ fn start_sink(
     stats: Option<Arc<SinkStats>>,
     sources: &[SourceInfo],
     host: &str,
+    key: &str,
 ) -> anyhow::Result<Started> {
     let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(s.name.clone())));
     let taken: Vec<SourceInfo> = s
@@ -187,6 +229,7 @@ fn start_sink(
         sites,
         sources: &taken,
         host,
+        key,
     };
     let running = (s.kind.start)(s, &mut start)?;
     let windows = if s.takes_metrics() {
@@ -390,14 +433,23 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let mut bound = Vec::new();
     // The first window covers the time from here (see sonde_io::flusher).
     let receiving_since = std::time::SystemTime::now();
-    for r in &config.receivers {
-        bound.push((r, bind(r)?));
+    for (i, r) in config.receivers.iter().enumerate() {
+        let socks = bind(r).map_err(|e| bind_error(&config, i, r, e))?;
+        bound.push((r, socks));
     }
 
     let mut sites = Vec::new();
     if let Some(admin) = config.agent.admin() {
-        let l = http::bind(admin)
-            .with_context(|| format!("cannot listen on agent.admin_listen {admin}"))?;
+        let l = http::bind(admin).map_err(|e| {
+            config.error(
+                "agent.admin_listen",
+                format!("cannot listen on {admin}: {e}"),
+                format!(
+                    "{}; or write admin_listen = \"\" to turn the admin listener off",
+                    config::listen_fix(&e, false)
+                ),
+            )
+        })?;
         tracing::info!(address = %admin, "admin listening on /health and /metrics");
         let admin = sonde_io::http::Admin {
             telemetry: Arc::clone(&telemetry),
@@ -425,14 +477,16 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let mut handles = Vec::new();
     let mut sinks = Vec::new();
     let mut log_inputs = Vec::new();
-    for s in &config.sinks {
-        let started = start_sink(s, &mut sites, None, &infos, &host)?;
+    for (i, s) in config.sinks.iter().enumerate() {
+        let started = start_sink(s, &mut sites, None, &infos, &host, &format!("sinks[{i}]"))
+            .map_err(|e| placed(&config, e))?;
         lock(&telemetry.sinks).push(Arc::clone(&started.running.stats));
         handles.extend(started.windows);
         log_inputs.extend(started.logs);
         sinks.push(started.running);
     }
-    let (mut sources, rest) = start_sources(&config, &infos, log_inputs, &telemetry)?;
+    let (mut sources, rest) = start_sources(&config, &infos, log_inputs, &telemetry)
+        .map_err(|e| checkpoint_error(&config, e))?;
     wait_ready(&mut sources, &config);
     let (events, events_source) = start_events(&infos, rest, &telemetry)?.unzip();
 
@@ -647,8 +701,15 @@ fn reload(
         let name = s.name.clone();
         // The same name keeps its counters.
         let stats = old_stats.iter().find(|o| o.name == name).cloned();
+        let key = new
+            .sinks
+            .iter()
+            .position(|n| std::ptr::eq(n, s))
+            .map_or_else(|| "sinks".to_string(), |i| format!("sinks[{i}]"));
         // [agent] changes apply at the next start: the old host name.
-        match start_sink(s, &mut Vec::new(), stats, &[], &agent_host(old)) {
+        match start_sink(s, &mut Vec::new(), stats, &[], &agent_host(old), &key)
+            .map_err(|e| placed(new, e))
+        {
             Ok(started) => {
                 lock(&ctx.telemetry.sinks).push(Arc::clone(&started.running.stats));
                 handles.extend(started.windows);

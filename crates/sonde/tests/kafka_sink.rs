@@ -49,6 +49,7 @@ fn start(sink: &Sink, source: &SourceInfo) -> (Running, Arc<SinkStats>) {
             sites: &mut sites,
             sources: std::slice::from_ref(source),
             host: "web-1",
+            key: "sinks[0]",
         },
     )
     .unwrap();

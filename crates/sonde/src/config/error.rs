@@ -142,17 +142,40 @@ impl<'a> Source<'a> {
     /// (`[agent]`, the third `[[sinks]]` as `sinks[2]`) and the key the
     /// line sets, if any.
     pub(crate) fn key_path(&self, line: usize) -> String {
+        // A line past the end (a span at the end of the file) is in the
+        // last table.
+        let mut table = String::new();
+        for (i, (t, path)) in self.paths().enumerate() {
+            if i + 1 == line {
+                return path;
+            }
+            table = t;
+        }
+        table
+    }
+
+    /// The line (from 1) that sets `key` (a path as [`Source::key_path`]
+    /// gives it), or the header of the table `key` names; `None` when the
+    /// file leaves it out.
+    pub(crate) fn line_of_key(&self, key: &str) -> Option<usize> {
+        self.paths().position(|(_, p)| p == key).map(|i| i + 1)
+    }
+
+    /// The table and the path of each line in turn, as
+    /// [`Source::key_path`] gives it.
+    fn paths(&self) -> impl Iterator<Item = (String, String)> + '_ {
         let mut table = String::new();
         let mut counts: std::collections::HashMap<String, usize> = Default::default();
-        let mut key = None;
-        for (i, l) in self.text.lines().take(line).enumerate() {
+        self.text.lines().map(move |l| {
             let l = l.trim();
             if let Some(h) = l.strip_prefix("[[").and_then(|r| r.split_once("]]")) {
                 let name = h.0.trim().to_string();
                 let n = counts.entry(name.clone()).or_insert(0);
                 table = format!("{name}[{n}]");
                 *n += 1;
-            } else if let Some(h) = l.strip_prefix('[').and_then(|r| r.split_once(']')) {
+                return (table.clone(), table.clone());
+            }
+            if let Some(h) = l.strip_prefix('[').and_then(|r| r.split_once(']')) {
                 // A table inside the last element of an array of tables
                 // (`[logs.multiline]` after the first `[[logs]]`) is
                 // `logs[0].multiline`.
@@ -162,18 +185,19 @@ impl<'a> Source<'a> {
                     Some(format!("{}[{}]{}", &name[..dot], n - 1, &name[dot..]))
                 });
                 table = within.unwrap_or_else(|| name.to_string());
-            } else if i + 1 == line {
-                key = l
-                    .split_once('=')
-                    .map(|(k, _)| k.trim().trim_matches('"').to_string())
-                    .filter(|k| !k.is_empty() && !k.starts_with('#'));
+                return (table.clone(), table.clone());
             }
-        }
-        match (table.is_empty(), key) {
-            (_, None) => table,
-            (true, Some(k)) => k,
-            (false, Some(k)) => format!("{table}.{k}"),
-        }
+            let key = l
+                .split_once('=')
+                .map(|(k, _)| k.trim().trim_matches('"').to_string())
+                .filter(|k| !k.is_empty() && !k.starts_with('#'));
+            let path = match (table.is_empty(), key) {
+                (_, None) => table.clone(),
+                (true, Some(k)) => k,
+                (false, Some(k)) => format!("{table}.{k}"),
+            };
+            (table.clone(), path)
+        })
     }
 
     /// A TOML syntax or type error, placed at the key it names.

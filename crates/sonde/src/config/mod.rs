@@ -7,10 +7,14 @@
 //! [`logs`], [`histograms`], and the sinks theirs in [`crate::sinks`],
 //! where each sink type's keys are described once. What ties sections
 //! together (which sink takes which source) is checked here, in [`parse`].
+//! What a config needs of the host it runs on (users, groups, writable
+//! directories) is checked by [`check_host`], apart, so that [`parse`]
+//! stays pure; [`load`] runs both, for `sonde validate` and `sonde run`.
 
 pub mod agent;
 mod error;
 pub mod histograms;
+mod host;
 pub mod logs;
 pub mod profiler;
 pub mod receivers;
@@ -27,6 +31,7 @@ pub use self::agent::AgentSection;
 pub use self::error::ConfigError;
 pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
+pub use self::host::{check_host, DATA_DIR_FIX};
 pub use self::logs::{LogSection, LogSource};
 pub use self::profiler::{Profiler, ProfilerSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
@@ -89,6 +94,36 @@ pub struct Config {
     pub aggregate: AggregateConfig,
     /// The host profiler, when `[profiler]` turns it on.
     pub profiler: Option<Profiler>,
+    /// The file's text, to place errors found later ([`Config::error`]).
+    text: String,
+}
+
+impl Config {
+    /// An error about `key` (a path like `receivers[0].listen`), at the
+    /// line that sets it when the file does: for problems found after
+    /// [`parse`], by [`check_host`] or when the agent starts.
+    pub fn error(
+        &self,
+        key: impl Into<String>,
+        problem: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> ConfigError {
+        let key = key.into();
+        let src = Source { text: &self.text };
+        src.at(src.line_of_key(&key), ConfigError::new(key, problem, fix))
+    }
+}
+
+/// [`parse`], then [`check_host`]: what `sonde validate` checks and what
+/// `sonde run` loads.
+///
+/// # Errors
+///
+/// The first problem either finds.
+pub fn load(text: &str) -> Result<Config, ConfigError> {
+    let config = parse(text)?;
+    check_host(&config)?;
+    Ok(config)
 }
 
 /// True for addresses only this host can reach: `127.0.0.0/8`, `::1`,
@@ -113,6 +148,27 @@ pub(crate) fn check_loopback(allowed: bool, addr: std::net::SocketAddr) -> Resul
         format!("{addr} is reachable from other hosts"),
         "listen on 127.0.0.1 or ::1, or set `allow_non_loopback = true` in [agent] to allow it",
     ))
+}
+
+/// The fix for a listen address the agent could not bind at start (`unix`
+/// for a unix socket file), by what the OS said.
+pub fn listen_fix(e: &std::io::Error, unix: bool) -> &'static str {
+    use std::io::ErrorKind;
+    match (e.kind(), unix) {
+        (ErrorKind::AddrInUse, false) => {
+            "another process listens there (`ss -ltunp` shows which): stop it, or choose another port"
+        }
+        (ErrorKind::PermissionDenied, false) => {
+            "a port below 1024 needs root or CAP_NET_BIND_SERVICE: choose a port above 1023, or give sonde the capability"
+        }
+        (ErrorKind::AddrNotAvailable, false) => {
+            "the address is not one of this host's: write 127.0.0.1, ::1 or one that `ip addr` lists"
+        }
+        (_, true) => {
+            "make the socket file's directory writable by the user sonde runs as, or listen on a path in one it can write (like /run/sonde)"
+        }
+        _ => "choose another address",
+    }
 }
 
 /// Parses and validates a configuration file's text.
@@ -180,6 +236,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         sinks,
         aggregate,
         profiler,
+        text: text.to_string(),
     })
 }
 
@@ -443,6 +500,46 @@ mod tests {
         let (g, _) =
             net("type = \"graphite\"\naddress = \"127.0.0.1:2003\"\nname = \"carbon-a\"\n");
         assert_eq!((g.name.as_str(), g.kind.name), ("carbon-a", "graphite"));
+    }
+
+    #[test]
+    fn every_sink_type_takes_a_name_and_no_two_sinks_share_one() {
+        for (ty, own) in [
+            ("console", ""),
+            ("file", "path = \"/tmp/points.jsonl\"\n"),
+            ("prometheus_exporter", "listen = \"127.0.0.1:9102\"\n"),
+            ("blackhole", ""),
+            ("tcp", "address = \"127.0.0.1:9000\"\n"),
+        ] {
+            let c = parse(&format!(
+                "{MIN}[[sinks]]\ntype = \"{ty}\"\n{own}name = \"mine\"\n"
+            ))
+            .unwrap_or_else(|e| panic!("{ty}: {e}"));
+            assert_eq!(c.sinks[1].name, "mine", "{ty}");
+        }
+        assert_eq!(
+            parse(&format!(
+                "{MIN}[[sinks]]\ntype = \"file\"\npath = \"/tmp/p\"\n"
+            ))
+            .unwrap()
+            .sinks[1]
+                .name,
+            "file:/tmp/p"
+        );
+        // Two consoles would label their series alike on /metrics.
+        let e = err(&format!("{MIN}[[sinks]]\ntype = \"console\"\n"));
+        assert_eq!((e.key.as_str(), e.line), ("sinks[1].name", Some(6)));
+        assert!(e.problem.contains("sinks[0]"), "{e}");
+        parse(&format!(
+            "{MIN}[[sinks]]\ntype = \"console\"\nname = \"second\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            at(&format!(
+                "{MIN}[[sinks]]\ntype = \"file\"\npath = \"a\"\nname = \"\"\n"
+            )),
+            key("sinks[1].name", 9)
+        );
     }
 
     #[test]
@@ -1014,7 +1111,7 @@ mod tests {
     fn a_sink_type_without_metrics_needs_inputs() {
         // `inputs` left out: the error is at the sink's table.
         let e = app_err(
-            "[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app\"]\n[[sinks]]\ntype = \"logs_only\"\n",
+            "[[sinks]]\ntype = \"logs_only\"\ninputs = [\"app\"]\n[[sinks]]\ntype = \"logs_only\"\nname = \"b\"\n",
         );
         assert_eq!((e.key.as_str(), e.line), ("sinks[1].inputs", Some(7)));
         assert!(e.problem.contains("metric windows"), "{e}");

@@ -6,30 +6,21 @@ use std::sync::Arc;
 use sonde_io::logs;
 use sonde_io::sink::{self, Discard};
 
-use crate::config::ConfigError;
-
 use super::{Input, Running, Sink, SinkType, Start, Transport};
 
-/// `type = "blackhole"`: `name` (optional, default `blackhole`) tells two
-/// blackholes apart on `/metrics`.
+/// `type = "blackhole"`; `name` (default `blackhole`) tells two apart on
+/// `/metrics`.
 pub static TYPE: SinkType = SinkType {
     name: "blackhole",
     accepts: &[Input::Metrics, Input::Logs],
     transport: Transport::Local,
     compressions: &[],
     headers: &[],
-    keys: &["name"],
-    check,
+    keys: &[],
+    check: super::no_own_keys,
     start,
     reloads: true,
 };
-
-fn check(s: &mut Sink) -> Result<(), ConfigError> {
-    if s.options.contains_key("name") {
-        s.name = s.required("name", "\"null\"")?.to_string();
-    }
-    Ok(())
-}
 
 fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut running: Running = sink::spawn(Discard, Arc::clone(&st.stats))?.into();

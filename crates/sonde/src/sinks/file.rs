@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
 use sonde_io::logs::deliver::{self, Text};
 use sonde_io::sink;
 
@@ -25,6 +24,9 @@ pub static TYPE: SinkType = SinkType {
     reloads: true,
 };
 
+/// What to do about a `path` that cannot be opened.
+pub(crate) const FIX: &str = "make its directory writable by the user sonde runs as, or write a path in a directory it can write";
+
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
     let path = s.required("path", "\"/var/log/sonde/metrics.jsonl\"")?;
     s.name = format!("file:{}", Path::new(path).display());
@@ -33,8 +35,14 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let path = Path::new(s.option("path").unwrap_or_default());
-    let f =
-        sink::File::open(path).with_context(|| format!("opening file sink {}", path.display()))?;
+    let cannot_open = |e: std::io::Error| {
+        ConfigError::new(
+            format!("{}.path", st.key),
+            format!("cannot open {}: {e}", path.display()),
+            FIX,
+        )
+    };
+    let f = sink::File::open(path).map_err(cannot_open)?;
     let mut running: Running = sink::spawn(f, Arc::clone(&st.stats))?.into();
     if !st.sources.is_empty() {
         // A handle of its own in append mode: each write of whole records
@@ -44,7 +52,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
             .create(true)
             .append(true)
             .open(path)
-            .with_context(|| format!("opening file sink {}", path.display()))?;
+            .map_err(cannot_open)?;
         let (tx, thread) = deliver::spawn_local(f, Text::Json, Arc::clone(&st.stats))?;
         running.add_logs(st, &tx, thread);
     }

@@ -139,13 +139,12 @@ pub enum Transport {
 }
 
 /// Keys every sink takes, whatever its transport: what it takes
-/// (`inputs`).
-const COMMON_KEYS: &[&str] = &["inputs"];
+/// (`inputs`) and its name on `/metrics` and in logs (`name`).
+const COMMON_KEYS: &[&str] = &["inputs", "name"];
 
-/// Keys of every network sink: its name, compression, batching, retries
-/// and buffer (see [`NetSinkSection`]).
+/// Keys of every network sink: compression, batching, retries and buffer
+/// (see [`NetSinkSection`]).
 const NET_KEYS: &[&str] = &[
-    "name",
     "compression",
     "compression_level",
     "max_batch_points",
@@ -188,6 +187,11 @@ pub struct Start<'a> {
     /// The host the agent names (`agent.hostname`, else the kernel's
     /// host name): OTLP's `host.name`.
     pub host: &'a str,
+    /// The sink's table in the config (`sinks[1]`), to name the key a
+    /// failure to start is about: a start error that is a
+    /// [`ConfigError`] names the key and the fix, and the agent places it
+    /// at its line.
+    pub key: &'a str,
 }
 
 /// A started sink.
@@ -498,6 +502,22 @@ fn build(
         sink.net = Some(net);
     }
     (kind.check)(&mut sink)?;
+    // A network sink's `name` is read with its other common keys; a local
+    // sink's here, over the default its type's check chose.
+    if kind.transport == Transport::Local {
+        if let Some(v) = rest.get("name") {
+            match v.as_str() {
+                Some(n) if !n.is_empty() => sink.name = n.to_string(),
+                _ => {
+                    return Err(ConfigError::new(
+                        "name",
+                        "`name` is not a non-empty string",
+                        format!("write name = \"{}-1\", or leave it out", kind.name),
+                    ))
+                }
+            }
+        }
+    }
     Ok(sink)
 }
 
@@ -627,19 +647,19 @@ pub(crate) fn check(
                 ));
             }
         }
-        if sink.net.is_some() || sink.kind.keys.contains(&"name") {
-            if let Some(j) = names.insert(sink.name.clone(), i) {
-                return Err(place(
-                    src,
-                    i,
-                    &span,
-                    ConfigError::new(
-                        "name",
-                        format!("{:?} is also the name of sinks[{j}]", sink.name),
-                        "give each sink of a type a distinct `name`",
-                    ),
-                ));
-            }
+        // Names label the sinks' series on /metrics: two alike would be
+        // one series twice.
+        if let Some(j) = names.insert(sink.name.clone(), i) {
+            return Err(place(
+                src,
+                i,
+                &span,
+                ConfigError::new(
+                    "name",
+                    format!("{:?} is also the name of sinks[{j}]", sink.name),
+                    "give each sink of a type a distinct `name`",
+                ),
+            ));
         }
         sinks.push(sink);
     }

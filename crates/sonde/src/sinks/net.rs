@@ -326,10 +326,14 @@ fn open_disk(
     what: &str,
     stats: &SinkStats,
 ) -> anyhow::Result<Disk> {
-    let (disk, loaded) = Disk::open(dir, max_size, sync).with_context(|| {
-        format!(
-            "opening the disk buffer of sink {name:?} in {} (set agent.data_dir to a writable directory)",
-            dir.display()
+    let (disk, loaded) = Disk::open(dir, max_size, sync).map_err(|e| {
+        ConfigError::new(
+            "agent.data_dir",
+            format!(
+                "cannot open the disk buffer of sink {name:?} in {}: {e}",
+                dir.display()
+            ),
+            crate::config::DATA_DIR_FIX,
         )
     })?;
     if loaded.records > 0 {

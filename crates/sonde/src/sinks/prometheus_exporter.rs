@@ -36,8 +36,13 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let listen = s.listen.context("a prometheus_exporter without `listen`")?;
-    let l = http::bind(listen)
-        .with_context(|| format!("cannot listen on prometheus_exporter {listen}"))?;
+    let l = http::bind(listen).map_err(|e| {
+        ConfigError::new(
+            format!("{}.listen", st.key),
+            format!("cannot listen on {listen}: {e}"),
+            crate::config::listen_fix(&e, false),
+        )
+    })?;
     tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
     let expo = Exposition::default();
     st.sites.push((l, Site::Exporter(expo.clone())));

@@ -1,0 +1,316 @@
+//! What a valid config needs of the host it runs on: the users and groups
+//! it names, and the directories and files it writes.
+//!
+//! [`check_host`] runs after [`super::parse`], on `sonde validate` and on
+//! every start and reload (through the same loader), so that a config
+//! that cannot start says so before it starts, with the key, its line and
+//! the fix. It reads the user and group databases and looks at paths; it
+//! changes nothing.
+//!
+//! # Design
+//!
+//! It is a step of its own rather than a part of [`super::parse`], which
+//! stays pure: the unit tests, the doc examples and the fuzz target parse
+//! configs written for other hosts (a group `metrics`, a data directory
+//! under `/var/lib`), which are valid configs that this host merely cannot
+//! run.
+//!
+//! Whether a directory is writable is asked as the user running the check
+//! (`faccessat` with `AT_EACCESS`): run `sonde validate` as the user the
+//! agent runs as (the packaged unit's `ExecStartPre=` does), or as root.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+use super::{Config, ConfigError};
+use crate::sinks::Buffer;
+
+/// Checks what `config` needs of this host; see the module docs.
+///
+/// # Errors
+///
+/// The first problem, as a [`ConfigError`] naming the key, its line and
+/// the fix: a unix socket's `owner` or `group` that does not exist; a
+/// unix socket whose path is taken by something other than a socket; a
+/// file sink's
+/// `path` that cannot be opened for writing; an `agent.data_dir` that
+/// cannot be made or written, when a disk buffer, a log source or the
+/// profiler keeps data there.
+pub fn check_host(config: &Config) -> Result<(), ConfigError> {
+    for (i, r) in config.receivers.iter().enumerate() {
+        if let Some(o) = &r.owner {
+            sonde_io::receiver::user_id(o).map_err(|e| {
+                config.error(
+                    format!("receivers[{i}].owner"),
+                    lookup_problem(e, "user", o),
+                    "write a user of this host (`getent passwd` lists them) or a numeric uid, or remove `owner` for the agent's own user",
+                )
+            })?;
+        }
+        if let Some(g) = &r.group {
+            sonde_io::receiver::group_id(g).map_err(|e| {
+                config.error(
+                    format!("receivers[{i}].group"),
+                    lookup_problem(e, "group", g),
+                    format!("create it (`groupadd {g}`), write a group of this host (`getent group` lists them) or a numeric gid, or remove `group` for the agent's own group"),
+                )
+            })?;
+        }
+        if let Some(path) = r.listen.unix_path() {
+            // The socket file's directory is not checked: a service manager
+            // makes it as the agent starts (systemd's RuntimeDirectory=, a
+            // Kubernetes hostPath), after a check run at deploy time.
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if !m.file_type().is_socket() => {
+                    return Err(config.error(
+                        format!("receivers[{i}].listen"),
+                        format!("{} exists and is not a socket", path.display()),
+                        "listen on a path of its own: the agent replaces a stale socket file there, never another file",
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    for (i, s) in config.sinks.iter().enumerate() {
+        if s.kind.name != "file" {
+            continue;
+        }
+        let Some(path) = s.option("path").map(Path::new) else {
+            continue;
+        };
+        let problem = match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => Some(format!("{} is a directory", path.display())),
+            Ok(_) => writable(path)
+                .err()
+                .map(|e| format!("{} cannot be written: {e}", path.display())),
+            Err(_) => writable_dir(parent(path))
+                .err()
+                .map(|e| format!("cannot make {}: {e}", path.display())),
+        };
+        if let Some(problem) = problem {
+            return Err(config.error(format!("sinks[{i}].path"), problem, crate::sinks::file::FIX));
+        }
+    }
+    let uses = data_dir_uses(config);
+    if !uses.is_empty() {
+        let dir = &config.agent.data_dir;
+        if let Err(problem) = makeable_dir(dir) {
+            return Err(config.error(
+                "agent.data_dir",
+                format!(
+                    "{} (where {} keep their data): {problem}",
+                    dir.display(),
+                    uses.join(", ")
+                ),
+                DATA_DIR_FIX,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The fix for an `agent.data_dir` the agent cannot make or write.
+pub const DATA_DIR_FIX: &str = "make it writable by the user sonde runs as (e.g. `sudo install -d -o sonde /var/lib/sonde`), or set agent.data_dir to a directory it can write";
+
+/// What keeps data under `agent.data_dir`, for messages; empty when
+/// nothing does (the directory is then never made).
+fn data_dir_uses(config: &Config) -> Vec<&'static str> {
+    let mut uses = Vec::new();
+    if config
+        .sinks
+        .iter()
+        .any(|s| matches!(s.net.as_ref().map(|n| &n.buffer), Some(Buffer::Disk { .. })))
+    {
+        uses.push("disk buffers");
+    }
+    if !config.logs.is_empty() {
+        uses.push("log checkpoints");
+    }
+    if config.profiler.is_some() {
+        uses.push("profiles");
+    }
+    uses
+}
+
+/// The problem of a user or group lookup: no such name, or the database
+/// could not be read.
+fn lookup_problem(e: io::Error, what: &str, name: &str) -> String {
+    if e.kind() == io::ErrorKind::NotFound {
+        format!("no {what} {name:?} on this host")
+    } else {
+        e.to_string()
+    }
+}
+
+/// The directory a path is in (`.` for a bare name).
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Ok when `dir` is a directory this user may create files in.
+fn writable_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => writable(dir).map_err(|e| format!("not writable: {e}")),
+        Ok(_) => Err("not a directory".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Ok when `dir` is a writable directory, or can be made: its nearest
+/// existing ancestor is a directory this user may create in.
+fn makeable_dir(dir: &Path) -> Result<(), String> {
+    let mut at = dir;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => {
+                return writable(at).map_err(|e| {
+                    if at == dir {
+                        format!("not writable: {e}")
+                    } else {
+                        format!("cannot be made in {}: {e}", at.display())
+                    }
+                });
+            }
+            Ok(_) if at == dir => return Err("not a directory".into()),
+            Ok(_) => return Err(format!("cannot be made: {} is a file", at.display())),
+            // Not there, or under a file: look further up.
+            Err(e)
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Err(format!("cannot look at {}: {e}", at.display()))
+            }
+            Err(_) => match at.parent() {
+                Some(p) if !p.as_os_str().is_empty() => at = p,
+                _ => return Err("does not exist".into()),
+            },
+        }
+    }
+}
+
+/// Whether this process (its effective user and groups) may write `path`.
+fn writable(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call;
+    // faccessat only reads it.
+    let rc = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    /// `text` parsed, then checked against this host.
+    fn host_err(text: &str) -> ConfigError {
+        let c = parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        match check_host(&c) {
+            Ok(()) => panic!("accepted on this host:\n{text}"),
+            Err(e) => e,
+        }
+    }
+
+    fn unix(dir: &Path, extra: &str) -> String {
+        format!(
+            "[[receivers]]\nprotocol = \"msgpack\"\nlisten = \"unixgram://{}/m.sock\"\n{extra}[[sinks]]\ntype = \"console\"\n",
+            dir.display()
+        )
+    }
+
+    #[test]
+    fn a_socket_group_or_owner_that_does_not_exist_names_the_key_the_line_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = host_err(&unix(
+            dir.path(),
+            "mode = \"0660\"\ngroup = \"sonde-no-such-group\"\n",
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].group", Some(5)));
+        assert!(
+            e.problem.contains("no group \"sonde-no-such-group\""),
+            "{e}"
+        );
+        assert!(e.fix.contains("groupadd sonde-no-such-group"), "{e}");
+        let e = host_err(&unix(dir.path(), "owner = \"sonde-no-such-user\"\n"));
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].owner", Some(4)));
+        assert!(e.problem.contains("no user"), "{e}");
+        // Names every host has, and numbers, pass.
+        let c = parse(&unix(dir.path(), "owner = \"root\"\ngroup = \"0\"\n")).unwrap();
+        check_host(&c).unwrap();
+    }
+
+    #[test]
+    fn a_socket_on_a_file_that_is_not_a_socket_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory that does not exist yet is the service manager's
+        // to make.
+        check_host(&parse(&unix(&dir.path().join("missing"), "")).unwrap()).unwrap();
+        std::fs::write(dir.path().join("m.sock"), "x").unwrap();
+        let e = host_err(&unix(dir.path(), ""));
+        assert_eq!((e.key.as_str(), e.line), ("receivers[0].listen", Some(3)));
+        assert!(e.problem.contains("is not a socket"), "{e}");
+    }
+
+    #[test]
+    fn a_data_dir_that_cannot_be_made_is_refused_only_when_something_uses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let agent = format!("[agent]\ndata_dir = \"{}/sub\"\n", file.display());
+        let receiver = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n";
+        // Nothing keeps data there: the directory is never made.
+        let c = parse(&format!("{agent}{receiver}[[sinks]]\ntype = \"console\"\n")).unwrap();
+        check_host(&c).unwrap();
+        let e = host_err(&format!(
+            "{agent}{receiver}[[sinks]]\ntype = \"tcp\"\naddress = \"127.0.0.1:1\"\nbuffer = {{ type = \"disk\" }}\n"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("agent.data_dir", Some(2)));
+        assert!(e.problem.contains("disk buffers"), "{e}");
+        assert!(e.problem.contains("is a file"), "{e}");
+        assert_eq!(e.fix, DATA_DIR_FIX);
+        let e = host_err(&format!(
+            "{agent}[[logs]]\nname = \"app\"\ninclude = [\"/var/log/app/*.log\"]\n[[sinks]]\ntype = \"console\"\ninputs = [\"app\"]\n"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("agent.data_dir", Some(2)));
+        assert!(e.problem.contains("log checkpoints"), "{e}");
+        // A directory that does not exist yet, under one that does, is
+        // made at start.
+        let c = parse(&format!(
+            "[agent]\ndata_dir = \"{}/a/b\"\n[profiler]\n",
+            dir.path().display()
+        ))
+        .unwrap();
+        check_host(&c).unwrap();
+    }
+
+    #[test]
+    fn a_file_sink_path_must_be_a_file_in_a_directory_that_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = |path: &Path| {
+            format!(
+                "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+                path.display()
+            )
+        };
+        let e = host_err(&sink(&dir.path().join("missing/points.jsonl")));
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].path", Some(6)));
+        assert!(e.fix.contains("writable"), "{e}");
+        let e = host_err(&sink(dir.path()));
+        assert!(e.problem.contains("is a directory"), "{e}");
+        check_host(&parse(&sink(&dir.path().join("points.jsonl"))).unwrap()).unwrap();
+    }
+}
