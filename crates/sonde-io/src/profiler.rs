@@ -72,6 +72,12 @@ pub struct ProfilerStats {
     pub symbol_cache_entries: AtomicU64,
     /// CPU time of the profiler thread, nanoseconds.
     pub cpu_ns: AtomicU64,
+    /// When the period being sampled ends, and its profile is stored,
+    /// Unix nanoseconds; 0 while the profiler is off. The admin site
+    /// tells a reader of an empty range how long until it fills.
+    pub period_end_ns: AtomicU64,
+    /// The length of a period, nanoseconds (0 while the profiler is off).
+    pub period_ns: AtomicU64,
 }
 
 /// A running profiler thread.
@@ -156,6 +162,8 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
     // The first period starts now, not at its aligned start: it is
     // stored under the aligned start, as every later one.
     let mut period_start = period_end - period_ns;
+    stats.period_ns.store(period_ns, Relaxed);
+    stats.period_end_ns.store(period_end, Relaxed);
     loop {
         let stopping = stop.load(Relaxed);
         let now = now_ns();
@@ -198,6 +206,7 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
             }
             period_start = (now / period_ns) * period_ns;
             period_end = period_start + period_ns;
+            stats.period_end_ns.store(period_end, Relaxed);
             continue;
         }
         // Wake at the period's end, to notice a stop within a second,
@@ -207,6 +216,7 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
         stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
     }
     stats.running.store(0, Relaxed);
+    stats.period_end_ns.store(0, Relaxed);
 }
 
 fn write(store: &Store, profile: &sonde_profile::Profile) -> io::Result<u64> {

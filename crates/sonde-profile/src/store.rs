@@ -271,6 +271,39 @@ impl Ago {
     }
 }
 
+impl std::fmt::Display for Ago {
+    /// `20m..10m`, both sides in the largest unit that holds each whole
+    /// (`48h..47h`, not `2d..47h`); `0s` for now.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (since, until) = (self.since.as_secs(), self.until.as_secs());
+        let (unit, name) = [(86_400, "d"), (3600, "h"), (60, "m"), (1, "s")]
+            .into_iter()
+            .find(|(u, _)| since.is_multiple_of(*u) && until.is_multiple_of(*u))
+            .unwrap_or((1, "s"));
+        let side = |s: u64| {
+            if s == 0 {
+                "0s".to_string()
+            } else {
+                format!("{}{name}", s / unit)
+            }
+        };
+        write!(f, "{}..{}", side(since), side(until))
+    }
+}
+
+/// A duration in its largest whole unit, as [`parse_ago`] reads it:
+/// `90s`, `10m`, `2h`, `1d`, `0s`.
+pub fn ago_name(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0s".to_string(),
+        _ if s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
 fn seconds(d: Duration) -> String {
     format!("{}s", d.as_secs())
 }
@@ -296,24 +329,123 @@ pub fn parse_ago(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(n.saturating_mul(unit_s)))
 }
 
-/// Why a span of the store gave no profile.
-#[derive(Debug, thiserror::Error)]
+/// Why a span of the store gave no profile. Each says what is true of
+/// the store, so that a user in the agent's first minutes is not sent
+/// looking for a misconfiguration.
+#[derive(Debug)]
 pub enum SpanError {
     /// Reading the store failed.
-    #[error(transparent)]
-    Read(#[from] ReadError),
-    /// No stored period starts in the span.
-    #[error(
-        "no stored profiles in {dir} from {since}s to {until}s ago: is the agent running with [profiler], and is this its data_dir?"
-    )]
+    Read(ReadError),
+    /// The store holds no profile at all.
     Empty {
         /// The store's directory.
         dir: PathBuf,
-        /// The span's start, seconds ago.
-        since: u64,
-        /// The span's end, seconds ago.
-        until: u64,
     },
+    /// The span ends before the first stored profile's period starts.
+    BeforeFirst {
+        /// The store's directory.
+        dir: PathBuf,
+        /// The span asked for.
+        span: Ago,
+        /// When the first stored period started, Unix seconds.
+        first_s: u64,
+        /// The time the span was read at, Unix seconds.
+        now_s: u64,
+    },
+    /// No stored period starts in the span, though the store holds
+    /// periods before or around it.
+    NoneIn {
+        /// The store's directory.
+        dir: PathBuf,
+        /// The span asked for.
+        span: Ago,
+        /// When the first stored period started, Unix seconds.
+        first_s: u64,
+        /// When the newest stored period started, Unix seconds.
+        last_s: u64,
+        /// The time the span was read at, Unix seconds.
+        now_s: u64,
+    },
+}
+
+impl From<ReadError> for SpanError {
+    fn from(e: ReadError) -> Self {
+        SpanError::Read(e)
+    }
+}
+
+impl std::error::Error for SpanError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpanError::Read(e) => e.source(),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SpanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpanError::Read(e) => e.fmt(f),
+            SpanError::Empty { dir } => write!(
+                f,
+                "no stored profiles in {}: the agent stores its first profile at the end of its \
+                 first period (profiler.period, a minute by default); if it has run longer than \
+                 that, is it running with [profiler], and is this its data_dir?",
+                dir.display()
+            ),
+            SpanError::BeforeFirst {
+                dir,
+                span,
+                first_s,
+                now_s,
+            } => {
+                let ago = rough_ago(now_s.saturating_sub(*first_s));
+                write!(
+                    f,
+                    "{span} is before the first stored profile, at {} ({ago} ago) in {}: \
+                     {ago}..0s holds every stored profile",
+                    utc(*first_s),
+                    dir.display()
+                )
+            }
+            SpanError::NoneIn {
+                dir,
+                span,
+                first_s,
+                last_s,
+                now_s,
+            } => write!(
+                f,
+                "no stored profile starts in {span} in {}; the store holds the periods from {} \
+                 ({} ago) to {} ({} ago)",
+                dir.display(),
+                utc(*first_s),
+                rough_ago(now_s.saturating_sub(*first_s)),
+                utc(*last_s),
+                rough_ago(now_s.saturating_sub(*last_s)),
+            ),
+        }
+    }
+}
+
+/// Unix seconds as an RFC 3339 time in UTC, `2026-05-01T14:03:00Z`.
+fn utc(s: u64) -> String {
+    i64::try_from(s)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .map_or_else(|| format!("{s} s after the epoch"), |t| t.to_string())
+}
+
+/// Seconds ago rounded up to a unit a range can name, so that
+/// `{ago}..0s` holds the instant: `45s`, `4m` for 187 s, `3h`, `2d`.
+pub fn rough_ago(s: u64) -> String {
+    match s {
+        0..120 => format!("{s}s"),
+        120..7200 => format!("{}m", s.div_ceil(60)),
+        7200..172_800 => format!("{}h", s.div_ceil(3600)),
+        _ => format!("{}d", s.div_ceil(86_400)),
+    }
 }
 
 impl Store {
@@ -321,22 +453,47 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// See [`Store::read`]; [`SpanError::Empty`] when no period starts in
-    /// the span.
+    /// See [`Store::read_at`].
     pub fn read_ago(&self, span: Ago) -> Result<Profile, SpanError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let (from, until) = span.bounds(now);
+        self.read_at(span, now)
+    }
+
+    /// The merged profile of the periods that start in `span`, at `now_s`
+    /// (Unix seconds).
+    ///
+    /// # Errors
+    ///
+    /// See [`Store::read`]; when no period starts in the span,
+    /// [`SpanError::Empty`] for an empty store, [`SpanError::BeforeFirst`]
+    /// for a span that ends before its first period, else
+    /// [`SpanError::NoneIn`].
+    pub fn read_at(&self, span: Ago, now_s: u64) -> Result<Profile, SpanError> {
+        let (from, until) = span.bounds(now_s);
         let (profile, files) = self.read(from, until)?;
-        if files == 0 {
-            return Err(SpanError::Empty {
-                dir: self.dir.clone(),
-                since: span.since.as_secs(),
-                until: span.until.as_secs(),
-            });
+        if files > 0 {
+            return Ok(profile);
         }
-        Ok(profile)
+        let entries = self.list()?;
+        let dir = self.dir.clone();
+        Err(match (entries.first(), entries.last()) {
+            (Some(first), _) if until <= first.start_s => SpanError::BeforeFirst {
+                dir,
+                span,
+                first_s: first.start_s,
+                now_s,
+            },
+            (Some(first), Some(last)) => SpanError::NoneIn {
+                dir,
+                span,
+                first_s: first.start_s,
+                last_s: last.start_s,
+                now_s,
+            },
+            _ => SpanError::Empty { dir },
+        })
     }
 }
 
@@ -423,6 +580,69 @@ mod tests {
         std::fs::write(s.path().join("notes.txt"), b"ignored").unwrap();
         let err = s.read(0, u64::MAX).unwrap_err().to_string();
         assert!(err.contains("1000.pb.gz"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_range_says_whether_the_store_is_empty_begins_later_or_has_a_gap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), u64::MAX, u64::MAX);
+        let span = |r: &str| Ago::parse(r).unwrap();
+        let now = 1_800_000_000;
+        let e = s.read_at(span("10m..0s"), now).unwrap_err();
+        assert!(matches!(e, SpanError::Empty { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&tmp.path().join("profiles").display().to_string())
+                && text.contains("at the end of its first period"),
+            "{text}"
+        );
+
+        // The agent's first three minutes: two periods stored, the first
+        // started 187 s ago.
+        s.write(&profile(now - 187, 1)).unwrap();
+        s.write(&profile(now - 127, 1)).unwrap();
+        let e = s.read_at(span("20m..10m"), now).unwrap_err();
+        assert!(
+            matches!(e, SpanError::BeforeFirst { first_s, .. } if first_s == now - 187),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "20m..10m is before the first stored profile, at 2027-01-15T07:56:53Z (4m ago) \
+                 in {}: 4m..0s holds every stored profile",
+                s.path().display()
+            )
+        );
+        assert_eq!(s.read_at(span("4m..0s"), now).unwrap().samples(), 22);
+        // A span after the newest period is not "before the first".
+        let e = s.read_at(span("60s..0s"), now).unwrap_err();
+        assert!(matches!(e, SpanError::NoneIn { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("(4m ago) to 2027-01-15T07:57:53Z (3m ago)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn times_ago_round_up_to_a_unit_a_range_can_name() {
+        assert_eq!(rough_ago(0), "0s");
+        assert_eq!(rough_ago(119), "119s");
+        assert_eq!(rough_ago(120), "2m");
+        assert_eq!(rough_ago(187), "4m");
+        assert_eq!(rough_ago(7200), "2h");
+        assert_eq!(rough_ago(7201), "3h");
+        assert_eq!(rough_ago(200_000), "3d");
+        for (range, shown) in [
+            ("7200s..90s", "7200s..90s"),
+            ("48h..47h", "48h..47h"),
+            ("2d..1d", "2d..1d"),
+            ("120m..0s", "2h..0s"),
+            ("20m..10m", "20m..10m"),
+        ] {
+            assert_eq!(Ago::parse(range).unwrap().to_string(), shown);
+        }
     }
 
     #[test]

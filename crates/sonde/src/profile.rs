@@ -105,18 +105,30 @@ struct StoreArgs {
 }
 
 impl StoreArgs {
-    fn store(&self) -> anyhow::Result<Store> {
-        let data_dir = match (&self.data_dir, &self.config) {
-            (Some(d), _) => d.clone(),
-            (None, Some(c)) => crate::read(c)?.agent.data_dir,
-            (None, None) => sonde::config::AgentSection::default().data_dir,
+    /// The store, and where its data_dir came from, in words.
+    fn store(&self) -> anyhow::Result<(Store, String)> {
+        let (data_dir, from) = match (&self.data_dir, &self.config) {
+            (Some(d), _) => (d.clone(), "--data-dir".to_string()),
+            (None, Some(c)) => (
+                crate::read(c)?.agent.data_dir,
+                format!("agent.data_dir of {}", c.display()),
+            ),
+            (None, None) => (
+                sonde::config::AgentSection::default().data_dir,
+                "the default data_dir; --data-dir or --config names another".to_string(),
+            ),
         };
-        Ok(Store::reader(&data_dir))
+        Ok((Store::reader(&data_dir), from))
     }
 
-    /// The merged stored profiles of a span.
+    /// The merged stored profiles of a span. Says on standard error which
+    /// store it reads and why that one, since without --config or
+    /// --data-dir it is a default the user may not know of; an error
+    /// names the store too.
     fn read(&self, span: Ago) -> anyhow::Result<Profile> {
-        Ok(self.store()?.read_ago(span)?)
+        let (store, from) = self.store()?;
+        eprintln!("reading {span} from {} ({from})", store.path().display());
+        Ok(store.read_ago(span)?)
     }
 
     /// The host a profile taken now names: --config's `agent.hostname`,

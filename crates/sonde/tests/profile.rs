@@ -824,6 +824,15 @@ fn the_agent_stores_a_profile_each_period_that_profile_since_and_diff_read() {
     };
     assert!(delta("hot") < -0.2, "{base} {new}: {diff}");
     assert!(delta("cold") > 0.2, "{base} {new}: {diff}");
+    // The agent's first minutes: ten minutes ago is before its first
+    // profile, which the command names rather than "no stored profiles".
+    let (ok, _, stderr) = sonde(&["profile", "diff", "20m..10m", "10m..0s", "--data-dir", data]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("20m..10m is before the first stored profile, at ")
+            && stderr.contains("..0s holds every stored profile"),
+        "{stderr}"
+    );
 
     // Its own cost is on /metrics.
     let cpu = agent.metric("sonde_profiler_cpu_seconds_total").unwrap();
@@ -861,6 +870,114 @@ fn reading_a_store_with_nothing_in_the_range_says_so() {
     let (ok, _, stderr) = sonde(&["profile", "diff", "5m..10m", "2m..0s", "--data-dir", data]);
     assert!(!ok);
     assert!(stderr.contains("longer ago to shorter ago"), "{stderr}");
+}
+
+/// A profiler period whose first end is at least `margin` away: periods
+/// are aligned to the clock, so an agent started now stores its first
+/// profile at the next multiple of the period, which for a fixed period
+/// may be a second away. At most 10 minutes, so that the page's default
+/// range, the last 10 minutes, holds the period's start, which names its
+/// profile.
+fn period_ending_after(margin: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    (margin + 30..=600)
+        .rev()
+        .find(|p| p - now % p >= margin + 10)
+        .unwrap()
+}
+
+#[test]
+fn before_the_first_profile_the_page_api_and_command_say_when_it_comes_not_that_something_is_wrong()
+{
+    let chromium = common::browser::chromium();
+    let period = period_ending_after(90);
+    let agent = common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n[profiler]\nfrequency = 19\nperiod = \"{period}s\"\n",
+            dir.join("data").display()
+        )
+    });
+    wait_for("the profiler running", WAIT, || {
+        (agent.metric("sonde_profiler_running")? == 1.0).then_some(())
+    });
+    // The API: a wait, with when it ends.
+    let (status, _, body) = admin_request("GET", agent.admin, "/api/profiles/top");
+    let body: Json = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["reason"], "waiting", "{body}");
+    let in_s = u64_of(&body["next_profile_in_s"]);
+    assert!((60..=period).contains(&in_s), "{in_s} of {period}: {body}");
+    assert_eq!(
+        body["error"],
+        format!("the profiler is running; its first profile is stored at the end of its first period, in {in_s} s")
+    );
+    let (_, _, body) = admin_request("GET", agent.admin, "/api/profiles/diff");
+    let body: Json = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["reason"], "before_first", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("20m..10m is before the profiler's first profile"),
+        "{body}"
+    );
+
+    // The command has no agent to ask, but names the store it read and
+    // says when an empty one fills.
+    let data = agent.path("data");
+    let (ok, _, stderr) = sonde(&[
+        "profile",
+        "--since",
+        "10m",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    let dir = data.join("profiles").display().to_string();
+    assert!(
+        stderr.contains(&format!("reading 10m..0s from {dir} (--data-dir)"))
+            && stderr.contains(&format!("no stored profiles in {dir}: the agent stores its first profile at the end of its first period")),
+        "{stderr}"
+    );
+    let (_, _, stderr) = sonde(&["profile", "--since", "10m"]);
+    assert!(
+        stderr.contains(
+            "/var/lib/sonde/profiles (the default data_dir; --data-dir or --config names another)"
+        ),
+        "{stderr}"
+    );
+
+    // The page: a notice counting down, not an error, and no table.
+    let Some(chromium) = chromium else {
+        return;
+    };
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    fs::create_dir_all(&shots).unwrap();
+    let dom = common::browser::render_page(
+        &chromium,
+        &format!("http://127.0.0.1:{}/profiles", agent.admin),
+        Some(&shots.join("profiles-waiting.png")),
+    );
+    let summary = dom
+        .split("<p id=\"summary\" class=\"summary notice\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no notice: {dom}"))
+        .split("</p>")
+        .next()
+        .unwrap();
+    let shown: u64 = summary
+        .strip_prefix("the profiler is running; its first profile is stored at the end of its first period, in ")
+        .and_then(|rest| rest.strip_suffix(" s"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{summary}"));
+    // Chromium's virtual time runs the countdown ahead of the clock: it
+    // has ticked, and not yet reached the end.
+    assert!((1..in_s).contains(&shown), "{shown} of {in_s}: {summary}");
+    assert!(!dom.contains("summary error"), "{dom}");
+    assert!(page_rows(&dom).is_empty());
 }
 
 /// The agent's descriptors open on files under `dir`.
@@ -1346,7 +1463,7 @@ fn the_admin_site_serves_the_stored_profiles_as_json_svg_and_pprof() {
         (
             "/api/profiles/top?range=48h..47h",
             404,
-            "no stored profiles",
+            "48h..47h is before the first stored profile, at ",
         ),
         ("/api/profiles/nothing", 404, "no such path"),
     ] {

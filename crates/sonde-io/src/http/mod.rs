@@ -170,6 +170,7 @@ async fn route(site: Site, req: Request<Incoming>) -> Response<Full<Bytes>> {
             profiles::respond(
                 a.profiles.clone(),
                 a.prices.clone(),
+                Arc::clone(&a.telemetry.profiler),
                 path.to_string(),
                 query,
             )

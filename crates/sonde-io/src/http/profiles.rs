@@ -29,13 +29,18 @@
 
 use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper::header::{HeaderValue, CONTENT_DISPOSITION, CONTENT_TYPE};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use hyper::header::{HeaderValue, CONTENT_DISPOSITION, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 use sonde_profile::cost::Prices;
 use sonde_profile::model::parse_roots;
 use sonde_profile::select::Select;
-use sonde_profile::store::{Ago, SpanError, Store};
+use sonde_profile::store::{ago_name, rough_ago, Ago, SpanError, Store};
 use sonde_profile::{flamegraph, pprof, views, Focus, Profile, Root};
+
+use crate::profiler::ProfilerStats;
 
 /// The most rows a table may ask for.
 const MAX_TOP: usize = 100_000;
@@ -134,17 +139,151 @@ impl Query {
         }
     }
 
-    fn read(&self, store: &Store, span: Ago) -> Result<Profile, Failure> {
-        match store.read_ago(span) {
+    fn read(&self, store: &Store, span: Ago, now: &Now) -> Result<Profile, Failure> {
+        match store.read_at(span, now.ns / 1_000_000_000) {
             Ok(p) => Ok(self.keep(p)),
-            Err(e @ SpanError::Empty { .. }) => Err(Failure(StatusCode::NOT_FOUND, e.to_string())),
-            Err(e) => Err(Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+            Err(e) => Err(unstored(e, span, now)),
         }
     }
 }
 
+/// The time of a request and what the profiler is doing then, which
+/// explains an empty range.
+#[derive(Debug, Clone, Copy)]
+struct Now {
+    /// Unix nanoseconds.
+    ns: u64,
+    /// The period being sampled, as Unix nanoseconds `(start, end)`;
+    /// `None` while the profiler is off. Its profile is stored at its end
+    /// under its start.
+    period: Option<(u64, u64)>,
+    /// Periods this run of the profiler has stored.
+    periods: u64,
+    /// Periods it failed to store.
+    write_errors: u64,
+}
+
+impl Now {
+    /// Now, and the profiler's state from its counters.
+    fn of(stats: &ProfilerStats) -> Now {
+        let ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let end = stats.period_end_ns.load(Relaxed);
+        let length = stats.period_ns.load(Relaxed);
+        Now {
+            ns,
+            period: (stats.running.load(Relaxed) == 1 && end > 0)
+                .then(|| (end.saturating_sub(length), end)),
+            periods: stats.periods.load(Relaxed),
+            write_errors: stats.write_errors.load(Relaxed),
+        }
+    }
+}
+
+/// The answer to a range without a stored profile: where the profiler is
+/// still sampling the period that will fill it, how long that takes, not
+/// styled as an error by the page; where it starts before the first
+/// stored profile, that; otherwise what the store says.
+fn unstored(e: SpanError, span: Ago, now: &Now) -> Failure {
+    let not_found = |reason, message: String| Failure {
+        status: StatusCode::NOT_FOUND,
+        message,
+        reason: Some(reason),
+        next_profile_in_s: None,
+    };
+    let empty_store = matches!(e, SpanError::Empty { .. });
+    if let (SpanError::Empty { .. } | SpanError::NoneIn { .. }, Some((start, end))) =
+        (&e, now.period)
+    {
+        let (from, until) = span.bounds(now.ns / 1_000_000_000);
+        let in_s = end.saturating_sub(now.ns).div_ceil(1_000_000_000);
+        let when = if in_s == 0 {
+            "now".to_string()
+        } else {
+            format!("in {in_s} s")
+        };
+        let failed = if now.write_errors > 0 {
+            format!(
+                " ({} of its profiles could not be stored so far: see the agent's log)",
+                now.write_errors
+            )
+        } else {
+            String::new()
+        };
+        let first = now.periods == 0;
+        let waiting = |reason, message: String| Failure {
+            next_profile_in_s: Some(in_s),
+            ..not_found(reason, message + &failed)
+        };
+        if (from..until).contains(&(start / 1_000_000_000)) {
+            return waiting(
+                "waiting",
+                if first {
+                    format!("the profiler is running; its first profile is stored at the end of its first period, {when}")
+                } else {
+                    format!("the profiler is running; the profile of the period in progress is stored at its end, {when}")
+                },
+            );
+        }
+        if empty_store && until <= start / 1_000_000_000 {
+            return waiting(
+                "before_first",
+                format!("{span} is before the profiler's first profile, which it stores at the end of its first period, {when}"),
+            );
+        }
+        // A range shorter than a period, after the period's start: the
+        // profile is stored under its start, so this range will not hold
+        // it; say which will.
+        if from > start / 1_000_000_000 {
+            let ago = rough_ago(now.ns.saturating_sub(start).div_ceil(1_000_000_000));
+            let which = if first {
+                "its first profile is stored at the end of its first period"
+            } else {
+                "the profile of the period in progress is stored at its end"
+            };
+            return waiting(
+                "waiting",
+                format!("the profiler is running; {which}, {when}, under the period's start, {ago} ago, before {span}: {ago}..0s will hold it"),
+            );
+        }
+    }
+    match e {
+        SpanError::Read(e) => Failure {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: e.to_string(),
+            reason: None,
+            next_profile_in_s: None,
+        },
+        e @ SpanError::Empty { .. } => not_found("empty", e.to_string()),
+        e @ SpanError::BeforeFirst { .. } => not_found("before_first", e.to_string()),
+        e @ SpanError::NoneIn { .. } => not_found("none_in_range", e.to_string()),
+    }
+}
+
 /// A request that cannot be answered: the status and what to say.
-struct Failure(StatusCode, String);
+#[derive(Debug)]
+struct Failure {
+    status: StatusCode,
+    message: String,
+    /// Why a range holds no profile (`waiting`, `before_first`, `empty`,
+    /// `none_in_range`), for the page to tell a wait from a fault.
+    reason: Option<&'static str>,
+    /// For a range the running profiler is filling: when it stores the
+    /// profile that will.
+    next_profile_in_s: Option<u64>,
+}
+
+impl Failure {
+    fn new(status: StatusCode, message: String) -> Failure {
+        Failure {
+            status,
+            message,
+            reason: None,
+            next_profile_in_s: None,
+        }
+    }
+}
 
 /// Whether the admin site routes `path` here.
 pub(super) fn handles(path: &str) -> bool {
@@ -155,22 +294,27 @@ pub(super) fn handles(path: &str) -> bool {
 pub(super) async fn respond(
     store: Store,
     prices: Prices,
+    profiler: Arc<ProfilerStats>,
     path: String,
     query: Option<String>,
 ) -> Response<Full<Bytes>> {
-    tokio::task::spawn_blocking(move || answer(&store, &prices, &path, query.as_deref()))
-        .await
-        .unwrap_or_else(|e| {
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("reading the profiles failed: {e}"),
-            )
-        })
+    tokio::task::spawn_blocking(move || {
+        let now = Now::of(&profiler);
+        answer(&store, &prices, &now, &path, query.as_deref())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("reading the profiles failed: {e}"),
+        )
+    })
 }
 
 fn answer(
     store: &Store,
     prices: &Prices,
+    now: &Now,
     path: &str,
     query: Option<&str>,
 ) -> Response<Full<Bytes>> {
@@ -178,7 +322,7 @@ fn answer(
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
-    let one = |span| q.read(store, span);
+    let one = |span| q.read(store, span, now);
     let result = match path {
         "/api/profiles/top" => one(q.range).map(|p| {
             let mut top = views::top(&p, Some(q.top));
@@ -232,12 +376,12 @@ fn answer(
                 };
                 body(SVG, flamegraph::render_diff(&base, &new, &options))
             }),
-        _ => Err(Failure(
+        _ => Err(Failure::new(
             StatusCode::NOT_FOUND,
             format!("no such path {path:?}"),
         )),
     };
-    result.unwrap_or_else(|Failure(status, message)| error(status, &message))
+    result.unwrap_or_else(|f| failed(&f))
 }
 
 const SVG: &str = "image/svg+xml";
@@ -312,23 +456,30 @@ fn describe(span: Ago) -> String {
     }
 }
 
-/// A duration in its largest whole unit: `90s`, `10m`, `2h`, `1d`.
-fn ago_name(d: std::time::Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0 => "0s".to_string(),
-        _ if s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
-        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
-        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
-        _ => format!("{s}s"),
-    }
-}
-
 fn json<T: serde::Serialize>(value: &T) -> Response<Full<Bytes>> {
     match serde_json::to_vec(value) {
         Ok(bytes) => body("application/json", bytes),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
+}
+
+/// A failure as JSON, with `Retry-After` where the profiler will store
+/// the profile asked for.
+fn failed(f: &Failure) -> Response<Full<Bytes>> {
+    let mut body = serde_json::json!({ "error": f.message });
+    if let Some(reason) = f.reason {
+        body["reason"] = reason.into();
+    }
+    if let Some(s) = f.next_profile_in_s {
+        body["next_profile_in_s"] = s.into();
+    }
+    let mut r = json(&body);
+    *r.status_mut() = f.status;
+    if let Some(s) = f.next_profile_in_s {
+        r.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(s.max(1)));
+    }
+    r
 }
 
 fn error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
@@ -392,6 +543,174 @@ mod tests {
             let e = Query::parse(Some(query)).unwrap_err();
             assert!(e.contains(says), "{query}: {e}");
         }
+    }
+
+    /// The JSON body of an answer.
+    fn body_of(r: Response<Full<Bytes>>) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt.block_on(r.into_body().collect()).unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn an_empty_range_the_profiler_is_filling_says_when_not_that_something_is_wrong() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::reader(tmp.path());
+        // The agent started 18 s into a minute's period.
+        let start = 1_800_000_000 / 60 * 60;
+        let now = Now {
+            ns: (start + 18) * S,
+            period: Some((start * S, (start + 60) * S)),
+            periods: 0,
+            write_errors: 0,
+        };
+        let ask = |query: &str| {
+            let r = answer(
+                &store,
+                &Prices::default(),
+                &now,
+                "/api/profiles/top",
+                Some(query),
+            );
+            let retry = r.headers().get(RETRY_AFTER).cloned();
+            (r.status(), retry, body_of(r))
+        };
+        let (status, retry, body) = ask("range=10m..0s");
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "error": "the profiler is running; its first profile is stored at the end of its first period, in 42 s",
+                "reason": "waiting",
+                "next_profile_in_s": 42,
+            })
+        );
+        assert_eq!(retry.unwrap(), "42");
+        // The comparison's earlier range lies before it.
+        let (_, _, body) = ask("range=20m..10m");
+        assert_eq!(body["reason"], "before_first", "{body}");
+        assert_eq!(
+            body["error"],
+            "20m..10m is before the profiler's first profile, which it stores at the end of its first period, in 42 s"
+        );
+        // An hour's period started 40 minutes ago: the last 10 minutes
+        // will not hold its profile, stored under its start.
+        let hourly = Now {
+            ns: (start / 3600 * 3600 + 2400) * S,
+            period: Some((start / 3600 * 3600 * S, (start / 3600 * 3600 + 3600) * S)),
+            ..now
+        };
+        let r = answer(
+            &store,
+            &Prices::default(),
+            &hourly,
+            "/api/profiles/top",
+            None,
+        );
+        let body = body_of(r);
+        assert_eq!(body["reason"], "waiting", "{body}");
+        assert_eq!(
+            body["error"],
+            "the profiler is running; its first profile is stored at the end of its first period, in 1200 s, under the period's start, 40m ago, before 10m..0s: 40m..0s will hold it"
+        );
+        // Without a profiler the store's own words, an error.
+        let off = Now {
+            period: None,
+            ..now
+        };
+        let r = answer(&store, &Prices::default(), &off, "/api/profiles/top", None);
+        assert!(r.headers().get(RETRY_AFTER).is_none());
+        let body = body_of(r);
+        assert_eq!(body["reason"], "empty", "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("no stored profiles in"),
+            "{body}"
+        );
+        assert!(body.get("next_profile_in_s").is_none());
+    }
+
+    #[test]
+    fn a_range_before_the_first_stored_profile_is_named_and_a_period_in_progress_is_awaited() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            sonde_profile::store::dir(tmp.path()),
+            sonde_profile::store::Limits {
+                retention_s: u64::MAX,
+                max_bytes: u64::MAX,
+            },
+        );
+        let start = 1_800_000_000 / 60 * 60;
+        for period in [start - 180, start - 120, start - 60] {
+            store
+                .write(&sonde_profile::ProfileBuilder::new(19, period * S, 60 * S).finish())
+                .unwrap();
+        }
+        let now = Now {
+            ns: (start + 30) * S,
+            period: Some((start * S, (start + 60) * S)),
+            periods: 3,
+            write_errors: 1,
+        };
+        let ask = |query: &str| {
+            body_of(answer(
+                &store,
+                &Prices::default(),
+                &now,
+                "/api/profiles/diff",
+                Some(query),
+            ))
+        };
+        let body = ask("base=20m..10m&new=10m..0s");
+        assert_eq!(body["reason"], "before_first", "{body}");
+        let text = body["error"].as_str().unwrap();
+        assert!(
+            text.starts_with("20m..10m is before the first stored profile, at ")
+                && text.contains("(4m ago)")
+                && text.ends_with("4m..0s holds every stored profile"),
+            "{text}"
+        );
+        assert!(body.get("next_profile_in_s").is_none());
+        // The last 45 s hold no stored period yet: the one in progress,
+        // stored under its start 30 s ago, fills them; a failed write is
+        // mentioned.
+        let body = ask("base=10m..0s&new=45s..0s");
+        assert_eq!(body["reason"], "waiting", "{body}");
+        assert_eq!(body["next_profile_in_s"], 30);
+        assert_eq!(
+            body["error"],
+            "the profiler is running; the profile of the period in progress is stored at its end, in 30 s (1 of its profiles could not be stored so far: see the agent's log)"
+        );
+        // The last 20 s never will: the period in progress is stored
+        // under its start, before them.
+        let body = ask("base=10m..0s&new=20s..0s");
+        assert_eq!(body["reason"], "waiting", "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(
+                "under the period's start, 30s ago, before 20s..0s: 30s..0s will hold it"
+            ),
+            "{body}"
+        );
+        // With the profiler off, a gap after the newest profile.
+        let off = Now {
+            period: None,
+            ..now
+        };
+        let body = body_of(answer(
+            &store,
+            &Prices::default(),
+            &off,
+            "/api/profiles/top",
+            Some("range=20s..0s"),
+        ));
+        assert_eq!(body["reason"], "none_in_range", "{body}");
     }
 
     #[test]
