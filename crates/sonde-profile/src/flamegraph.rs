@@ -40,6 +40,36 @@ pub struct Options {
     /// `name (pid)` and each of its threads one labelled with its name
     /// (default none: stacks of every process merge).
     pub roots: Vec<Root>,
+    /// Where the root is drawn (default [`Layout::Flame`], at the bottom).
+    pub layout: Layout,
+}
+
+/// Which way a graph grows from its root.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// The root (`all`) at the bottom and callees above their callers:
+    /// the classic flame graph of flamegraph.pl.
+    #[default]
+    Flame,
+    /// The root at the top and callees below their callers, as Pyroscope
+    /// and Elastic draw it. A browser shows an SVG from its top, so the
+    /// first screen holds the root and the widest frames, however deep the
+    /// deepest stack; the details line sits under the title, in view.
+    Icicle,
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Layout, String> {
+        match s {
+            "flame" => Ok(Layout::Flame),
+            "icicle" => Ok(Layout::Icicle),
+            _ => Err(format!(
+                "{s:?}: icicle (the root at the top) or flame (the root at the bottom)"
+            )),
+        }
+    }
 }
 
 impl Default for Options {
@@ -49,13 +79,15 @@ impl Default for Options {
             width: 1200,
             min_width_px: 0.1,
             roots: Vec::new(),
+            layout: Layout::Flame,
         }
     }
 }
 
-/// A flame graph of `profile`: widths are sample counts. Root at the
-/// bottom (an `all` frame with every sample), leaves on top (the classic
-/// flame graph orientation).
+/// A flame graph of `profile`: widths are sample counts, the root an
+/// `all` frame with every sample, at the bottom with the leaves on top
+/// (the classic orientation) or, with [`Layout::Icicle`], the other way
+/// up.
 ///
 /// Frames are coloured from a hash of their function name, so a function
 /// keeps its colour from one graph to the next: warm colours for user
@@ -98,6 +130,13 @@ const PAD: f64 = 10.0;
 const BOTTOM: f64 = 34.0;
 /// Where the highest level of frames starts, below the title.
 const TOP: f64 = 44.0;
+/// In an icicle, where the root starts: below the title and the details
+/// line, which moves up from the bottom to stay on the first screen.
+const ICICLE_TOP: f64 = 48.0;
+/// In an icicle, the room below the deepest level.
+const ICICLE_BOTTOM: f64 = 10.0;
+/// In an icicle, the baseline of the details line.
+const ICICLE_DETAILS_Y: f64 = 40.0;
 /// The height of one level of frames; rectangles are a pixel shorter so
 /// that levels stay apart.
 const FRAME_HEIGHT: f64 = 16.0;
@@ -299,7 +338,14 @@ fn draw(tree: &Tree, options: &Options, paint: Paint) -> String {
     let scale = graph_width / total as f64;
     let placed = layout(tree, scale, options.min_width_px);
     let levels = placed.iter().map(|p| p.depth).max().unwrap_or(0) + 1;
-    let height = TOP + f64::from(levels) * FRAME_HEIGHT + BOTTOM;
+    let graph_height = f64::from(levels) * FRAME_HEIGHT;
+    let (height, details_y) = match options.layout {
+        Layout::Flame => (
+            TOP + graph_height + BOTTOM,
+            TOP + graph_height + BOTTOM - 12.0,
+        ),
+        Layout::Icicle => (ICICLE_TOP + graph_height + ICICLE_BOTTOM, ICICLE_DETAILS_Y),
+    };
     // The deepest colour goes to the most changed frame actually drawn.
     let max_delta = match paint {
         Paint::Regular => 0.0,
@@ -317,7 +363,10 @@ fn draw(tree: &Tree, options: &Options, paint: Paint) -> String {
         let name = tree.label(node);
         let x = PAD + p.x as f64 * scale;
         let w = node.total as f64 * scale;
-        let y = TOP + f64::from(levels - 1 - p.depth) * FRAME_HEIGHT;
+        let y = match options.layout {
+            Layout::Flame => TOP + f64::from(levels - 1 - p.depth) * FRAME_HEIGHT,
+            Layout::Icicle => ICICLE_TOP + f64::from(p.depth) * FRAME_HEIGHT,
+        };
         let (fill, tooltip) = match paint {
             Paint::Regular => (colour(name, node.kind), tooltip(name, node, total)),
             Paint::Diff { base_total } => {
@@ -359,8 +408,7 @@ fn draw(tree: &Tree, options: &Options, paint: Paint) -> String {
     out.push_str("</g>\n");
     let _ = writeln!(
         out,
-        r#"<text class="details" x="{PAD:.2}" y="{:.2}"> </text>"#,
-        height - 12.0
+        r#"<text class="details" x="{PAD:.2}" y="{details_y:.2}"> </text>"#,
     );
     out.push_str("<script type=\"text/ecmascript\"><![CDATA[\n");
     out.push_str(SCRIPT);
@@ -375,7 +423,7 @@ fn header(out: &mut String, options: &Options, width: f64, height: f64) {
         out,
         concat!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n",
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" class=\"flamegraph\" ",
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" class=\"flamegraph\" data-layout=\"{layout}\" ",
             "width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" ",
             "font-family=\"monospace\" font-size=\"12\" ",
             "data-graph-x=\"{pad}\" data-graph-width=\"{gw}\" ",
@@ -387,6 +435,10 @@ fn header(out: &mut String, options: &Options, width: f64, height: f64) {
         ),
         w = width,
         h = height,
+        layout = match options.layout {
+            Layout::Flame => "flame",
+            Layout::Icicle => "icicle",
+        },
         pad = PAD,
         gw = width - 2.0 * PAD,
         cw = CHAR_WIDTH,
@@ -1001,6 +1053,82 @@ mod tests {
         assert!((height - (TOP + 1001.0 * FRAME_HEIGHT + BOTTOM)).abs() < 0.01);
     }
 
+    fn icicle() -> Options {
+        Options {
+            layout: Layout::Icicle,
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn an_icicle_draws_the_root_at_the_top_and_callees_below_their_callers() {
+        let svg = render(&hot_and_cold(), &icicle());
+        assert!(svg.contains("data-layout=\"icicle\""));
+        let frames = parse(&svg);
+        let all = find(&frames, "all");
+        assert_eq!(all.rect_y, ICICLE_TOP);
+        for f in frames.iter().filter(|f| f.depth > 0) {
+            assert_eq!(
+                f.rect_y,
+                parent_of(&frames, f).rect_y + FRAME_HEIGHT,
+                "{f:?}"
+            );
+        }
+        // all, main, work, hot: four levels, and the details line in view
+        // above them.
+        let height: f64 = between(&svg, "height=\"", "\"").unwrap().parse().unwrap();
+        assert_eq!(height, ICICLE_TOP + 4.0 * FRAME_HEIGHT + ICICLE_BOTTOM);
+        let details = &svg[svg.find("class=\"details\"").unwrap()..];
+        let details_y: f64 = attr(details, "y").parse().unwrap();
+        assert!(details_y < ICICLE_TOP, "{details_y}");
+        // The same graph upside down in the classic layout.
+        let flame = parse(&render(&hot_and_cold(), &Options::default()));
+        let root = find(&flame, "all");
+        assert!(flame.iter().all(|f| f.rect_y <= root.rect_y));
+        assert_eq!(find(&flame, "hot").rect_y, TOP);
+        assert_eq!("icicle".parse::<Layout>(), Ok(Layout::Icicle));
+        assert_eq!("flame".parse::<Layout>(), Ok(Layout::Flame));
+        assert!("upside-down"
+            .parse::<Layout>()
+            .unwrap_err()
+            .contains("icicle"));
+    }
+
+    /// The share of the SVG's first `px` pixels of height that frames
+    /// cover.
+    fn covered(svg: &str, px: f64) -> f64 {
+        let width: f64 = between(svg, "width=\"", "\"").unwrap().parse().unwrap();
+        let area: f64 = parse(svg)
+            .iter()
+            .map(|f| {
+                let visible = ((f.rect_y + FRAME_HEIGHT - 1.0).min(px) - f.rect_y).max(0.0);
+                visible * f.rect_w
+            })
+            .sum();
+        area / (width * px)
+    }
+
+    #[test]
+    fn the_first_screen_of_an_icicle_of_deep_stacks_shows_the_wide_frames() {
+        // A program whose stacks are 25 frames deep, and a few 130 deep
+        // (a recursive parser, say): the classic graph is 2,200 px tall
+        // and its top 600 px hold only the deep stacks' slivers.
+        let wide: Vec<String> = (0..25).map(|i| format!("f{i}")).collect();
+        let mut stacks = vec![(wide.join(";"), 900), (wide[..20].join(";"), 90)];
+        for tower in 0..5 {
+            let deep: Vec<String> = (0..130).map(|i| format!("t{tower}_{i}")).collect();
+            stacks.push((format!("f0;{}", deep.join(";")), 2));
+        }
+        let stacks: Vec<(&str, u64)> = stacks.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        let p = profile(&stacks);
+        let flame = render(&p, &Options::default());
+        let icicle = render(&p, &icicle());
+        let flame_covered = covered(&flame, 600.0);
+        let icicle_covered = covered(&icicle, 600.0);
+        assert!(flame_covered < 0.05, "flame: {flame_covered}");
+        assert!(icicle_covered > 0.5, "icicle: {icicle_covered}");
+    }
+
     #[test]
     fn frames_narrower_than_min_width_are_not_drawn_nor_anything_above_them() {
         let p = profile(&[("main;big", 10_000), ("main;tiny;above", 1)]);
@@ -1234,6 +1362,7 @@ mod tests {
                 0..30,
             ),
             rooted in any::<bool>(),
+            upside_down in any::<bool>(),
         ) {
             let procs: Vec<Process> = (0..3).map(|i| process(i, "p")).collect();
             let mut builder = ProfileBuilder::new(99, 0, 0);
@@ -1243,7 +1372,9 @@ mod tests {
             }
             let p = builder.finish();
             let roots = if rooted { vec![Root::Process, Root::Thread] } else { Vec::new() };
-            let options = Options { roots, min_width_px: 0.0, ..Options::default() };
+            let layout = if upside_down { Layout::Icicle } else { Layout::Flame };
+            let options = Options { roots, min_width_px: 0.0, layout, ..Options::default() };
+            let step = if upside_down { FRAME_HEIGHT } else { -FRAME_HEIGHT };
             for svg in [render(&p, &options), render_diff(&p, &p, &options)] {
                 let frames = parse(&svg);
                 let total: u64 = stacks.iter().map(|s| s.1).sum();
@@ -1254,7 +1385,7 @@ mod tests {
                 for f in frames.iter().filter(|f| f.depth > 0) {
                     let parent = parent_of(&frames, f);
                     prop_assert!(f.x + f.w <= parent.x + parent.w);
-                    prop_assert_eq!(f.rect_y, parent.rect_y - FRAME_HEIGHT);
+                    prop_assert_eq!(f.rect_y, parent.rect_y + step);
                     prop_assert!(f.rect_x + f.rect_w <= parent.rect_x + parent.rect_w + 0.02);
                 }
                 // The children of a frame never add up to more than it.

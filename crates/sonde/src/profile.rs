@@ -161,6 +161,11 @@ struct Output {
     /// (`process,thread`).
     #[arg(long, value_name = "ROOTS", value_delimiter = ',')]
     by: Vec<Root>,
+    /// Which way the flame graph grows: `flame` (the root at the bottom,
+    /// as flamegraph.pl draws it) or `icicle` (the root at the top, as on
+    /// the agent's /profiles page, which a browser shows first).
+    #[arg(long, value_name = "LAYOUT", default_value = "flame", value_parser = parse_layout)]
+    layout: flamegraph::Layout,
     /// What one core costs for an hour, with its currency ("0.048 USD"):
     /// the table adds each function's cost a year. Default: the
     /// `[profiler]` key of --config.
@@ -200,6 +205,10 @@ impl Output {
 }
 
 fn parse_price(s: &str) -> Result<Price, String> {
+    s.parse()
+}
+
+fn parse_layout(s: &str) -> Result<flamegraph::Layout, String> {
     s.parse()
 }
 
@@ -394,6 +403,7 @@ fn show(
         let options = flamegraph::Options {
             title,
             roots: out.by.clone(),
+            layout: out.layout,
             ..Default::default()
         };
         write(path, flamegraph::render(&profile, &options).as_bytes())?;
@@ -435,6 +445,7 @@ fn diff(base: &Profile, new: &Profile, out: &Output, prices: &Prices) -> anyhow:
             title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
                 .to_string(),
             roots: out.by.clone(),
+            layout: out.layout,
             ..Default::default()
         };
         write(

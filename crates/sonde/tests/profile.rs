@@ -1505,6 +1505,26 @@ fn page_rows(dom: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Each frame of the page's (first) flame graph: its name and the top of
+/// its box.
+fn page_frame_tops(dom: &str) -> Vec<(String, f64)> {
+    dom.split("<g class=\"frame\" data-name=\"")
+        .skip(1)
+        .map(|g| {
+            let name = g.split('"').next().unwrap().to_string();
+            let rect = &g[g.find("<rect").unwrap()..];
+            let y = rect
+                .split(" y=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            (name, y.parse().unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
     let Some(chromium) = common::browser::chromium() else {
@@ -1551,6 +1571,12 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
         "{dom}"
     );
     assert!(dom.contains("samples over"), "{dom}");
+    // The graph is an icicle: the root on top, where the page shows it
+    // first, and every other frame below it.
+    assert!(dom.contains("data-layout=\"icicle\""), "{dom}");
+    let tops = page_frame_tops(&dom);
+    let root = tops.iter().find(|f| f.0 == "all").unwrap().1;
+    assert!(tops.iter().all(|f| f.0 == "all" || f.1 > root), "{tops:?}");
     // Priced in [profiler]: a year's cost and CO2 of each function.
     for heading in [">Self USD/year<", ">Total CO2 kg/year<"] {
         assert!(dom.contains(heading), "no {heading} column: {dom}");
@@ -1583,6 +1609,17 @@ fn the_profiles_page_shows_the_hot_function_and_what_changed_in_chromium() {
         "{callees}"
     );
     assert_eq!(page_rows(&dom).first().map(|r| r.0.as_str()), Some("hot"));
+
+    // The classic layout is a choice: the root at the bottom.
+    let dom = common::browser::render_page(
+        &chromium,
+        &format!("{base_url}/profiles?range=5m..0s&pid={pid}&layout=flame"),
+        None,
+    );
+    assert!(dom.contains("data-layout=\"flame\""), "{dom}");
+    let tops = page_frame_tops(&dom);
+    let root = tops.iter().find(|f| f.0 == "all").unwrap().1;
+    assert!(tops.iter().all(|f| f.0 == "all" || f.1 < root), "{tops:?}");
 
     // The search hides the rows that do not match and keeps the shares.
     let dom = common::browser::render_page(

@@ -22,10 +22,15 @@
 //! at it (`side=callees`, the default) or turned to run from it to their
 //! roots (`side=callers`); `by=process,thread` (any of host, process,
 //! thread, outermost first) roots the flame graphs and folded stacks at
-//! where each stack ran. A bad or unknown parameter is a 400 with
+//! where each stack ran; `layout=icicle` (the default, the root at the
+//! top) or `layout=flame` (the root at the bottom) turns the flame graphs.
+//! A bad or unknown parameter is a 400 with
 //! a JSON `{"error": ...}` saying what is wrong; a range with no stored
-//! profile is a 404 likewise. Each request reads and merges the store's
-//! files on tokio's blocking pool, off the listener's thread.
+//! profile is a 404 likewise, whose `reason` tells a range the running
+//! profiler has yet to fill (`waiting`, with `next_profile_in_s`) or one
+//! before the first stored profile (`before_first`) from an empty store
+//! (`empty`) or a gap (`none_in_range`). Each request reads and merges
+//! the store's files on tokio's blocking pool, off the listener's thread.
 
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -57,6 +62,8 @@ struct Query {
     focus: Option<(String, Focus)>,
     /// What flame graphs and folded stacks are rooted at.
     by: Vec<Root>,
+    /// Which way flame graphs grow from their root.
+    layout: flamegraph::Layout,
 }
 
 fn minutes(since: u64, until: u64) -> Ago {
@@ -76,6 +83,9 @@ impl Query {
             top: 50,
             focus: None,
             by: Vec::new(),
+            // The root at the top: a browser shows the top of an SVG
+            // first, and there an icicle has its widest frames.
+            layout: flamegraph::Layout::Icicle,
         };
         let mut side = Focus::Callees;
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
@@ -99,6 +109,7 @@ impl Query {
                 "thread" if value.is_empty() => {}
                 "thread" => q.select.thread = Some(Select::thread_pattern(value)?),
                 "by" => q.by = parse_roots(value).map_err(|e| bad(&e))?,
+                "layout" => q.layout = value.parse().map_err(|e: String| bad(&e))?,
                 "top" => {
                     q.top = value
                         .parse()
@@ -117,7 +128,7 @@ impl Query {
                 }
                 other => {
                     return Err(format!(
-                        "unknown parameter {other:?}; known: range, base, new, pid, process, thread, container, host, top, focus, side, by"
+                        "unknown parameter {other:?}; known: range, base, new, pid, process, thread, container, host, top, focus, side, by, layout"
                     ))
                 }
             }
@@ -333,6 +344,7 @@ fn answer(
             let options = flamegraph::Options {
                 title: format!("{} samples, {}", p.samples(), describe(q.range)),
                 roots: q.by.clone(),
+                layout: q.layout,
                 ..Default::default()
             };
             body(SVG, flamegraph::render(&p, &options))
@@ -372,6 +384,7 @@ fn answer(
                         describe(q.base)
                     ),
                     roots: q.by.clone(),
+                    layout: q.layout,
                     ..Default::default()
                 };
                 body(SVG, flamegraph::render_diff(&base, &new, &options))
@@ -507,6 +520,11 @@ mod tests {
             (minutes(10, 0), minutes(20, 10), minutes(10, 0))
         );
         assert_eq!(q.top, 50);
+        assert_eq!(q.layout, flamegraph::Layout::Icicle);
+        assert_eq!(
+            Query::parse(Some("layout=flame")).unwrap().layout,
+            flamegraph::Layout::Flame
+        );
         let q = Query::parse(Some(
             "range=1h..30m&pid=7&pid=9&process=my%20app&top=5&side=callers&focus=std%3A%3Avec&thread=%5Eworker&host=web-1&by=process,thread&container=4f2c0e1d9a8b",
         ))
@@ -538,6 +556,7 @@ mod tests {
             ("host=", "empty host name"),
             ("container=", "empty container id"),
             ("by=pod", "expected host, process or thread"),
+            ("layout=sideways", "icicle (the root at the top) or flame"),
             ("seconds=30", "unknown parameter \"seconds\""),
         ] {
             let e = Query::parse(Some(query)).unwrap_err();
