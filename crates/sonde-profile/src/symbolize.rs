@@ -27,8 +27,38 @@ use crate::module::Modules;
 pub const KERNEL: &str = "[kernel]";
 /// The module name of JIT frames named from a perf map.
 pub const JIT: &str = "[jit]";
-/// The name of a frame that could not be named.
+/// The name of a frame that could not be named, in code of no module
+/// (JIT code without a perf map).
 pub const UNKNOWN: &str = "[unknown]";
+
+/// The name of the code of `module` that could not be named, such as a
+/// stripped binary's own functions: `[unknown in cc1]`,
+/// `[unknown in libfoo.so]`, `[unknown in kernel]`.
+///
+/// # Design
+///
+/// One name per module, not one per address (`cc1+0x4f00`): the top
+/// table and the flame graph are for finding where the CPU goes, and a
+/// stripped module's thousands of addresses would each take a row of a
+/// few samples, burying the fact that the module as a whole takes 40%.
+/// One name says that in one row. Names per function address would keep
+/// both, but a stripped binary has no table of its functions to take
+/// them from.
+pub fn unknown_in(module: &str) -> String {
+    if module.is_empty() || module == UNKNOWN {
+        return UNKNOWN.to_string();
+    }
+    let name = match module.strip_prefix('[').and_then(|m| m.strip_suffix(']')) {
+        Some(bracketed) => bracketed,
+        None => module.rsplit('/').next().unwrap_or(module),
+    };
+    format!("[unknown in {name}]")
+}
+
+/// Whether a function name is one of [`unknown_in`]'s (or [`UNKNOWN`]).
+pub fn is_unknown(name: &str) -> bool {
+    name == UNKNOWN || (name.starts_with("[unknown in ") && name.ends_with(']'))
+}
 
 /// Counters of the symbol cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -187,7 +217,7 @@ impl Symbols {
             };
             for (off, name) in offsets.into_iter().zip(names) {
                 let f = Function {
-                    name: name.unwrap_or_else(|| UNKNOWN.to_string()),
+                    name: name.unwrap_or_else(|| unknown_in(&module.path)),
                     module: module.path.clone(),
                 };
                 let i = self.intern(f);
@@ -206,7 +236,7 @@ impl Symbols {
             let names = self.lookup(&src, Input::AbsAddr(&kernel));
             for (a, name) in kernel.into_iter().zip(names) {
                 let f = Function {
-                    name: name.unwrap_or_else(|| UNKNOWN.to_string()),
+                    name: name.unwrap_or_else(|| unknown_in(KERNEL)),
                     module: KERNEL.to_string(),
                 };
                 let i = self.intern(f);
@@ -333,8 +363,22 @@ impl Symbols {
         let mut frames = Vec::new();
         for ((process, raw), &count) in stacks {
             frames.clear();
+            let mut last = u32::MAX;
             for f in raw {
                 let i = self.names.get(f).copied().unwrap_or(u32::MAX);
+                // A run of a module's unnamed frames is one frame: each
+                // would carry the same name, and a stripped binary's calls
+                // within itself would stack identical boxes in the flame
+                // graph, telling nothing but making it deeper.
+                if i == last
+                    && self
+                        .functions
+                        .get(i as usize)
+                        .is_some_and(|f| is_unknown(&f.name))
+                {
+                    continue;
+                }
+                last = i;
                 if let Some(function) = self.functions.get(i as usize) {
                     frames.push(out.function(function));
                 }
@@ -454,6 +498,98 @@ mod tests {
             symbols.functions.len() <= 2 * named.len(),
             "the function table did not shrink with the cache: {:?}",
             symbols.functions
+        );
+    }
+
+    #[test]
+    fn unnamed_code_is_named_after_its_module() {
+        assert_eq!(
+            unknown_in("/usr/lib/gcc/x86_64-linux-gnu/14/cc1"),
+            "[unknown in cc1]"
+        );
+        assert_eq!(
+            unknown_in("/usr/lib/libfoo.so.1"),
+            "[unknown in libfoo.so.1]"
+        );
+        assert_eq!(unknown_in(KERNEL), "[unknown in kernel]");
+        assert_eq!(unknown_in("[vdso]"), "[unknown in vdso]");
+        assert_eq!(unknown_in(UNKNOWN), UNKNOWN);
+        assert_eq!(unknown_in(""), UNKNOWN);
+        for name in ["[unknown in cc1]", UNKNOWN] {
+            assert!(is_unknown(name), "{name}");
+        }
+        for name in ["main", "[unknown", "[kernel]", "unknown in cc1"] {
+            assert!(!is_unknown(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_modules_unnamed_frames_share_one_name_and_a_run_of_them_is_one_frame() {
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        let mut modules = Modules::default();
+        let m = modules.get_or_load(
+            crate::module::Key::Path(exe.into()),
+            exe,
+            std::process::id(),
+        );
+        let process = ProcessKey {
+            pid: std::process::id(),
+            name: "demo".into(),
+            container: None,
+            pod: None,
+            tid: std::process::id(),
+            thread: "demo".into(),
+        };
+        // Offsets past the end of the file, which no symbol covers, as
+        // none covers a stripped binary's code.
+        const FAR: u64 = 1 << 40;
+        let stacks: HashMap<_, _> = [
+            (
+                (
+                    process.clone(),
+                    vec![
+                        RawFrame::Module(m, FAR + 0x10),
+                        RawFrame::Module(m, FAR + 0x20),
+                        RawFrame::Module(m, FAR + 0x30),
+                    ],
+                ),
+                3,
+            ),
+            (
+                (
+                    process,
+                    vec![
+                        RawFrame::Module(m, FAR + 0x10),
+                        RawFrame::Anon(1, 0x7f00),
+                        RawFrame::Module(m, FAR + 0x20),
+                    ],
+                ),
+                1,
+            ),
+        ]
+        .into();
+        let p = Symbols::new().profile(&modules, &stacks, 19, 0, 1);
+        let name = format!("[unknown in {}]", exe.rsplit('/').next().unwrap());
+        let mut shapes: Vec<Vec<(String, String)>> = p
+            .stacks
+            .iter()
+            .map(|s| {
+                s.frames
+                    .iter()
+                    .map(|&f| (p.function(f).name.clone(), p.function(f).module.clone()))
+                    .collect()
+            })
+            .collect();
+        shapes.sort();
+        let unnamed = (name, exe.to_string());
+        let anon = (UNKNOWN.to_string(), UNKNOWN.to_string());
+        assert_eq!(
+            shapes,
+            [
+                vec![unnamed.clone()],
+                vec![unnamed.clone(), anon, unnamed.clone()],
+            ]
         );
     }
 

@@ -33,6 +33,8 @@ struct Programs {
     burn_fp: PathBuf,
     /// burn.c without frame pointers: unwinding must use `.eh_frame`.
     burn_nofp: PathBuf,
+    /// burn.c without its symbol table (`cc -s`): nothing in it has a name.
+    burn_stripped: PathBuf,
     shortburn: PathBuf,
     spawner: PathBuf,
     /// threads.c: threads "spin-a" and "spin-b" in spin_a and spin_b.
@@ -48,6 +50,7 @@ fn programs() -> &'static Programs {
         Programs {
             burn_fp: build(&dir, "burn.c", "burn_fp", "-fno-omit-frame-pointer"),
             burn_nofp: build(&dir, "burn.c", "burn_nofp", "-fomit-frame-pointer"),
+            burn_stripped: build(&dir, "burn.c", "burn_stripped", "-s"),
             shortburn: build(&dir, "shortburn.c", "shortburn", "-fno-omit-frame-pointer"),
             spawner: build(&dir, "spawner.c", "spawner", "-fno-omit-frame-pointer"),
             threads: build(&dir, "threads.c", "threads", "-fno-omit-frame-pointer"),
@@ -329,6 +332,58 @@ fn one_process_with_frame_pointers_shows_its_split_and_unwinds_to_main() {
 #[test]
 fn one_process_without_frame_pointers_shows_its_split_and_unwinds_to_main() {
     check_one_process(&programs().burn_nofp);
+}
+
+#[test]
+fn a_stripped_binarys_code_is_one_row_and_one_frame_named_after_it() {
+    let _cpu = exclusive();
+    let path = &programs().burn_stripped;
+    let burner = Program::burner(path);
+    let pid = burner.pid().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("stripped.folded");
+    let top = profile_json(&[
+        "--duration",
+        "2s",
+        "--pid",
+        &pid,
+        "--folded",
+        folded.to_str().unwrap(),
+    ]);
+    assert!(u64_of(&top["samples"]) >= 50, "{top}");
+    // hot, cold, work, main and _start are all the burner's unnamed code:
+    // one row, named after its module, with the module's whole share.
+    let rows = top["functions"].as_array().unwrap();
+    let own: Vec<&Json> = rows
+        .iter()
+        .filter(|r| r["module"] == path.to_str().unwrap())
+        .collect();
+    assert_eq!(own.len(), 1, "{top}");
+    assert_eq!(own[0]["function"], "[unknown in burn_stripped]", "{top}");
+    assert!(f64_of(&own[0]["self"]) >= 0.9, "{top}");
+    assert!(f64_of(&own[0]["total"]) >= 0.99, "{top}");
+    assert_eq!(rows[0]["function"], "[unknown in burn_stripped]", "{top}");
+    assert!(!rows.iter().any(|r| r["function"] == "[unknown]"), "{top}");
+    // Its calls within itself are one frame: libc's start-up code
+    // between two of them.
+    let folded = fs::read_to_string(&folded).unwrap();
+    let main_stack = folded
+        .lines()
+        .max_by_key(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .unwrap();
+    assert!(
+        main_stack.starts_with("[unknown in burn_stripped];")
+            && main_stack.contains("__libc_start_main")
+            && main_stack.ends_with(&format!(
+                ";[unknown in burn_stripped] {}",
+                main_stack.rsplit(' ').next().unwrap()
+            )),
+        "{folded}"
+    );
+    assert!(
+        !folded.contains("[unknown in burn_stripped];[unknown in burn_stripped]"),
+        "{folded}"
+    );
 }
 
 #[test]
