@@ -334,6 +334,18 @@ fn answer(
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
     let one = |span| q.read(store, span, now);
+    // Both sides of a diff; one read when they name the same range, so
+    // that a period stored between two reads cannot make a range differ
+    // from itself.
+    let both = || {
+        let base = one(q.base)?;
+        let new = if q.new == q.base {
+            base.clone()
+        } else {
+            one(q.new)?
+        };
+        Ok((base, new))
+    };
     let result = match path {
         "/api/profiles/top" => one(q.range).map(|p| {
             let mut top = views::top(&p, Some(q.top));
@@ -365,30 +377,24 @@ fn answer(
             r
         }),
         "/api/profiles/processes" => one(q.range).map(|p| json(&processes(&p))),
-        "/api/profiles/diff" => {
-            one(q.base)
-                .and_then(|base| Ok((base, one(q.new)?)))
-                .map(|(base, new)| {
-                    let mut diff = views::diff(&base, &new, Some(q.top));
-                    views::price_diff(&mut diff, prices);
-                    json(&diff)
-                })
-        }
-        "/api/profiles/diff/flamegraph" => one(q.base)
-            .and_then(|base| Ok((base, one(q.new)?)))
-            .map(|(base, new)| {
-                let options = flamegraph::Options {
-                    title: format!(
-                        "{} against {}: red grew, blue shrank (widths from the later)",
-                        describe(q.new),
-                        describe(q.base)
-                    ),
-                    roots: q.by.clone(),
-                    layout: q.layout,
-                    ..Default::default()
-                };
-                body(SVG, flamegraph::render_diff(&base, &new, &options))
-            }),
+        "/api/profiles/diff" => both().map(|(base, new)| {
+            let mut diff = views::diff(&base, &new, Some(q.top));
+            views::price_diff(&mut diff, prices);
+            json(&diff)
+        }),
+        "/api/profiles/diff/flamegraph" => both().map(|(base, new)| {
+            let options = flamegraph::Options {
+                title: format!(
+                    "{} against {}: red grew, blue shrank (widths from the later)",
+                    describe(q.new),
+                    describe(q.base)
+                ),
+                roots: q.by.clone(),
+                layout: q.layout,
+                ..Default::default()
+            };
+            body(SVG, flamegraph::render_diff(&base, &new, &options))
+        }),
         _ => Err(Failure::new(
             StatusCode::NOT_FOUND,
             format!("no such path {path:?}"),
