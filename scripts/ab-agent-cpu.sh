@@ -7,7 +7,7 @@
 # for both), then prints every run and the median of each binary.
 #
 # Usage: scripts/ab-agent-cpu.sh [--runs N] A_BINARY B_BINARY -- BENCH_ARGS...
-#   e.g. scripts/ab-agent-cpu.sh --runs 5 target/release/sonde target/pgo/sonde \
+#   e.g. scripts/ab-agent-cpu.sh --runs 5 target/dist/sonde target/pgo/sonde \
 #          -- --protocol statsd --series 1000 --rate 1M --duration 5s
 # Ports 38126 (StatsD), 39124 (msgpack), 38688 (admin); PORT_BASE moves them.
 #   WARMUP="RATE DURATION" first sends the same load at RATE for DURATION,

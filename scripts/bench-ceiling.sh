@@ -14,7 +14,7 @@
 #   packed  StatsD lines packed into 1400-byte datagrams
 #   8k      msgpack bunches of up to 8 KiB
 #   32k     msgpack bunches of up to 32 KiB
-# Needs gcc, python3 and a release build (made here).
+# Needs gcc, python3 and a dist build (made here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/bench-agent.sh
@@ -37,8 +37,8 @@ PORT_MSGPACK=19123
 ADMIN=127.0.0.1:18687
 
 gcc -O2 -Wall -Wextra -o "$WORK/trivial_receiver" tools/trivial-receiver/trivial_receiver.c
-cargo build --release --quiet -p sonde
-SONDE=./target/release/sonde
+cargo build --profile dist --quiet -p sonde
+SONDE=./target/dist/sonde
 
 bench_agent_config "$WORK/sonde.toml" 10s "$ADMIN" "127.0.0.1:$PORT_STATSD" "127.0.0.1:$PORT_MSGPACK" "$WORK/points.jsonl"
 

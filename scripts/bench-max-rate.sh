@@ -6,7 +6,7 @@
 # CPU 0, each step DURATION long.
 #
 # Usage: scripts/bench-max-rate.sh [--duration 5s] [--max-loss 0.1] [--start 1M] [--steps 4] [--warmup 0s] -- BENCH_ARGS...
-#   SONDE_BIN=path runs that binary instead of target/release/sonde (for A/B).
+#   SONDE_BIN=path runs that binary instead of target/dist/sonde (for A/B).
 #   e.g. scripts/bench-max-rate.sh -- --protocol statsd --series 1000
 #        scripts/bench-max-rate.sh -- --protocol msgpack --series 10000 --tags 3 --max-bytes 32768
 # Prints one line per step and the result: the highest rate whose loss was
@@ -48,8 +48,8 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 ADMIN=127.0.0.1:18688
 bench_agent_config "$WORK/sonde.toml" 10s "$ADMIN" 127.0.0.1:18126 127.0.0.1:19124 /dev/null
 
-cargo build --release --quiet -p sonde
-SONDE=${SONDE_BIN:-./target/release/sonde}
+cargo build --profile dist --quiet -p sonde
+SONDE=${SONDE_BIN:-./target/dist/sonde}
 taskset -c 1 "$SONDE" run --config "$WORK/sonde.toml" 2> "$WORK/sonde.log" &
 SPID=$!
 for _ in $(seq 100); do grep -q "sonde running" "$WORK/sonde.log" && break; sleep 0.1; done

@@ -46,8 +46,8 @@ if [ "$INSTALL" = 1 ]; then
   # so it cannot be installed on this machine.
 fi
 
-cargo build --release --quiet || exit 1
-SONDE=./target/release/sonde
+cargo build --profile dist --quiet || exit 1
+SONDE=./target/dist/sonde
 
 cat > "$WORK/sonde.toml" <<TOML
 [agent]

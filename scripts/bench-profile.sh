@@ -32,8 +32,8 @@ AGENT=0 CHURN=0
 if [ "${1:-}" = --agent ]; then AGENT=1; shift; fi
 if [ "${1:-}" = --churn ]; then CHURN=1; shift; fi
 D=${1:-60}
-SONDE=${SONDE_BIN:-target/release/sonde}
-[ -x "$SONDE" ] || cargo build --release -p sonde
+SONDE=${SONDE_BIN:-target/dist/sonde}
+[ -x "$SONDE" ] || cargo build --profile dist -p sonde
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 src=crates/sonde/tests/profile/burn.c

@@ -18,7 +18,7 @@
 #    component, added if missing) into $T/pgo/merged.profdata;
 # 4. rebuilds from scratch with -Cprofile-use into $T/pgo/optimized (cargo
 #    does not see a changed profile, so nothing stale is reused), keeping
-#    the release profile (fat LTO, one codegen unit), and copies the binary
+#    the dist profile (fat LTO, one codegen unit), and copies the binary
 #    to $T/pgo/sonde.
 # $T is $CARGO_TARGET_DIR, default `target`. The ports used while training
 # (28126, 29124, admin 28688) can be moved with PGO_PORT_BASE (default 28000).
@@ -43,10 +43,10 @@ if [[ ! -x $PROFDATA ]]; then
 fi
 
 build() { # target-dir rustflags
-    CARGO_TARGET_DIR=$1 RUSTFLAGS="${RUSTFLAGS:-} $2" cargo build --release --locked -p sonde
+    CARGO_TARGET_DIR=$1 RUSTFLAGS="${RUSTFLAGS:-} $2" cargo build --profile dist --locked -p sonde
     if [[ -n ${PGO_HOT_PATH:-} || $1 == "$PGO/instrumented" ]]; then
         CARGO_TARGET_DIR=$1 RUSTFLAGS="${RUSTFLAGS:-} $2" \
-            cargo build --release --locked -p sonde-aggregate --example hot_path
+            cargo build --profile dist --locked -p sonde-aggregate --example hot_path
     fi
 }
 
@@ -55,7 +55,7 @@ echo "== 1/4 instrumented build" >&2
 build "$PGO/instrumented" "-Cprofile-generate=$PGO/profiles"
 
 echo "== 2/4 training" >&2
-I=$PGO/instrumented/release
+I=$PGO/instrumented/dist
 rm -rf "$PGO/training"
 export LLVM_PROFILE_FILE=$PGO/training/%m_%p.profraw
 for run in "statsd 10000 3" "msgpack 10000 3" "statsd 100000 1"; do
@@ -87,5 +87,5 @@ echo "== 3/4 merging $(find "$PGO/training" -name '*.profraw' | wc -l) raw profi
 echo "== 4/4 optimised build" >&2
 rm -rf "$PGO/optimized"
 build "$PGO/optimized" "-Cprofile-use=$PGO/merged.profdata"
-cp "$PGO/optimized/release/sonde" "$PGO/sonde"
+cp "$PGO/optimized/dist/sonde" "$PGO/sonde"
 echo "PGO binary: $PGO/sonde" >&2

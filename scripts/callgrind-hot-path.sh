@@ -5,12 +5,15 @@
 # same datagrams and divides the difference by the points of 2 passes.
 #
 # Usage: scripts/callgrind-hot-path.sh [SHAPE ...]   (default: statsd:10000 msgpack:10000 statsd:100000)
-# Builds into $CARGO_TARGET_DIR (default target) with the caller's RUSTFLAGS.
+# Builds into $CARGO_TARGET_DIR (default target) with the caller's RUSTFLAGS,
+# in the cargo profile $SONDE_PROFILE (default dist, what ships; release to
+# compare the quick build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
-cargo build --release --quiet -p sonde-aggregate --example hot_path
-BIN=${CARGO_TARGET_DIR:-target}/release/examples/hot_path
+profile=${SONDE_PROFILE:-dist}
+cargo build --profile "$profile" --quiet -p sonde-aggregate --example hot_path
+BIN=${CARGO_TARGET_DIR:-target}/$profile/examples/hot_path
 count() { # shape series passes -> "instructions points"
   local out
   out=$(mktemp)

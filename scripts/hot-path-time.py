@@ -17,8 +17,8 @@ state that a series with thousands of samples a window is in
 (docs/BENCHMARKS.md, "the sketch's start-up in the in-process figure").
 
 Usage: scripts/hot-path-time.py [--rounds N] [--passes P] [--base-passes B] [--cpu C] SHAPE SERIES BIN [BIN ...]
-Build a binary with: cargo build --release -p sonde-aggregate --example hot_path
-(target/release/examples/hot_path).
+Build a binary with: cargo build --profile dist -p sonde-aggregate --example hot_path
+(target/dist/examples/hot_path).
 """
 import argparse
 import os

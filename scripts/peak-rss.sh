@@ -3,7 +3,7 @@
 #
 #   scripts/peak-rss.sh [BINARY] [SERIES...]
 #
-# Starts BINARY (default target/release/sonde) pinned to CPU 1 with a 5 s
+# Starts BINARY (default target/dist/sonde) pinned to CPU 1 with a 5 s
 # window, a file sink in a temporary directory, StatsD on UDP loopback and
 # the admin server on ports away from the defaults (18125, 18686), so it
 # can run beside an agent on the default ports. Then runs the load
@@ -12,7 +12,7 @@
 # KiB, and the points the file sink wrote. VERBOSE=1 adds the generator's
 # report (loss, CPU) after each row.
 set -euo pipefail
-bin=${1:-target/release/sonde}
+bin=${1:-target/dist/sonde}
 shift || true
 if [[ $# -gt 0 ]]; then counts=("$@"); else counts=(10000 100000 250000); fi
 statsd_port=${STATSD_PORT:-18125}

@@ -12,7 +12,7 @@
 # other sender's points, so their loss lines are meaningless here.
 #
 # Usage: scripts/soak.sh [DURATION_SECONDS] [GOOD_RATE]   (default 600 200000)
-#   SONDE_BIN=path   use this binary instead of building target/release/sonde
+#   SONDE_BIN=path   use this binary instead of building target/dist/sonde
 #   INTERVAL=10      seconds between samples
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +21,8 @@ duration=${1:-600}
 rate=${2:-200000}
 interval=${INTERVAL:-10}
 if [ -z "${SONDE_BIN:-}" ]; then
-  cargo build --release --quiet -p sonde
-  SONDE_BIN=target/release/sonde
+  cargo build --profile dist --quiet -p sonde
+  SONDE_BIN=target/dist/sonde
 fi
 
 dir=$(mktemp -d)

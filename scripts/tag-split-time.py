@@ -17,9 +17,9 @@ import sys
 
 os.chdir(os.path.join(os.path.dirname(__file__), ".."))
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
-subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "sonde-proto",
+subprocess.run(["cargo", "build", "--profile", "dist", "--quiet", "-p", "sonde-proto",
                 "--example", "tag_split"], check=True)
-exe = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release/examples/tag_split")
+exe = os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "dist/examples/tag_split")
 repeats = 1_000_000
 variants = {"scalar": ["scalar"], "avx2": ["avx2"], "split": []}
 for extra in ([], ["varied"]):
