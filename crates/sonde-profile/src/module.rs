@@ -106,6 +106,43 @@ impl Module {
         (svma >= *start && svma < *end).then_some(name.as_str())
     }
 
+    /// The virtual address (SVMA) where the function holding a file offset
+    /// starts, from the module's unwind tables: every function a compiler
+    /// emits call frame information for has an entry there whose range is
+    /// its code, symbol table or not, so a stripped binary's code can still
+    /// be told apart function by function (and named later, as `nm` or
+    /// `addr2line` on its debug symbols name that address). `None` for an
+    /// offset no entry covers, or a module without `.eh_frame`.
+    pub fn function_start(&self, offset: u64) -> Option<u64> {
+        use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+        let svma = self.svma_of_offset(offset)?;
+        let (eh_range, eh) = self.unwind.eh_frame.as_ref()?;
+        let eh_frame = EhFrame::new(eh, LittleEndian);
+        let mut bases = BaseAddresses::default().set_eh_frame(eh_range.start);
+        if let Some((r, _)) = &self.unwind.text {
+            bases = bases.set_text(r.start);
+        }
+        if let Some(r) = &self.unwind.got {
+            bases = bases.set_got(r.start);
+        }
+        let fde = match &self.unwind.eh_frame_hdr {
+            // The binary search table the linker writes beside it.
+            Some((hdr_range, hdr)) => {
+                let bases = bases.clone().set_eh_frame_hdr(hdr_range.start);
+                let parsed = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8).ok()?;
+                parsed
+                    .table()?
+                    .fde_for_address(&eh_frame, &bases, svma, EhFrame::cie_from_offset)
+                    .ok()?
+            }
+            // Without it, a walk over every entry.
+            None => eh_frame
+                .fde_for_address(&bases, svma, EhFrame::cie_from_offset)
+                .ok()?,
+        };
+        Some(fde.initial_address())
+    }
+
     /// The virtual address (SVMA) the file assigns to a file offset.
     ///
     /// Executable segments are tried first, from their page-aligned start:
@@ -448,6 +485,45 @@ mod tests {
             .map(|s| start - s.1 + s.0)
             .unwrap();
         assert_eq!(vdso.symbol_at(offset + 1), Some(name.as_str()));
+        assert_eq!(vdso.function_start(offset + 1), Some(*start));
         assert_eq!(modules.vdso(), i, "loaded once");
+    }
+
+    #[test]
+    fn the_unwind_tables_say_where_each_function_starts_without_a_symbol_table() {
+        // This test binary, read as any sampled file is; its symbol table
+        // is only the reference the unwind tables are checked against.
+        let exe = std::env::current_exe().unwrap();
+        let m = load(exe.to_str().unwrap(), std::process::id());
+        assert!(m.unwind.eh_frame_hdr.is_some(), "{}", exe.display());
+        let data = std::fs::read(&exe).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let mut checked = 0;
+        for sym in elf.symbols().filter(|s| {
+            s.kind() == object::SymbolKind::Text
+                && s.size() >= 32
+                && s.name().is_ok_and(|n| n.contains("sonde_profile"))
+        }) {
+            let Some(&(off, vaddr, _, _)) = m
+                .segments
+                .iter()
+                .find(|s| s.3 && sym.address() >= s.1 && sym.address() < s.1 + s.2)
+            else {
+                continue;
+            };
+            let offset = sym.address() - vaddr + off;
+            for inside in [0, 1, sym.size() / 2, sym.size() - 1] {
+                assert_eq!(
+                    m.function_start(offset + inside),
+                    Some(sym.address()),
+                    "{:?} + {inside}",
+                    sym.name()
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked >= 100, "only {checked} functions checked");
+        // Past every function: nothing.
+        assert_eq!(m.function_start(u64::MAX / 2), None);
     }
 }

@@ -31,28 +31,44 @@ pub const JIT: &str = "[jit]";
 /// (JIT code without a perf map).
 pub const UNKNOWN: &str = "[unknown]";
 
-/// The name of the code of `module` that could not be named, such as a
-/// stripped binary's own functions: `[unknown in cc1]`,
-/// `[unknown in libfoo.so]`, `[unknown in kernel]`.
+/// The name of the code of `module` that could not be named and whose
+/// function is not known either: `[unknown in libfoo.so]`, `[unknown in
+/// kernel]` (kernel code without `cap_syslog`). A stripped binary's
+/// functions are named by [`unnamed_function`] instead, where its unwind
+/// tables place them.
 ///
 /// # Design
 ///
-/// One name per module, not one per address (`cc1+0x4f00`): the top
-/// table and the flame graph are for finding where the CPU goes, and a
-/// stripped module's thousands of addresses would each take a row of a
-/// few samples, burying the fact that the module as a whole takes 40%.
-/// One name says that in one row. Names per function address would keep
-/// both, but a stripped binary has no table of its functions to take
-/// them from.
+/// One name per module, not one per address: a module's thousands of
+/// sampled addresses would each take a row of a few samples, burying the
+/// fact that the module as a whole takes 40%.
 pub fn unknown_in(module: &str) -> String {
-    if module.is_empty() || module == UNKNOWN {
-        return UNKNOWN.to_string();
+    match short_name(module) {
+        Some(name) => format!("[unknown in {name}]"),
+        None => UNKNOWN.to_string(),
     }
-    let name = match module.strip_prefix('[').and_then(|m| m.strip_suffix(']')) {
-        Some(bracketed) => bracketed,
-        None => module.rsplit('/').next().unwrap_or(module),
-    };
-    format!("[unknown in {name}]")
+}
+
+/// The name of a stripped module's function that starts at `start` (its
+/// virtual address, as `nm` and `addr2line` take it): `cc1+0x4f00`. A
+/// function of a stripped binary is one row of the top table and one box
+/// of the flame graph, as a named one is, and the address names it once
+/// debug symbols are at hand (`addr2line -f -e cc1.debug 0x4f00`).
+pub fn unnamed_function(module: &str, start: u64) -> String {
+    format!("{}+{start:#x}", short_name(module).unwrap_or("?"))
+}
+
+/// A module's name without its directory or brackets: `cc1`, `kernel`.
+fn short_name(module: &str) -> Option<&str> {
+    if module.is_empty() || module == UNKNOWN {
+        return None;
+    }
+    Some(
+        match module.strip_prefix('[').and_then(|m| m.strip_suffix(']')) {
+            Some(bracketed) => bracketed,
+            None => module.rsplit('/').next().unwrap_or(module),
+        },
+    )
 }
 
 /// Whether a function name is one of [`unknown_in`]'s (or [`UNKNOWN`]).
@@ -216,8 +232,12 @@ impl Symbols {
                     .collect(),
             };
             for (off, name) in offsets.into_iter().zip(names) {
+                let name = name.unwrap_or_else(|| match module.function_start(off) {
+                    Some(start) => unnamed_function(&module.path, start),
+                    None => unknown_in(&module.path),
+                });
                 let f = Function {
-                    name: name.unwrap_or_else(|| unknown_in(&module.path)),
+                    name,
                     module: module.path.clone(),
                 };
                 let i = self.intern(f);
@@ -518,9 +538,19 @@ mod tests {
         for name in ["[unknown in cc1]", UNKNOWN] {
             assert!(is_unknown(name), "{name}");
         }
-        for name in ["main", "[unknown", "[kernel]", "unknown in cc1"] {
+        for name in [
+            "main",
+            "[unknown",
+            "[kernel]",
+            "unknown in cc1",
+            "cc1+0x4f00",
+        ] {
             assert!(!is_unknown(name), "{name}");
         }
+        assert_eq!(
+            unnamed_function("/usr/lib/gcc/x86_64-linux-gnu/14/cc1", 0x4f00),
+            "cc1+0x4f00"
+        );
     }
 
     #[test]

@@ -33,7 +33,8 @@ struct Programs {
     burn_fp: PathBuf,
     /// burn.c without frame pointers: unwinding must use `.eh_frame`.
     burn_nofp: PathBuf,
-    /// burn.c without its symbol table (`cc -s`): nothing in it has a name.
+    /// burn_nofp without its symbol table (`strip`): nothing in it has a
+    /// name, and its code is burn_nofp's, at the same addresses.
     burn_stripped: PathBuf,
     shortburn: PathBuf,
     spawner: PathBuf,
@@ -50,7 +51,7 @@ fn programs() -> &'static Programs {
         Programs {
             burn_fp: build(&dir, "burn.c", "burn_fp", "-fno-omit-frame-pointer"),
             burn_nofp: build(&dir, "burn.c", "burn_nofp", "-fomit-frame-pointer"),
-            burn_stripped: build(&dir, "burn.c", "burn_stripped", "-s"),
+            burn_stripped: stripped(&dir, &dir.join("burn_nofp"), "burn_stripped"),
             shortburn: build(&dir, "shortburn.c", "shortburn", "-fno-omit-frame-pointer"),
             spawner: build(&dir, "spawner.c", "spawner", "-fno-omit-frame-pointer"),
             threads: build(&dir, "threads.c", "threads", "-fno-omit-frame-pointer"),
@@ -81,6 +82,42 @@ fn build(dir: &Path, source: &str, name: &str, frame_pointers: &str) -> PathBuf 
     );
     fs::rename(&tmp, &out).unwrap();
     out
+}
+
+/// A copy of `program` without symbols (`strip`), at `dir`/`name`.
+fn stripped(dir: &Path, program: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+    let result = Command::new("strip")
+        .arg("-o")
+        .arg(&tmp)
+        .arg(program)
+        .output()
+        .expect("running strip");
+    assert!(
+        result.status.success(),
+        "strip {}: {}",
+        program.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+/// The address `nm` gives a function of `program`.
+fn address_of(program: &Path, function: &str) -> u64 {
+    let out = Command::new("nm")
+        .arg(program)
+        .output()
+        .expect("running nm");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (addr, _, name) = (f.next()?, f.next()?, f.next()?);
+            (name == function).then(|| u64::from_str_radix(addr, 16).ok())?
+        })
+        .unwrap_or_else(|| panic!("no {function} in nm {}", program.display()))
 }
 
 /// Serialises the tests that measure shares of the CPU.
@@ -335,9 +372,14 @@ fn one_process_without_frame_pointers_shows_its_split_and_unwinds_to_main() {
 }
 
 #[test]
-fn a_stripped_binarys_code_is_one_row_and_one_frame_named_after_it() {
+fn a_stripped_binarys_functions_are_named_by_module_and_address() {
     let _cpu = exclusive();
-    let path = &programs().burn_stripped;
+    let p = programs();
+    let path = &p.burn_stripped;
+    // Where burn_nofp's symbols put hot and cold: the stripped copy's
+    // unwind tables must name the same starts.
+    let hot = format!("burn_stripped+{:#x}", address_of(&p.burn_nofp, "hot"));
+    let cold = format!("burn_stripped+{:#x}", address_of(&p.burn_nofp, "cold"));
     let burner = Program::burner(path);
     let pid = burner.pid().to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -351,37 +393,20 @@ fn a_stripped_binarys_code_is_one_row_and_one_frame_named_after_it() {
         folded.to_str().unwrap(),
     ]);
     assert!(u64_of(&top["samples"]) >= 50, "{top}");
-    // hot, cold, work, main and _start are all the burner's unnamed code:
-    // one row, named after its module, with the module's whole share.
-    let rows = top["functions"].as_array().unwrap();
-    let own: Vec<&Json> = rows
-        .iter()
-        .filter(|r| r["module"] == path.to_str().unwrap())
-        .collect();
-    assert_eq!(own.len(), 1, "{top}");
-    assert_eq!(own[0]["function"], "[unknown in burn_stripped]", "{top}");
-    assert!(f64_of(&own[0]["self"]) >= 0.9, "{top}");
-    assert!(f64_of(&own[0]["total"]) >= 0.99, "{top}");
-    assert_eq!(rows[0]["function"], "[unknown in burn_stripped]", "{top}");
-    assert!(!rows.iter().any(|r| r["function"] == "[unknown]"), "{top}");
-    // Its calls within itself are one frame: libc's start-up code
-    // between two of them.
-    let folded = fs::read_to_string(&folded).unwrap();
-    let main_stack = folded
-        .lines()
-        .max_by_key(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .unwrap();
+    let hot_row = row(&top, &hot, path);
+    let cold_row = row(&top, &cold, path);
     assert!(
-        main_stack.starts_with("[unknown in burn_stripped];")
-            && main_stack.contains("__libc_start_main")
-            && main_stack.ends_with(&format!(
-                ";[unknown in burn_stripped] {}",
-                main_stack.rsplit(' ').next().unwrap()
-            )),
-        "{folded}"
+        f64_of(&hot_row["self"]) > f64_of(&cold_row["self"])
+            && f64_of(&hot_row["self"]) + f64_of(&cold_row["self"]) >= 0.9,
+        "{top}"
     );
+    assert_eq!(top["functions"][0]["function"], hot.as_str(), "{top}");
+    // The stacks hold the functions in turn, as a named binary's would.
+    let folded = fs::read_to_string(&folded).unwrap();
     assert!(
-        !folded.contains("[unknown in burn_stripped];[unknown in burn_stripped]"),
+        folded
+            .lines()
+            .any(|l| l.contains("__libc_start_main") && l.contains(&format!(";{hot} "))),
         "{folded}"
     );
 }
