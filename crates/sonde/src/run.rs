@@ -354,9 +354,9 @@ const SOURCES_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(3
 /// Waits until every log source watches its directories and has scanned
 /// its globs, so that the agent answers `/health` (and tells systemd
 /// READY=1) only once every file its globs match is open, and one created
-/// afterwards will be reported by inotify. A first scan takes milliseconds; one slower than
-/// [`SOURCES_READY_WAIT`] (a vast tree on a slow disk) is logged and the
-/// start goes on.
+/// afterwards will be reported by inotify. A first scan takes
+/// milliseconds; one slower than [`SOURCES_READY_WAIT`] (a vast tree on a
+/// slow disk) is logged and the start goes on.
 fn wait_ready(sources: &mut [RunningSource], config: &Config) {
     let deadline = std::time::Instant::now() + SOURCES_READY_WAIT;
     for (source, l) in sources.iter_mut().zip(&config.logs) {
