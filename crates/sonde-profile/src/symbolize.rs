@@ -473,14 +473,14 @@ mod tests {
         );
     }
 
-    #[test]
-    fn names_of_dropped_modules_are_forgotten_and_jit_frames_looked_up_each_profile() {
+    /// This test binary as a module, its path, and this process.
+    fn this_test() -> (String, Modules, u32, ProcessKey) {
         let exe = std::env::current_exe().unwrap();
-        let exe = exe.to_str().unwrap();
+        let exe = exe.to_str().unwrap().to_string();
         let mut modules = Modules::default();
         let m = modules.get_or_load(
-            crate::module::Key::Path(exe.into()),
-            exe,
+            crate::module::Key::Path(exe.clone()),
+            &exe,
             std::process::id(),
         );
         let process = ProcessKey {
@@ -491,6 +491,12 @@ mod tests {
             tid: std::process::id(),
             thread: "demo".into(),
         };
+        (exe, modules, m, process)
+    }
+
+    #[test]
+    fn names_of_dropped_modules_are_forgotten_and_jit_frames_looked_up_each_profile() {
+        let (_, mut modules, m, process) = this_test();
         let stacks: HashMap<_, _> = [(
             (
                 process,
@@ -555,22 +561,8 @@ mod tests {
 
     #[test]
     fn a_modules_unnamed_frames_share_one_name_and_a_run_of_them_is_one_frame() {
-        let exe = std::env::current_exe().unwrap();
-        let exe = exe.to_str().unwrap();
-        let mut modules = Modules::default();
-        let m = modules.get_or_load(
-            crate::module::Key::Path(exe.into()),
-            exe,
-            std::process::id(),
-        );
-        let process = ProcessKey {
-            pid: std::process::id(),
-            name: "demo".into(),
-            container: None,
-            pod: None,
-            tid: std::process::id(),
-            thread: "demo".into(),
-        };
+        let (exe, modules, m, process) = this_test();
+        let exe = exe.as_str();
         // Offsets past the end of the file, which no symbol covers, as
         // none covers a stripped binary's code.
         const FAR: u64 = 1 << 40;

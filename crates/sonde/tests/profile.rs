@@ -59,45 +59,40 @@ fn programs() -> &'static Programs {
     })
 }
 
-/// Compiles tests/profile/`source` to `dir`/`name`. The build goes to a
-/// temporary name first and is renamed into place, so that a concurrent
-/// run of these tests never executes a half-written file.
+/// Compiles tests/profile/`source` to `dir`/`name`.
 fn build(dir: &Path, source: &str, name: &str, frame_pointers: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/profile")
         .join(source);
-    let out = dir.join(name);
-    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
-    let result = Command::new("cc")
-        .args(["-O2", "-g", frame_pointers, "-o"])
-        .arg(&tmp)
-        .arg(&src)
-        .output()
-        .expect("running cc");
-    assert!(
-        result.status.success(),
-        "cc {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&result.stderr)
-    );
-    fs::rename(&tmp, &out).unwrap();
-    out
+    produce(dir, name, |tmp| {
+        let mut cc = Command::new("cc");
+        cc.args(["-O2", "-g", frame_pointers, "-o"])
+            .arg(tmp)
+            .arg(&src);
+        cc
+    })
 }
 
 /// A copy of `program` without symbols (`strip`), at `dir`/`name`.
 fn stripped(dir: &Path, program: &Path, name: &str) -> PathBuf {
+    produce(dir, name, |tmp| {
+        let mut strip = Command::new("strip");
+        strip.arg("-o").arg(tmp).arg(program);
+        strip
+    })
+}
+
+/// Runs the command `make` gives for a temporary path, which it writes,
+/// and renames that into place as `dir`/`name`, so that a concurrent run
+/// of these tests never executes a half-written file.
+fn produce(dir: &Path, name: &str, make: impl FnOnce(&Path) -> Command) -> PathBuf {
     let out = dir.join(name);
     let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
-    let result = Command::new("strip")
-        .arg("-o")
-        .arg(&tmp)
-        .arg(program)
-        .output()
-        .expect("running strip");
+    let mut command = make(&tmp);
+    let result = command.output().expect("running the build");
     assert!(
         result.status.success(),
-        "strip {}: {}",
-        program.display(),
+        "{command:?}: {}",
         String::from_utf8_lossy(&result.stderr)
     );
     fs::rename(&tmp, &out).unwrap();
