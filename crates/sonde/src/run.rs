@@ -150,6 +150,42 @@ fn checkpoint_error(config: &Config, e: anyhow::Error) -> anyhow::Error {
     }
 }
 
+/// The admin token, read or made at `agent.admin_token_file`, when
+/// `agent.admin_auth = "token"`.
+fn admin_token(config: &Config) -> anyhow::Result<Option<sonde_io::http::Token>> {
+    if config.agent.admin_auth != config::AdminAuth::Token {
+        return Ok(None);
+    }
+    let path = config.agent.admin_token_file();
+    let fix = "make its directory writable by the user sonde runs as, or set agent.admin_token_file to a path it can write";
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            config.error(
+                "agent.admin_token_file",
+                format!("cannot make {}: {e}", dir.display()),
+                fix,
+            )
+        })?;
+    }
+    let group = match &config.agent.admin_token_group {
+        Some(g) => Some(receiver::group_id(g.get_ref()).map_err(|e| {
+            config.error(
+                "agent.admin_token_group",
+                e.to_string(),
+                "name a group of this host (`getent group` lists them)",
+            )
+        })?),
+        None => None,
+    };
+    let token = sonde_io::http::Token::load_or_create(&path, group)
+        .map_err(|e| config.error("agent.admin_token_file", e.to_string(), fix))?;
+    tracing::info!(
+        token_file = %path.display(),
+        "the admin site asks for its token (everything but /health); `sonde admin-url` prints the address that signs a browser in"
+    );
+    Ok(Some(token))
+}
+
 /// Starts the workers of a bound receiver.
 fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<RunningReceiver> {
     // Workers of one receiver share its counters.
@@ -451,7 +487,9 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
             )
         })?;
         tracing::info!(address = %admin, "admin listening on /health and /metrics");
+        let auth = admin_token(&config)?;
         let admin = sonde_io::http::Admin {
+            auth,
             telemetry: Arc::clone(&telemetry),
             profiles: sonde_profile::store::Store::reader(&config.agent.data_dir),
             prices: config
@@ -595,6 +633,10 @@ fn reload(
         || new.agent.admin() != old.agent.admin()
         || new.agent.data_dir != old.agent.data_dir
         || new.agent.background_nice.get_ref() != old.agent.background_nice.get_ref()
+        || new.agent.admin_auth != old.agent.admin_auth
+        || new.agent.admin_token_file != old.agent.admin_token_file
+        || new.agent.admin_token_group.as_ref().map(|g| g.get_ref())
+            != old.agent.admin_token_group.as_ref().map(|g| g.get_ref())
     {
         tracing::warn!("SIGHUP: changes to [agent] and [histograms] apply at the next start");
     }

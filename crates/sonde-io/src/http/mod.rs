@@ -22,9 +22,11 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
+mod auth;
 mod profiles;
 mod profiling;
 
+pub use auth::{Token, TokenError, COOKIE_NAME};
 use profiling::Format;
 use sonde_profile::store::Store;
 
@@ -41,6 +43,9 @@ pub struct Admin {
     pub profiles: Store,
     /// What a core-hour costs and emits (`[profiler]`), for the tables.
     pub prices: sonde_profile::cost::Prices,
+    /// The token every request but `/health` must carry
+    /// (`agent.admin_auth = "token"`); `None` serves everyone.
+    pub auth: Option<Token>,
 }
 
 /// What an HTTP listener serves.
@@ -70,6 +75,134 @@ const PROFILES_PAGE: &[u8] = include_bytes!("assets/profiles.html");
 const PAGE_POLICY: &str =
     "default-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'";
 
+/// The admin site's `/login`: a form for the token.
+const LOGIN_PAGE: &str = include_str!("assets/login.html");
+
+/// The most bytes `/login` reads of a form.
+const LOGIN_BODY_LIMIT: usize = 4096;
+
+/// A response of `status` with `body` of type `ctype`; pages get the
+/// [`PAGE_POLICY`].
+fn plain(status: StatusCode, ctype: &str, body: Bytes) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    if let Ok(v) = ctype.parse() {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    if ctype == HTML {
+        r.headers_mut().insert(
+            hyper::header::CONTENT_SECURITY_POLICY,
+            hyper::header::HeaderValue::from_static(PAGE_POLICY),
+        );
+    }
+    r
+}
+
+/// The login form; `refused` adds that the token given was not this
+/// agent's.
+fn login_page(status: StatusCode, refused: bool) -> Response<Full<Bytes>> {
+    let page = if refused {
+        LOGIN_PAGE.replace(
+            "<!--REFUSED-->",
+            "<p class=\"refused\">That is not this agent's token.</p>",
+        )
+    } else {
+        LOGIN_PAGE.to_string()
+    };
+    let mut r = plain(status, HTML, Bytes::from(page));
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
+/// What a request without the token gets: the login form for the pages,
+/// a 401 that says what to send for everything else. Nothing of the data.
+fn unauthorized(path: &str) -> Response<Full<Bytes>> {
+    let mut r = if path == "/" || path == "/profiles" {
+        login_page(StatusCode::UNAUTHORIZED, false)
+    } else {
+        plain(
+            StatusCode::UNAUTHORIZED,
+            "text/plain; charset=utf-8",
+            Bytes::from_static(
+                b"this agent's admin site needs its token: send Authorization: Bearer TOKEN, \
+the token being in agent.admin_token_file (`sonde admin-url` prints it); only /health is open\n",
+            ),
+        )
+    };
+    r.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Bearer realm=\"sonde\""),
+    );
+    r
+}
+
+/// The `token` field of a form or query string.
+fn token_field(form: &[u8]) -> Option<String> {
+    form_urlencoded::parse(form)
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// `/login`: the form (GET), or a token to check, from the form (POST) or
+/// from `?token=` (the address `sonde admin-url` prints). The right token
+/// sets the cookie and sends the browser on to `/`, so that the address
+/// bar, the history and every link stay without it; a wrong one is
+/// counted and refused.
+async fn login(
+    token: &Token,
+    telemetry: &Telemetry,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    use http_body_util::{BodyExt, Limited};
+    let given = match *req.method() {
+        Method::GET | Method::HEAD => req.uri().query().and_then(|q| token_field(q.as_bytes())),
+        Method::POST => match Limited::new(req.into_body(), LOGIN_BODY_LIMIT)
+            .collect()
+            .await
+        {
+            Ok(body) => token_field(&body.to_bytes()),
+            Err(_) => {
+                return plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "text/plain",
+                    Bytes::from_static(b"a login form is at most 4 KiB\n"),
+                )
+            }
+        },
+        _ => {
+            return plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                Bytes::from_static(b"only GET, HEAD and POST\n"),
+            )
+        }
+    };
+    match given {
+        None => login_page(StatusCode::OK, false),
+        Some(t) if token.matches(t.trim().as_bytes()) => {
+            let mut r = plain(StatusCode::SEE_OTHER, "text/plain", Bytes::new());
+            let headers = r.headers_mut();
+            headers.insert(
+                hyper::header::LOCATION,
+                hyper::header::HeaderValue::from_static("/"),
+            );
+            if let Ok(v) = token.cookie().parse() {
+                headers.insert(hyper::header::SET_COOKIE, v);
+            }
+            r
+        }
+        Some(_) => {
+            telemetry
+                .admin_unauthorized
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            login_page(StatusCode::UNAUTHORIZED, true)
+        }
+    }
+}
+
 fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
     let (status, ctype, body): (StatusCode, &str, Bytes) = match (site, path) {
         (Site::Admin(_), "/") => (StatusCode::OK, HTML, Bytes::from_static(AGENT_PAGE)),
@@ -96,18 +229,7 @@ fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
             Bytes::from_static(b"not found\n"),
         ),
     };
-    let mut r = Response::new(Full::new(body));
-    *r.status_mut() = status;
-    if let Ok(v) = ctype.parse() {
-        r.headers_mut().insert(CONTENT_TYPE, v);
-    }
-    if ctype == HTML {
-        r.headers_mut().insert(
-            hyper::header::CONTENT_SECURITY_POLICY,
-            hyper::header::HeaderValue::from_static(PAGE_POLICY),
-        );
-    }
-    r
+    plain(status, ctype, body)
 }
 
 /// Binds a listener for [`serve`].
@@ -157,6 +279,21 @@ pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
 }
 
 async fn route(site: Site, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if let Site::Admin(a) = &site {
+        if let Some(token) = &a.auth {
+            let path = req.uri().path();
+            if path == "/login" {
+                return login(token, &a.telemetry, req).await;
+            }
+            // Probes (a kubelet, systemd, a load balancer) need no token.
+            if path != "/health" && !token.admits(req.headers()) {
+                a.telemetry
+                    .admin_unauthorized
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return unauthorized(path);
+            }
+        }
+    }
     let query = req.uri().query().map(str::to_string);
     // Every endpoint only reads: nothing the admin site serves changes the
     // agent, so a request that is not a read is refused.
@@ -217,6 +354,7 @@ mod tests {
             telemetry: Arc::new(Telemetry::default()),
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
+            auth: None,
         }))
     }
 

@@ -176,6 +176,11 @@ pub const METRICS: &[Metric] = &[
         Source::Agent(|t| Value::Int(t.max_series as u64)),
     ),
     counter(
+        "sonde_admin_unauthorized_total",
+        "Admin site requests refused (401) for a missing or wrong token (agent.admin_auth).",
+        Source::Agent(|t| Value::Int(t.admin_unauthorized.load(Relaxed))),
+    ),
+    counter(
         "sonde_flushes_total",
         "Windows flushed.",
         Source::Agent(|t| flush(t, |f| &f.flushes)),

@@ -42,6 +42,8 @@ pub struct Telemetry {
     pub max_series: usize,
     /// The host profiler's counters (zeros while it is off).
     pub profiler: Arc<crate::profiler::ProfilerStats>,
+    /// Admin site requests refused for a missing or wrong token.
+    pub admin_unauthorized: std::sync::atomic::AtomicU64,
 }
 
 impl Telemetry {

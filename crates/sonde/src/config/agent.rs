@@ -71,11 +71,36 @@ pub struct AgentSection {
     /// 0 runs every thread alike. Default 10.
     #[serde(default = "default_background_nice")]
     pub background_nice: Spanned<i64>,
+    /// Who may read the admin site: `"token"`, only requests that carry
+    /// the token in [`AgentSection::admin_token_file`] (everything but
+    /// `/health`, which probes read); `"none"`, every client that reaches
+    /// the address. Default `"none"`; the packaged config and the
+    /// DaemonSet set `"token"`.
+    #[serde(default)]
+    pub admin_auth: AdminAuth,
+    /// The file holding the admin token, made at the first start with
+    /// mode 0640 (the agent's user, and [`AgentSection::admin_token_group`]
+    /// if set). Default `"{data_dir}/admin.token"`.
+    pub admin_token_file: Option<PathBuf>,
+    /// A group given the admin token file, whose members may read it (and
+    /// so the admin site). Default: the agent's own group.
+    pub admin_token_group: Option<Spanned<String>>,
     /// The host name that log records carry (`host` in a json record) and
     /// that names the Kafka sink's `transactional.id` and stored positions
     /// with `delivery = "exactly_once"`, which must be unique per agent.
     /// Default: the machine's host name.
     pub hostname: Option<Spanned<String>>,
+}
+
+/// `agent.admin_auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminAuth {
+    /// Every client that reaches the admin address reads everything.
+    #[default]
+    None,
+    /// Every request but `/health` carries the admin token.
+    Token,
 }
 
 /// `admin_listen = ""` turns the admin listener off.
@@ -103,6 +128,9 @@ impl Default for AgentSection {
             allow_non_loopback: false,
             max_key_size: None,
             background_nice: default_background_nice(),
+            admin_auth: AdminAuth::None,
+            admin_token_file: None,
+            admin_token_group: None,
             hostname: None,
         }
     }
@@ -112,6 +140,14 @@ impl AgentSection {
     /// The address of `/health` and `/metrics`, if on.
     pub fn admin(&self) -> Option<std::net::SocketAddr> {
         self.admin_listen.get_ref().map(|h| h.0)
+    }
+
+    /// Where the admin token lives (`admin_token_file`, else
+    /// `{data_dir}/admin.token`).
+    pub fn admin_token_file(&self) -> PathBuf {
+        self.admin_token_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("admin.token"))
     }
 }
 

@@ -95,6 +95,35 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
             return Err(config.error(format!("sinks[{i}].path"), problem, crate::sinks::file::FIX));
         }
     }
+    if config.agent.admin_auth == super::AdminAuth::Token {
+        if let Some(g) = &config.agent.admin_token_group {
+            let g = g.get_ref();
+            sonde_io::receiver::group_id(g).map_err(|e| {
+                config.error(
+                    "agent.admin_token_group",
+                    lookup_problem(e, "group", g),
+                    format!("create it (`groupadd {g}`), or name a group of this host (`getent group` lists them)"),
+                )
+            })?;
+        }
+        if let Some(file) = &config.agent.admin_token_file {
+            let problem = match std::fs::metadata(file) {
+                Ok(_) => std::fs::File::open(file)
+                    .err()
+                    .map(|e| format!("{} cannot be read: {e}", file.display())),
+                Err(_) => makeable_dir(parent(file))
+                    .err()
+                    .map(|e| format!("cannot make {}: {e}", file.display())),
+            };
+            if let Some(problem) = problem {
+                return Err(config.error(
+                    "agent.admin_token_file",
+                    problem,
+                    "run sonde as the file's owner, or set agent.admin_token_file to a path it can write",
+                ));
+            }
+        }
+    }
     let uses = data_dir_uses(config);
     if !uses.is_empty() {
         let dir = &config.agent.data_dir;
@@ -132,6 +161,10 @@ fn data_dir_uses(config: &Config) -> Vec<&'static str> {
     }
     if config.profiler.is_some() {
         uses.push("profiles");
+    }
+    if config.agent.admin_auth == super::AdminAuth::Token && config.agent.admin_token_file.is_none()
+    {
+        uses.push("the admin token");
     }
     uses
 }

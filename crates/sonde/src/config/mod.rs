@@ -27,7 +27,7 @@ use sonde_aggregate::AggregateConfig;
 use sonde_io::logs::events::EVENTS_SOURCE;
 use toml::Spanned;
 
-pub use self::agent::AgentSection;
+pub use self::agent::{AdminAuth, AgentSection};
 pub use self::error::ConfigError;
 pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
@@ -894,6 +894,10 @@ mod tests {
             .iter()
             .any(|r| r.listen.to_string() == "unixgram:///run/sonde/metric.sock"));
         assert!(c.logs.is_empty() && c.profiler.is_none());
+        // The packaged agent guards its admin site; the embedded defaults
+        // (a developer's first run) do not yet.
+        assert_eq!(c.agent.admin_auth, AdminAuth::Token);
+        assert_eq!(defaults.agent.admin_auth, AdminAuth::None);
         // Every commented example uncommented: a sink of each type, both
         // protocols on each transport, a log source of files and one of
         // containers, and the profiler.

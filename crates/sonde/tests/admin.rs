@@ -1,0 +1,257 @@
+//! The admin site's authentication (`agent.admin_auth = "token"`) in the
+//! real binary: every path but `/health` refused without the token, as
+//! any local user would try it; the token file's mode; the sign-in a
+//! browser makes with the address `sonde admin-url` prints.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{free_port, sonde, statsd_receiver, Agent};
+
+/// An agent whose admin site asks for its token.
+fn agent() -> Agent {
+    Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nadmin_auth = \"token\"\n\n{}\n[[sinks]]\ntype = \"blackhole\"\n",
+            dir.join("data").display(),
+            statsd_receiver(free_port()),
+        )
+    })
+}
+
+/// A response: status, head (hyper writes header names in lower case),
+/// body.
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+/// One HTTP/1.0 request with `headers` (and a form `body` for POST).
+fn request(port: u16, method: &str, path: &str, headers: &[String], body: &str) -> Answer {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+    for h in headers {
+        req.push_str(&format!("{h}\r\n"));
+    }
+    if method == "POST" {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let resp = String::from_utf8_lossy(&resp).into_owned();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+fn get(port: u16, path: &str, headers: &[String]) -> Answer {
+    request(port, "GET", path, headers, "")
+}
+
+fn token_of(agent: &Agent) -> String {
+    std::fs::read_to_string(agent.path("data/admin.token"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Every path the admin site serves, and one it does not.
+const PATHS: [&str; 10] = [
+    "/",
+    "/profiles",
+    "/metrics",
+    "/api/metrics",
+    "/api/profiles/top",
+    "/api/profiles/processes",
+    "/api/profiles/pprof",
+    "/debug/pprof/profile?seconds=1",
+    "/debug/pprof/flamegraph?seconds=1",
+    "/no/such/path",
+];
+
+#[test]
+fn every_path_but_health_needs_the_token_and_refusals_are_counted() {
+    let agent = agent();
+    let port = agent.admin;
+    let token = token_of(&agent);
+    assert_eq!(token.len(), 64);
+    // The file: the agent's user's, read by it and its group only.
+    let meta = std::fs::metadata(agent.path("data/admin.token")).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o640);
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+
+    assert_eq!(get(port, "/health", &[]).body, "ok\n");
+    let mut one_byte = token.clone().into_bytes();
+    one_byte[10] = if one_byte[10] == b'a' { b'b' } else { b'a' };
+    let one_byte = String::from_utf8(one_byte).unwrap();
+    let wrong = [
+        vec![],
+        vec!["Authorization:".to_string()],
+        vec!["Authorization: Bearer".to_string()],
+        vec![format!("Authorization: Bearer {}", &token[..63])],
+        vec![format!("Authorization: Bearer {token}0")],
+        vec![format!("Authorization: Bearer {one_byte}")],
+        vec![format!("Authorization: Basic {token}")],
+        vec![format!("Cookie: sonde_admin={one_byte}")],
+    ];
+    let mut refused = 0;
+    for path in PATHS {
+        for headers in &wrong {
+            let a = get(port, path, headers);
+            assert_eq!(a.status, 401, "{path} {headers:?}: {}", a.head);
+            assert!(
+                a.head.contains("www-authenticate: Bearer realm=\"sonde\""),
+                "{}",
+                a.head
+            );
+            // Nothing of the data: no metric, no process, no function.
+            assert!(
+                !a.body.contains("sonde_") && !a.body.contains("\"pid\""),
+                "{path}: {}",
+                a.body
+            );
+            refused += 1;
+        }
+    }
+    // The pages answer with the form to sign in, and nothing else.
+    let page = get(port, "/", &[]);
+    assert!(page
+        .body
+        .contains("<form method=\"post\" action=\"/login\">"));
+    assert!(!page.body.contains("/api/metrics"), "{}", page.body);
+
+    let bearer = [format!("Authorization: Bearer {token}")];
+    for path in PATHS {
+        let a = get(port, path, &bearer);
+        assert_ne!(a.status, 401, "{path}: {}", a.head);
+    }
+    assert!(get(port, "/metrics", &bearer)
+        .body
+        .contains("sonde_receiver"));
+    let counted = get(port, "/metrics", &bearer)
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("sonde_admin_unauthorized_total "))
+        .map(|v| v.trim().parse::<f64>().unwrap());
+    assert_eq!(
+        counted,
+        Some(f64::from(refused) + 1.0),
+        "the page above too"
+    );
+
+    // Any other local user, by the network, is refused as well.
+    let as_nobody = Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("http://127.0.0.1:{port}/api/profiles/processes"),
+        ])
+        .output();
+    if let Some(out) = as_nobody.ok().filter(|o| o.status.success()) {
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
+    }
+}
+
+#[test]
+fn a_browser_signs_in_once_and_no_address_keeps_the_token() {
+    let agent = agent();
+    let port = agent.admin;
+    let token = token_of(&agent);
+    let config = agent.path("sonde.toml");
+    let (ok, url, err) = sonde(&["admin-url", "--config", config.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        url.trim(),
+        format!("http://127.0.0.1:{port}/login?token={token}")
+    );
+    let (ok, alone, _) = sonde(&["admin-url", "--token", "-c", config.to_str().unwrap()]);
+    assert!(ok && alone.trim() == token, "{alone}");
+
+    // The address signs in: a cookie for every later page, and on to /
+    // without the token.
+    let path = url
+        .trim()
+        .strip_prefix(&format!("http://127.0.0.1:{port}"))
+        .unwrap();
+    let signed = get(port, path, &[]);
+    assert_eq!(signed.status, 303, "{}", signed.head);
+    assert!(
+        signed.head.contains("\r\nlocation: /\r\n"),
+        "{}",
+        signed.head
+    );
+    let cookie_line = signed
+        .head
+        .lines()
+        .find(|l| l.starts_with("set-cookie: "))
+        .unwrap_or_else(|| panic!("{}", signed.head));
+    assert_eq!(
+        cookie_line,
+        format!("set-cookie: sonde_admin={token}; Path=/; HttpOnly; SameSite=Strict")
+    );
+    let cookie = [format!("Cookie: sonde_admin={token}")];
+    let page = get(port, "/", &cookie);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("/api/metrics"));
+    assert_eq!(get(port, "/api/metrics", &cookie).status, 200);
+    // The page's links hold no token.
+    assert!(!page.body.contains(&token));
+
+    // The form: a wrong token is refused and said so; the right one signs
+    // in as the address did.
+    let form = get(port, "/login", &[]);
+    assert_eq!(form.status, 200);
+    let refused = request(port, "POST", "/login", &[], "token=nope");
+    assert_eq!(refused.status, 401);
+    assert!(refused.body.contains("not this agent's token"));
+    assert!(!refused.head.contains("set-cookie"));
+    let posted = request(port, "POST", "/login", &[], &format!("token={token}"));
+    assert_eq!(posted.status, 303);
+    assert!(posted.head.contains(&format!("sonde_admin={token}")));
+    // A body past 4 KiB is refused before it is read whole.
+    let long = request(port, "POST", "/login", &[], &"t".repeat(10_000));
+    assert_eq!(long.status, 413);
+}
+
+#[test]
+fn without_admin_auth_the_site_is_open_and_admin_url_says_so() {
+    let agent = Agent::start("1h", &statsd_receiver(free_port()));
+    assert_eq!(get(agent.admin, "/metrics", &[]).status, 200);
+    let (ok, url, _) = sonde(&[
+        "admin-url",
+        "--config",
+        agent.path("sonde.toml").to_str().unwrap(),
+    ]);
+    assert!(ok);
+    assert_eq!(url.trim(), format!("http://127.0.0.1:{}/", agent.admin));
+    assert!(!agent.path("data/admin.token").exists());
+}
