@@ -108,10 +108,21 @@ done
 [[ "${body:-}" == ok* ]] || fail "the installed agent does not answer /health:\n$(cat /tmp/sonde-package-agent.log)"
 [ -S /run/sonde/metric.sock ] || fail "no /run/sonde/metric.sock"
 [ "$(stat -c %U /proc/$agent_pid)" = sonde ] || fail "the agent does not run as sonde"
+# The packaged config asks for the admin token: made by the agent, read
+# by sonde and its group only; everything but /health refused without it.
+token_file=/var/lib/sonde/admin.token
+[ "$(stat -c '%U:%G %a' "$token_file")" = "sonde:sonde 640" ] ||
+  fail "admin token file: $(stat -c '%U:%G %a' "$token_file")"
+code=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8686/metrics)
+[ "$code" = 401 ] || fail "/metrics without the token answered $code"
+curl -fsS -H "Authorization: Bearer $(cat "$token_file")" http://127.0.0.1:8686/metrics |
+  grep -q '^sonde_receiver_points_total' || fail "/metrics with the token"
+url=$(setpriv --reuid=sonde --regid=sonde --init-groups /usr/bin/sonde admin-url --config /etc/sonde/sonde.toml)
+[[ "$url" == "http://127.0.0.1:8686/login?token=$(cat "$token_file")" ]] || fail "sonde admin-url: $url"
 kill -TERM "$agent_pid"
 wait "$agent_pid" || fail "the agent did not stop cleanly:\n$(cat /tmp/sonde-package-agent.log)"
 agent_pid=
-ok "the installed agent answers /health as sonde with the unit's capabilities"
+ok "the installed agent answers /health as sonde with the unit's capabilities, and the rest only with its token"
 
 # -- upgrade -----------------------------------------------------------------
 sed -i 's/^interval = "30s"/interval = "10s"   # edited/' /etc/sonde/sonde.toml

@@ -255,3 +255,37 @@ fn without_admin_auth_the_site_is_open_and_admin_url_says_so() {
     assert_eq!(url.trim(), format!("http://127.0.0.1:{}/", agent.admin));
     assert!(!agent.path("data/admin.token").exists());
 }
+
+/// The pages in headless Chromium: the sign-in form and nothing else
+/// without the token; the agent at a glance, its receiver's row filled in
+/// from `/api/metrics` by the page's own requests, once the address
+/// `sonde admin-url` prints was opened (the cookie, then `/`).
+#[test]
+fn the_pages_in_chromium_show_the_data_only_after_signing_in() {
+    let Some(chromium) = common::browser::chromium() else {
+        return;
+    };
+    let port = free_port();
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nadmin_auth = \"token\"\n\n{}\n[[sinks]]\ntype = \"blackhole\"\n",
+            dir.join("data").display(),
+            statsd_receiver(port),
+        )
+    });
+    let row = format!("<tr data-name=\"udp://127.0.0.1:{port}\"");
+    let outside = common::browser::render_page(
+        &chromium,
+        &format!("http://127.0.0.1:{}/", agent.admin),
+        None,
+    );
+    assert!(outside.contains("Admin token"), "{outside}");
+    assert!(!outside.contains(&row), "{outside}");
+
+    let config = agent.path("sonde.toml");
+    let (ok, url, err) = sonde(&["admin-url", "--config", config.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let inside = common::browser::render_page(&chromium, url.trim(), None);
+    assert!(inside.contains(&row), "{inside}");
+    assert!(!inside.contains("Admin token"), "{inside}");
+}
