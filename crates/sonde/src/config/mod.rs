@@ -210,6 +210,16 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
                 },
             )
         })?;
+        // Other hosts reaching the admin site would read whole-host
+        // profiles: not without the token.
+        if !is_loopback(a.ip()) && agent.admin_auth != AdminAuth::Token {
+            return Err(src.error(
+                agent.admin_listen.span(),
+                "agent.admin_listen",
+                format!("{a} is reachable from other hosts, and agent.admin_auth is \"none\": they would read every process's profile"),
+                "set admin_auth = \"token\" in [agent] (docs/SECURITY.md), or listen on 127.0.0.1",
+            ));
+        }
     }
     let logs = logs::check(src, &file.logs)?;
     let sinks = crate::sinks::check(src, registry, &file.sinks, &agent)?;
@@ -773,6 +783,23 @@ mod tests {
             at(&format!("[agent]\nbackground_nice = 20\n{MIN}")),
             key("agent.background_nice", 2)
         );
+    }
+
+    #[test]
+    fn an_admin_site_other_hosts_reach_needs_the_token() {
+        let e = err(&format!(
+            "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\n{MIN}"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(3)));
+        assert!(e.fix.contains("admin_auth = \"token\""), "{e}");
+        parse(&format!(
+            "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\nadmin_auth = \"token\"\n{MIN}"
+        ))
+        .unwrap();
+        parse(&format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:8686\"\n{MIN}"
+        ))
+        .unwrap();
     }
 
     #[test]
