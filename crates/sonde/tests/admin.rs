@@ -289,3 +289,37 @@ fn the_pages_in_chromium_show_the_data_only_after_signing_in() {
     assert!(inside.contains(&row), "{inside}");
     assert!(!inside.contains("Admin token"), "{inside}");
 }
+
+/// What a client cannot make the admin site hold: a request target over
+/// 8 KiB (414), a head over 16 KiB (431), a 65th open connection (503,
+/// closed); each refusal counted, and the site serving again once the
+/// connections are gone.
+#[test]
+fn oversized_requests_and_too_many_connections_are_refused_and_counted() {
+    let agent = Agent::start("1h", &statsd_receiver(free_port()));
+    let port = agent.admin;
+    let long = format!("/metrics?pad={}", "a".repeat(10_000));
+    assert_eq!(get(port, &long, &[]).status, 414);
+    let big_header = [format!("X-Pad: {}", "b".repeat(20_000))];
+    assert_eq!(get(port, "/metrics", &big_header).status, 431);
+
+    let open: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let busy = get(port, "/metrics", &[]);
+    assert_eq!(busy.status, 503, "{}", busy.head);
+    assert!(busy.body.contains("too many connections"));
+    drop(open);
+    let metrics = common::wait_for("the site to serve again", Duration::from_secs(20), || {
+        let a = get(port, "/metrics", &[]);
+        (a.status == 200).then_some(a.body)
+    });
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+    };
+    assert_eq!(value("sonde_admin_too_large_total"), Some(2.0));
+    assert_eq!(value("sonde_admin_connections_refused_total"), Some(1.0));
+}

@@ -13,6 +13,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use http_body_util::Full;
@@ -80,6 +81,23 @@ const LOGIN_PAGE: &str = include_str!("assets/login.html");
 
 /// The most bytes `/login` reads of a form.
 const LOGIN_BODY_LIMIT: usize = 4096;
+
+/// The longest request target (path and query) served; longer ones get
+/// 414. The longest the site's own pages ask for is a few hundred bytes.
+const MAX_URL_BYTES: usize = 8192;
+
+/// hyper's read buffer, and so the most bytes of a request line and
+/// headers: past it hyper answers 431 and closes.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Connections one listener serves at once; one more is answered 503 and
+/// closed, so that a client opening many cannot grow the agent's memory.
+const MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection may take to send a request's head, and may
+/// stay open idle between requests: a connection that sends nothing
+/// gives its place back.
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A response of `status` with `body` of type `ctype`; pages get the
 /// [`PAGE_POLICY`].
@@ -165,11 +183,12 @@ async fn login(
         {
             Ok(body) => token_field(&body.to_bytes()),
             Err(_) => {
+                telemetry.admin_too_large.fetch_add(1, Relaxed);
                 return plain(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "text/plain",
                     Bytes::from_static(b"a login form is at most 4 KiB\n"),
-                )
+                );
             }
         },
         _ => {
@@ -195,9 +214,7 @@ async fn login(
             r
         }
         Some(_) => {
-            telemetry
-                .admin_unauthorized
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            telemetry.admin_unauthorized.fetch_add(1, Relaxed);
             login_page(StatusCode::UNAUTHORIZED, true)
         }
     }
@@ -287,12 +304,20 @@ async fn route(site: Site, req: Request<Incoming>) -> Response<Full<Bytes>> {
             }
             // Probes (a kubelet, systemd, a load balancer) need no token.
             if path != "/health" && !token.admits(req.headers()) {
-                a.telemetry
-                    .admin_unauthorized
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                a.telemetry.admin_unauthorized.fetch_add(1, Relaxed);
                 return unauthorized(path);
             }
         }
+    }
+    if req.uri().path_and_query().map_or(0, |p| p.as_str().len()) > MAX_URL_BYTES {
+        if let Site::Admin(a) = &site {
+            a.telemetry.admin_too_large.fetch_add(1, Relaxed);
+        }
+        return plain(
+            StatusCode::URI_TOO_LONG,
+            "text/plain",
+            Bytes::from_static(b"the request target is over 8 KiB\n"),
+        );
     }
     let query = req.uri().query().map(str::to_string);
     // Every endpoint only reads: nothing the admin site serves changes the
@@ -321,9 +346,18 @@ async fn route(site: Site, req: Request<Incoming>) -> Response<Full<Bytes>> {
     }
 }
 
+/// The answer to a connection past [`MAX_CONNECTIONS`], written before
+/// it is closed.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 34\r\nConnection: close\r\n\r\ntoo many connections; try again\r\n\r\n";
+
 async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let telemetry = match &site {
+        Site::Admin(a) => Some(Arc::clone(&a.telemetry)),
+        Site::Exporter(_) => None,
+    };
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (mut stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "http accept failed");
@@ -331,15 +365,36 @@ async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
                 continue;
             }
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            if let Some(t) = &telemetry {
+                t.admin_connections_refused.fetch_add(1, Relaxed);
+            }
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = stream.write_all(BUSY).await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        };
         let site = site.clone();
+        let telemetry = telemetry.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let site = site.clone();
                 async move { Ok::<_, Infallible>(route(site, req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .max_buf_size(MAX_HEAD_BYTES)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
+            if let (Err(e), Some(t)) = (served, &telemetry) {
+                if e.is_parse_too_large() {
+                    t.admin_too_large.fetch_add(1, Relaxed);
+                }
+            }
+            drop(slot);
         });
     }
 }

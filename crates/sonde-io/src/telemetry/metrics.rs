@@ -181,6 +181,16 @@ pub const METRICS: &[Metric] = &[
         Source::Agent(|t| Value::Int(t.admin_unauthorized.load(Relaxed))),
     ),
     counter(
+        "sonde_admin_too_large_total",
+        "Admin site requests refused for their size: a target over 8 KiB (414), a head over 16 KiB (431), a login form over 4 KiB (413).",
+        Source::Agent(|t| Value::Int(t.admin_too_large.load(Relaxed))),
+    ),
+    counter(
+        "sonde_admin_connections_refused_total",
+        "Admin site connections answered 503 and closed because 64 were open.",
+        Source::Agent(|t| Value::Int(t.admin_connections_refused.load(Relaxed))),
+    ),
+    counter(
         "sonde_flushes_total",
         "Windows flushed.",
         Source::Agent(|t| flush(t, |f| &f.flushes)),

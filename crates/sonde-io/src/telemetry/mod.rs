@@ -44,6 +44,11 @@ pub struct Telemetry {
     pub profiler: Arc<crate::profiler::ProfilerStats>,
     /// Admin site requests refused for a missing or wrong token.
     pub admin_unauthorized: std::sync::atomic::AtomicU64,
+    /// Admin site requests refused for their size: a request target over
+    /// 8 KiB (414), a head over 16 KiB (431), a form over 4 KiB (413).
+    pub admin_too_large: std::sync::atomic::AtomicU64,
+    /// Admin site connections refused (503) while 64 were open.
+    pub admin_connections_refused: std::sync::atomic::AtomicU64,
 }
 
 impl Telemetry {
@@ -336,6 +341,9 @@ mod tests {
         p.modules.store(95, Relaxed);
         p.symbol_cache_entries.store(4_200, Relaxed);
         p.cpu_ns.store(70_500_000, Relaxed);
+        t.admin_unauthorized.store(3, Relaxed);
+        t.admin_too_large.store(1, Relaxed);
+        t.admin_connections_refused.store(2, Relaxed);
         t
     }
 
