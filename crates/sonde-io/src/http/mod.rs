@@ -9,6 +9,20 @@
 //!
 //! Listeners are bound by the caller with [`bind`] first, so an address in
 //! use fails the agent's start instead of a background thread.
+//!
+//! # Who may read it
+//!
+//! With [`Admin::auth`] set, every request but `/health` must carry the
+//! admin token ([`Token`]); one that does not gets a 401 with nothing of
+//! the data (the pages: the sign-in form of `/login`). docs/SECURITY.md
+//! says who can read what.
+//!
+//! # Limits
+//!
+//! Each listener serves 64 connections at once, reads 16 KiB of a
+//! request head and serves targets up to 8 KiB; past them a client gets
+//! 503, 431 or 414, counted on the admin site's `/metrics`, so that no
+//! client can make the agent hold more than these bounds.
 
 use std::convert::Infallible;
 use std::io;
