@@ -1,5 +1,6 @@
 //! `sonde`: the host telemetry agent's command line.
 
+mod admin;
 mod bench;
 mod profile;
 mod run;
@@ -114,9 +115,8 @@ enum Command {
     /// site. Scripts send the token as `Authorization: Bearer TOKEN`
     /// instead (`--token` prints it alone).
     AdminUrl {
-        /// The agent's configuration file (default: the embedded defaults).
-        #[arg(long, short)]
-        config: Option<PathBuf>,
+        #[command(flatten)]
+        agent: admin::AgentArgs,
         /// Print the token alone, for `Authorization: Bearer`.
         #[arg(long)]
         token: bool,
@@ -143,44 +143,6 @@ fn load(path: &PathBuf) -> anyhow::Result<config::Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file {}", path.display()))?;
     config::load(&text).with_context(|| format!("invalid config file {}", path.display()))
-}
-
-/// `sonde admin-url`: the admin site's sign-in address (or, with
-/// `token_only`, the token alone).
-fn admin_url(path: Option<&PathBuf>, token_only: bool) -> anyhow::Result<()> {
-    let config = match path {
-        Some(p) => read(p)?,
-        None => config::parse(config::DEFAULT_CONFIG).context("embedded default config")?,
-    };
-    let agent = &config.agent;
-    let addr = agent
-        .admin()
-        .context("agent.admin_listen is \"\": this agent has no admin site")?;
-    if agent.admin_auth == config::AdminAuth::None {
-        anyhow::ensure!(
-            !token_only,
-            "agent.admin_auth is \"none\": the admin site asks for no token"
-        );
-        println!("http://{addr}/");
-        return Ok(());
-    }
-    let file = agent.admin_token_file();
-    let text = std::fs::read_to_string(&file).with_context(|| {
-        format!(
-            "reading the admin token {} (agent.admin_token_file): run this as the agent's user \
-             (sudo -u sonde sonde admin-url) or as a member of agent.admin_token_group; \
-             the agent makes the file at its first start",
-            file.display()
-        )
-    })?;
-    let token = sonde_io::http::Token::new(text.trim())
-        .with_context(|| format!("{} holds no admin token", file.display()))?;
-    if token_only {
-        println!("{}", token.as_str());
-    } else {
-        println!("http://{addr}/login?token={}", token.as_str());
-    }
-    Ok(())
 }
 
 /// `--log-format`.
@@ -240,7 +202,7 @@ fn main() -> ExitCode {
             print!("{}", config::DEFAULT_CONFIG);
             Ok(())
         }
-        Command::AdminUrl { config, token } => admin_url(config.as_ref(), token),
+        Command::AdminUrl { agent, token } => admin::admin_url(&agent, token),
         Command::Send(args) => send::send(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Profile(args) => profile::profile(&args),
