@@ -53,6 +53,7 @@ pub mod receiver;
 pub mod sender;
 pub mod sink;
 mod sys;
+pub mod tap;
 pub mod telemetry;
 
 pub use sys::raise_open_files_limit;

@@ -207,6 +207,7 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
             ctx.shard_tx.clone(),
         )
         .retire_on(Arc::clone(&retire))
+        .tap_to(Arc::clone(&ctx.telemetry.tap))
         .events_to(match r.protocol {
             receiver::Protocol::Statsd => ctx.events.clone(),
             receiver::Protocol::Msgpack => None,
@@ -372,6 +373,7 @@ fn start_sources(
             rescan_interval: l.rescan_interval,
             checkpoint_dir: config.agent.data_dir.join("checkpoints"),
             max_in_flight_bytes: logs::source::MAX_IN_FLIGHT_BYTES,
+            tap: Arc::clone(&telemetry.tap),
         };
         let sinks = mine.into_iter().map(|(_, i)| i).collect();
         running.push(

@@ -340,6 +340,7 @@ fn spawn_source(
             rescan_interval: Duration::from_secs(1),
             checkpoint_dir: dir.join("checkpoints"),
             max_in_flight_bytes: sonde_io::logs::source::MAX_IN_FLIGHT_BYTES,
+            tap: Arc::default(),
         },
         vec![input],
         Arc::new(LogStats::new(source.name.clone())),

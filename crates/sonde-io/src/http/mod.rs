@@ -263,6 +263,86 @@ fn respond(site: &Site, path: &str) -> Response<Full<Bytes>> {
     plain(status, ctype, body)
 }
 
+/// `/api/tap`: `?session=N` answers what session N gathered since its
+/// last poll; otherwise a session is opened from `what` (`points`,
+/// `records` or `names`), `receiver`, `source` and `metric`, and its
+/// first (empty) answer says its number. See [`crate::tap`].
+fn tap(tap: &crate::tap::Tap, query: Option<&str>) -> Response<Full<Bytes>> {
+    use crate::tap::Watch;
+    let bad = |msg: String| {
+        plain(
+            StatusCode::BAD_REQUEST,
+            "text/plain",
+            Bytes::from(msg + "\n"),
+        )
+    };
+    let mut what = None;
+    let (mut receiver, mut source, mut metric, mut session) = (None, None, None, None);
+    for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        let v = v.into_owned();
+        match &*k {
+            "what" => what = Some(v),
+            "receiver" => receiver = Some(v),
+            "source" => source = Some(v),
+            "metric" => metric = Some(v),
+            "session" => session = Some(v),
+            other => {
+                return bad(format!(
+                    "unknown parameter {other:?}: what, receiver, source, metric or session"
+                ))
+            }
+        }
+    }
+    let json = |v: serde_json::Value| {
+        plain(
+            StatusCode::OK,
+            "application/json",
+            Bytes::from(v.to_string()),
+        )
+    };
+    if let Some(id) = session {
+        return match id.parse().ok().and_then(|id| tap.session(id)) {
+            Some(s) => json(s.poll()),
+            None => plain(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                Bytes::from_static(
+                    b"no such tap: it ended 10 s after its last poll; open another\n",
+                ),
+            ),
+        };
+    }
+    let metric = match metric.map(|m| globset::Glob::new(&m).map(|g| g.compile_matcher())) {
+        None => None,
+        Some(Ok(g)) => Some(g),
+        Some(Err(e)) => return bad(format!("metric: {e}")),
+    };
+    let watch = match (what.as_deref().unwrap_or("points"), source) {
+        ("points", None) => Watch::Points { receiver, metric },
+        ("names", None) if metric.is_none() => Watch::Names { receiver },
+        ("records", source) if receiver.is_none() && metric.is_none() => Watch::Records { source },
+        (w @ ("points" | "names" | "records"), _) => {
+            return bad(format!(
+                "what={w} takes {}",
+                match w {
+                    "points" => "receiver and metric",
+                    "names" => "receiver",
+                    _ => "source",
+                }
+            ))
+        }
+        (w, _) => return bad(format!("what={w}: points, records or names")),
+    };
+    match tap.open(watch) {
+        Ok(s) => json(s.poll()),
+        Err(e) => plain(
+            StatusCode::TOO_MANY_REQUESTS,
+            "text/plain",
+            Bytes::from(format!("{e}\n")),
+        ),
+    }
+}
+
 /// Binds a listener for [`serve`].
 ///
 /// # Errors
@@ -292,6 +372,9 @@ pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
             rt.block_on(async move {
                 let mut tasks = Vec::new();
                 for (listener, site) in sites {
+                    if let Site::Admin(a) = &site {
+                        tasks.push(tokio::spawn(end_idle_taps(Arc::clone(&a.telemetry.tap))));
+                    }
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(l) => l,
                         Err(e) => {
@@ -307,6 +390,16 @@ pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
             });
         })?;
     Ok(())
+}
+
+/// Ends the taps nobody polls any more, so that the data path stops
+/// paying for them.
+async fn end_idle_taps(tap: Arc<crate::tap::Tap>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        tap.end_idle(std::time::Instant::now());
+    }
 }
 
 /// A request body the site can read (hyper's `Incoming`, or a test's
@@ -365,6 +458,7 @@ async fn route<B: ReqBody>(site: Site, req: Request<B>) -> Response<Full<Bytes>>
             )
             .await
         }
+        (Site::Admin(a), "/api/tap") => tap(&a.telemetry.tap, query.as_deref()),
         (Site::Admin(_), "/debug/pprof/profile") => profiling::respond(query, Format::Pprof).await,
         (Site::Admin(_), "/debug/pprof/flamegraph") => {
             profiling::respond(query, Format::FlameGraph).await

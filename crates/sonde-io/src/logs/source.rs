@@ -114,6 +114,8 @@ pub struct SourceConfig {
     /// Bytes of lines sent and not yet acknowledged at which reading
     /// stops; [`MAX_IN_FLIGHT_BYTES`] in the agent.
     pub max_in_flight_bytes: usize,
+    /// Who watches the records (`sonde tap --source`).
+    pub tap: Arc<crate::tap::Tap>,
 }
 
 /// A running source.
@@ -569,6 +571,10 @@ impl Run {
             if empty {
                 continue;
             }
+            // One relaxed load per batch while nobody watches.
+            if self.config.tap.watching() {
+                self.config.tap.records(&batch);
+            }
             for s in &self.sinks {
                 // A sink that stopped never acknowledges: its lines stay
                 // unacknowledged and are read again at the next start.
@@ -751,6 +757,7 @@ mod tests {
             rescan_interval: Duration::from_millis(100),
             checkpoint_dir: data.join("checkpoints"),
             max_in_flight_bytes,
+            tap: Arc::default(),
         }
     }
 

@@ -30,6 +30,7 @@ use sonde_proto::{msgpack, statsd, DropReason, Point, PointSink};
 use crate::logs::events::EventQueue;
 use crate::receiver::drops::DropLabel;
 use crate::receiver::{LocalCounts, ReceiverStats};
+use crate::tap::Tap;
 
 /// How often an idle worker wakes up to check for a window boundary.
 pub const WAKE_INTERVAL: Duration = Duration::from_millis(100);
@@ -109,6 +110,8 @@ pub struct Ingest {
     /// Where DogStatsD events and service checks go, when a sink takes
     /// them.
     events: Option<EventQueue>,
+    /// Who watches the points (`sonde tap`, `sonde top`).
+    tap: Arc<Tap>,
 }
 
 /// Points dropped by a series limit since this worker last logged, and the
@@ -232,6 +235,7 @@ impl Ingest {
             kernel_drops: 0,
             retire: Arc::default(),
             events: None,
+            tap: Arc::default(),
         }
     }
 
@@ -239,6 +243,12 @@ impl Ingest {
     /// parses into `queue` rather than count them as dropped.
     pub fn events_to(mut self, queue: Option<EventQueue>) -> Ingest {
         self.events = queue;
+        self
+    }
+
+    /// Shows the points the worker parses to the sessions of `tap`.
+    pub fn tap_to(mut self, tap: Arc<Tap>) -> Ingest {
+        self.tap = tap;
         self
     }
 
@@ -287,6 +297,22 @@ impl Ingest {
             Protocol::Statsd => statsd::parse(data, &mut rec),
         }
         rec.flush();
+        // One relaxed load per datagram while nobody watches.
+        if self.tap.watching() {
+            self.tap(data);
+        }
+    }
+
+    /// Parses `data` again for the tap's sessions.
+    #[cold]
+    fn tap(&self, data: &[u8]) {
+        if let Some(mut sink) = self.tap.points(&self.stats.listen, self.stats.protocol) {
+            match self.protocol {
+                Protocol::Msgpack => msgpack::parse(data, &mut sink),
+                Protocol::Statsd => statsd::parse(data, &mut sink),
+            }
+            sink.finish();
+        }
     }
 
     /// Counts a drop found by the receiver itself (an oversized datagram).

@@ -190,6 +190,11 @@ pub const METRICS: &[Metric] = &[
         "Admin site connections answered 503 and closed because 64 were open.",
         Source::Agent(|t| Value::Int(t.admin_connections_refused.load(Relaxed))),
     ),
+    gauge(
+        "sonde_admin_taps",
+        "Taps open on the admin site (sonde tap, sonde top): while there are none, the data path does not look at what it carries for them.",
+        Source::Agent(|t| Value::Int(t.tap.sessions() as u64)),
+    ),
     counter(
         "sonde_flushes_total",
         "Windows flushed.",

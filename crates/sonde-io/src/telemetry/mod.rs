@@ -49,6 +49,8 @@ pub struct Telemetry {
     pub admin_too_large: std::sync::atomic::AtomicU64,
     /// Admin site connections refused (503) while 64 were open.
     pub admin_connections_refused: std::sync::atomic::AtomicU64,
+    /// What `sonde tap` and `sonde top` watch.
+    pub tap: Arc<crate::tap::Tap>,
 }
 
 impl Telemetry {
