@@ -30,7 +30,6 @@ impl AgentArgs {
     }
 
     /// A client of the agent's admin site.
-    #[allow(dead_code)] // sonde top and sonde tap
     pub fn client(&self) -> anyhow::Result<Client> {
         Client::new(&self.agent()?)
     }
@@ -59,7 +58,6 @@ fn token(agent: &AgentSection) -> anyhow::Result<Option<sonde_io::http::Token>> 
 pub struct Client {
     base: String,
     token: Option<sonde_io::http::Token>,
-    #[allow(dead_code)] // sonde top and sonde tap
     http: ureq::Agent,
 }
 
@@ -101,7 +99,6 @@ impl Client {
     ///
     /// The agent cannot be reached, or answers anything but 200 (the error
     /// holds its status and answer).
-    #[allow(dead_code)] // sonde top and sonde tap
     pub fn get(&self, path: &str) -> anyhow::Result<String> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.get(&url);

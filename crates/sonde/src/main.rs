@@ -5,6 +5,8 @@ mod bench;
 mod profile;
 mod run;
 mod send;
+mod tap;
+mod top;
 
 use std::path::PathBuf;
 
@@ -121,6 +123,23 @@ enum Command {
         #[arg(long)]
         token: bool,
     },
+    /// Show what flows through a running agent, refreshed every second:
+    /// per receiver points/s and drops by reason, per log source lines/s
+    /// and bytes behind, per sink sent/s, queue, retries and errors, and
+    /// the metric names with the most points/s.
+    ///
+    /// It reads the agent's admin site, with the token when the agent
+    /// asks for one: run it as the agent's user, or as a member of
+    /// agent.admin_token_group.
+    Top(top::TopArgs),
+    /// Print a sample of the points or log records flowing through a
+    /// running agent now, as they were parsed, with their tags or fields.
+    ///
+    /// Points of every receiver by default; --receiver, --metric and
+    /// --source narrow it. The agent keeps up to 1,000 between two polls
+    /// (four a second) and counts the rest. Reads the admin site as
+    /// `sonde top` does.
+    Tap(tap::TapArgs),
     /// Sample every process's stacks for a while and print the functions
     /// that took the most CPU, or read the agent's stored profiles.
     ///
@@ -205,6 +224,8 @@ fn main() -> ExitCode {
         Command::AdminUrl { agent, token } => admin::admin_url(&agent, token),
         Command::Send(args) => send::send(&args),
         Command::Bench(args) => bench::bench(&args),
+        Command::Top(args) => top::top(&args),
+        Command::Tap(args) => tap::tap(&args),
         Command::Profile(args) => profile::profile(&args),
     };
     match result {

@@ -77,7 +77,7 @@ fn token_of(agent: &Agent) -> String {
 }
 
 /// Every path the admin site serves, and one it does not.
-const PATHS: [&str; 10] = [
+const PATHS: [&str; 12] = [
     "/",
     "/profiles",
     "/metrics",
@@ -85,6 +85,8 @@ const PATHS: [&str; 10] = [
     "/api/profiles/top",
     "/api/profiles/processes",
     "/api/profiles/pprof",
+    "/api/tap?what=points",
+    "/api/tap?what=names",
     "/debug/pprof/profile?seconds=1",
     "/debug/pprof/flamegraph?seconds=1",
     "/no/such/path",
