@@ -55,8 +55,8 @@ pub enum Watch {
         /// A listen address as `/metrics` shows it, or `statsd` or
         /// `msgpack`.
         receiver: Option<String>,
-        /// A glob over the metric name (`*`, `?`, `[...]`).
-        metric: Option<globset::GlobMatcher>,
+        /// A glob over the metric name (`*`, `?`, `[...]`, [`glob`]).
+        metric: Option<regex::bytes::Regex>,
     },
     /// Log records as the sinks get them, of every source or of `source`.
     Records {
@@ -79,6 +79,23 @@ impl Watch {
     }
 }
 
+/// The matcher of a metric-name glob: `*` any run of characters, `?`
+/// one, `[...]` one of a class, `{a,b}` either; `.` and `/` are plain
+/// characters. The glob becomes an anchored byte regex, which finds the
+/// glob's literal parts with `memchr` (docs/BENCHMARKS.md, "sonde tap and
+/// sonde top").
+///
+/// # Errors
+///
+/// A glob that does not parse, with what is wrong.
+pub fn glob(glob: &str) -> Result<regex::bytes::Regex, String> {
+    let g = globset::GlobBuilder::new(glob)
+        .literal_separator(false)
+        .build()
+        .map_err(|e| e.to_string())?;
+    regex::bytes::Regex::new(g.regex()).map_err(|e| e.to_string())
+}
+
 /// True if `filter` (a receiver's address or its protocol) picks the
 /// receiver listening at `listen` with `protocol`.
 fn picks(filter: &Option<String>, listen: &str, protocol: &str) -> bool {
@@ -93,7 +110,7 @@ struct Gathered {
     items: VecDeque<Json>,
     bytes: usize,
     skipped: u64,
-    names: HashMap<Box<[u8]>, u64>,
+    names: HashMap<Box<[u8]>, u64, foldhash::fast::RandomState>,
     other: u64,
 }
 
@@ -229,7 +246,7 @@ impl Tap {
 
     /// The sessions that take points of the receiver at `listen`, as a
     /// parser's sink; `None` if no session wants them.
-    pub fn points<'t>(&self, listen: &'t str, protocol: &'t str) -> Option<TapPoints<'t>> {
+    pub fn points<'t, 'd>(&self, listen: &'t str, protocol: &'t str) -> Option<TapPoints<'t, 'd>> {
         let sessions: Vec<Arc<Session>> = lock(&self.sessions)
             .1
             .iter()
@@ -249,7 +266,7 @@ impl Tap {
             protocol,
             sessions,
             items: vec![Vec::new(); n],
-            names: vec![HashMap::new(); n],
+            names: Vec::new(),
             skipped: vec![0; n],
             spans: Vec::new(),
         })
@@ -289,36 +306,41 @@ impl Tap {
 /// A parser's sink that hands the points it is given to the sessions that
 /// take them ([`Tap::points`]); [`TapPoints::finish`] delivers them.
 #[derive(Debug)]
-pub struct TapPoints<'t> {
+pub struct TapPoints<'t, 'd> {
     listen: &'t str,
     protocol: &'t str,
     sessions: Vec<Arc<Session>>,
     /// Per session, its points of this datagram, rendered.
     items: Vec<Vec<(Json, usize)>>,
-    /// Per session, points per name in this datagram.
-    names: Vec<HashMap<Vec<u8>, u64>>,
+    /// The names of this datagram's points, if a session counts them.
+    names: Vec<&'d [u8]>,
     /// Per session, points not rendered because it was full.
     skipped: Vec<u64>,
     spans: Vec<TagSpan>,
 }
 
-impl TapPoints<'_> {
+impl TapPoints<'_, '_> {
     /// Hands what this datagram held to the sessions.
     pub fn finish(self) {
-        let per_session = self.items.into_iter().zip(self.names).zip(self.skipped);
-        for (s, ((items, names), skipped)) in self.sessions.iter().zip(per_session) {
+        for (s, (items, skipped)) in self
+            .sessions
+            .iter()
+            .zip(self.items.into_iter().zip(self.skipped))
+        {
             let mut g = lock(&s.gathered);
             g.skipped += skipped;
             for (item, bytes) in items {
                 s.add(&mut g, item, bytes);
             }
-            for (name, n) in names {
-                if let Some(c) = g.names.get_mut(name.as_slice()) {
-                    *c += n;
-                } else if g.names.len() < MAX_NAMES {
-                    g.names.insert(name.into_boxed_slice(), n);
-                } else {
-                    g.other += n;
+            if let Watch::Names { .. } = s.watch {
+                for &name in &self.names {
+                    if let Some(c) = g.names.get_mut(name) {
+                        *c += 1;
+                    } else if g.names.len() < MAX_NAMES {
+                        g.names.insert(name.into(), 1);
+                    } else {
+                        g.other += 1;
+                    }
                 }
             }
         }
@@ -362,9 +384,10 @@ impl TapPoints<'_> {
     }
 }
 
-impl<'d> PointSink<'d> for TapPoints<'_> {
+impl<'d> PointSink<'d> for TapPoints<'_, 'd> {
     fn point(&mut self, p: &Point<'d>) {
         let mut rendered = None;
+        let mut named = false;
         for i in 0..self.sessions.len() {
             match &self.sessions[i].watch {
                 Watch::Points { metric, .. } => {
@@ -374,9 +397,7 @@ impl<'d> PointSink<'d> for TapPoints<'_> {
                         self.skipped[i] += 1;
                         continue;
                     }
-                    if metric.as_ref().is_some_and(|g| {
-                        !g.is_match(std::str::from_utf8(p.name).unwrap_or_default())
-                    }) {
+                    if metric.as_ref().is_some_and(|g| !g.is_match(p.name)) {
                         continue;
                     }
                     let item = match &rendered {
@@ -389,12 +410,12 @@ impl<'d> PointSink<'d> for TapPoints<'_> {
                     };
                     self.items[i].push(item);
                 }
-                Watch::Names { .. } => match self.names[i].get_mut(p.name) {
-                    Some(c) => *c += 1,
-                    None => {
-                        self.names[i].insert(p.name.to_vec(), 1);
-                    }
-                },
+                // Counted in `finish`, for every names session at once.
+                Watch::Names { .. } if !named => {
+                    self.names.push(p.name);
+                    named = true;
+                }
+                Watch::Names { .. } => {}
                 Watch::Records { .. } => {}
             }
         }
@@ -409,8 +430,8 @@ impl<'d> PointSink<'d> for TapPoints<'_> {
 mod tests {
     use super::*;
 
-    fn glob(g: &str) -> Option<globset::GlobMatcher> {
-        Some(globset::Glob::new(g).unwrap().compile_matcher())
+    fn glob(g: &str) -> Option<regex::bytes::Regex> {
+        Some(super::glob(g).unwrap())
     }
 
     #[test]
@@ -493,6 +514,29 @@ mod tests {
         let p = s.poll();
         assert_eq!(p["items"].as_array().unwrap().len(), MAX_ITEMS);
         assert_eq!(p["skipped"], 251);
+    }
+
+    #[test]
+    fn metric_globs_match_whole_names_with_dots_and_slashes_as_plain_characters() {
+        let cases: [(&str, &str, bool); 9] = [
+            ("api.*", "api.hits", true),
+            ("api.*", "api.v2/hits", true),
+            ("api.*", "xapi.hits", false),
+            ("api.*", "api", false),
+            ("db.?ime", "db.time", true),
+            ("{web,db}.time", "web.time", true),
+            ("{web,db}.time", "dns.time", false),
+            ("checkout.items", "checkout.items", true),
+            ("checkout.items", "checkout.itemsx", false),
+        ];
+        for (g, name, want) in cases {
+            assert_eq!(
+                super::glob(g).unwrap().is_match(name.as_bytes()),
+                want,
+                "{g} {name}"
+            );
+        }
+        assert!(super::glob("api.[").is_err());
     }
 
     #[test]

@@ -27,6 +27,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shape::{Datagram, Shape};
@@ -51,12 +52,38 @@ pub struct Load {
     pub rate: Option<f64>,
     /// How long to send.
     pub duration: Duration,
-    /// The agent's admin address, for its counters.
-    pub admin: Option<SocketAddr>,
+    /// Where the agent's counters are read, if it has an admin site.
+    pub admin: Option<Scrape>,
     /// The agent's process id, for CPU and memory.
     pub pid: Option<u32>,
     /// Show a progress bar on standard error.
     pub progress: bool,
+}
+
+/// Reads the sum of every sample of a metric of the agent's `/metrics`
+/// (all label sets): [`procfs::scrape_sum`] for an admin site anyone may
+/// read, or a client that carries the agent's admin token.
+#[derive(Clone)]
+pub struct Scrape(pub Arc<SumOf>);
+
+/// The sum of a metric's samples, if the agent answered.
+pub type SumOf = dyn Fn(&str) -> Option<f64> + Send + Sync;
+
+impl Scrape {
+    /// The admin site at `addr`, read without a token.
+    pub fn open(addr: SocketAddr) -> Scrape {
+        Scrape(Arc::new(move |metric| procfs::scrape_sum(addr, metric)))
+    }
+
+    fn sum(&self, metric: &str) -> Option<f64> {
+        (self.0)(metric)
+    }
+}
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scrape(..)")
+    }
 }
 
 /// What a run measured.
@@ -195,12 +222,8 @@ impl Load {
         let fd = socket.fd();
         let points_metric = "sonde_receiver_points_total";
         let dropped_metric = "sonde_receiver_dropped_total";
-        let before_points = self
-            .admin
-            .and_then(|a| procfs::scrape_sum(a, points_metric));
-        let before_dropped = self
-            .admin
-            .and_then(|a| procfs::scrape_sum(a, dropped_metric));
+        let before_points = self.admin.as_ref().and_then(|a| a.sum(points_metric));
+        let before_dropped = self.admin.as_ref().and_then(|a| a.sum(dropped_metric));
         let before_kernel = procfs::udp_rcvbuf_errors();
         let before_cpu = self.pid.and_then(procfs::cpu_seconds);
 
@@ -272,12 +295,8 @@ impl Load {
         bar.finish_and_clear();
         self.drain();
         let after_cpu = self.pid.and_then(procfs::cpu_seconds);
-        let after_points = self
-            .admin
-            .and_then(|a| procfs::scrape_sum(a, points_metric));
-        let after_dropped = self
-            .admin
-            .and_then(|a| procfs::scrape_sum(a, dropped_metric));
+        let after_points = self.admin.as_ref().and_then(|a| a.sum(points_metric));
+        let after_dropped = self.admin.as_ref().and_then(|a| a.sum(dropped_metric));
         let accounted = before_points
             .zip(after_points)
             .map(|(b, a)| (a - b).max(0.0) as u64);
@@ -312,8 +331,8 @@ impl Load {
         let mut still = 0;
         while Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
-            let now = match (self.admin, &self.target) {
-                (Some(a), _) => procfs::scrape_sum(a, "sonde_receiver_points_total"),
+            let now = match (&self.admin, &self.target) {
+                (Some(a), _) => a.sum("sonde_receiver_points_total"),
                 (None, Target::Udp(a)) => procfs::udp_queue(a.port()).map(|q| q as f64),
                 (None, Target::Unixgram(_)) => None,
             };

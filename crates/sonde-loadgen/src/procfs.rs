@@ -122,6 +122,12 @@ pub fn scrape_sum(admin: SocketAddr, metric: &str) -> Option<f64> {
     write!(s, "GET /metrics HTTP/1.0\r\nHost: sonde\r\n\r\n").ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).ok()?;
+    sum_of(&body, metric)
+}
+
+/// Sums every sample of `metric` (all label sets) in a Prometheus text
+/// exposition.
+pub fn sum_of(body: &str, metric: &str) -> Option<f64> {
     let prefix_labels = format!("{metric}{{");
     let prefix_plain = format!("{metric} ");
     let mut sum = 0.0;

@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 use anyhow::{bail, Context};
 use clap::Args;
 use sonde_io::addr::ListenAddr;
+use sonde_loadgen::procfs::sum_of;
 use sonde_loadgen::shape::{Mix, Protocol, Shape};
-use sonde_loadgen::{Load, Target};
+use sonde_loadgen::{Load, Scrape, Target};
 
 use crate::send::Wire;
 use sonde::config::HumanDuration;
@@ -46,6 +47,11 @@ pub struct BenchArgs {
     /// The agent's admin address for its counters; "none" for an agent without one.
     #[arg(long, default_value = "127.0.0.1:8686")]
     pub admin: String,
+    /// The agent's config: its counters are read from the admin site it
+    /// names, with the admin token if it asks for one (instead of
+    /// --admin).
+    #[arg(long, short, conflicts_with = "admin")]
+    pub config: Option<std::path::PathBuf>,
     /// The agent's process id; default: the process that owns the target socket.
     #[arg(long)]
     pub pid: Option<u32>,
@@ -93,12 +99,21 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<()> {
             bail!("--to {other}: the load generator sends datagrams: use udp:// or unixgram://")
         }
     };
-    let admin: Option<SocketAddr> = match a.admin.as_str() {
-        "none" | "" => None,
-        s => Some(
-            s.parse()
+    let admin = match (&a.config, a.admin.as_str()) {
+        (Some(config), _) => {
+            let client = crate::admin::AgentArgs {
+                config: Some(config.clone()),
+            }
+            .client()?;
+            Some(Scrape(std::sync::Arc::new(move |metric| {
+                sum_of(&client.get("/metrics").ok()?, metric)
+            })))
+        }
+        (None, "none" | "") => None,
+        (None, s) => Some(Scrape::open(
+            s.parse::<SocketAddr>()
                 .with_context(|| format!("--admin {s}: expected HOST:PORT or none"))?,
-        ),
+        )),
     };
     let pid = a.pid.or_else(|| match &target {
         Target::Udp(a) => sonde_loadgen::procfs::udp_owner(a.port()),

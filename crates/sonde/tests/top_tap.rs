@@ -343,3 +343,28 @@ fn another_local_user_cannot_tap_or_top() {
     assert_eq!(common::http_get(agent.admin, "/api/tap?what=points"), None);
     assert_eq!(agent.metric("sonde_admin_taps"), None, "the token is asked");
 }
+
+#[test]
+fn bench_reads_the_counters_of_an_agent_that_asks_for_its_token() {
+    let statsd = free_port();
+    let agent = agent(statsd, free_port());
+    let (ok, out, err) = common::sonde(&[
+        "bench",
+        "--to",
+        &format!("udp://127.0.0.1:{statsd}"),
+        "--rate",
+        "5k",
+        "--duration",
+        "1s",
+        "--config",
+        agent.path("sonde.toml").to_str().unwrap(),
+        "--pid",
+        &agent.child.id().to_string(),
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let sent = r["points_sent"].as_u64().unwrap();
+    assert!(sent > 0, "{out}");
+    assert_eq!(r["points_accounted"].as_u64(), Some(sent), "{out}");
+}

@@ -312,7 +312,7 @@ fn tap(tap: &crate::tap::Tap, query: Option<&str>) -> Response<Full<Bytes>> {
             ),
         };
     }
-    let metric = match metric.map(|m| globset::Glob::new(&m).map(|g| g.compile_matcher())) {
+    let metric = match metric.map(|m| crate::tap::glob(&m)) {
         None => None,
         Some(Ok(g)) => Some(g),
         Some(Err(e)) => return bad(format!("metric: {e}")),
