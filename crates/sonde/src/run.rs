@@ -13,7 +13,11 @@
 //! every window flushed from the moment the reload began. `[agent]`,
 //! `[histograms]`, `[[logs]]`, `[profiler]`, `prometheus_exporter` sinks and sinks that
 //! take log sources apply at the next start; a reload that changes them
-//! says so in the log.
+//! says so in the log. One part of `[agent]` does apply: with
+//! `agent.admin_tls` set (and its files unchanged in the config), the
+//! certificate and key files are read again, so that a renewed
+//! certificate is served from the next handshake on; files that do not
+//! load are refused with a log line and the old pair stays.
 //!
 //! # Under systemd
 //!
@@ -184,6 +188,41 @@ fn admin_token(config: &Config) -> anyhow::Result<Option<sonde_io::http::Token>>
         "the admin site asks for its token (everything but /health); `sonde admin-url` prints the address that signs a browser in"
     );
     Ok(Some(token))
+}
+
+/// The admin site's certificate and key (`agent.admin_tls`), read at
+/// start.
+fn admin_tls(config: &Config) -> anyhow::Result<Option<http::Tls>> {
+    let Some(t) = &config.agent.admin_tls else {
+        return Ok(None);
+    };
+    http::Tls::load(t.cert_file.get_ref(), t.key_file.get_ref())
+        .map(Some)
+        .map_err(|e| config::admin_tls_error(config, &e).into())
+}
+
+/// On SIGHUP: the admin site's certificate and key read again, when the
+/// running site serves TLS from the same files (other changes to
+/// `admin_tls` apply at the next start, as the rest of `[agent]`).
+fn reload_admin_tls(old: &Config, new: &Config, running: Option<&http::Tls>) {
+    let (Some(tls), Some(files)) = (running, &new.agent.admin_tls) else {
+        return;
+    };
+    if old.agent.admin_tls.as_ref() != Some(files) {
+        return;
+    }
+    match tls.reload(files.cert_file.get_ref(), files.key_file.get_ref()) {
+        Ok(()) => tracing::info!(
+            cert_file = %files.cert_file.get_ref().display(),
+            "SIGHUP: the admin site's certificate and key read again"
+        ),
+        // The config loader read these files a moment ago; this is
+        // reached only when they changed in between.
+        Err(e) => tracing::error!(
+            error = %e,
+            "SIGHUP: the admin site's certificate and key are refused; the running ones stay"
+        ),
+    }
 }
 
 /// Starts the workers of a bound receiver.
@@ -477,6 +516,8 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     }
 
     let mut sites = Vec::new();
+    // Kept to read a renewed certificate on SIGHUP.
+    let mut admin_tls_handle = None;
     if let Some(admin) = config.agent.admin() {
         let l = http::bind(admin).map_err(|e| {
             config.error(
@@ -488,10 +529,16 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                 ),
             )
         })?;
-        tracing::info!(address = %admin, "admin listening on /health and /metrics");
+        let tls = admin_tls(&config)?;
+        tracing::info!(
+            address = %format!("{}://{admin}", config.agent.admin_scheme()),
+            "admin listening on /health and /metrics"
+        );
         let auth = admin_token(&config)?;
+        admin_tls_handle.clone_from(&tls);
         let admin = sonde_io::http::Admin {
             auth,
+            tls,
             telemetry: Arc::clone(&telemetry),
             profiles: sonde_profile::store::Store::reader(&config.agent.data_dir),
             prices: config
@@ -581,6 +628,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                         "SIGHUP: the new config is refused; the running one stays"
                     ),
                     Ok(new) => {
+                        reload_admin_tls(&current, &new, admin_tls_handle.as_ref());
                         reload(&current, &new, &ctx, &cmd_tx, &mut receivers, &mut sinks);
                         current = new;
                     }
@@ -639,6 +687,7 @@ fn reload(
         || new.agent.admin_token_file != old.agent.admin_token_file
         || new.agent.admin_token_group.as_ref().map(|g| g.get_ref())
             != old.agent.admin_token_group.as_ref().map(|g| g.get_ref())
+        || new.agent.admin_tls != old.agent.admin_tls
     {
         tracing::warn!("SIGHUP: changes to [agent] and [histograms] apply at the next start");
     }

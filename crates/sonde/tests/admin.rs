@@ -1,7 +1,8 @@
 //! The admin site's authentication (`agent.admin_auth = "token"`) in the
 //! real binary: every path but `/health` refused without the token, as
 //! any local user would try it; the token file's mode; the sign-in a
-//! browser makes with the address `sonde admin-url` prints.
+//! browser makes with the address `sonde admin-url` prints; HTTPS
+//! (`agent.admin_tls`) as curl sees it, with and without the CA.
 
 mod common;
 
@@ -324,4 +325,146 @@ fn oversized_requests_and_too_many_connections_are_refused_and_counted() {
     };
     assert_eq!(value("sonde_admin_too_large_total"), Some(2.0));
     assert_eq!(value("sonde_admin_connections_refused_total"), Some(1.0));
+}
+
+/// A CA and a certificate it issued for 127.0.0.1, written to `dir` as
+/// `ca.pem`, `cert.pem` and `key.pem`.
+fn write_pki(dir: &std::path::Path) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "sonde test CA");
+    let ca =
+        rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.as_ref().pem()).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+}
+
+/// curl with `args`: whether it succeeded, its output and its errors.
+fn curl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn over_tls_curl_with_the_ca_reads_the_site_and_without_it_reads_nothing() {
+    let agent = Agent::start_config_until(
+        |admin, dir| {
+            write_pki(dir);
+            format!(
+                "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nadmin_auth = \"token\"\nadmin_tls = {{ cert_file = \"{}\", key_file = \"{}\", ca_file = \"{}\" }}\n\n{}\n[[sinks]]\ntype = \"blackhole\"\n",
+                dir.join("data").display(),
+                dir.join("cert.pem").display(),
+                dir.join("key.pem").display(),
+                dir.join("ca.pem").display(),
+                statsd_receiver(free_port()),
+            )
+        },
+        |agent| {
+            let ca = agent.path("ca.pem");
+            let url = format!("https://127.0.0.1:{}/health", agent.admin);
+            curl(&["--cacert", ca.to_str().unwrap(), &url]).1 == "ok\n"
+        },
+    );
+    let port = agent.admin;
+    let ca = agent.path("ca.pem");
+    let ca = ca.to_str().unwrap();
+    let token = token_of(&agent);
+    let bearer = format!("Authorization: Bearer {token}");
+    let https = |path: &str| format!("https://127.0.0.1:{port}{path}");
+    let metrics = || {
+        let (ok, body, err) = curl(&["--cacert", ca, "-H", &bearer, &https("/metrics")]);
+        assert!(ok, "{err}");
+        body
+    };
+    let failures = |body: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix("sonde_admin_tls_handshake_failures_total "))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+    };
+    let body = metrics();
+    assert!(body.contains("sonde_receiver"), "{body}");
+    assert_eq!(failures(&body), Some(0.0), "{body}");
+    // The token is still asked for over TLS.
+    let (ok, status, err) = curl(&[
+        "--cacert",
+        ca,
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &https("/metrics"),
+    ]);
+    assert!(ok && status == "401", "{status} {err}");
+
+    // Without the CA: a certificate error (curl's 60), and nothing read.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-H", &bearer, &https("/metrics")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(60), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("certificate"),
+        "{out:?}"
+    );
+    // Plain HTTP to the port: no answer of HTTP.
+    let (ok, body, _) = curl(&["-H", &bearer, &format!("http://127.0.0.1:{port}/metrics")]);
+    assert!(!ok && body.is_empty(), "{body}");
+    let a = get(port, "/metrics", std::slice::from_ref(&bearer));
+    assert_eq!((a.status, a.body.as_str()), (0, ""), "{}", a.head);
+    // Each counted, once the agent has seen the client's alert or bytes.
+    common::wait_for("three failed handshakes", Duration::from_secs(20), || {
+        (failures(&metrics()) == Some(3.0)).then_some(())
+    });
+
+    // Signing in sets a cookie browsers keep to HTTPS.
+    let url = https(&format!("/login?token={token}"));
+    let (ok, head, err) = curl(&["--cacert", ca, "-D", "-", "-o", "/dev/null", &url]);
+    assert!(ok, "{err}");
+    assert!(head.starts_with("HTTP/1.1 303"), "{head}");
+    assert!(
+        head.contains(&format!(
+            "set-cookie: sonde_admin={token}; Path=/; HttpOnly; SameSite=Strict; Secure\r\n"
+        )),
+        "{head}"
+    );
+
+    // A renewed certificate, from a new CA, is served after a SIGHUP; the
+    // old CA no longer checks it.
+    std::fs::copy(agent.path("ca.pem"), agent.path("old-ca.pem")).unwrap();
+    write_pki(agent.dir.path());
+    let hup = Command::new("kill")
+        .args(["-HUP", &agent.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    common::wait_for("the renewed certificate", Duration::from_secs(20), || {
+        curl(&["--cacert", ca, &https("/health")]).0.then_some(())
+    });
+    let old = agent.path("old-ca.pem");
+    let (ok, body, err) = curl(&["--cacert", old.to_str().unwrap(), &https("/health")]);
+    assert!(!ok && body.is_empty(), "{body} {err}");
+    assert!(
+        agent
+            .stderr()
+            .contains("SIGHUP: the admin site's certificate and key read again"),
+        "{}",
+        agent.stderr()
+    );
 }

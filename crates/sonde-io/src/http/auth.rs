@@ -154,10 +154,14 @@ impl Token {
                 .any(|t| self.matches(t))
     }
 
-    /// The `Set-Cookie` value that hands the token to a browser.
-    pub fn cookie(&self) -> String {
+    /// The `Set-Cookie` value that hands the token to a browser; `secure`
+    /// (a site served over HTTPS) keeps browsers from sending it over
+    /// plain HTTP, where a cookie would also go to any other port of the
+    /// same host.
+    pub fn cookie(&self, secure: bool) -> String {
+        let secure = if secure { "; Secure" } else { "" };
         format!(
-            "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict",
+            "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict{secure}",
             self.0
         )
     }

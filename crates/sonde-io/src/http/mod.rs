@@ -17,6 +17,15 @@
 //! the data (the pages: the sign-in form of `/login`). docs/SECURITY.md
 //! says who can read what.
 //!
+//! With [`Admin::tls`] set, the admin listener speaks only HTTPS
+//! ([`Tls`]): each connection's handshake runs in its own task, bounded
+//! by the same 10 s as a request's head, so that a client that stalls it
+//! holds one of the 64 places and never the accept loop. A handshake that
+//! fails or times out (plain HTTP sent to the port, a client that does
+//! not trust the certificate) is counted on `/metrics` and logged at debug
+//! level only: a log line per connection would let any client fill the
+//! log.
+//!
 //! # Limits
 //!
 //! Each listener serves 64 connections at once, reads 16 KiB of a
@@ -40,10 +49,12 @@ use hyper_util::rt::TokioIo;
 mod auth;
 mod profiles;
 mod profiling;
+mod tls;
 
 pub use auth::{Token, TokenError, COOKIE_NAME};
 use profiling::Format;
 use sonde_profile::store::Store;
+pub use tls::{certificates, Tls, TlsError, TlsFile};
 
 use crate::sink::Exposition;
 use crate::telemetry::Telemetry;
@@ -61,6 +72,9 @@ pub struct Admin {
     /// The token every request but `/health` must carry
     /// (`agent.admin_auth = "token"`); `None` serves everyone.
     pub auth: Option<Token>,
+    /// The certificate and key of HTTPS (`agent.admin_tls`); `None`
+    /// serves plain HTTP.
+    pub tls: Option<Tls>,
 }
 
 /// What an HTTP listener serves.
@@ -183,11 +197,8 @@ fn token_field(form: &[u8]) -> Option<String> {
 /// sets the cookie and sends the browser on to `/`, so that the address
 /// bar, the history and every link stay without it; a wrong one is
 /// counted and refused.
-async fn login<B: ReqBody>(
-    token: &Token,
-    telemetry: &Telemetry,
-    req: Request<B>,
-) -> Response<Full<Bytes>> {
+async fn login<B: ReqBody>(admin: &Admin, token: &Token, req: Request<B>) -> Response<Full<Bytes>> {
+    let telemetry = &admin.telemetry;
     use http_body_util::{BodyExt, Limited};
     let given = match *req.method() {
         Method::GET | Method::HEAD => req.uri().query().and_then(|q| token_field(q.as_bytes())),
@@ -222,7 +233,7 @@ async fn login<B: ReqBody>(
                 hyper::header::LOCATION,
                 hyper::header::HeaderValue::from_static("/"),
             );
-            if let Ok(v) = token.cookie().parse() {
+            if let Ok(v) = token.cookie(admin.tls.is_some()).parse() {
                 headers.insert(hyper::header::SET_COOKIE, v);
             }
             r
@@ -420,7 +431,7 @@ async fn route<B: ReqBody>(site: Site, req: Request<B>) -> Response<Full<Bytes>>
         if let Some(token) = &a.auth {
             let path = req.uri().path();
             if path == "/login" {
-                return login(token, &a.telemetry, req).await;
+                return login(a, token, req).await;
             }
             // Probes (a kubelet, systemd, a load balancer) need no token.
             if path != "/health" && !token.admits(req.headers()) {
@@ -473,9 +484,9 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nCont
 
 async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let telemetry = match &site {
-        Site::Admin(a) => Some(Arc::clone(&a.telemetry)),
-        Site::Exporter(_) => None,
+    let (telemetry, tls) = match &site {
+        Site::Admin(a) => (Some(Arc::clone(&a.telemetry)), a.tls.clone()),
+        Site::Exporter(_) => (None, None),
     };
     loop {
         let (mut stream, _) = match listener.accept().await {
@@ -499,24 +510,57 @@ async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
         };
         let site = site.clone();
         let telemetry = telemetry.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let site = site.clone();
-                async move { Ok::<_, Infallible>(route(site, req).await) }
-            });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEAD_TIMEOUT)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-            if let (Err(e), Some(t)) = (served, &telemetry) {
-                if e.is_parse_too_large() {
-                    t.admin_too_large.fetch_add(1, Relaxed);
+            match tls {
+                None => serve_connection(stream, site, telemetry.as_deref()).await,
+                // In this task rather than the loop, so that a client slow
+                // to shake hands holds its own place and no one else's.
+                Some(tls) => {
+                    let failed =
+                        match tokio::time::timeout(HEAD_TIMEOUT, tls.acceptor().accept(stream))
+                            .await
+                        {
+                            Ok(Ok(stream)) => {
+                                serve_connection(stream, site, telemetry.as_deref()).await;
+                                None
+                            }
+                            Ok(Err(e)) => Some(e.to_string()),
+                            Err(_) => Some("no handshake within 10 s".to_string()),
+                        };
+                    if let Some(error) = failed {
+                        if let Some(t) = &telemetry {
+                            t.admin_tls_handshake_failures.fetch_add(1, Relaxed);
+                        }
+                        tracing::debug!(%error, "admin site: TLS handshake failed");
+                    }
                 }
             }
             drop(slot);
         });
+    }
+}
+
+/// Serves HTTP/1.1 on one accepted connection (TCP, or TLS once the
+/// handshake is done) until the client or a limit closes it.
+async fn serve_connection<S>(stream: S, site: Site, telemetry: Option<&Telemetry>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let site = site.clone();
+        async move { Ok::<_, Infallible>(route(site, req).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .serve_connection(TokioIo::new(stream), svc)
+        .await;
+    if let (Err(e), Some(t)) = (served, telemetry) {
+        if e.is_parse_too_large() {
+            t.admin_too_large.fetch_add(1, Relaxed);
+        }
     }
 }
 
@@ -531,6 +575,7 @@ mod tests {
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
             auth: None,
+            tls: None,
         }))
     }
 
@@ -569,6 +614,7 @@ mod tests {
                 profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
                 prices: Default::default(),
                 auth: guarded.then(|| Token::new("0123456789abcdef0123456789abcdef").unwrap()),
+                tls: None,
             }));
             let mut target = path.clone();
             if !query.is_empty() {
@@ -691,5 +737,85 @@ mod tests {
             "{answer}"
         );
         assert!(answer.contains("<a href=\"/metrics\">"), "{answer}");
+    }
+
+    #[test]
+    fn over_tls_the_admin_listener_serves_https_and_counts_failed_handshakes() {
+        use std::io::{Read, Write};
+        use std::time::{Duration, Instant};
+        use tokio_rustls::rustls;
+
+        let dir = tempfile::tempdir().unwrap();
+        let own = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, own.cert.pem()).unwrap();
+        std::fs::write(&key, own.signing_key.serialize_pem()).unwrap();
+        let telemetry = Arc::new(Telemetry::default());
+        let site = Site::Admin(Arc::new(Admin {
+            telemetry: Arc::clone(&telemetry),
+            profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
+            prices: Default::default(),
+            auth: None,
+            tls: Some(Tls::load(&cert, &key).unwrap()),
+        }));
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve(vec![(listener, site)]).unwrap();
+        let read_all = |conn: &mut dyn Read| {
+            let mut got = Vec::new();
+            let _ = conn.read_to_end(&mut got);
+            String::from_utf8_lossy(&got).into_owned()
+        };
+
+        // Plain HTTP: no answer of HTTP, and the failure counted.
+        let mut plain = std::net::TcpStream::connect(addr).unwrap();
+        plain
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        plain
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let answer = read_all(&mut plain);
+        assert!(!answer.contains("HTTP/1.1"), "{answer}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while telemetry.admin_tls_handshake_failures.load(Relaxed) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the failed handshake is not counted"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        // A client that trusts the certificate, over TLS 1.2 and 1.3, is
+        // served while another sits silent where its handshake should be.
+        let _silent = std::net::TcpStream::connect(addr).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls_pki_types::CertificateDer::from(
+                own.cert.der().to_vec(),
+            ))
+            .unwrap();
+        for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+            let tcp = std::net::TcpStream::connect(addr).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            tls.write_all(b"GET /health HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let answer = read_all(&mut tls);
+            assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
+            assert_eq!(tls.conn.protocol_version(), Some(version.version));
+            assert_eq!(tls.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+        }
+        assert_eq!(telemetry.admin_tls_handshake_failures.load(Relaxed), 1);
     }
 }

@@ -196,6 +196,11 @@ pub const METRICS: &[Metric] = &[
         Source::Agent(|t| Value::Int(t.tap.sessions() as u64)),
     ),
     counter(
+        "sonde_admin_tls_handshake_failures_total",
+        "Admin site connections closed because their TLS handshake failed or took over 10 s (agent.admin_tls): plain HTTP to the port, a client that does not trust the certificate.",
+        Source::Agent(|t| Value::Int(t.admin_tls_handshake_failures.load(Relaxed))),
+    ),
+    counter(
         "sonde_flushes_total",
         "Windows flushed.",
         Source::Agent(|t| flush(t, |f| &f.flushes)),

@@ -51,6 +51,9 @@ pub struct Telemetry {
     pub admin_connections_refused: std::sync::atomic::AtomicU64,
     /// What `sonde tap` and `sonde top` watch.
     pub tap: Arc<crate::tap::Tap>,
+    /// Admin site connections closed because their TLS handshake failed
+    /// or took over 10 s.
+    pub admin_tls_handshake_failures: std::sync::atomic::AtomicU64,
 }
 
 impl Telemetry {
@@ -346,6 +349,7 @@ mod tests {
         t.admin_unauthorized.store(3, Relaxed);
         t.admin_too_large.store(1, Relaxed);
         t.admin_connections_refused.store(2, Relaxed);
+        t.admin_tls_handshake_failures.store(4, Relaxed);
         t
     }
 

@@ -85,6 +85,10 @@ pub struct AgentSection {
     /// A group given the admin token file, whose members may read it (and
     /// so the admin site). Default: the agent's own group.
     pub admin_token_group: Option<Spanned<String>>,
+    /// HTTPS for the admin site: its certificate and key files. A
+    /// non-loopback `admin_listen` needs it, with `admin_auth = "token"`.
+    /// Default: none, plain HTTP.
+    pub admin_tls: Option<AdminTls>,
     /// The host name that log records carry (`host` in a json record) and
     /// that names the Kafka sink's `transactional.id` and stored positions
     /// with `delivery = "exactly_once"`, which must be unique per agent.
@@ -101,6 +105,25 @@ pub enum AdminAuth {
     None,
     /// Every request but `/health` carries the admin token.
     Token,
+}
+
+/// `agent.admin_tls`: `{ cert_file = "...", key_file = "..." }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminTls {
+    /// The site's certificate, then any intermediates, in PEM. It must
+    /// name the address clients connect to (an IP address as an IP SAN).
+    /// Required.
+    pub cert_file: Spanned<PathBuf>,
+    /// The private key of the first certificate, in PEM (PKCS#8, PKCS#1
+    /// or SEC1). Required.
+    pub key_file: Spanned<PathBuf>,
+    /// The CA certificates, in PEM, that `sonde admin-url`, `sonde top`
+    /// and `sonde tap` trust for this site; the agent does not read it.
+    /// Default: the system's CA bundle and `cert_file`'s own
+    /// certificates, so that a self-signed certificate, or a chain that
+    /// holds its issuer, needs nothing more.
+    pub ca_file: Option<Spanned<PathBuf>>,
 }
 
 /// `admin_listen = ""` turns the admin listener off.
@@ -131,6 +154,7 @@ impl Default for AgentSection {
             admin_auth: AdminAuth::None,
             admin_token_file: None,
             admin_token_group: None,
+            admin_tls: None,
             hostname: None,
         }
     }
@@ -140,6 +164,15 @@ impl AgentSection {
     /// The address of `/health` and `/metrics`, if on.
     pub fn admin(&self) -> Option<std::net::SocketAddr> {
         self.admin_listen.get_ref().map(|h| h.0)
+    }
+
+    /// The admin site's scheme: `https` with `admin_tls`, else `http`.
+    pub fn admin_scheme(&self) -> &'static str {
+        if self.admin_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// Where the admin token lives (`admin_token_file`, else

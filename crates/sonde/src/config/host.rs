@@ -38,7 +38,9 @@ use crate::sinks::Buffer;
 /// file sink's
 /// `path` that cannot be opened for writing; an `agent.data_dir` that
 /// cannot be made or written, when a disk buffer, a log source or the
-/// profiler keeps data there.
+/// profiler keeps data there; an `agent.admin_tls` whose files cannot be
+/// read, are not a PEM certificate chain and a private key, or hold a key
+/// of another certificate, and a `ca_file` that holds no certificate.
 pub fn check_host(config: &Config) -> Result<(), ConfigError> {
     for (i, r) in config.receivers.iter().enumerate() {
         if let Some(o) = &r.owner {
@@ -124,6 +126,20 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
             }
         }
     }
+    if let Some(tls) = &config.agent.admin_tls {
+        sonde_io::http::Tls::load(tls.cert_file.get_ref(), tls.key_file.get_ref())
+            .map_err(|e| admin_tls_error(config, &e))?;
+        if let Some(ca) = &tls.ca_file {
+            sonde_io::http::certificates(ca.get_ref()).map_err(|e| {
+                config.error_at(
+                    ca.span(),
+                    "agent.admin_tls.ca_file",
+                    e.to_string(),
+                    "write the path of the PEM certificates of the CA that issued cert_file's certificate, or remove ca_file to trust the system's CAs and cert_file's own certificates",
+                )
+            })?;
+        }
+    }
     let uses = data_dir_uses(config);
     if !uses.is_empty() {
         let dir = &config.agent.data_dir;
@@ -140,6 +156,34 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// A certificate or key of `agent.admin_tls` that cannot be served, named
+/// by the key of the file at fault and its line.
+pub fn admin_tls_error(config: &Config, e: &sonde_io::http::TlsError) -> ConfigError {
+    use sonde_io::http::{TlsError, TlsFile};
+    let Some(tls) = &config.agent.admin_tls else {
+        return config.error("agent.admin_tls", e.to_string(), "");
+    };
+    let (key, span) = match e.file() {
+        TlsFile::Cert => ("agent.admin_tls.cert_file", tls.cert_file.span()),
+        TlsFile::Key => ("agent.admin_tls.key_file", tls.key_file.span()),
+    };
+    let fix = match e {
+        TlsError::Read { .. } => {
+            "make the file readable by the user sonde runs as (e.g. `chgrp sonde FILE && chmod 0640 FILE`), or correct the path"
+        }
+        TlsError::Pem { .. } | TlsError::NoCertificate { .. } | TlsError::Certificate { .. } => {
+            "write the path of a PEM certificate chain, the site's own certificate first (`openssl x509 -in FILE -noout -text` shows it)"
+        }
+        TlsError::NoKey { .. } | TlsError::Key { .. } => {
+            "write the path of the unencrypted PEM private key (RSA, ECDSA or Ed25519) of cert_file's first certificate"
+        }
+        TlsError::Mismatch { .. } => {
+            "write the key the certificate was issued for: `openssl x509 -in CERT_FILE -noout -pubkey` and `openssl pkey -in KEY_FILE -pubout` print the same key when they match"
+        }
+    };
+    config.error_at(span, key, e.to_string(), fix)
 }
 
 /// The fix for an `agent.data_dir` the agent cannot make or write.
@@ -328,6 +372,80 @@ mod tests {
         ))
         .unwrap();
         check_host(&c).unwrap();
+    }
+
+    /// A config whose admin site other hosts reach over TLS with `tls`
+    /// as the table's keys (line 5).
+    fn tls_config(tls: &str) -> String {
+        format!(
+            "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\nadmin_auth = \"token\"\nadmin_tls = {{ {tls} }}\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"console\"\n"
+        )
+    }
+
+    #[test]
+    fn admin_tls_files_must_load_as_a_chain_and_its_own_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let pair = || rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+        let (one, two) = (pair(), pair());
+        let cert = write("cert.pem", &one.cert.pem());
+        let key = write("key.pem", &one.signing_key.serialize_pem());
+        let other_key = write("other.pem", &two.signing_key.serialize_pem());
+        let files = |c: &str, k: &str| format!("cert_file = \"{c}\", key_file = \"{k}\"");
+        check_host(&parse(&tls_config(&files(&cert, &key))).unwrap()).unwrap();
+
+        let missing = dir.path().join("missing.pem").display().to_string();
+        let e = host_err(&tls_config(&files(&missing, &key)));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("agent.admin_tls.cert_file", Some(5))
+        );
+        assert!(
+            e.problem.contains("cannot read") && e.problem.contains("missing.pem"),
+            "{e}"
+        );
+        assert!(e.fix.contains("readable by the user sonde runs as"), "{e}");
+
+        let e = host_err(&tls_config(&files(&cert, &other_key)));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("agent.admin_tls.key_file", Some(5))
+        );
+        assert!(
+            e.problem
+                .contains("does not belong to the first certificate"),
+            "{e}"
+        );
+        assert!(e.fix.contains("openssl pkey"), "{e}");
+
+        let e = host_err(&tls_config(&files(&key, &key)));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("agent.admin_tls.cert_file", Some(5))
+        );
+        assert!(e.problem.contains("holds no certificate"), "{e}");
+
+        // The table's own lines, and a ca_file that is not one.
+        let e = host_err(&tls_config(&files(&cert, &key)).replace(
+            "admin_tls = { ",
+            &format!("admin_tls = {{ ca_file = \"{key}\", "),
+        ));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("agent.admin_tls.ca_file", Some(5))
+        );
+        let text = tls_config(&files(&cert, &key))
+            .replace(&format!("admin_tls = {{ {} }}\n", files(&cert, &key)), "")
+            + &format!("[agent.admin_tls]\ncert_file = \"{cert}\"\nkey_file = \"{other_key}\"\n");
+        let e = host_err(&text);
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("agent.admin_tls.key_file", Some(12))
+        );
     }
 
     #[test]

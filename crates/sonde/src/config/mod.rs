@@ -27,11 +27,11 @@ use sonde_aggregate::AggregateConfig;
 use sonde_io::logs::events::EVENTS_SOURCE;
 use toml::Spanned;
 
-pub use self::agent::{AdminAuth, AgentSection};
+pub use self::agent::{AdminAuth, AdminTls, AgentSection};
 pub use self::error::ConfigError;
 pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
-pub use self::host::{check_host, DATA_DIR_FIX};
+pub use self::host::{admin_tls_error, check_host, DATA_DIR_FIX};
 pub use self::logs::{LogSection, LogSource};
 pub use self::profiler::{Profiler, ProfilerSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
@@ -111,6 +111,19 @@ impl Config {
         let key = key.into();
         let src = Source { text: &self.text };
         src.at(src.line_of_key(&key), ConfigError::new(key, problem, fix))
+    }
+
+    /// [`Config::error`] at the line of `span` (a `Spanned` value's),
+    /// for keys [`Config::error`] cannot find by their path, such as
+    /// those of an inline table.
+    pub(crate) fn error_at(
+        &self,
+        span: std::ops::Range<usize>,
+        key: impl Into<String>,
+        problem: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> ConfigError {
+        Source { text: &self.text }.error(span, key, problem, fix)
     }
 }
 
@@ -800,6 +813,39 @@ mod tests {
             "[agent]\nadmin_listen = \"127.0.0.1:8686\"\n{MIN}"
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn admin_tls_takes_its_files_in_either_form_of_table_and_no_other_key() {
+        let tls = "admin_tls = { cert_file = \"/etc/sonde/admin.crt\", key_file = \"/etc/sonde/admin.key\" }\n";
+        let c = parse(&format!("[agent]\n{tls}{MIN}")).unwrap();
+        let t = c.agent.admin_tls.as_ref().unwrap();
+        assert_eq!(
+            t.cert_file.get_ref(),
+            &PathBuf::from("/etc/sonde/admin.crt")
+        );
+        assert!(t.ca_file.is_none());
+        assert_eq!(c.agent.admin_scheme(), "https");
+        let c = parse(&format!(
+            "{MIN}[agent.admin_tls]\ncert_file = \"a.crt\"\nkey_file = \"a.key\"\nca_file = \"ca.pem\"\n"
+        ))
+        .unwrap();
+        let t = c.agent.admin_tls.as_ref().unwrap();
+        assert_eq!(
+            t.ca_file.as_ref().unwrap().get_ref(),
+            &PathBuf::from("ca.pem")
+        );
+        assert_eq!(parse(MIN).unwrap().agent.admin_scheme(), "http");
+        let e = err(&format!(
+            "[agent]\nadmin_tls = {{ cert_file = \"a\", key_file = \"b\", key_pass = \"c\" }}\n{MIN}"
+        ));
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.problem.contains("unknown field `key_pass`"), "{e}");
+        let e = err(&format!(
+            "[agent]\nadmin_tls = {{ cert_file = \"a\" }}\n{MIN}"
+        ));
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.problem.contains("missing field `key_file`"), "{e}");
     }
 
     #[test]

@@ -155,6 +155,29 @@ impl Agent {
         launcher: &[&str],
         config: impl FnOnce(u16, &Path) -> String,
     ) -> Agent {
+        let mut agent = Agent::launch(launcher, config);
+        agent.wait_healthy();
+        agent
+    }
+
+    /// [`Agent::start_config`] for an admin site plain HTTP cannot ask
+    /// (HTTPS): waits until `ready` holds instead.
+    pub fn start_config_until(
+        config: impl FnOnce(u16, &Path) -> String,
+        mut ready: impl FnMut(&Agent) -> bool,
+    ) -> Agent {
+        let mut agent = Agent::launch(&[], config);
+        wait_for("the agent to be ready", Duration::from_secs(20), || {
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                panic!("sonde exited early with {status}: {}", agent.stderr());
+            }
+            ready(&agent).then_some(())
+        });
+        agent
+    }
+
+    /// Writes the config and starts the agent, without waiting.
+    fn launch(launcher: &[&str], config: impl FnOnce(u16, &Path) -> String) -> Agent {
         let dir = tempfile::tempdir().unwrap();
         let admin = free_port();
         let out = dir.path().join("points.jsonl");
@@ -163,16 +186,14 @@ impl Agent {
         let stderr_path = dir.path().join("stderr.log");
         let launcher: Vec<String> = launcher.iter().map(|s| s.to_string()).collect();
         let child = Agent::spawn(&launcher, &cfg_path, &stderr_path);
-        let mut agent = Agent {
+        Agent {
             launcher,
             child,
             dir,
             admin,
             out,
             stderr_path,
-        };
-        agent.wait_healthy();
-        agent
+        }
     }
 
     /// Kills the agent with SIGKILL and waits for it to be gone.
