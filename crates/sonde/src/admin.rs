@@ -2,12 +2,23 @@
 //! admin-url`, `sonde top`, `sonde tap`): where it listens and the
 //! credential it asks for, read from the agent's config as the agent's
 //! user reads them.
+//!
+//! # HTTPS
+//!
+//! With `agent.admin_tls` set the client speaks HTTPS and checks the
+//! site's certificate against `admin_tls.ca_file`, or, without it, the
+//! system's CA bundle and the certificates of `admin_tls.cert_file`
+//! itself (so that a self-signed certificate, or a chain that holds its
+//! issuer, is trusted as it is). The certificate must name the address
+//! the client connects to: the `admin_listen` address, or 127.0.0.1 (::1)
+//! for a wildcard one; an IP address must be in it as an IP SAN.
 
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use sonde::config::{self, AgentSection};
+use sonde::config::{self, AdminTls, AgentSection};
 
 use crate::read;
 
@@ -33,6 +44,56 @@ impl AgentArgs {
     pub fn client(&self) -> anyhow::Result<Client> {
         Client::new(&self.agent()?)
     }
+}
+
+/// Where this host reaches a listener on `addr`: loopback for a wildcard
+/// address (`0.0.0.0`, `::`), `addr` itself otherwise.
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
+        _ => addr,
+    }
+}
+
+/// The CA bundles of common distributions, the first that exists being
+/// the system's (`$SSL_CERT_FILE` first, as OpenSSL reads it).
+const SYSTEM_CA_FILES: [&str; 4] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The certificates the client trusts for the admin site; see the module
+/// docs.
+fn trusted(tls: &AdminTls) -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
+    let certs = |path: &Path| -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
+        Ok(sonde_io::http::certificates(path)?
+            .iter()
+            .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+            .collect())
+    };
+    if let Some(ca) = &tls.ca_file {
+        return certs(ca.get_ref()).context("agent.admin_tls.ca_file");
+    }
+    let system = std::env::var_os("SSL_CERT_FILE")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(SYSTEM_CA_FILES.iter().map(PathBuf::from))
+        .find(|p| p.is_file());
+    let mut trusted = match system {
+        Some(p) => certs(&p).with_context(|| format!("the system's CA bundle {}", p.display()))?,
+        None => Vec::new(),
+    };
+    // Unreadable here (a directory only the agent's user may enter) is
+    // not fatal: a certificate from a CA the system trusts needs nothing
+    // more, and any other fails the handshake with a message that says
+    // what to set.
+    if let Ok(own) = certs(tls.cert_file.get_ref()) {
+        trusted.extend(own);
+    }
+    Ok(trusted)
 }
 
 /// The admin token in `agent.admin_token_file`, if the agent asks for one.
@@ -66,20 +127,23 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// The admin site is off, or the token cannot be read.
+    /// The admin site is off, the token cannot be read, or the CA
+    /// certificates of `agent.admin_tls` cannot.
     pub fn new(agent: &AgentSection) -> anyhow::Result<Client> {
         let addr = agent
             .admin()
             .context("agent.admin_listen is \"\": this agent has no admin site")?;
-        let http = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(10)))
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
+            .http_status_as_error(false);
+        if let Some(tls) = &agent.admin_tls {
+            let roots = ureq::tls::RootCerts::new_with_certs(&trusted(tls)?);
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
         Ok(Client {
-            base: format!("http://{addr}"),
+            base: format!("{}://{}", agent.admin_scheme(), reachable(addr)),
             token: token(agent)?,
-            http,
+            http: config.build().new_agent(),
         })
     }
 
@@ -106,10 +170,17 @@ impl Client {
             req = req.header("Authorization", &format!("Bearer {}", t.as_str()));
         }
         let mut resp = req.call().with_context(|| {
-            format!(
-                "reaching the agent at {}: is it running with this config?",
-                self.base
-            )
+            if self.base.starts_with("https:") {
+                format!(
+                    "reaching the agent at {}: is it running with this config, and does its certificate name this address and come from a CA this command trusts (agent.admin_tls.ca_file; without it, the system's CAs and cert_file's own certificates)?",
+                    self.base
+                )
+            } else {
+                format!(
+                    "reaching the agent at {}: is it running with this config?",
+                    self.base
+                )
+            }
         })?;
         let status = resp.status();
         let body = resp
@@ -138,4 +209,127 @@ pub fn admin_url(args: &AgentArgs, token_only: bool) -> anyhow::Result<()> {
         Some(t) => println!("{}/login?token={}", client.base(), t.as_str()),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A CA, and a certificate it issued for 127.0.0.1 with its key, as
+    /// PEM.
+    struct Pki {
+        ca: String,
+        cert: String,
+        key: String,
+    }
+
+    fn pki() -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "sonde test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        Pki {
+            ca: ca.as_ref().pem(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
+    /// An admin site served over TLS from `cert` and `key` on a free
+    /// loopback port, and the `[agent]` of a config that describes it
+    /// with `extra` keys in its `admin_tls`.
+    fn site(dir: &Path, cert: &str, key: &str, extra: &str) -> AgentSection {
+        let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&c, cert).unwrap();
+        std::fs::write(&k, key).unwrap();
+        let listener = sonde_io::http::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let admin = sonde_io::http::Admin {
+            telemetry: Arc::default(),
+            profiles: sonde_profile::store::Store::reader(&dir.join("data")),
+            prices: Default::default(),
+            auth: None,
+            tls: Some(sonde_io::http::Tls::load(&c, &k).unwrap()),
+        };
+        sonde_io::http::serve(vec![(
+            listener,
+            sonde_io::http::Site::Admin(Arc::new(admin)),
+        )])
+        .unwrap();
+        let text = format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{port}\"\nadmin_tls = {{ cert_file = \"{}\", key_file = \"{}\"{extra} }}\n[profiler]\n",
+            c.display(),
+            k.display()
+        );
+        config::parse(&text).unwrap().agent
+    }
+
+    #[test]
+    fn the_client_trusts_a_self_signed_certificate_of_the_config_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let agent = site(
+            dir.path(),
+            &own.cert.pem(),
+            &own.signing_key.serialize_pem(),
+            "",
+        );
+        let client = Client::new(&agent).unwrap();
+        assert!(client.base().starts_with("https://127.0.0.1:"));
+        assert_eq!(client.get("/health").unwrap(), "ok\n");
+        assert!(client
+            .get("/metrics")
+            .unwrap()
+            .contains("sonde_admin_tls_handshake_failures_total 0\n"));
+    }
+
+    #[test]
+    fn a_certificate_from_a_private_ca_needs_its_ca_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = pki();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, &pki.ca).unwrap();
+        // The chain is the certificate alone: its issuer is in no file
+        // the client reads by default.
+        let agent = site(dir.path(), &pki.cert, &pki.key, "");
+        let e = Client::new(&agent).unwrap().get("/health").unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains("agent.admin_tls.ca_file"), "{e}");
+        assert!(e.contains("UnknownIssuer"), "{e}");
+        let agent = site(
+            dir.path(),
+            &pki.cert,
+            &pki.key,
+            &format!(", ca_file = \"{}\"", ca.display()),
+        );
+        assert_eq!(Client::new(&agent).unwrap().get("/health").unwrap(), "ok\n");
+        // The chain with its CA in it is trusted as it is.
+        let agent = site(dir.path(), &format!("{}{}", pki.cert, pki.ca), &pki.key, "");
+        assert_eq!(Client::new(&agent).unwrap().get("/health").unwrap(), "ok\n");
+    }
+
+    #[test]
+    fn a_wildcard_admin_address_is_reached_on_loopback() {
+        assert_eq!(
+            reachable("0.0.0.0:8686".parse().unwrap()),
+            "127.0.0.1:8686".parse().unwrap()
+        );
+        assert_eq!(
+            reachable("[::]:8686".parse().unwrap()),
+            "[::1]:8686".parse().unwrap()
+        );
+        assert_eq!(
+            reachable("10.1.2.3:8686".parse().unwrap()),
+            "10.1.2.3:8686".parse().unwrap()
+        );
+    }
 }

@@ -433,9 +433,13 @@ fn over_tls_curl_with_the_ca_reads_the_site_and_without_it_reads_nothing() {
         (failures(&metrics()) == Some(3.0)).then_some(())
     });
 
-    // Signing in sets a cookie browsers keep to HTTPS.
-    let url = https(&format!("/login?token={token}"));
-    let (ok, head, err) = curl(&["--cacert", ca, "-D", "-", "-o", "/dev/null", &url]);
+    // The address sonde admin-url prints is the HTTPS one, and signs in
+    // with a cookie browsers keep to HTTPS.
+    let config = agent.path("sonde.toml");
+    let (ok, url, err) = sonde(&["admin-url", "--config", config.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(url.trim(), https(&format!("/login?token={token}")));
+    let (ok, head, err) = curl(&["--cacert", ca, "-D", "-", "-o", "/dev/null", url.trim()]);
     assert!(ok, "{err}");
     assert!(head.starts_with("HTTP/1.1 303"), "{head}");
     assert!(
