@@ -472,3 +472,52 @@ fn over_tls_curl_with_the_ca_reads_the_site_and_without_it_reads_nothing() {
         agent.stderr()
     );
 }
+
+#[test]
+fn validate_refuses_an_admin_site_for_other_hosts_without_the_token_or_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(dir.path());
+    let tls = format!(
+        "admin_tls = {{ cert_file = \"{}\", key_file = \"{}\" }}\n",
+        dir.path().join("cert.pem").display(),
+        dir.path().join("key.pem").display()
+    );
+    let open = "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\n";
+    let rest = format!(
+        "data_dir = \"{}\"\n{}[[sinks]]\ntype = \"blackhole\"\n",
+        dir.path().join("data").display(),
+        statsd_receiver(8125)
+    );
+    let validate = |text: &str| {
+        let path = dir.path().join("sonde.toml");
+        std::fs::write(&path, text).unwrap();
+        sonde(&["validate", "--config", path.to_str().unwrap()])
+    };
+    let (ok, _, err) = validate(&format!("{open}admin_auth = \"token\"\n{rest}"));
+    assert!(!ok);
+    assert!(
+        err.contains("line 3: agent.admin_listen: 0.0.0.0:8686 is reachable from other hosts, and agent.admin_tls is not set"),
+        "{err}"
+    );
+    assert!(err.contains("fix: set admin_tls = {"), "{err}");
+    let (ok, _, err) = validate(&format!("{open}{tls}{rest}"));
+    assert!(!ok);
+    assert!(
+        err.contains("line 3: agent.admin_listen: 0.0.0.0:8686 is reachable from other hosts, and agent.admin_auth is \"none\""),
+        "{err}"
+    );
+    // The files are read: a key of another certificate is refused.
+    let other = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(dir.path().join("other.pem"), other.serialize_pem()).unwrap();
+    let (ok, _, err) = validate(&format!(
+        "{open}admin_auth = \"token\"\n{}{rest}",
+        tls.replace("key.pem", "other.pem")
+    ));
+    assert!(!ok);
+    assert!(
+        err.contains("line 5: agent.admin_tls.key_file: the key in"),
+        "{err}"
+    );
+    let (ok, out, err) = validate(&format!("{open}admin_auth = \"token\"\n{tls}{rest}"));
+    assert!(ok, "{out}{err}");
+}

@@ -224,13 +224,30 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
             )
         })?;
         // Other hosts reaching the admin site would read whole-host
-        // profiles: not without the token.
-        if !is_loopback(a.ip()) && agent.admin_auth != AdminAuth::Token {
+        // profiles: not without the token, and not over plain HTTP, where
+        // anyone on the path reads the token and the data.
+        let token = agent.admin_auth == AdminAuth::Token;
+        let tls = agent.admin_tls.is_some();
+        if !(is_loopback(a.ip()) || (token && tls)) {
+            let (missing, fix) = match (token, tls) {
+                (false, false) => (
+                    "agent.admin_auth is \"none\" and agent.admin_tls is not set: they would read every process's profile, over plain HTTP",
+                    "set admin_auth = \"token\" and admin_tls = { cert_file = \"...\", key_file = \"...\" } in [agent] (docs/DEPLOY.md), or listen on 127.0.0.1",
+                ),
+                (false, true) => (
+                    "agent.admin_auth is \"none\": they would read every process's profile",
+                    "set admin_auth = \"token\" in [agent] (docs/SECURITY.md), or listen on 127.0.0.1",
+                ),
+                _ => (
+                    "agent.admin_tls is not set: the token and every answer would cross the network in plain HTTP",
+                    "set admin_tls = { cert_file = \"...\", key_file = \"...\" } in [agent] (docs/DEPLOY.md), or listen on 127.0.0.1",
+                ),
+            };
             return Err(src.error(
                 agent.admin_listen.span(),
                 "agent.admin_listen",
-                format!("{a} is reachable from other hosts, and agent.admin_auth is \"none\": they would read every process's profile"),
-                "set admin_auth = \"token\" in [agent] (docs/SECURITY.md), or listen on 127.0.0.1",
+                format!("{a} is reachable from other hosts, and {missing}"),
+                fix,
             ));
         }
     }
@@ -799,16 +816,34 @@ mod tests {
     }
 
     #[test]
-    fn an_admin_site_other_hosts_reach_needs_the_token() {
-        let e = err(&format!(
-            "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\n{MIN}"
-        ));
+    fn an_admin_site_other_hosts_reach_needs_the_token_and_tls() {
+        let open = "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\n";
+        let token = "admin_auth = \"token\"\n";
+        let tls = "admin_tls = { cert_file = \"/etc/sonde/admin.crt\", key_file = \"/etc/sonde/admin.key\" }\n";
+        let e = err(&format!("{open}{MIN}"));
         assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(3)));
-        assert!(e.fix.contains("admin_auth = \"token\""), "{e}");
-        parse(&format!(
-            "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\nadmin_auth = \"token\"\n{MIN}"
-        ))
-        .unwrap();
+        assert!(
+            e.problem
+                .contains("admin_auth is \"none\" and agent.admin_tls is not set"),
+            "{e}"
+        );
+        assert!(
+            e.fix.contains("admin_auth = \"token\" and admin_tls = {"),
+            "{e}"
+        );
+        // The token alone: it would cross the network in the clear.
+        let e = err(&format!("{open}{token}{MIN}"));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(3)));
+        assert!(e.problem.contains("agent.admin_tls is not set"), "{e}");
+        assert!(!e.problem.contains("admin_auth"), "{e}");
+        assert!(e.fix.starts_with("set admin_tls = {"), "{e}");
+        // TLS alone: anyone who reaches it reads it.
+        let e = err(&format!("{open}{tls}{MIN}"));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(3)));
+        assert!(e.problem.contains("agent.admin_auth is \"none\""), "{e}");
+        assert!(e.fix.starts_with("set admin_auth = \"token\""), "{e}");
+        parse(&format!("{open}{token}{tls}{MIN}")).unwrap();
+        // Loopback needs neither.
         parse(&format!(
             "[agent]\nadmin_listen = \"127.0.0.1:8686\"\n{MIN}"
         ))
