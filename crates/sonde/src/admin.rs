@@ -273,16 +273,21 @@ mod tests {
         config::parse(&text).unwrap().agent
     }
 
+    /// A self-signed certificate for 127.0.0.1, as PEM, with its key;
+    /// `is_ca` is its basic constraints.
+    fn self_signed(is_ca: rcgen::IsCa) -> (String, String) {
+        let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        params.is_ca = is_ca;
+        let key = rcgen::KeyPair::generate().unwrap();
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
     #[test]
     fn the_client_trusts_a_self_signed_certificate_of_the_config_as_it_is() {
         let dir = tempfile::tempdir().unwrap();
-        let own = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-        let agent = site(
-            dir.path(),
-            &own.cert.pem(),
-            &own.signing_key.serialize_pem(),
-            "",
-        );
+        // As DEPLOY.md's openssl command makes it: CA:FALSE.
+        let (cert, key) = self_signed(rcgen::IsCa::ExplicitNoCa);
+        let agent = site(dir.path(), &cert, &key, "");
         let client = Client::new(&agent).unwrap();
         assert!(client.base().starts_with("https://127.0.0.1:"));
         assert_eq!(client.get("/health").unwrap(), "ok\n");
@@ -290,6 +295,16 @@ mod tests {
             .get("/metrics")
             .unwrap()
             .contains("sonde_admin_tls_handshake_failures_total 0\n"));
+        // One that says it is a CA (openssl's default without the
+        // -addext) cannot be a site's own certificate to rustls, which
+        // DEPLOY.md says.
+        let (cert, key) = self_signed(rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained));
+        let agent = site(dir.path(), &cert, &key, "");
+        let e = format!(
+            "{:#}",
+            Client::new(&agent).unwrap().get("/health").unwrap_err()
+        );
+        assert!(e.contains("CaUsedAsEndEntity"), "{e}");
     }
 
     #[test]

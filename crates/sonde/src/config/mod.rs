@@ -1359,6 +1359,21 @@ mod tests {
     }
 
     #[test]
+    fn deploy_md_admin_site_for_other_hosts_parses() {
+        let doc = include_str!("../../../../docs/DEPLOY.md");
+        let agent = doc
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap())
+            .find(|b| b.starts_with("[agent]\nallow_non_loopback = true\n"))
+            .expect("docs/DEPLOY.md's admin site for other hosts");
+        let c = parse(&format!("{agent}{MIN}"))
+            .unwrap_or_else(|e| panic!("docs/DEPLOY.md block fails: {e}\n{agent}"));
+        assert_eq!(c.agent.admin_scheme(), "https");
+        assert_eq!(c.agent.admin_auth, AdminAuth::Token);
+    }
+
+    #[test]
     fn logs_md_examples_parse_and_its_mistake_is_reported_as_shown() {
         let doc = include_str!("../../../../docs/LOGS.md");
         let (mut good, mut bad) = (0, 0);
