@@ -449,6 +449,21 @@ fn over_tls_curl_with_the_ca_reads_the_site_and_without_it_reads_nothing() {
         "{head}"
     );
 
+    // sonde's own client reads the site over TLS, trusting ca_file.
+    let (ok, top, err) = sonde(&[
+        "top",
+        "--json",
+        "--count",
+        "1",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        top.trim_start().starts_with('{') && top.contains("\"receivers\""),
+        "{top}"
+    );
+
     // A renewed certificate, from a new CA, is served after a SIGHUP; the
     // old CA no longer checks it.
     std::fs::copy(agent.path("ca.pem"), agent.path("old-ca.pem")).unwrap();
