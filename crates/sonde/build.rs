@@ -19,11 +19,15 @@ fn main() {
     // Built again when HEAD moves: a commit, a checkout. Only files that
     // exist are named: cargo reruns the script at every build for a
     // missing one, and rebuilds the binary after it.
+    // In a worktree HEAD is the worktree's own, and the branches and
+    // packed-refs are the repository's (the common dir).
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         let dir = PathBuf::from(dir);
-        let mut files = vec![dir.join("HEAD"), dir.join("packed-refs")];
+        let common =
+            git(&["rev-parse", "--git-common-dir"]).map_or_else(|| dir.clone(), PathBuf::from);
+        let mut files = vec![dir.join("HEAD"), common.join("packed-refs")];
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            files.push(dir.join(head));
+            files.push(common.join(head));
         }
         for file in files.iter().filter(|f| f.exists()) {
             println!("cargo:rerun-if-changed={}", file.display());
