@@ -75,6 +75,8 @@ pub enum Source {
     SinkDrops(fn(&SinkStats) -> &[AtomicU64; SinkDrop::ALL.len()]),
     /// One sample per log source, labelled `source`.
     Log(fn(&LogStats) -> u64),
+    /// One sample per writer under `data_dir`, labelled `what`.
+    DataDir,
 }
 
 /// A metric's descriptor: one row of [`METRICS`].
@@ -189,6 +191,11 @@ pub const METRICS: &[Metric] = &[
         "sonde_admin_connections_refused_total",
         "Admin site connections answered 503 and closed because 64 were open.",
         Source::Agent(|t| Value::Int(t.admin_connections_refused.load(Relaxed))),
+    ),
+    counter(
+        "sonde_data_dir_write_errors_total",
+        "Writes under agent.data_dir that failed (a full or read-only disk, a removed directory), by writer: buffer, checkpoint, profile, positions.",
+        Source::DataDir,
     ),
     gauge(
         "sonde_admin_taps",

@@ -9,6 +9,7 @@
 //! metric's name, type, help and source. Rendering only reads atomics, so a
 //! scrape never waits for a receiver or a sink.
 
+pub mod data_dir;
 mod metrics;
 
 pub use metrics::{Kind, Metric, Source, Value, METRICS};
@@ -51,6 +52,8 @@ pub struct Telemetry {
     pub admin_connections_refused: std::sync::atomic::AtomicU64,
     /// What `sonde tap` and `sonde top` watch.
     pub tap: Arc<crate::tap::Tap>,
+    /// Failed writes under `agent.data_dir`.
+    pub data_dir: Arc<data_dir::DataDirErrors>,
     /// Admin site connections closed because their TLS handshake failed
     /// or took over 10 s.
     pub admin_tls_handshake_failures: std::sync::atomic::AtomicU64,
@@ -127,6 +130,11 @@ impl Telemetry {
                     }
                 }
                 Source::Agent(get) => out.sample(&[], get(self)),
+                Source::DataDir => {
+                    for w in data_dir::What::ALL {
+                        out.sample(&[("what", w.as_str())], Value::Int(self.data_dir.count(w)));
+                    }
+                }
                 Source::HostUdp(_) => {
                     if let Some(v) = host {
                         out.sample(&[], Value::Int(v));
