@@ -294,6 +294,7 @@ fn start_sink(
     sources: &[SourceInfo],
     host: &str,
     key: &str,
+    data_dir: &Arc<sonde_io::telemetry::data_dir::DataDirErrors>,
 ) -> anyhow::Result<Started> {
     let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(s.name.clone())));
     let taken: Vec<SourceInfo> = s
@@ -306,6 +307,7 @@ fn start_sink(
         sources: &taken,
         host,
         key,
+        data_dir: Arc::clone(data_dir),
     };
     let running = (s.kind.start)(s, &mut start)?;
     let windows = if s.takes_metrics() {
@@ -565,8 +567,16 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let mut sinks = Vec::new();
     let mut log_inputs = Vec::new();
     for (i, s) in config.sinks.iter().enumerate() {
-        let started = start_sink(s, &mut sites, None, &infos, &host, &format!("sinks[{i}]"))
-            .map_err(|e| placed(&config, e))?;
+        let started = start_sink(
+            s,
+            &mut sites,
+            None,
+            &infos,
+            &host,
+            &format!("sinks[{i}]"),
+            &telemetry.data_dir,
+        )
+        .map_err(|e| placed(&config, e))?;
         lock(&telemetry.sinks).push(Arc::clone(&started.running.stats));
         handles.extend(started.windows);
         log_inputs.extend(started.logs);
@@ -800,8 +810,16 @@ fn reload(
             .position(|n| std::ptr::eq(n, s))
             .map_or_else(|| "sinks".to_string(), |i| format!("sinks[{i}]"));
         // [agent] changes apply at the next start: the old host name.
-        match start_sink(s, &mut Vec::new(), stats, &[], &agent_host(old), &key)
-            .map_err(|e| placed(new, e))
+        match start_sink(
+            s,
+            &mut Vec::new(),
+            stats,
+            &[],
+            &agent_host(old),
+            &key,
+            &ctx.telemetry.data_dir,
+        )
+        .map_err(|e| placed(new, e))
         {
             Ok(started) => {
                 lock(&ctx.telemetry.sinks).push(Arc::clone(&started.running.stats));

@@ -50,6 +50,7 @@ fn start(sink: &Sink, source: &SourceInfo) -> (Running, Arc<SinkStats>) {
             sources: std::slice::from_ref(source),
             host: "web-1",
             key: "sinks[0]",
+            data_dir: Default::default(),
         },
     )
     .unwrap();

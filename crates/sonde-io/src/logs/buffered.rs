@@ -35,6 +35,11 @@ use crate::sink::{FailReason, SinkDrop, SinkStats};
 /// How often a writer waiting for room in a full buffer looks again.
 const ROOM_POLL: Duration = Duration::from_millis(50);
 
+/// The longest a writer waits before it tries again a write the disk
+/// refused (a full or read-only disk): space freed by the sender or by
+/// anyone is used within it.
+const RETRY_WRITE_MAX: Duration = Duration::from_secs(1);
+
 /// The buffer, shared by the writer and the sender.
 struct Shared {
     state: Mutex<State>,
@@ -154,9 +159,12 @@ fn store(
                         return true;
                     }
                     Err(e) => {
+                        // Counted and logged once a minute by the buffer
+                        // (sonde_data_dir_write_errors_total); the sources
+                        // wait meanwhile, their lines in their files.
                         stats.failures[FailReason::Buffer as usize].fetch_add(1, Relaxed);
-                        let delay = backoff.next_delay();
-                        tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "cannot write log records to the disk buffer; will retry");
+                        let delay = backoff.next_delay().min(RETRY_WRITE_MAX);
+                        tracing::debug!(sink = %stats.name, error = %e, retry_in = ?delay, "cannot write log records to the disk buffer; will retry");
                         delay
                     }
                 }

@@ -200,25 +200,25 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
             std::thread::sleep(wait.min(deadline.saturating_duration_since(Instant::now())));
             self.deliver(rx, Some(deadline));
         }
-        let left = self.queue.len();
-        if left > 0 {
-            if self.queue.durable() {
-                tracing::info!(
-                    sink = %self.stats.name,
-                    requests = left,
-                    points = self.queue.points(),
-                    "stopping with requests in the disk buffer; they are sent after the next start"
-                );
-            } else {
-                tracing::warn!(
-                    sink = %self.stats.name,
-                    requests = left,
-                    points = self.queue.points(),
-                    "stopping with undelivered requests in memory; they are dropped"
-                );
-                self.stats
-                    .count_drop(SinkDrop::Shutdown, left as u64, self.queue.points());
-            }
+        let lost = self.queue.volatile();
+        let kept = self.queue.len() as u64 - lost.batches;
+        if kept > 0 {
+            tracing::info!(
+                sink = %self.stats.name,
+                requests = kept,
+                points = self.queue.points() - lost.points,
+                "stopping with requests in the disk buffer; they are sent after the next start"
+            );
+        }
+        if lost.batches > 0 {
+            tracing::warn!(
+                sink = %self.stats.name,
+                requests = lost.batches,
+                points = lost.points,
+                "stopping with undelivered requests in memory; they are dropped"
+            );
+            self.stats
+                .count_drop(SinkDrop::Shutdown, lost.batches, lost.points);
         }
     }
 

@@ -66,8 +66,10 @@ pub trait Queue: Send {
     /// Points queued.
     fn points(&self) -> u64;
 
-    /// True when queued requests survive a restart of the agent.
-    fn durable(&self) -> bool;
+    /// What a stop now would lose: the requests only in memory (all of a
+    /// memory queue's; a disk queue's that the disk could not take, after
+    /// one more try to write them).
+    fn volatile(&mut self) -> Dropped;
 }
 
 /// The in-memory queue: a deque bounded by the bytes of its bodies.
@@ -132,8 +134,11 @@ impl Queue for Memory {
         self.points
     }
 
-    fn durable(&self) -> bool {
-        false
+    fn volatile(&mut self) -> Dropped {
+        Dropped {
+            batches: self.queue.len() as u64,
+            points: self.points,
+        }
     }
 }
 

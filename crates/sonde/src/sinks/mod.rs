@@ -192,6 +192,8 @@ pub struct Start<'a> {
     /// [`ConfigError`] names the key and the fix, and the agent places it
     /// at its line.
     pub key: &'a str,
+    /// Where a disk buffer counts the writes the disk refused.
+    pub data_dir: Arc<sonde_io::telemetry::data_dir::DataDirErrors>,
 }
 
 /// A started sink.

@@ -12,6 +12,7 @@ use sonde_io::logs::buffered;
 use sonde_io::logs::deliver::{self, HttpLogs, LogEncoder};
 use sonde_io::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
 use sonde_io::sink::SinkStats;
+use sonde_io::telemetry::data_dir::DataDirErrors;
 
 use super::{Running, Sink, SinkType, Start, Transport};
 use crate::config::{ConfigError, HumanDuration, HumanSize};
@@ -69,6 +70,9 @@ pub struct BufferSection {
     /// Default true.
     pub sync: Option<bool>,
 }
+
+/// A memory buffer's size unless the config says (64 MiB).
+const MEMORY_DEFAULT: u64 = 64 << 20;
 
 /// The directory of a sink's log disk buffer, under its own.
 pub const LOG_BUFFER: &str = "logs";
@@ -253,7 +257,7 @@ pub(super) fn check(
         ));
     }
     let buffer = match &s.buffer {
-        None => Buffer::Memory(64 << 20),
+        None => Buffer::Memory(MEMORY_DEFAULT),
         Some(b) => match b.kind.as_str() {
             "memory" => {
                 if b.sync.is_some() {
@@ -263,7 +267,7 @@ pub(super) fn check(
                         "remove `sync`, or write type = \"disk\"",
                     ));
                 }
-                Buffer::Memory(b.max_size.map_or(64 << 20, |x| x.0))
+                Buffer::Memory(b.max_size.map_or(MEMORY_DEFAULT, |x| x.0))
             }
             "disk" => Buffer::Disk {
                 dir: data_dir.join("buffers").join(&name),
@@ -305,14 +309,25 @@ pub(super) fn check(
 
 /// Opens a network sink's buffer, loading what a disk buffer kept from the
 /// last run.
-fn open_queue(name: &str, buffer: &Buffer, stats: &SinkStats) -> anyhow::Result<Box<dyn Queue>> {
+fn open_queue(
+    name: &str,
+    buffer: &Buffer,
+    stats: &SinkStats,
+    errors: &Arc<DataDirErrors>,
+) -> anyhow::Result<Box<dyn Queue>> {
     Ok(match buffer {
         Buffer::Memory(max) => Box::new(Memory::new(*max)),
+        // What the disk cannot take (a full or read-only disk) waits in
+        // memory, within a memory buffer's default size, and goes to disk
+        // once it takes writes again: windows have no source to wait.
         Buffer::Disk {
             dir,
             max_size,
             sync,
-        } => Box::new(open_disk(name, dir, *max_size, *sync, "requests", stats)?),
+        } => Box::new(
+            open_disk(name, dir, *max_size, *sync, "requests", stats, errors)?
+                .spill_to_memory(MEMORY_DEFAULT),
+        ),
     })
 }
 
@@ -325,6 +340,7 @@ fn open_disk(
     sync: bool,
     what: &str,
     stats: &SinkStats,
+    errors: &Arc<DataDirErrors>,
 ) -> anyhow::Result<Disk> {
     let (disk, loaded) = Disk::open(dir, max_size, sync).map_err(|e| {
         ConfigError::new(
@@ -345,7 +361,7 @@ fn open_disk(
             .fetch_add(loaded.corrupt, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(sink = %name, segments = loaded.corrupt, buffer = %dir.display(), "disk buffer had torn or corrupt records (a crash while writing?); skipped them");
     }
-    Ok(disk)
+    Ok(disk.count_errors(Arc::clone(errors)))
 }
 
 /// Starts a network sink's sender with `encoder`, over HTTP or TCP as its
@@ -433,6 +449,7 @@ pub(super) fn start_logs(
                 *sync,
                 "log records",
                 &stats,
+                &st.data_dir,
             )?;
             let grace = n.delivery.shutdown_grace;
             buffered::spawn_http_buffered(encoder, transport, logs, disk, grace, stats)?
@@ -453,7 +470,7 @@ pub fn spawn<E: BatchEncoder, T: sender::Transport>(
 ) -> anyhow::Result<Running> {
     let n = settings(s)?;
     let stats = Arc::clone(&st.stats);
-    let queue = open_queue(&s.name, &n.buffer, &stats)?;
+    let queue = open_queue(&s.name, &n.buffer, &stats, &st.data_dir)?;
     tracing::info!(sink = %s.name, target = %n.target, compression = n.compression.name(), "sink sending");
     Ok(sender::spawn(encoder, n.compression, transport, queue, n.delivery, stats)?.into())
 }
