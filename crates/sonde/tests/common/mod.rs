@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub mod backends;
 pub mod browser;
 pub mod http_server;
+pub mod tmpfs;
 
 pub use serde_json::Value as Json;
 

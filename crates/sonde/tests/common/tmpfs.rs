@@ -1,0 +1,55 @@
+//! A small tmpfs for the tests of a full disk: mounted on a new
+//! directory, unmounted when dropped. Mounting needs root; without it the
+//! tests that need one say so and return.
+
+use std::path::Path;
+use std::process::Command;
+
+/// A mounted tmpfs.
+pub struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    /// A tmpfs of `size` (`3m`), or `None` when not running as root.
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: a test that needs a tmpfs of its own is skipped");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -t tmpfs failed although running as root");
+        Some(Tmpfs(dir))
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// Bytes in use.
+    pub fn used(&self) -> u64 {
+        let out = Command::new("df")
+            .args(["-B1", "--output=used"])
+            .arg(self.path())
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily: a process of the test may still hold a file open.
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
