@@ -260,11 +260,14 @@ mod tests {
             auth: None,
             tls: Some(sonde_io::http::Tls::load(&c, &k).unwrap()),
         };
-        sonde_io::http::serve(vec![(
-            listener,
-            sonde_io::http::Site::Admin(Arc::new(admin)),
-        )])
-        .unwrap();
+        // A TCP listener has no file to remove: it is served on.
+        drop(
+            sonde_io::http::serve(vec![(
+                listener.into(),
+                sonde_io::http::Site::Admin(Arc::new(admin)),
+            )])
+            .unwrap(),
+        );
         let text = format!(
             "[agent]\nadmin_listen = \"127.0.0.1:{port}\"\nadmin_tls = {{ cert_file = \"{}\", key_file = \"{}\"{extra} }}\n[profiler]\n",
             c.display(),

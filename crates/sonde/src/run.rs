@@ -600,7 +600,13 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
     let profiler = start_profiler(&config, &telemetry);
-    http::serve(sites)?;
+    // A TCP listener has no file to remove: nothing to keep.
+    drop(http::serve(
+        sites
+            .into_iter()
+            .map(|(l, site)| (l.into(), site))
+            .collect(),
+    )?);
 
     let (cmd_tx, cmd_rx) = flusher::command_channel();
     let flusher = Flusher {

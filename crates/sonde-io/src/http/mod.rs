@@ -7,8 +7,22 @@
 //! admin site also serves CPU profiles of the agent
 //! (`/debug/pprof/profile` and `/debug/pprof/flamegraph`).
 //!
-//! Listeners are bound by the caller with [`bind`] first, so an address in
-//! use fails the agent's start instead of a background thread.
+//! Listeners are bound by the caller with [`bind`] (a TCP port) or
+//! [`bind_unix`] (a unix socket file) first, so an address in use fails
+//! the agent's start instead of a background thread. Both kinds are served
+//! by the same accept loop, with the same limits and the same routes.
+//!
+//! # Unix socket files
+//!
+//! The admin site may listen on a unix socket file instead of a port:
+//! then its mode and group decide who may connect at all (connecting
+//! needs write permission on the file), before any token is asked for. It
+//! is bound as a unix receiver's socket is ([`crate::receiver::bind`]): a
+//! stale file that nobody accepts on is replaced, a live one is an error,
+//! and the file has its mode and group before the socket listens. The
+//! [`Serving`] that [`serve`] returns removes the file when it is dropped,
+//! which the agent does as it stops; [`client::get_unix`] is the client
+//! side, for the commands that talk to the agent.
 //!
 //! # Who may read it
 //!
@@ -34,8 +48,11 @@
 //! client can make the agent hold more than these bounds.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -47,6 +64,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 mod auth;
+pub mod client;
 mod profiles;
 mod profiling;
 mod tls;
@@ -56,6 +74,8 @@ use profiling::Format;
 use sonde_profile::store::Store;
 pub use tls::{certificates, Tls, TlsError, TlsFile};
 
+use crate::addr::ListenAddr;
+use crate::receiver::{BindError, SocketFile, SocketOptions};
 use crate::sink::Exposition;
 use crate::telemetry::Telemetry;
 
@@ -354,7 +374,8 @@ fn tap(tap: &crate::tap::Tap, query: Option<&str>) -> Response<Full<Bytes>> {
     }
 }
 
-/// Binds a listener for [`serve`].
+/// Binds a TCP listener for [`serve`] (turned into a [`Listener`] with
+/// `.into()`).
 ///
 /// # Errors
 ///
@@ -365,17 +386,92 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(l)
 }
 
+/// Binds the unix socket file `path` for [`serve`], as a unix receiver's
+/// socket is bound (see the module docs): `options.mode` and
+/// `options.owner` and `options.group`, when set, are the file's before
+/// it listens.
+///
+/// # Errors
+///
+/// When the file cannot be bound (no such directory, permission), another
+/// process serves it, or the path is a file other than a socket.
+pub fn bind_unix(path: &Path, options: SocketOptions) -> Result<Listener, BindError> {
+    let addr = ListenAddr::Unix(path.to_path_buf());
+    let bound = crate::receiver::bind(
+        &addr,
+        SocketOptions {
+            workers: 1,
+            ..options
+        },
+    )?;
+    match bound
+        .into_iter()
+        .next()
+        .map(crate::receiver::Bound::into_parts)
+    {
+        Some((socket, Some(file))) => Ok(Listener {
+            kind: Kind::Unix(std::os::fd::OwnedFd::from(socket).into()),
+            file: Some(file),
+        }),
+        _ => Err(BindError::Io {
+            addr: addr.to_string(),
+            error: io::Error::other("no socket file was bound"),
+        }),
+    }
+}
+
+/// A listener bound for [`serve`]: a TCP port ([`bind`], then `.into()`)
+/// or a unix socket file ([`bind_unix`]).
+#[derive(Debug)]
+pub struct Listener {
+    kind: Kind,
+    /// A unix socket's file, removed when the [`Serving`] is dropped.
+    file: Option<SocketFile>,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl From<TcpListener> for Listener {
+    fn from(l: TcpListener) -> Self {
+        Listener {
+            kind: Kind::Tcp(l),
+            file: None,
+        }
+    }
+}
+
+/// What [`serve`] started. The listeners are served until the process
+/// exits; dropping this removes their unix socket files, so that a
+/// stopped agent leaves none behind.
+#[derive(Debug)]
+#[must_use = "dropping it removes the unix socket files of the listeners"]
+pub struct Serving {
+    _files: Vec<SocketFile>,
+}
+
 /// Serves every `(listener, site)` pair on a new background thread, until
 /// the process exits.
 ///
 /// # Errors
 ///
 /// When the runtime or thread cannot be created.
-pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
+pub fn serve(sites: Vec<(Listener, Site)>) -> io::Result<Serving> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()?;
+    let mut files = Vec::new();
+    let sites: Vec<(Kind, Site)> = sites
+        .into_iter()
+        .map(|(l, site)| {
+            files.extend(l.file);
+            (l.kind, site)
+        })
+        .collect();
     std::thread::Builder::new()
         .name("http".into())
         .spawn(move || {
@@ -386,21 +482,25 @@ pub fn serve(sites: Vec<(TcpListener, Site)>) -> io::Result<()> {
                     if let Site::Admin(a) = &site {
                         tasks.push(tokio::spawn(end_idle_taps(Arc::clone(&a.telemetry.tap))));
                     }
-                    let listener = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::error!(error = %e, "http listener failed");
-                            continue;
-                        }
+                    // Registered with this thread's runtime, which only
+                    // exists here.
+                    let task = match listener {
+                        Kind::Tcp(l) => tokio::net::TcpListener::from_std(l)
+                            .map(|l| tokio::spawn(accept_loop(l, site))),
+                        Kind::Unix(l) => tokio::net::UnixListener::from_std(l)
+                            .map(|l| tokio::spawn(accept_loop(l, site))),
                     };
-                    tasks.push(tokio::spawn(accept_loop(listener, site)));
+                    match task {
+                        Ok(t) => tasks.push(t),
+                        Err(e) => tracing::error!(error = %e, "http listener failed"),
+                    }
                 }
                 for t in tasks {
                     let _ = t.await;
                 }
             });
         })?;
-    Ok(())
+    Ok(Serving { _files: files })
 }
 
 /// Ends the taps nobody polls any more, so that the data path stops
@@ -482,14 +582,40 @@ async fn route<B: ReqBody>(site: Site, req: Request<B>) -> Response<Full<Bytes>>
 /// it is closed.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 34\r\nConnection: close\r\n\r\ntoo many connections; try again\r\n\r\n";
 
-async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
+/// A listener the accept loop takes connections from: a TCP port or a
+/// unix socket file.
+trait Accept: Send + Sync + 'static {
+    /// An accepted connection.
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection.
+    fn next(&self) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+
+    async fn next(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+
+    async fn next(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+async fn accept_loop<L: Accept>(listener: L, site: Site) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let (telemetry, tls) = match &site {
         Site::Admin(a) => (Some(Arc::clone(&a.telemetry)), a.tls.clone()),
         Site::Exporter(_) => (None, None),
     };
     loop {
-        let (mut stream, _) = match listener.accept().await {
+        let mut stream = match listener.next().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "http accept failed");
@@ -541,8 +667,8 @@ async fn accept_loop(listener: tokio::net::TcpListener, site: Site) {
     }
 }
 
-/// Serves HTTP/1.1 on one accepted connection (TCP, or TLS once the
-/// handshake is done) until the client or a limit closes it.
+/// Serves HTTP/1.1 on one accepted connection (TCP, a unix socket, or TLS
+/// once the handshake is done) until the client or a limit closes it.
 async fn serve_connection<S>(stream: S, site: Site, telemetry: Option<&Telemetry>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -713,7 +839,7 @@ mod tests {
 
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
-        serve(vec![(listener, test_admin())]).unwrap();
+        let _serving = serve(vec![(listener.into(), test_admin())]).unwrap();
         // The listener is bound before `serve` returns, so the connection
         // queues until the HTTP thread accepts it.
         let mut conn = std::net::TcpStream::connect(addr).unwrap();
@@ -740,6 +866,66 @@ mod tests {
     }
 
     #[test]
+    fn on_a_unix_socket_the_site_is_served_with_the_same_limits_and_the_file_goes_with_it() {
+        use std::os::unix::fs::PermissionsExt;
+        use std::time::Duration;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        // A stale file, as a killed agent leaves it: bound, nobody on it.
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let options = SocketOptions {
+            mode: 0o660,
+            ..SocketOptions::default()
+        };
+        let listener = bind_unix(&path, options).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o660);
+        let telemetry = Arc::new(Telemetry::default());
+        let site = Site::Admin(Arc::new(Admin {
+            telemetry: Arc::clone(&telemetry),
+            profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
+            prices: Default::default(),
+            auth: Some(Token::new("0123456789abcdef0123456789abcdef").unwrap()),
+            tls: None,
+        }));
+        let serving = serve(vec![(listener, site)]).unwrap();
+        let get = |target: &str, headers: &[(&str, &str)]| {
+            client::get_unix(&path, target, headers, Duration::from_secs(10)).unwrap()
+        };
+        let health = get("/health", &[]);
+        assert_eq!(
+            (health.status, &health.body[..]),
+            (StatusCode::OK, &b"ok\n"[..])
+        );
+        // The same routes and the same token.
+        assert_eq!(get("/metrics", &[]).status, StatusCode::UNAUTHORIZED);
+        let bearer = [("authorization", "Bearer 0123456789abcdef0123456789abcdef")];
+        let metrics = get("/metrics", &bearer);
+        assert_eq!(metrics.status, StatusCode::OK);
+        assert!(
+            String::from_utf8_lossy(&metrics.body).contains("sonde_admin_unauthorized_total 1\n")
+        );
+        // The same 64 places: the 65th connection is answered 503.
+        let open: Vec<_> = (0..MAX_CONNECTIONS)
+            .map(|_| std::os::unix::net::UnixStream::connect(&path).unwrap())
+            .collect();
+        assert_eq!(get("/health", &[]).status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(telemetry.admin_connections_refused.load(Relaxed), 1);
+        drop(open);
+        // A live file is another agent's: not replaced (after the
+        // count above, as its probe is a connection too).
+        assert!(matches!(
+            bind_unix(&path, options),
+            Err(BindError::InUse(_))
+        ));
+
+        drop(serving);
+        assert!(!path.exists());
+    }
+
+    #[test]
     fn over_tls_the_admin_listener_serves_https_and_counts_failed_handshakes() {
         use std::io::{Read, Write};
         use std::time::{Duration, Instant};
@@ -760,7 +946,7 @@ mod tests {
         }));
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
-        serve(vec![(listener, site)]).unwrap();
+        let _serving = serve(vec![(listener.into(), site)]).unwrap();
         let read_all = |conn: &mut dyn Read| {
             let mut got = Vec::new();
             let _ = conn.read_to_end(&mut got);

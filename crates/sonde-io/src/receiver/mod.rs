@@ -187,6 +187,13 @@ impl Bound {
         self.socket.recv_buffer_size().ok()
     }
 
+    /// The listening socket and the file it is bound to (removed when
+    /// dropped), for a stream socket served by other code than a
+    /// receiver's worker: the admin site's (see [`crate::http::bind_unix`]).
+    pub fn into_parts(self) -> (Socket, Option<SocketFile>) {
+        (self.socket, self._file)
+    }
+
     /// The address, with the real port when the config asked for port 0.
     pub fn local_addr(&self) -> ListenAddr {
         match (
