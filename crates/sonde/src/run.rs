@@ -35,7 +35,8 @@
 //! flushes it; the workers hand over their last shards and exit (removing
 //! their unix socket files); the `dogstatsd_events` source sends the
 //! events they took and waits for its sinks; the sinks deliver what is queued, for up to
-//! their `shutdown_grace`, and exit; then `run` returns.
+//! their `shutdown_grace`, and exit; then the admin site's socket file,
+//! if it listens on one, is removed, and `run` returns.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -188,6 +189,55 @@ fn admin_token(config: &Config) -> anyhow::Result<Option<sonde_io::http::Token>>
         "the admin site asks for its token (everything but /health); `sonde admin-url` prints the address that signs a browser in"
     );
     Ok(Some(token))
+}
+
+/// Binds the admin site's listener: a TCP port, or a unix socket file
+/// with its mode and group (a stale file replaced, as receivers do).
+fn bind_admin(config: &Config, listen: &config::AdminListen) -> anyhow::Result<http::Listener> {
+    let off = "; or write admin_listen = \"\" to turn the admin listener off";
+    let path = match listen {
+        config::AdminListen::Tcp(addr) => {
+            return http::bind(*addr).map(Into::into).map_err(|e| {
+                config
+                    .error(
+                        "agent.admin_listen",
+                        format!("cannot listen on {addr}: {e}"),
+                        format!("{}{off}", config::listen_fix(&e, false)),
+                    )
+                    .into()
+            })
+        }
+        config::AdminListen::Unix(path) => path,
+    };
+    let group = match &config.agent.admin_socket_group {
+        Some(g) => Some(receiver::group_id(g.get_ref()).map_err(|e| {
+            config.error(
+                "agent.admin_socket_group",
+                e.to_string(),
+                "name a group of this host (`getent group` lists them)",
+            )
+        })?),
+        None => None,
+    };
+    let options = receiver::SocketOptions {
+        mode: config.agent.admin_socket_mode(),
+        group,
+        ..receiver::SocketOptions::default()
+    };
+    http::bind_unix(path, options).map_err(|e| {
+        let fix = match &e {
+            receiver::BindError::Io { error, .. } => config::listen_fix(error, true),
+            receiver::BindError::InUse(_) => {
+                "another process (a second agent?) serves that socket file: stop it, or choose another path"
+            }
+            receiver::BindError::NotSocket(_) => {
+                "listen on a path of its own: the agent replaces a stale socket file there, never another file"
+            }
+        };
+        config
+            .error("agent.admin_listen", e.to_string(), format!("{fix}{off}"))
+            .into()
+    })
 }
 
 /// The admin site's certificate and key (`agent.admin_tls`), read at
@@ -518,24 +568,24 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     }
 
     let mut sites = Vec::new();
+    let mut admin_site = None;
     // Kept to read a renewed certificate on SIGHUP.
     let mut admin_tls_handle = None;
-    if let Some(admin) = config.agent.admin() {
-        let l = http::bind(admin).map_err(|e| {
-            config.error(
-                "agent.admin_listen",
-                format!("cannot listen on {admin}: {e}"),
-                format!(
-                    "{}; or write admin_listen = \"\" to turn the admin listener off",
-                    config::listen_fix(&e, false)
-                ),
-            )
-        })?;
+    if let Some(listen) = config.agent.admin_listen.get_ref() {
+        let l = bind_admin(&config, listen)?;
         let tls = admin_tls(&config)?;
-        tracing::info!(
-            address = %format!("{}://{admin}", config.agent.admin_scheme()),
-            "admin listening on /health and /metrics"
-        );
+        match listen {
+            config::AdminListen::Tcp(admin) => tracing::info!(
+                address = %format!("{}://{admin}", config.agent.admin_scheme()),
+                "admin listening on /health and /metrics"
+            ),
+            config::AdminListen::Unix(path) => tracing::info!(
+                socket = %path.display(),
+                mode = %format!("{:04o}", config.agent.admin_socket_mode()),
+                "admin listening on /health and /metrics (`curl --unix-socket {} http://sonde/metrics`)",
+                path.display()
+            ),
+        }
         let auth = admin_token(&config)?;
         admin_tls_handle.clone_from(&tls);
         let admin = sonde_io::http::Admin {
@@ -549,7 +599,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                 .map(|p| p.prices.clone())
                 .unwrap_or_default(),
         };
-        sites.push((l, Site::Admin(Arc::new(admin))));
+        admin_site = Some((l, Site::Admin(Arc::new(admin))));
     }
     if !config.logs.is_empty() {
         // A source opens every file its globs match when it finds them.
@@ -600,13 +650,13 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
     let profiler = start_profiler(&config, &telemetry);
-    // A TCP listener has no file to remove: nothing to keep.
-    drop(http::serve(
-        sites
+    // Removes the admin site's socket file when dropped, as `run` returns.
+    let _serving = http::serve(
+        admin_site
             .into_iter()
-            .map(|(l, site)| (l.into(), site))
+            .chain(sites.into_iter().map(|(l, site)| (l.into(), site)))
             .collect(),
-    )?);
+    )?;
 
     let (cmd_tx, cmd_rx) = flusher::command_channel();
     let flusher = Flusher {
@@ -696,7 +746,10 @@ fn reload(
     sinks: &mut Vec<RunningSink>,
 ) {
     if new.aggregate != old.aggregate
-        || new.agent.admin() != old.agent.admin()
+        || new.agent.admin_listen.get_ref() != old.agent.admin_listen.get_ref()
+        || new.agent.admin_socket_mode() != old.agent.admin_socket_mode()
+        || new.agent.admin_socket_group.as_ref().map(|g| g.get_ref())
+            != old.agent.admin_socket_group.as_ref().map(|g| g.get_ref())
         || new.agent.data_dir != old.agent.data_dir
         || new.agent.background_nice.get_ref() != old.agent.background_nice.get_ref()
         || new.agent.admin_auth != old.agent.admin_auth

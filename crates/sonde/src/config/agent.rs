@@ -1,6 +1,7 @@
 //! `[agent]`: the window, the admin listener, limits and priorities.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::{self, Deserializer};
@@ -13,9 +14,14 @@ use super::units::{HostPort, HumanDuration, HumanSize};
 fn default_interval() -> Spanned<HumanDuration> {
     Spanned::new(0..0, HumanDuration(Duration::from_secs(30)))
 }
-fn default_admin() -> Spanned<Option<HostPort>> {
-    Spanned::new(0..0, Some(HostPort(([127, 0, 0, 1], 8686).into())))
+fn default_admin() -> Spanned<Option<AdminListen>> {
+    Spanned::new(0..0, Some(AdminListen::Tcp(([127, 0, 0, 1], 8686).into())))
 }
+
+/// Permission bits of the admin site's socket file unless configured
+/// (`agent.admin_socket_mode`): the agent's user and group may connect,
+/// no one else.
+pub const DEFAULT_ADMIN_SOCKET_MODE: u32 = 0o660;
 fn default_data_dir() -> PathBuf {
     PathBuf::from("/var/lib/sonde")
 }
@@ -36,10 +42,20 @@ pub struct AgentSection {
     /// The aggregation window, aligned to the wall clock. Default `"30s"`.
     #[serde(default = "default_interval")]
     pub interval: Spanned<HumanDuration>,
-    /// Address of `/health` and `/metrics`; `""` turns it off. Default
+    /// Address of the admin site (`/health`, `/metrics`, the pages):
+    /// `HOST:PORT`, or `unix:///path` for a unix socket file whose mode
+    /// and group decide who may connect; `""` turns it off. Default
     /// `"127.0.0.1:8686"`.
     #[serde(default = "default_admin", deserialize_with = "admin_listen")]
-    pub admin_listen: Spanned<Option<HostPort>>,
+    pub admin_listen: Spanned<Option<AdminListen>>,
+    /// Permission bits of a `unix://` `admin_listen`'s socket file, in
+    /// octal; connecting needs write permission. Default `"0660"`: the
+    /// agent's user and [`AgentSection::admin_socket_group`].
+    pub admin_socket_mode: Option<Spanned<String>>,
+    /// The group of a `unix://` `admin_listen`'s socket file: a group name
+    /// or gid, whose members may connect with the default mode. Default:
+    /// the agent's own group.
+    pub admin_socket_group: Option<Spanned<String>>,
     /// Where disk buffers live (`buffers/{sink name}/`). Default
     /// `"/var/lib/sonde"`.
     #[serde(default = "default_data_dir")]
@@ -126,16 +142,44 @@ pub struct AdminTls {
     pub ca_file: Option<Spanned<PathBuf>>,
 }
 
-/// `admin_listen = ""` turns the admin listener off.
-fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<Option<HostPort>>, D::Error> {
+/// Where the admin site listens (`agent.admin_listen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminListen {
+    /// A TCP address, `HOST:PORT`.
+    Tcp(SocketAddr),
+    /// A unix socket file, `unix:///path`.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for AdminListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdminListen::Tcp(a) => write!(f, "{a}"),
+            AdminListen::Unix(p) => write!(f, "unix://{}", p.display()),
+        }
+    }
+}
+
+/// `admin_listen = ""` turns the admin listener off; `unix:///path` is a
+/// socket file, as receivers spell it; anything else is `HOST:PORT`.
+fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<Option<AdminListen>>, D::Error> {
     let s = Spanned::<String>::deserialize(d)?;
     let span = s.span();
     let s = s.into_inner();
     if s.is_empty() {
         return Ok(Spanned::new(span, None));
     }
+    if let Some((scheme, _)) = s.split_once("://") {
+        return match s.parse::<sonde_io::addr::ListenAddr>() {
+            Ok(sonde_io::addr::ListenAddr::Unix(p)) => Ok(Spanned::new(span, Some(AdminListen::Unix(p)))),
+            Err(e @ sonde_io::addr::AddrError::Path(_)) => Err(de::Error::custom(e)),
+            _ => Err(de::Error::custom(format!(
+                "{scheme}:// is not an admin address: write HOST:PORT, like \"127.0.0.1:8686\", or unix:///path, like \"unix:///run/sonde/admin.sock\""
+            ))),
+        };
+    }
     HostPort::deserialize(de::value::StrDeserializer::<de::value::Error>::new(&s))
-        .map(|h| Spanned::new(span, Some(h)))
+        .map(|h| Spanned::new(span, Some(AdminListen::Tcp(h.0))))
         .map_err(de::Error::custom)
 }
 
@@ -144,6 +188,8 @@ impl Default for AgentSection {
         AgentSection {
             interval: default_interval(),
             admin_listen: default_admin(),
+            admin_socket_mode: None,
+            admin_socket_group: None,
             data_dir: default_data_dir(),
             expire_windows: default_expire(),
             max_series: default_max_series(),
@@ -161,9 +207,29 @@ impl Default for AgentSection {
 }
 
 impl AgentSection {
-    /// The address of `/health` and `/metrics`, if on.
-    pub fn admin(&self) -> Option<std::net::SocketAddr> {
-        self.admin_listen.get_ref().map(|h| h.0)
+    /// The TCP address of the admin site, if it listens on one.
+    pub fn admin(&self) -> Option<SocketAddr> {
+        match self.admin_listen.get_ref() {
+            Some(AdminListen::Tcp(a)) => Some(*a),
+            _ => None,
+        }
+    }
+
+    /// The socket file of the admin site, if it listens on one.
+    pub fn admin_socket(&self) -> Option<&Path> {
+        match self.admin_listen.get_ref() {
+            Some(AdminListen::Unix(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The permission bits of the admin site's socket file
+    /// (`admin_socket_mode`, else [`DEFAULT_ADMIN_SOCKET_MODE`]).
+    pub fn admin_socket_mode(&self) -> u32 {
+        self.admin_socket_mode
+            .as_ref()
+            .and_then(|m| super::receivers::parse_mode(m.get_ref()))
+            .unwrap_or(DEFAULT_ADMIN_SOCKET_MODE)
     }
 
     /// The admin site's scheme: `https` with `admin_tls`, else `http`.
@@ -256,4 +322,56 @@ pub(crate) fn check(src: Source<'_>, agent: &AgentSection) -> Result<usize, Conf
         ));
     }
     Ok(max_key_bytes)
+}
+
+/// Checks the keys of a `unix://` `admin_listen`: its mode, that TLS is
+/// not asked of it, that no receiver listens on the same file; and that
+/// `admin_socket_mode` and `admin_socket_group` are not set without one.
+pub(crate) fn check_admin_socket(
+    src: Source<'_>,
+    agent: &AgentSection,
+    receivers: &[super::Receiver],
+) -> Result<(), ConfigError> {
+    let Some(path) = agent.admin_socket() else {
+        for (field, value) in [
+            ("admin_socket_mode", &agent.admin_socket_mode),
+            ("admin_socket_group", &agent.admin_socket_group),
+        ] {
+            if let Some(v) = value {
+                return Err(src.error(
+                    v.span(),
+                    format!("agent.{field}"),
+                    "applies to a unix socket file only, and admin_listen is not one",
+                    format!("remove `{field}`, or write admin_listen = \"unix:///run/sonde/admin.sock\""),
+                ));
+            }
+        }
+        return Ok(());
+    };
+    if let Some(m) = &agent.admin_socket_mode {
+        super::receivers::socket_mode(src, m, "agent.admin_socket_mode".into())?;
+    }
+    if let Some(tls) = &agent.admin_tls {
+        return Err(src.error(
+            tls.cert_file.span(),
+            "agent.admin_tls",
+            format!(
+                "TLS on the socket file {}: its traffic never leaves the host, and its mode and group already decide who connects",
+                path.display()
+            ),
+            "remove admin_tls (admin_auth = \"token\" still asks for the token), or listen on HOST:PORT to serve HTTPS",
+        ));
+    }
+    if let Some(i) = receivers
+        .iter()
+        .position(|r| r.listen.unix_path().map(PathBuf::as_path) == Some(path))
+    {
+        return Err(src.error(
+            agent.admin_listen.span(),
+            "agent.admin_listen",
+            format!("{} is also receivers[{i}].listen", path.display()),
+            "give the admin site a socket file of its own, like unix:///run/sonde/admin.sock",
+        ));
+    }
+    Ok(())
 }

@@ -34,9 +34,11 @@ use crate::sinks::Buffer;
 ///
 /// The first problem, as a [`ConfigError`] naming the key, its line and
 /// the fix: a unix socket's `owner` or `group` that does not exist; a
-/// unix socket whose path is taken by something other than a socket; a
-/// file sink's
-/// `path` that cannot be opened for writing; an `agent.data_dir` that
+/// unix socket whose path is taken by something other than a socket; an
+/// `agent.admin_socket_group` that does not exist, or an admin socket
+/// file whose path is taken by another file or whose directory exists
+/// and cannot be written; a file sink's `path` that cannot be opened for
+/// writing; an `agent.data_dir` that
 /// cannot be made or written, when a disk buffer, a log source or the
 /// profiler keeps data there; an `agent.admin_tls` whose files cannot be
 /// read, are not a PEM certificate chain and a private key, or hold a key
@@ -97,6 +99,9 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
             return Err(config.error(format!("sinks[{i}].path"), problem, crate::sinks::file::FIX));
         }
     }
+    if let Some(path) = config.agent.admin_socket() {
+        check_admin_socket(config, path)?;
+    }
     if config.agent.admin_auth == super::AdminAuth::Token {
         if let Some(g) = &config.agent.admin_token_group {
             let g = g.get_ref();
@@ -152,6 +157,51 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
                     uses.join(", ")
                 ),
                 DATA_DIR_FIX,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The admin site's socket file at `path`: its group exists, the path is
+/// free or a socket (a stale one is replaced at start), and its directory,
+/// if it exists, may be written.
+fn check_admin_socket(config: &Config, path: &Path) -> Result<(), ConfigError> {
+    if let Some(g) = &config.agent.admin_socket_group {
+        let g = g.get_ref();
+        sonde_io::receiver::group_id(g).map_err(|e| {
+            config.error(
+                "agent.admin_socket_group",
+                lookup_problem(e, "group", g),
+                format!("create it (`groupadd {g}`), write a group of this host (`getent group` lists them) or a numeric gid, or remove admin_socket_group for the agent's own group"),
+            )
+        })?;
+    }
+    let fix = "listen on a path of its own in a directory the user sonde runs as can write (systemd's RuntimeDirectory=sonde makes /run/sonde): the agent replaces a stale socket file there, never another file";
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(config.error(
+                "agent.admin_listen",
+                format!("{} exists and is not a socket", path.display()),
+                fix,
+            ));
+        }
+        _ => {}
+    }
+    // A directory that does not exist yet passes, as for receivers: a
+    // service manager makes it as the agent starts, after a check run at
+    // deploy time; one that exists must take the file.
+    let dir = parent(path);
+    if dir.exists() {
+        if let Err(problem) = writable_dir(dir) {
+            return Err(config.error(
+                "agent.admin_listen",
+                format!(
+                    "cannot make the socket file {}: {} is {problem}",
+                    path.display(),
+                    dir.display()
+                ),
+                fix,
             ));
         }
     }
@@ -340,6 +390,53 @@ mod tests {
         let e = host_err(&unix(dir.path(), ""));
         assert_eq!((e.key.as_str(), e.line), ("receivers[0].listen", Some(3)));
         assert!(e.problem.contains("is not a socket"), "{e}");
+    }
+
+    #[test]
+    fn an_admin_socket_needs_its_group_a_free_path_and_a_directory_that_takes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = |path: &Path, extra: &str| {
+            format!(
+                "[agent]\nadmin_listen = \"unix://{}\"\n{extra}[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"console\"\n",
+                path.display()
+            )
+        };
+        let sock = dir.path().join("admin.sock");
+        check_host(&parse(&admin(&sock, "admin_socket_group = \"0\"\n")).unwrap()).unwrap();
+        // A directory the service manager makes as the agent starts.
+        check_host(&parse(&admin(&dir.path().join("run/admin.sock"), "")).unwrap()).unwrap();
+
+        let e = host_err(&admin(
+            &sock,
+            "admin_socket_group = \"sonde-no-such-group\"\n",
+        ));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("agent.admin_socket_group", Some(3))
+        );
+        assert!(
+            e.problem.contains("no group \"sonde-no-such-group\""),
+            "{e}"
+        );
+        assert!(e.fix.contains("groupadd sonde-no-such-group"), "{e}");
+
+        std::fs::write(&sock, "x").unwrap();
+        let e = host_err(&admin(&sock, ""));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(2)));
+        assert!(
+            e.problem.ends_with("admin.sock exists and is not a socket"),
+            "{e}"
+        );
+        assert!(e.fix.contains("RuntimeDirectory=sonde"), "{e}");
+        // A stale socket is the agent's to replace.
+        std::fs::remove_file(&sock).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        check_host(&parse(&admin(&sock, "")).unwrap()).unwrap();
+
+        let e = host_err(&admin(&dir.path().join("admin.sock/admin.sock"), ""));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(2)));
+        assert!(e.problem.contains("cannot make the socket file"), "{e}");
+        assert!(e.problem.ends_with("is not a directory"), "{e}");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use sonde_aggregate::AggregateConfig;
 use sonde_io::logs::events::EVENTS_SOURCE;
 use toml::Spanned;
 
-pub use self::agent::{AdminAuth, AdminTls, AgentSection};
+pub use self::agent::{AdminAuth, AdminListen, AdminTls, AgentSection};
 pub use self::error::ConfigError;
 pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
@@ -251,6 +251,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
             ));
         }
     }
+    agent::check_admin_socket(src, &agent, &receivers)?;
     let logs = logs::check(src, &file.logs)?;
     let sinks = crate::sinks::check(src, registry, &file.sinks, &agent)?;
     let tables = Tables {
@@ -848,6 +849,82 @@ mod tests {
             "[agent]\nadmin_listen = \"127.0.0.1:8686\"\n{MIN}"
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn a_unix_admin_listen_takes_a_mode_and_a_group_and_no_tls() {
+        let unix = "[agent]\nadmin_listen = \"unix:///run/sonde/admin.sock\"\n";
+        let c = parse(&format!("{unix}{MIN}")).unwrap();
+        assert_eq!(
+            c.agent.admin_socket(),
+            Some(std::path::Path::new("/run/sonde/admin.sock"))
+        );
+        assert_eq!(c.agent.admin(), None);
+        assert_eq!(c.agent.admin_socket_mode(), 0o660);
+        let c = parse(&format!(
+            "{unix}admin_socket_mode = \"0600\"\nadmin_socket_group = \"sonde\"\nadmin_auth = \"token\"\n{MIN}"
+        ))
+        .unwrap();
+        assert_eq!(c.agent.admin_socket_mode(), 0o600);
+        assert_eq!(c.agent.admin_auth, AdminAuth::Token);
+
+        let e = err(&format!("{unix}admin_socket_mode = \"0999\"\n{MIN}"));
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("agent.admin_socket_mode", Some(3))
+        );
+        assert!(e.fix.contains("\"0660\""), "{e}");
+        // TLS on a socket file: refused at admin_tls, in either form.
+        let tls = "admin_tls = { cert_file = \"/etc/sonde/admin.crt\", key_file = \"/etc/sonde/admin.key\" }\n";
+        let e = err(&format!("{unix}admin_auth = \"token\"\n{tls}{MIN}"));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_tls", Some(4)));
+        assert!(
+            e.problem
+                .starts_with("TLS on the socket file /run/sonde/admin.sock:"),
+            "{e}"
+        );
+        assert!(e.fix.starts_with("remove admin_tls"), "{e}");
+        let e = err(&format!(
+            "{MIN}{unix}[agent.admin_tls]\ncert_file = \"a.crt\"\nkey_file = \"a.key\"\n"
+        ));
+        assert_eq!(e.key, "agent.admin_tls");
+        assert_eq!(e.line, Some(9));
+        // The mode and group of a socket that is not there.
+        for key in [
+            "admin_socket_mode = \"0660\"",
+            "admin_socket_group = \"sonde\"",
+        ] {
+            let e = err(&format!("[agent]\n{key}\n{MIN}"));
+            let field = key.split(' ').next().unwrap();
+            assert_eq!(
+                (e.key.as_str(), e.line),
+                (format!("agent.{field}").as_str(), Some(2))
+            );
+            assert!(e.fix.contains("unix:///run/sonde/admin.sock"), "{e}");
+        }
+        // One file, one listener.
+        let e = err(&format!(
+            "{unix}[[receivers]]\nprotocol = \"statsd\"\nlisten = \"unix:///run/sonde/admin.sock\"\n{MIN}"
+        ));
+        assert_eq!((e.key.as_str(), e.line), ("agent.admin_listen", Some(2)));
+        assert!(e.problem.contains("is also receivers[0].listen"), "{e}");
+        // Only unix:// of the receivers' schemes, and an absolute path.
+        for (addr, says) in [
+            ("udp://127.0.0.1:8686", "udp:// is not an admin address"),
+            (
+                "unixgram:///run/a.sock",
+                "unixgram:// is not an admin address",
+            ),
+            ("unix://run/a.sock", "needs an absolute path"),
+        ] {
+            let e = err(&format!("[agent]\nadmin_listen = \"{addr}\"\n{MIN}"));
+            assert_eq!(
+                (e.key.as_str(), e.line),
+                ("agent.admin_listen", Some(2)),
+                "{addr}"
+            );
+            assert!(e.to_string().contains(says), "{addr}: {e}");
+        }
     }
 
     #[test]

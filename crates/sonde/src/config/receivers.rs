@@ -64,13 +64,24 @@ pub struct Receiver {
     pub group: Option<String>,
 }
 
-/// Parses an octal permission string like `"0660"`.
-fn socket_mode(src: Source<'_>, m: &Spanned<String>, key: String) -> Result<u32, ConfigError> {
-    let s = m.get_ref();
+/// The permission bits an octal string like `"0660"` or `"0o660"` writes.
+pub(crate) fn parse_mode(s: &str) -> Option<u32> {
     let digits = s.strip_prefix("0o").unwrap_or(s);
-    match u32::from_str_radix(digits, 8) {
-        Ok(v) if v <= 0o777 && !digits.is_empty() => Ok(v),
-        _ => Err(src.error(
+    u32::from_str_radix(digits, 8)
+        .ok()
+        .filter(|v| *v <= 0o777 && !digits.is_empty())
+}
+
+/// Parses an octal permission string like `"0660"`, or names `key`.
+pub(crate) fn socket_mode(
+    src: Source<'_>,
+    m: &Spanned<String>,
+    key: String,
+) -> Result<u32, ConfigError> {
+    let s = m.get_ref();
+    match parse_mode(s) {
+        Some(v) => Ok(v),
+        None => Err(src.error(
             m.span(),
             key,
             format!("{s:?} is not a file mode"),
