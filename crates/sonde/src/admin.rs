@@ -12,13 +12,20 @@
 //! issuer, is trusted as it is). The certificate must name the address
 //! the client connects to: the `admin_listen` address, or 127.0.0.1 (::1)
 //! for a wildcard one; an IP address must be in it as an IP SAN.
+//!
+//! # A unix socket file
+//!
+//! With a `unix://` `agent.admin_listen` the client connects to the
+//! socket file ([`sonde_io::http::client::get_unix`]): the file's mode
+//! and group decide whether this user may connect at all, and the token,
+//! when the agent asks for one, is read and sent as over TCP.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use sonde::config::{self, AdminTls, AgentSection};
+use sonde::config::{self, AdminListen, AdminTls, AgentSection};
 
 use crate::read;
 
@@ -115,11 +122,22 @@ fn token(agent: &AgentSection) -> anyhow::Result<Option<sonde_io::http::Token>> 
         .map(Some)
 }
 
+/// How long one request may take, connecting included.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A client of one agent's admin site.
 pub struct Client {
     base: String,
     token: Option<sonde_io::http::Token>,
-    http: ureq::Agent,
+    transport: Transport,
+}
+
+/// How the client reaches the site.
+enum Transport {
+    /// HTTP or HTTPS to a port.
+    Tcp(ureq::Agent),
+    /// HTTP on a unix socket file.
+    Unix(PathBuf),
 }
 
 impl Client {
@@ -130,11 +148,19 @@ impl Client {
     /// The admin site is off, the token cannot be read, or the CA
     /// certificates of `agent.admin_tls` cannot.
     pub fn new(agent: &AgentSection) -> anyhow::Result<Client> {
-        let addr = agent
-            .admin()
-            .context("agent.admin_listen is \"\": this agent has no admin site")?;
+        let addr = match agent.admin_listen.get_ref() {
+            None => anyhow::bail!("agent.admin_listen is \"\": this agent has no admin site"),
+            Some(AdminListen::Unix(path)) => {
+                return Ok(Client {
+                    base: format!("unix://{}", path.display()),
+                    token: token(agent)?,
+                    transport: Transport::Unix(path.clone()),
+                })
+            }
+            Some(AdminListen::Tcp(addr)) => *addr,
+        };
         let mut config = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(10)))
+            .timeout_global(Some(TIMEOUT))
             .http_status_as_error(false);
         if let Some(tls) = &agent.admin_tls {
             let roots = ureq::tls::RootCerts::new_with_certs(&trusted(tls)?);
@@ -143,11 +169,12 @@ impl Client {
         Ok(Client {
             base: format!("{}://{}", agent.admin_scheme(), reachable(addr)),
             token: token(agent)?,
-            http: config.build().new_agent(),
+            transport: Transport::Tcp(config.build().new_agent()),
         })
     }
 
-    /// The site's address, as `http://127.0.0.1:8686`.
+    /// The site's address, as `http://127.0.0.1:8686`, or
+    /// `unix:///run/sonde/admin.sock` for a socket file.
     pub fn base(&self) -> &str {
         &self.base
     }
@@ -164,8 +191,12 @@ impl Client {
     /// The agent cannot be reached, or answers anything but 200 (the error
     /// holds its status and answer).
     pub fn get(&self, path: &str) -> anyhow::Result<String> {
+        let http = match &self.transport {
+            Transport::Tcp(http) => http,
+            Transport::Unix(socket) => return self.get_unix(socket, path),
+        };
         let url = format!("{}{path}", self.base);
-        let mut req = self.http.get(&url);
+        let mut req = http.get(&url);
         if let Some(t) = &self.token {
             req = req.header("Authorization", &format!("Bearer {}", t.as_str()));
         }
@@ -190,13 +221,78 @@ impl Client {
         anyhow::ensure!(status == 200, "{url} answered {status}: {}", body.trim());
         Ok(body)
     }
+
+    /// [`Client::get`] over the socket file `socket`.
+    fn get_unix(&self, socket: &Path, path: &str) -> anyhow::Result<String> {
+        use sonde_io::http::client::{get_unix, UnixGetError};
+        let bearer = self
+            .token
+            .as_ref()
+            .map(|t| format!("Bearer {}", t.as_str()));
+        let headers: Vec<(&str, &str)> = bearer
+            .iter()
+            .map(|b| ("authorization", b.as_str()))
+            .collect();
+        let answer = get_unix(socket, path, &headers, TIMEOUT).map_err(|e| {
+            let hint = match &e {
+                UnixGetError::Connect { error, .. }
+                    if error.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    "the socket file's mode and group (agent.admin_socket_mode, agent.admin_socket_group) leave this user out: run this as the agent's user (sudo -u sonde sonde ...) or as a member of the file's group"
+                }
+                UnixGetError::Connect { .. } => "is the agent running with this config?",
+                _ => "",
+            };
+            anyhow::Error::new(e).context(format!(
+                "reaching the agent at {}{}{hint}",
+                self.base,
+                if hint.is_empty() { "" } else { ": " }
+            ))
+        })?;
+        let body = String::from_utf8_lossy(&answer.body).into_owned();
+        let status = answer.status.as_u16();
+        anyhow::ensure!(
+            status == 200,
+            "{}{path} answered {status}: {}",
+            self.base,
+            body.trim()
+        );
+        Ok(body)
+    }
 }
 
 /// `sonde admin-url`: the admin site's sign-in address (or, with
-/// `token_only`, the token alone).
+/// `token_only`, the token alone); for a socket file, the curl command
+/// that reads the site, as a browser cannot open one.
 pub fn admin_url(args: &AgentArgs, token_only: bool) -> anyhow::Result<()> {
     let agent = args.agent()?;
     let client = Client::new(&agent)?;
+    if let Some(socket) = agent.admin_socket() {
+        let socket = socket.display();
+        match client.token() {
+            Some(t) if token_only => println!("{}", t.as_str()),
+            None if token_only => {
+                anyhow::bail!("agent.admin_auth is \"none\": the admin site asks for no token")
+            }
+            Some(t) => println!(
+                "curl --unix-socket {socket} -H 'Authorization: Bearer {}' http://sonde/",
+                t.as_str()
+            ),
+            None => println!("curl --unix-socket {socket} http://sonde/"),
+        }
+        if !token_only {
+            eprintln!(
+                "the admin site listens on the socket file {socket}, which a browser cannot open; \
+                 `ssh -L 8686:{socket} HOST` forwards it to http://127.0.0.1:8686/{}",
+                if client.token().is_some() {
+                    ", where the token (`sonde admin-url --token`) signs in"
+                } else {
+                    ""
+                }
+            );
+        }
+        return Ok(());
+    }
     match client.token() {
         None => {
             anyhow::ensure!(
@@ -333,6 +429,52 @@ mod tests {
         // The chain with its CA in it is trusted as it is.
         let agent = site(dir.path(), &format!("{}{}", pki.cert, pki.ca), &pki.key, "");
         assert_eq!(Client::new(&agent).unwrap().get("/health").unwrap(), "ok\n");
+    }
+
+    #[test]
+    fn over_a_socket_file_the_client_sends_the_token_and_says_when_no_agent_listens() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("admin.sock");
+        let token_file = dir.path().join("admin.token");
+        let token = sonde_io::http::Token::load_or_create(&token_file, None).unwrap();
+        let text = format!(
+            "[agent]\nadmin_listen = \"unix://{}\"\nadmin_auth = \"token\"\nadmin_token_file = \"{}\"\n[profiler]\n",
+            socket.display(),
+            token_file.display()
+        );
+        let agent = config::parse(&text).unwrap().agent;
+        let e = format!(
+            "{:#}",
+            Client::new(&agent).unwrap().get("/health").unwrap_err()
+        );
+        assert!(
+            e.contains(&format!(
+                "reaching the agent at unix://{}: is the agent running",
+                socket.display()
+            )),
+            "{e}"
+        );
+        let listener = sonde_io::http::bind_unix(&socket, Default::default()).unwrap();
+        let admin = sonde_io::http::Admin {
+            telemetry: Arc::default(),
+            profiles: sonde_profile::store::Store::reader(&dir.path().join("data")),
+            prices: Default::default(),
+            auth: Some(token),
+            tls: None,
+        };
+        let _serving = sonde_io::http::serve(vec![(
+            listener,
+            sonde_io::http::Site::Admin(Arc::new(admin)),
+        )])
+        .unwrap();
+        let client = Client::new(&agent).unwrap();
+        assert_eq!(client.base(), format!("unix://{}", socket.display()));
+        assert!(client
+            .get("/metrics")
+            .unwrap()
+            .contains("sonde_admin_unauthorized_total 0\n"));
+        let e = format!("{:#}", client.get("/nope").unwrap_err());
+        assert!(e.contains("/nope answered 404: not found"), "{e}");
     }
 
     #[test]

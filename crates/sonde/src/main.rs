@@ -116,6 +116,10 @@ enum Command {
     /// of agent.admin_token_group: whoever can read the file can read the
     /// site. Scripts send the token as `Authorization: Bearer TOKEN`
     /// instead (`--token` prints it alone).
+    ///
+    /// With a unix:// agent.admin_listen it prints the curl command that
+    /// reads the site through the socket file (with the token, if asked
+    /// for), and says how to forward the file to a port for a browser.
     AdminUrl {
         #[command(flatten)]
         agent: admin::AgentArgs,

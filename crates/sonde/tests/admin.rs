@@ -2,13 +2,16 @@
 //! real binary: every path but `/health` refused without the token, as
 //! any local user would try it; the token file's mode; the sign-in a
 //! browser makes with the address `sonde admin-url` prints; HTTPS
-//! (`agent.admin_tls`) as curl sees it, with and without the CA.
+//! (`agent.admin_tls`) as curl sees it, with and without the CA; a unix
+//! socket file whose mode decides who connects.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -35,8 +38,27 @@ struct Answer {
 
 /// One HTTP/1.0 request with `headers` (and a form `body` for POST).
 fn request(port: u16, method: &str, path: &str, headers: &[String], body: &str) -> Answer {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    exchange(s, method, path, headers, body)
+}
+
+/// One HTTP/1.0 GET over the unix socket file `socket`; the error is
+/// what connecting said.
+fn unix_get(socket: &Path, path: &str, headers: &[String]) -> std::io::Result<Answer> {
+    let s = UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    Ok(exchange(s, "GET", path, headers, ""))
+}
+
+/// Writes one request on `s` and reads the answer to its end.
+fn exchange(
+    mut s: impl Read + Write,
+    method: &str,
+    path: &str,
+    headers: &[String],
+    body: &str,
+) -> Answer {
     let mut req = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
     for h in headers {
         req.push_str(&format!("{h}\r\n"));
@@ -535,4 +557,239 @@ fn validate_refuses_an_admin_site_for_other_hosts_without_the_token_or_tls() {
     );
     let (ok, out, err) = validate(&format!("{open}admin_auth = \"token\"\n{tls}{rest}"));
     assert!(ok, "{out}{err}");
+}
+
+/// Runs `args` as `nobody` (setpriv), when this test runs as root:
+/// whether it succeeded, its output and its errors. `None` as any other
+/// user, who cannot become another.
+fn as_nobody(args: &[&str]) -> Option<(bool, String, String)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(args)
+        .output()
+        .expect("setpriv");
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// An agent whose admin site listens on `admin.sock` in its directory,
+/// with `extra` keys in `[agent]`, receiving StatsD on `statsd`. The
+/// directory may be entered by any user, so that the socket file's own
+/// mode decides who connects.
+fn unix_agent(statsd: u16, extra: &str) -> Agent {
+    Agent::start_config_until(
+        |_, dir| {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+            format!(
+                "[agent]\nadmin_listen = \"unix://{}\"\ndata_dir = \"{}\"\n{extra}\n{}\n[[sinks]]\ntype = \"blackhole\"\n",
+                dir.join("admin.sock").display(),
+                dir.join("data").display(),
+                statsd_receiver(statsd),
+            )
+        },
+        unix_healthy,
+    )
+}
+
+/// Whether the agent's socket file answers `/health`.
+fn unix_healthy(agent: &Agent) -> bool {
+    unix_get(&agent.path("admin.sock"), "/health", &[]).is_ok_and(|a| a.body == "ok\n")
+}
+
+#[test]
+fn on_a_unix_socket_the_files_mode_decides_who_connects_and_the_file_goes_at_stop() {
+    let mut agent = unix_agent(free_port(), "");
+    let socket = agent.path("admin.sock");
+    let path = socket.to_str().unwrap();
+    // The default mode: the agent's user and group, no one else.
+    let meta = std::fs::symlink_metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.mode() & 0o777, 0o660);
+    // SAFETY: geteuid and getegid have no preconditions.
+    assert_eq!((meta.uid(), meta.gid()), unsafe {
+        (libc::geteuid(), libc::getegid())
+    });
+
+    // The agent's user reads everything: admin_auth is "none".
+    let (ok, metrics, err) = curl(&["--unix-socket", path, "http://sonde/metrics"]);
+    assert!(ok, "{err}");
+    assert!(metrics.contains("sonde_receiver"), "{metrics}");
+    // Any other user cannot even connect (curl's 7), and sonde's client
+    // says why and what to do.
+    let config = agent.path("sonde.toml");
+    let config = config.to_str().unwrap();
+    if let Some((ok, body, err)) = as_nobody(&[
+        "curl",
+        "-sS",
+        "-w",
+        "%{http_code}",
+        "--unix-socket",
+        path,
+        "http://sonde/metrics",
+    ]) {
+        assert!(!ok && body == "000", "{body} {err}");
+        assert!(err.starts_with("curl: (7)"), "{err}");
+        let bin = env!("CARGO_BIN_EXE_sonde");
+        let (ok, out, err) =
+            as_nobody(&[bin, "top", "--json", "--count", "1", "--config", config]).unwrap();
+        assert!(!ok, "{out}");
+        assert!(err.contains("Permission denied (os error 13)"), "{err}");
+        assert!(err.contains("agent.admin_socket_mode"), "{err}");
+    }
+
+    // sonde's own commands read the site through the file.
+    let (ok, top, err) = sonde(&["top", "--json", "--count", "1", "--config", config]);
+    assert!(ok, "{err}");
+    assert!(
+        top.trim_start().starts_with('{') && top.contains("\"receivers\""),
+        "{top}"
+    );
+    let (ok, url, err) = sonde(&["admin-url", "--config", config]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        url.trim(),
+        format!("curl --unix-socket {path} http://sonde/")
+    );
+    assert!(err.contains("a browser cannot open"), "{err}");
+
+    agent.stop();
+    assert!(!socket.exists(), "the socket file outlived the agent");
+}
+
+#[test]
+fn on_a_socket_anyone_may_open_the_token_is_still_asked_for() {
+    let statsd = free_port();
+    let agent = unix_agent(
+        statsd,
+        "admin_socket_mode = \"0666\"\nadmin_auth = \"token\"\n",
+    );
+    let socket = agent.path("admin.sock");
+    let path = socket.to_str().unwrap();
+    let meta = std::fs::symlink_metadata(&socket).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o666);
+    let token = token_of(&agent);
+    let bearer = format!("Authorization: Bearer {token}");
+
+    // Without the token: refused, and nothing of the data.
+    let a = unix_get(&socket, "/metrics", &[]).unwrap();
+    assert_eq!(a.status, 401, "{}", a.head);
+    assert!(!a.body.contains("sonde_"), "{}", a.body);
+    let mut refused = 1;
+    if let Some((ok, status, err)) = as_nobody(&[
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--unix-socket",
+        path,
+        "http://sonde/api/profiles/processes",
+    ]) {
+        assert!(ok && status == "401", "{status} {err}");
+        refused += 1;
+    }
+    let a = unix_get(&socket, "/metrics", std::slice::from_ref(&bearer)).unwrap();
+    assert_eq!(a.status, 200, "{}", a.head);
+    assert!(
+        a.body
+            .contains(&format!("sonde_admin_unauthorized_total {refused}\n")),
+        "{}",
+        a.body
+    );
+    // Probes still need nothing.
+    assert_eq!(unix_get(&socket, "/health", &[]).unwrap().body, "ok\n");
+
+    // sonde's client reads the token as the agent's user does.
+    let config = agent.path("sonde.toml");
+    let config = config.to_str().unwrap();
+    let (ok, top, err) = sonde(&["top", "--json", "--count", "1", "--config", config]);
+    assert!(ok, "{err}");
+    assert!(top.contains("\"receivers\""), "{top}");
+    let (ok, url, err) = sonde(&["admin-url", "--config", config]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        url.trim(),
+        format!("curl --unix-socket {path} -H 'Authorization: Bearer {token}' http://sonde/")
+    );
+    let (ok, alone, _) = sonde(&["admin-url", "--token", "--config", config]);
+    assert!(ok && alone.trim() == token, "{alone}");
+    // The load generator counts what the agent received through it too.
+    let pid = agent.child.id().to_string();
+    let (ok, out, err) = sonde(&[
+        "bench",
+        "--to",
+        &format!("udp://127.0.0.1:{statsd}"),
+        "--rate",
+        "5k",
+        "--duration",
+        "1s",
+        "--config",
+        config,
+        "--pid",
+        &pid,
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sent = r["points_sent"].as_u64().unwrap();
+    assert!(sent > 0, "{out}");
+    assert_eq!(r["points_accounted"].as_u64(), Some(sent), "{out}");
+    // Another user may connect, but not read the token.
+    if let Some((ok, _, err)) = as_nobody(&[
+        env!("CARGO_BIN_EXE_sonde"),
+        "top",
+        "--json",
+        "--count",
+        "1",
+        "--config",
+        config,
+    ]) {
+        assert!(!ok);
+        assert!(err.contains("reading the admin token"), "{err}");
+    }
+}
+
+#[test]
+fn a_socket_file_left_by_a_killed_agent_is_cleared_at_the_next_start() {
+    let mut agent = unix_agent(free_port(), "");
+    let socket = agent.path("admin.sock");
+    agent.kill();
+    // SIGKILL runs no cleanup: the file stays, and nobody accepts on it.
+    assert!(std::fs::symlink_metadata(&socket)
+        .unwrap()
+        .file_type()
+        .is_socket());
+    assert_eq!(
+        UnixStream::connect(&socket).unwrap_err().kind(),
+        std::io::ErrorKind::ConnectionRefused
+    );
+    agent.start_again_until(unix_healthy);
+    assert_eq!(std::fs::metadata(&socket).unwrap().mode() & 0o777, 0o660);
+
+    // A live one is another agent's: a second agent is refused, and the
+    // first keeps its file.
+    let second = agent.path("second.toml");
+    let text = std::fs::read_to_string(agent.path("sonde.toml"))
+        .unwrap()
+        .replace("udp://127.0.0.1:", "udp://127.0.0.2:");
+    std::fs::write(&second, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .args(["run", "--config", second.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("another process is serving that socket file"),
+        "{err}"
+    );
+    assert!(unix_healthy(&agent));
 }

@@ -251,6 +251,18 @@ impl Agent {
         self.wait_healthy();
     }
 
+    /// [`Agent::start_again`] for an admin site plain HTTP on the port
+    /// cannot ask: waits until `ready` holds instead.
+    pub fn start_again_until(&mut self, mut ready: impl FnMut(&Agent) -> bool) {
+        self.child = Agent::spawn(&self.launcher, &self.path("sonde.toml"), &self.stderr_path);
+        wait_for("the agent to be ready", Duration::from_secs(20), || {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("sonde exited early with {status}: {}", self.stderr());
+            }
+            ready(self).then_some(())
+        });
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
