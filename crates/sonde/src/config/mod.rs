@@ -1451,6 +1451,25 @@ mod tests {
     }
 
     #[test]
+    fn deploy_md_admin_site_on_a_socket_file_parses() {
+        let doc = include_str!("../../../../docs/DEPLOY.md");
+        let agent = doc
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap())
+            .find(|b| b.starts_with("[agent]\nadmin_listen = \"unix://"))
+            .expect("docs/DEPLOY.md's admin site on a unix socket file");
+        let c = parse(&format!("{agent}{MIN}"))
+            .unwrap_or_else(|e| panic!("docs/DEPLOY.md block fails: {e}\n{agent}"));
+        assert_eq!(
+            c.agent.admin_socket(),
+            Some(std::path::Path::new("/run/sonde/admin.sock"))
+        );
+        assert_eq!(c.agent.admin_socket_mode(), 0o660);
+        assert_eq!(c.agent.admin_auth, AdminAuth::Token);
+    }
+
+    #[test]
     fn logs_md_examples_parse_and_its_mistake_is_reported_as_shown() {
         let doc = include_str!("../../../../docs/LOGS.md");
         let (mut good, mut bad) = (0, 0);
