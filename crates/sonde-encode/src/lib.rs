@@ -25,6 +25,10 @@
 //! The three line-per-point bodies (JSON lines, line protocol, Graphite)
 //! are one encoder, [`TextLines`], over each module's [`LineFormat`].
 //!
+//! Every encoder can also cut a body it wrote into two valid halves
+//! ([`BatchEncoder::split`]), for a backend that refuses a request as too
+//! large (HTTP 413).
+//!
 //! Names, tag keys and values may be any UTF-8: each module says how it
 //! sanitises or escapes what its backend cannot take, and none panics on
 //! any input.
@@ -79,6 +83,55 @@ pub trait BatchEncoder: Send + 'static {
 
     /// The body's `Content-Type`, for HTTP sinks.
     fn content_type(&self) -> &'static str;
+
+    /// Cuts `body`, a finished body of this encoder's, into two bodies
+    /// each valid on its own: the first with half its points (rounded
+    /// down), the second with the rest. Every point is in exactly one
+    /// half; a line or protobuf format keeps the points' order.
+    ///
+    /// For a backend that refuses a request as too large (HTTP 413): the
+    /// sender sends the halves instead, halving again as needed, down to
+    /// one point. `None` when the body holds fewer than two points or is
+    /// not a body this encoder writes.
+    fn split(body: &[u8]) -> Option<[Half; 2]>
+    where
+        Self: Sized;
+}
+
+/// One of the two bodies [`BatchEncoder::split`] cuts a body into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Half {
+    /// The body, valid on its own (uncompressed).
+    pub body: Vec<u8>,
+    /// Points (or log records) in it.
+    pub points: usize,
+}
+
+/// Cuts a body of lines, one point or record each and each ending in
+/// `\n`, after its middle line: the [`BatchEncoder::split`] of every
+/// [`TextLines`] format, and of log records as JSON lines. `None` for
+/// fewer than two lines.
+pub fn split_lines(body: &[u8]) -> Option<[Half; 2]> {
+    let ends: Vec<usize> = body
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &b)| (b == b'\n').then_some(i + 1))
+        .collect();
+    if ends.len() < 2 || ends.last() != Some(&body.len()) {
+        return None;
+    }
+    let first = ends.len() / 2;
+    let cut = ends[first - 1];
+    Some([
+        Half {
+            body: body[..cut].to_vec(),
+            points: first,
+        },
+        Half {
+            body: body[cut..].to_vec(),
+            points: ends.len() - first,
+        },
+    ])
 }
 
 /// One line-per-point text format: the [`TextLines`] encoder calls
@@ -151,6 +204,10 @@ impl<F: LineFormat> BatchEncoder for TextLines<F> {
 
     fn content_type(&self) -> &'static str {
         F::CONTENT_TYPE
+    }
+
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        split_lines(body)
     }
 }
 
@@ -252,11 +309,69 @@ pub(crate) mod testing {
         assert_eq!(out.len(), size, "bytes() is exact");
         out
     }
+
+    /// `n` points of distinct series `s0`, `s1`, ... with values 0, 1, ...
+    pub(crate) fn numbered(n: usize) -> Vec<OutPoint<'static>> {
+        (0..n)
+            .map(|i| {
+                point(
+                    &format!("s{i}"),
+                    &[("id", &i.to_string())],
+                    i as f64,
+                    1_700_000_000,
+                )
+            })
+            .collect()
+    }
+
+    /// Checks `E::split` against encoding the two halves of `points`
+    /// directly: byte for byte, for 0 to 9, 17 and 40 points.
+    pub(crate) fn split_matches_encoding_the_halves<E: BatchEncoder>(new: impl Fn() -> E) {
+        for n in (0..10).chain([17, 40]) {
+            let points = numbered(n);
+            let whole = encode(&mut new(), &points);
+            let Some([a, b]) = E::split(&whole) else {
+                assert!(n < 2, "{n} points split");
+                continue;
+            };
+            assert!(n >= 2, "{n} points cannot split");
+            assert_eq!((a.points, b.points), (n / 2, n - n / 2));
+            assert_eq!(
+                a.body,
+                encode(&mut new(), &points[..n / 2]),
+                "first half of {n}"
+            );
+            assert_eq!(
+                b.body,
+                encode(&mut new(), &points[n / 2..]),
+                "second half of {n}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_lines_split_after_the_middle_line() {
+        testing::split_matches_encoding_the_halves(json::Lines::new);
+        testing::split_matches_encoding_the_halves(influx::LineProtocol::new);
+        testing::split_matches_encoding_the_halves(graphite::Plaintext::new);
+    }
+
+    #[test]
+    fn a_body_that_is_not_whole_lines_does_not_split() {
+        assert_eq!(split_lines(b"a\nb"), None);
+        assert_eq!(split_lines(b"a\n"), None);
+        assert_eq!(split_lines(b""), None);
+        let [a, b] = split_lines(b"a\nb\nc\n").unwrap();
+        assert_eq!(
+            (&a.body[..], a.points, &b.body[..], b.points),
+            (&b"a\n"[..], 1, &b"b\nc\n"[..], 2)
+        );
+    }
 
     #[test]
     fn numbers_are_short_and_exact() {

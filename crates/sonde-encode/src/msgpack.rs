@@ -34,7 +34,7 @@
 
 use sonde_aggregate::OutPoint;
 
-use crate::{BatchEncoder, Body};
+use crate::{BatchEncoder, Body, Half};
 
 /// The msgpack [`BatchEncoder`].
 ///
@@ -111,6 +111,88 @@ impl BatchEncoder for Msgpack {
     fn content_type(&self) -> &'static str {
         "application/msgpack"
     }
+
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        let mut rd = body;
+        let n = rmp::decode::read_array_len(&mut rd).ok()?;
+        if n < 2 {
+            return None;
+        }
+        let first = n / 2;
+        let start = body.len() - rd.len();
+        for _ in 0..first {
+            skip_value(&mut rd)?;
+        }
+        let cut = body.len() - rd.len();
+        for _ in first..n {
+            skip_value(&mut rd)?;
+        }
+        if !rd.is_empty() {
+            return None;
+        }
+        let half = |count: u32, points: &[u8]| {
+            let mut out = Vec::with_capacity(array_header_len(count) + points.len());
+            let _ = rmp::encode::write_array_len(&mut out, count);
+            out.extend_from_slice(points);
+            Half {
+                body: out,
+                points: count as usize,
+            }
+        };
+        Some([
+            half(first, &body[start..cut]),
+            half(n - first, &body[cut..]),
+        ])
+    }
+}
+
+/// Moves `rd` past one msgpack value; `None` when it is cut short or
+/// nested deeper than a point's map of tags.
+fn skip_value(rd: &mut &[u8]) -> Option<()> {
+    skip_nested(rd, 3)
+}
+
+fn skip_nested(rd: &mut &[u8], depth: u8) -> Option<()> {
+    use rmp::Marker;
+    let marker = rmp::decode::read_marker(rd).ok()?;
+    let be = |rd: &mut &[u8], n: usize| -> Option<usize> {
+        let (bytes, rest) = rd.split_at_checked(n)?;
+        *rd = rest;
+        Some(
+            bytes
+                .iter()
+                .fold(0usize, |acc, &b| acc << 8 | usize::from(b)),
+        )
+    };
+    let entries = |n: usize| -> Option<usize> { n.checked_mul(2) };
+    let (items, bytes) = match marker {
+        Marker::Null | Marker::True | Marker::False | Marker::FixPos(_) | Marker::FixNeg(_) => {
+            (0, 0)
+        }
+        Marker::U8 | Marker::I8 => (0, 1),
+        Marker::U16 | Marker::I16 => (0, 2),
+        Marker::U32 | Marker::I32 | Marker::F32 => (0, 4),
+        Marker::U64 | Marker::I64 | Marker::F64 => (0, 8),
+        Marker::FixStr(n) => (0, usize::from(n)),
+        Marker::Str8 | Marker::Bin8 => (0, be(rd, 1)?),
+        Marker::Str16 | Marker::Bin16 => (0, be(rd, 2)?),
+        Marker::Str32 | Marker::Bin32 => (0, be(rd, 4)?),
+        Marker::FixArray(n) => (usize::from(n), 0),
+        Marker::Array16 => (be(rd, 2)?, 0),
+        Marker::Array32 => (be(rd, 4)?, 0),
+        Marker::FixMap(n) => (entries(usize::from(n))?, 0),
+        Marker::Map16 => (entries(be(rd, 2)?)?, 0),
+        Marker::Map32 => (entries(be(rd, 4)?)?, 0),
+        _ => return None,
+    };
+    *rd = rd.get(bytes..)?;
+    if items > 0 {
+        let depth = depth.checked_sub(1)?;
+        for _ in 0..items {
+            skip_nested(rd, depth)?;
+        }
+    }
+    Some(())
 }
 
 #[cfg(test)]
@@ -176,6 +258,13 @@ mod tests {
                 ]),
             ])
         );
+    }
+
+    #[test]
+    fn a_split_body_is_two_arrays_of_the_points_halves() {
+        crate::testing::split_matches_encoding_the_halves(Msgpack::new);
+        assert_eq!(Msgpack::split(&[0x92, 0xc1]), None, "not a point");
+        assert_eq!(Msgpack::split(&[0x92, 0x01]), None, "cut short");
     }
 
     #[test]

@@ -59,7 +59,7 @@ use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use prost::Message;
 use sonde_aggregate::OutPoint;
 
-use crate::BatchEncoder;
+use crate::{BatchEncoder, Half};
 
 /// The messages of the official OTLP `.proto` files that sonde sends, with
 /// the same field numbers and field order (prost encodes in declaration
@@ -414,6 +414,128 @@ impl BatchEncoder for Otlp {
     fn content_type(&self) -> &'static str {
         "application/x-protobuf"
     }
+
+    /// Cuts the run of data points, in the order of the body's metrics,
+    /// after its middle one: a metric whose points straddle the cut goes
+    /// into both halves with its share of them. The resource and scope
+    /// are copied into each half.
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        let req = split::Request::decode(body).ok()?;
+        let [rm] = &req.resource_metrics[..] else {
+            return None;
+        };
+        let [sm] = &rm.scope_metrics[..] else {
+            return None;
+        };
+        let mut total = 0;
+        for m in &sm.metrics {
+            total += m.data()?.data_points.len();
+        }
+        if total < 2 {
+            return None;
+        }
+        let first = total / 2;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut before = 0;
+        for m in &sm.metrics {
+            let n = m.data()?.data_points.len();
+            if before + n <= first {
+                a.push(m.clone());
+            } else if before >= first {
+                b.push(m.clone());
+            } else {
+                let (x, y) = m.cut(first - before);
+                a.push(x);
+                b.push(y);
+            }
+            before += n;
+        }
+        let wrap = |metrics, points| Half {
+            body: split::Request {
+                resource_metrics: vec![split::ResourceMetrics {
+                    resource: rm.resource.clone(),
+                    scope_metrics: vec![split::ScopeMetrics {
+                        scope: sm.scope.clone(),
+                        metrics,
+                    }],
+                }],
+            }
+            .encode_to_vec(),
+            points,
+        };
+        Some([wrap(a, first), wrap(b, total - first)])
+    }
+}
+
+/// The wrappers of a request as [`Otlp::split`] reads them: the resource,
+/// scope and data points as their encoded bytes, and the fields in tag
+/// order, so that encoding gives the bytes [`Otlp::finish`] writes.
+mod split {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Request {
+        #[prost(message, repeated, tag = "1")]
+        pub resource_metrics: Vec<ResourceMetrics>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ResourceMetrics {
+        #[prost(bytes = "vec", optional, tag = "1")]
+        pub resource: Option<Vec<u8>>,
+        #[prost(message, repeated, tag = "2")]
+        pub scope_metrics: Vec<ScopeMetrics>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ScopeMetrics {
+        #[prost(bytes = "vec", optional, tag = "1")]
+        pub scope: Option<Vec<u8>>,
+        #[prost(message, repeated, tag = "2")]
+        pub metrics: Vec<Metric>,
+    }
+
+    /// A `Metric` holding a `Gauge` (field 5) or a `Sum` (field 7).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Metric {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(message, optional, tag = "5")]
+        pub gauge: Option<Data>,
+        #[prost(message, optional, tag = "7")]
+        pub sum: Option<Data>,
+    }
+
+    /// A `Gauge`, or a `Sum` with its two fields more.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Data {
+        #[prost(bytes = "vec", repeated, tag = "1")]
+        pub data_points: Vec<Vec<u8>>,
+        #[prost(int32, tag = "2")]
+        pub aggregation_temporality: i32,
+        #[prost(bool, tag = "3")]
+        pub is_monotonic: bool,
+    }
+
+    impl Metric {
+        /// Its gauge or sum; `None` for both or neither.
+        pub(super) fn data(&self) -> Option<&Data> {
+            match (&self.gauge, &self.sum) {
+                (Some(d), None) | (None, Some(d)) => Some(d),
+                _ => None,
+            }
+        }
+
+        /// The metric with its first `k` points, and with the rest.
+        pub(super) fn cut(&self, k: usize) -> (Metric, Metric) {
+            let (mut a, mut b) = (self.clone(), self.clone());
+            for d in [&mut a.gauge, &mut a.sum].into_iter().flatten() {
+                d.data_points.truncate(k);
+            }
+            for d in [&mut b.gauge, &mut b.sum].into_iter().flatten() {
+                d.data_points.drain(..k);
+            }
+            (a, b)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -425,6 +547,25 @@ mod tests {
     use opentelemetry_proto::tonic::metrics::v1 as metrics;
     use opentelemetry_proto::tonic::resource::v1 as resource;
     use sonde_aggregate::Suffix;
+
+    #[test]
+    fn a_split_body_is_two_requests_of_the_points_halves() {
+        testing::split_matches_encoding_the_halves(|| {
+            Otlp::new().with_resource([("host.name", "web-1")])
+        });
+        // Points of one metric on both sides of the cut.
+        let points: Vec<OutPoint<'static>> = (0..5)
+            .map(|i| testing::point("x", &[("i", &i.to_string())], 1.0, 5))
+            .chain([testing::point("y", &[], 2.0, 5)])
+            .collect();
+        let whole = encode(&mut Otlp::new(), &points);
+        let [a, b] = Otlp::split(&whole).unwrap();
+        assert_eq!((a.points, b.points), (3, 3));
+        assert_eq!(a.body, encode(&mut Otlp::new(), &points[..3]));
+        assert_eq!(b.body, encode(&mut Otlp::new(), &points[3..]));
+        assert_eq!(Otlp::split(&encode(&mut Otlp::new(), &points[..1])), None);
+        assert_eq!(Otlp::split(b"\x0a\x05"), None, "cut short");
+    }
 
     fn point(
         name: &str,

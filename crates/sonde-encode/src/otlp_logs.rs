@@ -33,6 +33,7 @@ use prost::Message;
 use crate::otlp::proto::{self, AnyValue, AnyValueKind as Value, ArrayValue, KeyValue};
 use crate::otlp::{field_len, set_attribute};
 use crate::record::{AttrValue, RecordMeta};
+use crate::Half;
 
 /// `opentelemetry.proto.logs.v1.LogRecord`, the fields sonde sets (the
 /// common messages are the metrics encoder's).
@@ -223,6 +224,71 @@ impl OtlpLogs {
         self.records.clear();
         self.count = 0;
     }
+
+    /// Cuts a body [`OtlpLogs::finish`] wrote into two requests, each
+    /// valid alone: the first with half its records (rounded down), the
+    /// second with the rest, in order, each with the body's resource and
+    /// scope. For an endpoint that refuses a request as too large (HTTP
+    /// 413). `None` for fewer than two records, or a body not of this
+    /// shape.
+    pub fn split(body: &[u8]) -> Option<[Half; 2]> {
+        let req = split::Request::decode(body).ok()?;
+        let [rl] = &req.resource_logs[..] else {
+            return None;
+        };
+        let [sl] = &rl.scope_logs[..] else {
+            return None;
+        };
+        let total = sl.log_records.len();
+        if total < 2 {
+            return None;
+        }
+        let first = total / 2;
+        let wrap = |records: &[Vec<u8>]| Half {
+            body: split::Request {
+                resource_logs: vec![split::ResourceLogs {
+                    resource: rl.resource.clone(),
+                    scope_logs: vec![split::ScopeLogs {
+                        scope: sl.scope.clone(),
+                        log_records: records.to_vec(),
+                    }],
+                }],
+            }
+            .encode_to_vec(),
+            points: records.len(),
+        };
+        Some([
+            wrap(&sl.log_records[..first]),
+            wrap(&sl.log_records[first..]),
+        ])
+    }
+}
+
+/// The wrappers of a request as [`OtlpLogs::split`] reads them: the
+/// resource, scope and records as their encoded bytes, the fields in tag
+/// order, so that encoding gives the bytes [`OtlpLogs::finish`] writes.
+mod split {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Request {
+        #[prost(message, repeated, tag = "1")]
+        pub resource_logs: Vec<ResourceLogs>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ResourceLogs {
+        #[prost(bytes = "vec", optional, tag = "1")]
+        pub resource: Option<Vec<u8>>,
+        #[prost(message, repeated, tag = "2")]
+        pub scope_logs: Vec<ScopeLogs>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ScopeLogs {
+        #[prost(bytes = "vec", optional, tag = "1")]
+        pub scope: Option<Vec<u8>>,
+        #[prost(bytes = "vec", repeated, tag = "2")]
+        pub log_records: Vec<Vec<u8>>,
+    }
 }
 
 /// Appends `record` as one `log_records` field of a `ScopeLogs`.
@@ -281,6 +347,40 @@ mod tests {
 
     fn text(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> V {
         v.as_ref().unwrap().value.clone().unwrap()
+    }
+
+    /// The body of records `texts`, each at offset 10 times its index.
+    fn body_of(texts: &[&str]) -> Vec<u8> {
+        let mut e = OtlpLogs::new();
+        e.begin([("host.name", "web-1")]);
+        for (i, t) in texts.iter().enumerate() {
+            e.push(&LogRecordIn {
+                body: t.as_bytes(),
+                path: "/a.log",
+                offset: 10 * i as u64,
+                observed_unix_nano: 7,
+                time_unix_nano: 0,
+                attributes: &[],
+                meta: None,
+            });
+        }
+        let mut out = Vec::new();
+        e.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_split_body_is_two_requests_of_the_records_halves() {
+        let [a, b] = OtlpLogs::split(&body_of(&["0", "1", "2", "3", "4"])).unwrap();
+        assert_eq!((a.points, b.points), (2, 3));
+        assert_eq!(a.body, body_of(&["0", "1"]));
+        // The second half's records keep their own offsets.
+        let req = ExportLogsServiceRequest::decode(&b.body[..]).unwrap();
+        let records = &req.resource_logs[0].scope_logs[0].log_records;
+        let bodies: Vec<V> = records.iter().map(|r| text(&r.body)).collect();
+        assert_eq!(bodies, ["2", "3", "4"].map(|t| V::StringValue(t.into())));
+        assert_eq!(OtlpLogs::split(&body_of(&["alone"])), None);
+        assert_eq!(OtlpLogs::split(b"\x0a\x05"), None);
     }
 
     #[test]

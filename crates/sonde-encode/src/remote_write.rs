@@ -54,7 +54,7 @@
 use sonde_aggregate::OutPoint;
 
 use crate::prometheus::{sanitize_label, sanitize_name};
-use crate::{BatchEncoder, Body};
+use crate::{BatchEncoder, Body, Half};
 
 /// The messages of Prometheus's `prompb/types.proto` and `remote.proto`
 /// that remote write 1.0 uses, with the same field numbers.
@@ -219,6 +219,38 @@ impl BatchEncoder for RemoteWrite {
     fn content_type(&self) -> &'static str {
         "application/x-protobuf"
     }
+
+    /// The body is a run of `timeseries` fields, one per point, so a cut
+    /// between two of them leaves two valid requests, bytes untouched.
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        use prost::encoding::{decode_key, decode_varint, WireType};
+        let mut ends = Vec::new();
+        let mut rd = body;
+        while !rd.is_empty() {
+            let (tag, wire) = decode_key(&mut rd).ok()?;
+            if tag != 1 || wire != WireType::LengthDelimited {
+                return None;
+            }
+            let len = usize::try_from(decode_varint(&mut rd).ok()?).ok()?;
+            rd = rd.get(len..)?;
+            ends.push(body.len() - rd.len());
+        }
+        if ends.len() < 2 {
+            return None;
+        }
+        let first = ends.len() / 2;
+        let cut = ends[first - 1];
+        Some([
+            Half {
+                body: body[..cut].to_vec(),
+                points: first,
+            },
+            Half {
+                body: body[cut..].to_vec(),
+                points: ends.len() - first,
+            },
+        ])
+    }
 }
 
 #[cfg(test)]
@@ -230,6 +262,21 @@ mod tests {
 
     fn encode(points: &[OutPoint<'_>]) -> Vec<u8> {
         testing::encode(&mut RemoteWrite::new(), points)
+    }
+
+    #[test]
+    fn a_split_body_is_two_requests_of_the_points_halves() {
+        testing::split_matches_encoding_the_halves(RemoteWrite::new);
+        assert_eq!(
+            RemoteWrite::split(&[0x1a, 0x00, 0x1a, 0x00]),
+            None,
+            "metadata, not series"
+        );
+        assert_eq!(
+            RemoteWrite::split(&[0x0a, 0x00, 0x0a, 0x05]),
+            None,
+            "cut short"
+        );
     }
 
     fn labels(ts: &TimeSeries) -> Vec<(&str, &str)> {

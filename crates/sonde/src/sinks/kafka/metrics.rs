@@ -32,7 +32,7 @@ use sonde_aggregate::OutPoint;
 use sonde_encode::compress::Compression;
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
-use sonde_encode::BatchEncoder;
+use sonde_encode::{BatchEncoder, Half};
 use sonde_io::sender::{SendError, Transport};
 use sonde_io::sink::FailReason;
 
@@ -104,6 +104,28 @@ impl<E: BatchEncoder> BatchEncoder for PerPoint<E> {
 
     fn content_type(&self) -> &'static str {
         self.inner.content_type()
+    }
+
+    /// Between two frames (Kafka refuses records one by one, never the
+    /// request: this is here for the trait).
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        let all: Vec<&[u8]> = frames(body).collect();
+        if all.len() < 2 {
+            return None;
+        }
+        let first = all.len() / 2;
+        let cut: usize = all[..first].iter().map(|f| 4 + f.len()).sum();
+        let cut = cut.min(body.len());
+        Some([
+            Half {
+                body: body[..cut].to_vec(),
+                points: first,
+            },
+            Half {
+                body: body[cut..].to_vec(),
+                points: all.len() - first,
+            },
+        ])
     }
 }
 
