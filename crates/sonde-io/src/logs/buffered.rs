@@ -26,10 +26,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::deliver::{attempt, spawn_inbox, Attempt, Bodies, Body, HttpLogs, Inbox, LogEncoder};
+use super::deliver::{
+    attempt, spawn_inbox, split_of, Attempt, Bodies, Body, HttpLogs, Inbox, LogEncoder,
+};
 use super::LogBatch;
 use crate::sender::disk::Disk;
-use crate::sender::{Backoff, Queue, Request, Transport};
+use crate::sender::{Backoff, Queue, Request, Split, Transport};
 use crate::sink::{FailReason, SinkDrop, SinkStats};
 
 /// How often a writer waiting for room in a full buffer looks again.
@@ -93,13 +95,14 @@ pub fn spawn_http_buffered<T: Transport>(
         }),
         stored: Condvar::new(),
     });
+    let split = split_of(&encoder, http.compression);
     let sender = {
         let (shared, stats) = (Arc::clone(&shared), Arc::clone(&stats));
         std::thread::Builder::new()
             .name(format!("sink {} log sender", stats.name))
             .spawn(move || {
                 crate::priority::enter_background();
-                send(&shared, transport, &http, grace, &stats);
+                send(&shared, transport, split, &http, grace, &stats);
             })?
     };
     let name = stats.name.clone();
@@ -187,6 +190,7 @@ fn store(
 fn send<T: Transport>(
     shared: &Shared,
     mut transport: T,
+    mut split: Split,
     http: &HttpLogs,
     grace: Duration,
     stats: &SinkStats,
@@ -235,7 +239,7 @@ fn send<T: Transport>(
             records: front.points,
             raw_bytes: front.raw_bytes,
         };
-        match attempt(&mut transport, &body, &mut backoff, stats) {
+        match attempt(&mut transport, &body, &mut split, &mut backoff, stats) {
             Attempt::Delivered | Attempt::Refused => {
                 let mut st = shared.lock();
                 if let Err(e) = st.disk.pop() {
@@ -243,6 +247,7 @@ fn send<T: Transport>(
                 }
                 publish(stats, &st.disk);
             }
+            Attempt::Partial => {}
             Attempt::Retry(delay) => {
                 let retry_at = Instant::now() + delay;
                 let mut st = shared.lock();
@@ -290,10 +295,7 @@ mod tests {
     impl Transport for Endpoint {
         fn send(&mut self, body: &[u8]) -> Result<(), SendError> {
             if !self.up.load(Relaxed) {
-                return Err(SendError {
-                    reason: FailReason::Connect,
-                    message: "down".into(),
-                });
+                return Err(SendError::new(FailReason::Connect, "down"));
             }
             let text = String::from_utf8(body.to_vec()).unwrap();
             let mut got = self.got.lock().unwrap();

@@ -6,10 +6,14 @@
 //! and acknowledges a batch once every record of it is written (local) or
 //! accepted by the endpoint (HTTP 2xx). What fails and may succeed later
 //! (an I/O error, a connection refused, HTTP 408, 429, 5xx) is tried again
-//! after an exponential backoff, the batch held meanwhile: the source
-//! stops reading once its unacknowledged bytes reach its bound, so an
-//! outage costs no line and bounded memory. A request the endpoint
-//! refuses for good (another 4xx) is logged, its records counted in
+//! after an exponential backoff (or the endpoint's `Retry-After`, if
+//! longer), the batch held meanwhile: the source stops reading once its
+//! unacknowledged bytes reach its bound, so an outage costs no line and
+//! bounded memory. A request the endpoint finds too large (413) is sent
+//! again in halves, down to one record; a record too large alone is
+//! counted in `sonde_sink_dropped_records_total{reason="too_large"}`
+//! ([`crate::sender::attempt`]). A request the endpoint refuses for good
+//! (another 4xx) is logged, its records counted in
 //! `sonde_sink_dropped_records_total{reason="rejected"}`, and the batch
 //! goes on. When the agent stops while a batch is still failing, the
 //! thread leaves it unacknowledged: the source reads its lines again at
@@ -27,8 +31,10 @@ use sonde_encode::compress::Compression;
 use sonde_logs::container;
 
 use super::{record, LogBatch, LogLine, SourceInfo};
-use crate::sender::{Backoff, Transport};
+pub(super) use crate::sender::Attempt;
+use crate::sender::{attempt::Outgoing, Backoff, Split, Transport, Unit};
 use crate::sink::{FailReason, SinkDrop, SinkStats};
+use sonde_encode::Half;
 
 /// How a local sink writes a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,6 +172,20 @@ pub trait LogEncoder: Send + 'static {
     fn bytes(&self) -> usize;
     /// Appends the body to `out`.
     fn finish(&mut self, out: &mut Vec<u8>);
+
+    /// Cuts a body [`LogEncoder::finish`] wrote into two valid bodies:
+    /// the first with half its records (rounded down), the second with
+    /// the rest, in order; `None` for fewer than two records. For an
+    /// endpoint that refuses a request as too large (HTTP 413).
+    fn split(body: &[u8]) -> Option<[Half; 2]>
+    where
+        Self: Sized;
+}
+
+/// The [`Split`] of a sink whose bodies `encoder` writes and
+/// `compression` compresses.
+pub(super) fn split_of<E: LogEncoder>(_: &E, compression: Compression) -> Split {
+    Split::new(E::split, compression)
 }
 
 /// JSON lines: one [`record::json`] object per line.
@@ -201,6 +221,10 @@ impl LogEncoder for JsonLines {
 
     fn finish(&mut self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.buf);
+    }
+
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        sonde_encode::split_lines(body)
     }
 }
 
@@ -281,6 +305,10 @@ impl LogEncoder for OtlpLogs {
     fn finish(&mut self, out: &mut Vec<u8>) {
         self.enc.finish(out);
     }
+
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        sonde_encode::otlp_logs::OtlpLogs::split(body)
+    }
 }
 
 /// How an HTTP log sink cuts, encodes and sends requests.
@@ -315,13 +343,15 @@ pub fn spawn_http<T: Transport>(
     stats: Arc<SinkStats>,
 ) -> io::Result<(Sender<Arc<LogBatch>>, JoinHandle<()>)> {
     let name = stats.name.clone();
+    let mut split = split_of(&encoder, http.compression);
     spawn_inbox(&name, move |mut inbox| {
         let mut bodies = Bodies::default();
         let mut backoff = Backoff::new(http.backoff_min, http.backoff_max);
         while let Some(batch) = inbox.next() {
             let sent = bodies.each(&mut encoder, &http, &batch, &stats, |r| loop {
-                match attempt(&mut transport, r, &mut backoff, &stats) {
+                match attempt(&mut transport, r, &mut split, &mut backoff, &stats) {
                     Attempt::Delivered | Attempt::Refused => return true,
+                    Attempt::Partial => {}
                     Attempt::Retry(delay) => {
                         if !inbox.pause(delay) {
                             tracing::warn!(sink = %stats.name, "stopping with log records not delivered: they are read again at the next start");
@@ -401,50 +431,23 @@ impl Bodies {
     }
 }
 
-/// What one attempt to send a request of log records came to.
-pub(super) enum Attempt {
-    /// The endpoint took it.
-    Delivered,
-    /// The endpoint refused it for good (counted as rejected).
-    Refused,
-    /// It may succeed later: try again after this delay.
-    Retry(Duration),
-}
-
-/// Sends `r` once over `transport`, counting the outcome in `stats` and
-/// moving `backoff` on.
+/// Sends `r` (or, once the endpoint found it too large, its next
+/// undelivered piece, kept in `split`) once over `transport`, counting
+/// the outcome in `stats` and moving `backoff` on
+/// ([`crate::sender::attempt::attempt`]).
 pub(super) fn attempt<T: Transport>(
     transport: &mut T,
     r: &Body<'_>,
+    split: &mut Split,
     backoff: &mut Backoff,
     stats: &SinkStats,
 ) -> Attempt {
-    match transport.send(r.body) {
-        Ok(()) => {
-            if backoff.failures() > 0 {
-                tracing::info!(sink = %stats.name, after_failures = backoff.failures(), "backend reachable again");
-            }
-            backoff.reset();
-            stats.records.fetch_add(u64::from(r.records), Relaxed);
-            stats.bytes_raw.fetch_add(u64::from(r.raw_bytes), Relaxed);
-            stats.bytes_sent.fetch_add(r.body.len() as u64, Relaxed);
-            Attempt::Delivered
-        }
-        Err(e) if e.reason.retryable() => {
-            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-            stats.retries.fetch_add(1, Relaxed);
-            let delay = backoff.next_delay();
-            tracing::warn!(sink = %stats.name, error = %e, retry_in = ?delay, "sending log records failed; will retry");
-            Attempt::Retry(delay)
-        }
-        Err(e) => {
-            stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-            stats.dropped_records[SinkDrop::Rejected as usize]
-                .fetch_add(u64::from(r.records), Relaxed);
-            tracing::error!(sink = %stats.name, error = %e, records = r.records, "backend refused a request of log records; dropped");
-            Attempt::Refused
-        }
-    }
+    let front = Outgoing {
+        body: r.body,
+        points: r.records,
+        raw_bytes: r.raw_bytes,
+    };
+    crate::sender::attempt::attempt(transport, front, split, backoff, stats, Unit::Records)
 }
 
 #[cfg(test)]
@@ -563,10 +566,7 @@ mod tests {
                     self.got.lock().unwrap().push(body.to_vec());
                     Ok(())
                 }
-                Err(reason) => Err(SendError {
-                    reason,
-                    message: "scripted".into(),
-                }),
+                Err(reason) => Err(SendError::new(reason, "scripted")),
             }
         }
     }

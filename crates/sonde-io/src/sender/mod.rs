@@ -15,6 +15,12 @@
 //! * Connection errors, timeouts, HTTP 408, 429 and 5xx are retried after an
 //!   exponential backoff with jitter ([`Backoff`]); the request stays at
 //!   the head of the queue, and new windows queue behind it meanwhile.
+//!   A backend's `Retry-After` (on 429 and 503) makes the wait at least
+//!   that long, up to five minutes ([`attempt`]).
+//! * A request the backend refuses as too large (HTTP 413) is cut in two
+//!   and the halves sent in its place, down to one point; a point too
+//!   large alone is dropped and counted (`reason="too_large"`). How, and
+//!   why from the compressed body, is in [`attempt`].
 //! * Any other HTTP 4xx is logged with the server's message, counted
 //!   (`sonde_sink_dropped_points_total{reason="rejected"}`) and dropped:
 //!   sending it again would fail again.
@@ -26,10 +32,12 @@
 //!
 //! When the flusher drops its [`SinkHandle`] (after the last window), the
 //! sender seals its partial request and keeps delivering for up to
-//! `shutdown_grace`. What is still queued then stays on disk for the next
+//! `shutdown_grace`, a request in flight then cut short at its end
+//! ([`Transport::stop_by`]). What is still queued then stays on disk for the next
 //! start with a disk buffer, and is dropped and counted
 //! (`reason="shutdown"`) with a memory one.
 
+pub mod attempt;
 pub mod disk;
 pub mod queue;
 pub mod transport;
@@ -45,6 +53,7 @@ use sonde_aggregate::Batch;
 use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
 
+pub use attempt::{Attempt, Outgoing, Split, SplitFn, Unit};
 pub use queue::{Dropped, Queue, Request};
 pub use transport::{Http, SendError, Tcp, Transport};
 
@@ -151,6 +160,7 @@ pub fn spawn<E: BatchEncoder, T: Transport>(
         queue,
         delivery,
         backoff: Backoff::new(delivery.backoff_min, delivery.backoff_max),
+        split: Split::new(E::split, compression),
         stats: Arc::clone(&stats),
         partial_since: None,
         next_try: Instant::now(),
@@ -173,6 +183,8 @@ struct Sender<E, T> {
     queue: Box<dyn Queue>,
     delivery: Delivery,
     backoff: Backoff,
+    /// The pieces of a request the backend found too large.
+    split: Split,
     stats: Arc<SinkStats>,
     /// When the first point of the partial request was pushed.
     partial_since: Option<Instant>,
@@ -195,6 +207,7 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
         }
         self.seal();
         let deadline = Instant::now() + self.delivery.shutdown_grace;
+        self.transport.stop_by(deadline);
         while !self.queue.is_empty() && Instant::now() < deadline {
             let wait = self.next_try.saturating_duration_since(Instant::now());
             std::thread::sleep(wait.min(deadline.saturating_duration_since(Instant::now())));
@@ -284,7 +297,13 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
             raw_bytes: self.raw.len() as u32,
         };
         match self.queue.push(req) {
-            Ok(d) => {
+            Ok(mut d) => {
+                if d.batches > 0 && self.split.active() {
+                    // The oldest went first: the request being sent in
+                    // pieces, whose delivered pieces are counted already.
+                    d.points = d.points.saturating_sub(self.split.done());
+                    self.split.clear();
+                }
                 if d.batches > 0 {
                     self.stats
                         .count_drop(SinkDrop::BufferFull, d.batches, d.points);
@@ -338,39 +357,19 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
                     continue;
                 }
             };
-            let (points, raw, sent) = (
-                u64::from(front.points),
-                u64::from(front.raw_bytes),
-                front.body.len() as u64,
-            );
-            match self.transport.send(&front.body) {
-                Ok(()) => {
-                    let s = &self.stats;
-                    s.batches.fetch_add(1, Relaxed);
-                    s.points.fetch_add(points, Relaxed);
-                    s.bytes_raw.fetch_add(raw, Relaxed);
-                    s.bytes_sent.fetch_add(sent, Relaxed);
-                    if self.backoff.failures() > 0 {
-                        tracing::info!(sink = %s.name, after_failures = self.backoff.failures(), "backend reachable again");
-                    }
-                    self.backoff.reset();
-                    self.pop();
-                }
-                Err(e) if e.reason.retryable() => {
-                    self.stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-                    self.stats.retries.fetch_add(1, Relaxed);
-                    let delay = self.backoff.next_delay();
+            match attempt::attempt(
+                &mut self.transport,
+                Outgoing::from(front),
+                &mut self.split,
+                &mut self.backoff,
+                &self.stats,
+                Unit::Points,
+            ) {
+                Attempt::Delivered | Attempt::Refused => self.pop(),
+                Attempt::Partial => {}
+                Attempt::Retry(delay) => {
                     self.next_try = Instant::now() + delay;
-                    // One line per failure; the delays grow to backoff_max,
-                    // so a long outage logs about twice a minute.
-                    tracing::warn!(sink = %self.stats.name, error = %e, retry_in = ?delay, queued = self.queue.len(), "send failed; will retry");
                     return;
-                }
-                Err(e) => {
-                    self.stats.failures[e.reason as usize].fetch_add(1, Relaxed);
-                    self.stats.count_drop(SinkDrop::Rejected, 1, points);
-                    tracing::error!(sink = %self.stats.name, error = %e, points, "backend refused a request; dropped");
-                    self.pop();
                 }
             }
             while let Ok(b) = rx.try_recv() {

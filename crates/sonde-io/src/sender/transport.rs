@@ -1,9 +1,20 @@
 //! How a sender's requests reach a backend: [`Http`] POSTs each request,
 //! [`Tcp`] writes it to a persistent connection.
+//!
+//! # Timeouts
+//!
+//! [`Http`] gives each request one deadline, `request_timeout` after it
+//! starts, covering every phase: resolving, connecting, sending the body,
+//! waiting for the answer's head and reading its body (ureq's
+//! `timeout_global`, checked at every read and write). A backend that
+//! accepts the connection and then answers one byte a second, or never,
+//! costs one `request_timeout`, counted as `reason="timeout"`, never a
+//! stuck sink thread. While the agent stops, [`Transport::stop_by`] cuts
+//! the deadline down to the end of the sink's `shutdown_grace`.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::sink::FailReason;
 
@@ -12,7 +23,7 @@ impl FailReason {
     pub fn retryable(self) -> bool {
         !matches!(
             self,
-            FailReason::Rejected | FailReason::Encode | FailReason::Buffer
+            FailReason::Rejected | FailReason::TooLarge | FailReason::Encode | FailReason::Buffer
         )
     }
 }
@@ -25,9 +36,21 @@ pub struct SendError {
     pub reason: FailReason,
     /// What went wrong, with the server's own message where it sent one.
     pub message: String,
+    /// How long the backend asked to wait before the next attempt (its
+    /// `Retry-After`, on a 429 or 503), when it said.
+    pub retry_after: Option<Duration>,
 }
 
 impl SendError {
+    /// An error for `reason`, saying `message`, with no `Retry-After`.
+    pub fn new(reason: FailReason, message: impl Into<String>) -> SendError {
+        SendError {
+            reason,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
     fn io(e: &io::Error) -> SendError {
         let reason = match e.kind() {
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => FailReason::Timeout,
@@ -40,10 +63,7 @@ impl SendError {
             | io::ErrorKind::UnexpectedEof => FailReason::Connect,
             _ => FailReason::Io,
         };
-        SendError {
-            reason,
-            message: e.to_string(),
-        }
+        SendError::new(reason, e.to_string())
     }
 }
 
@@ -58,6 +78,14 @@ pub trait Transport: Send + 'static {
     ///
     /// A [`SendError`] saying why, and whether a retry may succeed.
     fn send(&mut self, body: &[u8]) -> Result<(), SendError>;
+
+    /// From now on, gives up on any request still running at `deadline`
+    /// (the end of the sink's grace period once the agent stops), even if
+    /// its own timeout is later. Transports whose requests cannot be cut
+    /// short ignore it.
+    fn stop_by(&mut self, deadline: Instant) {
+        let _ = deadline;
+    }
 }
 
 /// POSTs each request to a URL.
@@ -66,6 +94,8 @@ pub struct Http {
     agent: ureq::Agent,
     url: String,
     headers: Vec<(String, String)>,
+    timeout: Duration,
+    stop_by: Option<Instant>,
 }
 
 /// The longest piece of a refusing server's answer kept for the log.
@@ -85,8 +115,31 @@ impl Http {
             agent: config.into(),
             url,
             headers,
+            timeout,
+            stop_by: None,
         }
     }
+}
+
+/// The longest wait a backend's `Retry-After` is honoured for: a server
+/// asking for more (or for a date far ahead) is asked again after this.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(300);
+
+/// The wait a `Retry-After` header asks for at `now`: delay-seconds
+/// (`120`) or an HTTP date (`Fri, 31 Dec 1999 23:59:59 GMT`, or the two
+/// obsolete forms RFC 9110 asks a recipient to accept), capped at
+/// [`RETRY_AFTER_MAX`]. A date in the past is no wait; `None` for a value
+/// that is neither.
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Past u64 (20 digits and more) is past any cap.
+        Duration::from_secs(value.parse().unwrap_or(u64::MAX))
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(RETRY_AFTER_MAX))
 }
 
 impl Transport for Http {
@@ -95,6 +148,14 @@ impl Transport for Http {
         for (k, v) in &self.headers {
             req = req.header(k, v);
         }
+        if let Some(by) = self.stop_by {
+            let left = by.saturating_duration_since(Instant::now());
+            if left < self.timeout {
+                // Zero would mean "no timeout" to nobody, but be safe.
+                let left = left.max(Duration::from_millis(1));
+                req = req.config().timeout_global(Some(left)).build();
+            }
+        }
         let mut resp = req.send(body).map_err(|e| {
             let reason = match &e {
                 ureq::Error::Timeout(_) => FailReason::Timeout,
@@ -102,10 +163,7 @@ impl Transport for Http {
                 ureq::Error::Io(io) => SendError::io(io).reason,
                 _ => FailReason::Io,
             };
-            SendError {
-                reason,
-                message: e.to_string(),
-            }
+            SendError::new(reason, e.to_string())
         })?;
         let status = resp.status().as_u16();
         if (200..300).contains(&status) {
@@ -117,6 +175,14 @@ impl Transport for Http {
                 .read_to_end(&mut Vec::new());
             return Ok(());
         }
+        let retry_after = match status {
+            429 | 503 => resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now())),
+            _ => None,
+        };
         let mut text = String::new();
         let _ = resp
             .body_mut()
@@ -126,13 +192,19 @@ impl Transport for Http {
         let reason = match status {
             429 => FailReason::Throttled,
             408 => FailReason::Timeout,
+            413 => FailReason::TooLarge,
             500..=599 => FailReason::ServerError,
             _ => FailReason::Rejected,
         };
         Err(SendError {
             reason,
             message: format!("HTTP {status}: {}", text.trim()),
+            retry_after,
         })
+    }
+
+    fn stop_by(&mut self, deadline: Instant) {
+        self.stop_by = Some(deadline);
     }
 }
 
@@ -214,5 +286,43 @@ impl Transport for Tcp {
             return Err(SendError::io(&e));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates_and_is_capped() {
+        // 1999-12-31T23:59:00Z.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(946_684_740);
+        let wait = |v| parse_retry_after(v, now);
+        assert_eq!(wait("2"), Some(Duration::from_secs(2)));
+        assert_eq!(wait(" 0 "), Some(Duration::ZERO));
+        assert_eq!(wait("86400"), Some(RETRY_AFTER_MAX));
+        assert_eq!(wait("99999999999999999999999"), Some(RETRY_AFTER_MAX));
+        assert_eq!(
+            wait("Fri, 31 Dec 1999 23:59:59 GMT"),
+            Some(Duration::from_secs(59))
+        );
+        // RFC 850 and asctime, the obsolete forms.
+        assert_eq!(
+            wait("Friday, 31-Dec-99 23:59:30 GMT"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            wait("Fri Dec 31 23:59:10 1999"),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            wait("Fri, 31 Dec 1999 23:00:00 GMT"),
+            Some(Duration::ZERO),
+            "in the past"
+        );
+        assert_eq!(wait("Sat, 01 Jan 2000 23:59:59 GMT"), Some(RETRY_AFTER_MAX));
+        for bad in ["", "-1", "1.5", "soon", "Fri, 32 Dec 1999 23:59:59 GMT"] {
+            assert_eq!(wait(bad), None, "{bad:?}");
+        }
     }
 }

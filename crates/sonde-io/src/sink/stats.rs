@@ -15,8 +15,11 @@ pub enum FailReason {
     Throttled,
     /// HTTP 5xx.
     ServerError,
-    /// HTTP 4xx other than 408 and 429: the backend refused the data.
+    /// HTTP 4xx other than 408, 413 and 429: the backend refused the data.
     Rejected,
+    /// HTTP 413: the request was too large for the backend (it is sent
+    /// again in halves).
+    TooLarge,
     /// Any other I/O or protocol error.
     Io,
     /// The batch could not be compressed.
@@ -27,12 +30,13 @@ pub enum FailReason {
 
 impl FailReason {
     /// Every reason, in the order of [`FailReason::as_str`]'s table.
-    pub const ALL: [FailReason; 8] = [
+    pub const ALL: [FailReason; 9] = [
         FailReason::Connect,
         FailReason::Timeout,
         FailReason::Throttled,
         FailReason::ServerError,
         FailReason::Rejected,
+        FailReason::TooLarge,
         FailReason::Io,
         FailReason::Encode,
         FailReason::Buffer,
@@ -46,6 +50,7 @@ impl FailReason {
             FailReason::Throttled => "http_429",
             FailReason::ServerError => "http_5xx",
             FailReason::Rejected => "http_4xx",
+            FailReason::TooLarge => "http_413",
             FailReason::Io => "io",
             FailReason::Encode => "encode",
             FailReason::Buffer => "buffer",
@@ -63,6 +68,9 @@ pub enum SinkDrop {
     /// The backend refused the request for good (HTTP 4xx), or it could not
     /// be encoded.
     Rejected,
+    /// The backend refused a request of one point or record as too large
+    /// (HTTP 413): it cannot be halved further.
+    TooLarge,
     /// The agent stopped with the request still in a memory buffer.
     Shutdown,
     /// The disk buffer could not write or read the request.
@@ -71,10 +79,11 @@ pub enum SinkDrop {
 
 impl SinkDrop {
     /// Every cause, indexable by `as usize`.
-    pub const ALL: [SinkDrop; 5] = [
+    pub const ALL: [SinkDrop; 6] = [
         SinkDrop::QueueFull,
         SinkDrop::BufferFull,
         SinkDrop::Rejected,
+        SinkDrop::TooLarge,
         SinkDrop::Shutdown,
         SinkDrop::BufferError,
     ];
@@ -85,6 +94,7 @@ impl SinkDrop {
             SinkDrop::QueueFull => "queue_full",
             SinkDrop::BufferFull => "buffer_full",
             SinkDrop::Rejected => "rejected",
+            SinkDrop::TooLarge => "too_large",
             SinkDrop::Shutdown => "shutdown",
             SinkDrop::BufferError => "buffer_error",
         }
@@ -119,6 +129,9 @@ pub struct SinkStats {
     pub bytes_sent: AtomicU64,
     /// Attempts that failed and were tried again.
     pub retries: AtomicU64,
+    /// Retries the backend's `Retry-After` put off longer than the
+    /// backoff would have.
+    pub retry_after_waits: AtomicU64,
     /// Failed attempts, by [`FailReason`].
     pub failures: [AtomicU64; FAIL_REASONS],
     /// Requests waiting in the buffer (a gauge).
@@ -148,6 +161,7 @@ impl SinkStats {
             bytes_raw: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            retry_after_waits: AtomicU64::new(0),
             failures: std::array::from_fn(|_| AtomicU64::new(0)),
             queue_batches: AtomicU64::new(0),
             queue_bytes: AtomicU64::new(0),

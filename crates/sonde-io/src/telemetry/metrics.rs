@@ -280,6 +280,11 @@ pub const METRICS: &[Metric] = &[
         "Failed attempts that were tried again.",
         Source::Sink(|s| s.retries.load(Relaxed)),
     ),
+    counter(
+        "sonde_sink_retry_after_waits_total",
+        "Retries put off longer than the backoff because the backend's Retry-After asked so.",
+        Source::Sink(|s| s.retry_after_waits.load(Relaxed)),
+    ),
     gauge(
         "sonde_sink_queue_batches",
         "Requests waiting in the sink's buffer.",

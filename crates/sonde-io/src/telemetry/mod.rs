@@ -296,12 +296,15 @@ mod tests {
         s.bytes_raw.store(4000, Relaxed);
         s.bytes_sent.store(1000, Relaxed);
         s.retries.store(2, Relaxed);
+        s.retry_after_waits.store(1, Relaxed);
         s.queue_batches.store(1, Relaxed);
         s.queue_bytes.store(500, Relaxed);
         s.corrupt_segments.store(1, Relaxed);
         s.log_buffer_records.store(40, Relaxed);
         s.log_buffer_bytes.store(2048, Relaxed);
         s.failures[FailReason::ServerError as usize].store(2, Relaxed);
+        s.failures[FailReason::TooLarge as usize].store(3, Relaxed);
+        s.count_drop(SinkDrop::TooLarge, 1, 1);
         s.count_drop(SinkDrop::BufferFull, 1, 100);
         s.records.store(77, Relaxed);
         s.dropped_records[SinkDrop::Rejected as usize].store(2, Relaxed);

@@ -226,28 +226,22 @@ impl Transport for Records {
         }
         while tally.acked.load(Relaxed) + tally.failed.load(Relaxed) < sent {
             if Instant::now() >= deadline {
-                return Err(SendError {
-                    reason: FailReason::Timeout,
-                    message: format!(
+                return Err(SendError::new(
+                    FailReason::Timeout,
+                    format!(
                         "kafka reported on {} of {sent} records within {:?}",
                         tally.acked.load(Relaxed) + tally.failed.load(Relaxed),
                         self.timeout
                     ),
-                });
+                ));
             }
             self.producer.poll(Duration::from_millis(50));
         }
         let error = tally.error.lock().unwrap_or_else(|p| p.into_inner()).take();
         match error {
             None => Ok(()),
-            Some((message, true)) => Err(SendError {
-                reason: FailReason::Connect,
-                message,
-            }),
-            Some((message, false)) => Err(SendError {
-                reason: FailReason::Rejected,
-                message,
-            }),
+            Some((message, true)) => Err(SendError::new(FailReason::Connect, message)),
+            Some((message, false)) => Err(SendError::new(FailReason::Rejected, message)),
         }
     }
 }
