@@ -383,7 +383,7 @@ fn otlp_points_reach_the_opentelemetry_collector() {
 
     let m = |s: &str| agent.metric(s).unwrap_or(-1.0);
     for reason in [
-        "connect", "timeout", "http_429", "http_5xx", "http_4xx", "io", "encode",
+        "connect", "timeout", "http_429", "http_5xx", "http_4xx", "http_413", "io", "encode",
     ] {
         assert_eq!(
             m(&format!(
