@@ -158,6 +158,11 @@ impl Split {
         self.done
     }
 
+    /// True while `r` is being sent in pieces.
+    pub fn is_of(&self, r: &Outgoing<'_>) -> bool {
+        self.active() && Split::fingerprint(r.body) == self.of
+    }
+
     /// Forgets the pieces (their request left the queue another way).
     pub fn clear(&mut self) {
         self.stack.clear();

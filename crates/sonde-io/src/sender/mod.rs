@@ -213,8 +213,13 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
             std::thread::sleep(wait.min(deadline.saturating_duration_since(Instant::now())));
             self.deliver(rx, Some(deadline));
         }
-        let lost = self.queue.volatile();
+        let mut lost = self.queue.volatile();
         let kept = self.queue.len() as u64 - lost.batches;
+        if kept == 0 && self.split.active() {
+            // The head, lost with the rest, went partly in pieces that
+            // are counted as delivered (or dropped) already.
+            lost.points = lost.points.saturating_sub(self.split.done());
+        }
         if kept > 0 {
             tracing::info!(
                 sink = %self.stats.name,
@@ -298,9 +303,9 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
         };
         match self.queue.push(req) {
             Ok(mut d) => {
-                if d.batches > 0 && self.split.active() {
-                    // The oldest went first: the request being sent in
-                    // pieces, whose delivered pieces are counted already.
+                if d.batches > 0 && self.split.active() && !self.front_is_split() {
+                    // The request being sent in pieces went with the
+                    // oldest; its delivered pieces are counted already.
                     d.points = d.points.saturating_sub(self.split.done());
                     self.split.clear();
                 }
@@ -323,6 +328,14 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
             }
         }
         self.publish_queue();
+    }
+
+    /// True when the queue's head is the request being sent in pieces.
+    fn front_is_split(&mut self) -> bool {
+        match self.queue.front() {
+            Ok(Some(r)) => self.split.is_of(&Outgoing::from(r)),
+            _ => false,
+        }
     }
 
     fn publish_queue(&self) {
