@@ -265,10 +265,34 @@ impl Flusher {
             if stopping {
                 break;
             }
-            start = end;
+            start = next_start(end, now_ns(), interval, &stats);
         }
         drop(sinks);
     }
+}
+
+/// The start of the window after the one that ended at `end`: `end`
+/// itself, unless whole windows passed since without the flusher running
+/// (the agent stopped with SIGSTOP, the host suspended, the clock stepped
+/// forward). Those are skipped rather than flushed one after another: no
+/// point can belong to them, and what the sockets queued meanwhile is
+/// read now, so it goes into the window of now, stamped after the gap,
+/// rather than into windows of the past.
+fn next_start(end: u128, now: u128, interval: Duration, stats: &FlushStats) -> u128 {
+    let current = window_start(now, interval);
+    if current <= end {
+        return end;
+    }
+    let skipped = (current - end) / interval.as_nanos().max(1);
+    stats
+        .skipped_windows
+        .fetch_add(skipped as u64, Ordering::Relaxed);
+    tracing::warn!(
+        skipped,
+        seconds = (current - end) / 1_000_000_000,
+        "the agent did not run for a while (stopped, suspended, or the clock jumped): windows skipped; what arrived meanwhile goes into the current window"
+    );
+    current
 }
 
 fn since_epoch_ns(t: SystemTime) -> u128 {

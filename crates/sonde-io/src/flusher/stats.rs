@@ -20,4 +20,8 @@ pub struct FlushStats {
     /// Worker shards that arrived after their window was flushed (their data
     /// went into the next window).
     pub late_shards: AtomicU64,
+    /// Windows that passed while the agent did not run (stopped with
+    /// SIGSTOP, suspended, or the clock stepped forward): skipped, not
+    /// flushed.
+    pub skipped_windows: AtomicU64,
 }

@@ -232,6 +232,11 @@ pub const METRICS: &[Metric] = &[
         "Worker shards merged into the window after the one they belonged to.",
         Source::Agent(|t| flush(t, |f| &f.late_shards)),
     ),
+    counter(
+        "sonde_skipped_windows_total",
+        "Windows that passed while the agent did not run (stopped, suspended, or the clock stepped forward): skipped rather than flushed empty; what arrived meanwhile goes into the window after.",
+        Source::Agent(|t| flush(t, |f| &f.skipped_windows)),
+    ),
     // The host's UDP stack.
     counter(
         "sonde_host_udp_rcvbuf_errors_total",
