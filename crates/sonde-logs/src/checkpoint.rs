@@ -41,6 +41,30 @@
 //! last append, when a crash cut it short). A journal left from an older
 //! file, by a crash between writing a new file and starting a new journal,
 //! names another body and is ignored.
+//!
+//! # A full, read-only or removed directory
+//!
+//! A save that fails never costs the checkpoints saved before it:
+//!
+//! * The whole file is only ever replaced by a rename of a complete,
+//!   fsynced temporary file; it is never opened for writing itself, so a
+//!   write cut short by a full disk (`ENOSPC`), a read-only file system
+//!   (`EROFS`) or anything else stops before the rename, and the file
+//!   holds the previous checkpoints. The temporary file is then removed,
+//!   so that it does not hold the space a later save needs.
+//! * An append cut short leaves at most one cut line at the journal's end,
+//!   which [`CheckpointFile::load`] stops at: the lines before it are
+//!   whole changes, each a file's offset that had been acknowledged, so
+//!   the checkpoints loaded are those of the last save or, file by file,
+//!   newer ones. After a failed append the next save writes the whole file
+//!   and a new journal, never appending after the cut line.
+//! * A directory removed under a running source (`rm -rf` of `data_dir`)
+//!   is made again at the next save, which then writes the whole file:
+//!   a journal that is gone is not a failure, only a reason to write the
+//!   file again.
+//!
+//! A failed save returns a [`SaveError`] naming the path and the I/O
+//! error; the caller counts it and tries again at its next save.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -201,6 +225,25 @@ pub enum SaveError {
     },
 }
 
+impl SaveError {
+    /// The path that could not be written, renamed or synced.
+    pub fn path(&self) -> &Path {
+        match self {
+            SaveError::Write { path, .. } | SaveError::SyncDir { path, .. } => path,
+            SaveError::Rename { to, .. } => to,
+        }
+    }
+
+    /// The I/O error.
+    pub fn error(&self) -> &io::Error {
+        match self {
+            SaveError::Write { error, .. }
+            | SaveError::Rename { error, .. }
+            | SaveError::SyncDir { error, .. } => error,
+        }
+    }
+}
+
 impl CheckpointFile {
     /// The checkpoint file of source `name` in `dir`: `dir/name.checkpoint`,
     /// with its temporary file `dir/.name.checkpoint.tmp`.
@@ -346,6 +389,11 @@ impl CheckpointFile {
             });
         if let Err(source) = appended {
             self.saved = None;
+            if source.kind() == io::ErrorKind::NotFound {
+                // The journal, or the whole directory, was removed: the
+                // whole file is written again (and the directory made).
+                return Ok(false);
+            }
             return Err(SaveError::Write {
                 path: self.journal.clone(),
                 error: source,
@@ -373,14 +421,15 @@ impl CheckpointFile {
         self.saved = None;
         let (file_bytes, id) = self.write_file(checkpoints)?;
         let header = format!("{JOURNAL_MAGIC} {id}\n");
-        let write = |source| SaveError::Write {
-            path: self.journal_temp.clone(),
-            error: source,
-        };
-        fs::write(&self.journal_temp, &header).map_err(write)?;
-        File::open(&self.journal_temp)
-            .and_then(|f| f.sync_all())
-            .map_err(write)?;
+        let written = fs::write(&self.journal_temp, &header)
+            .and_then(|()| File::open(&self.journal_temp)?.sync_all());
+        if let Err(source) = written {
+            let _ = fs::remove_file(&self.journal_temp);
+            return Err(SaveError::Write {
+                path: self.journal_temp.clone(),
+                error: source,
+            });
+        }
         // Until this rename, the old journal names the old body and is
         // ignored; a crash between the two leaves the new file alone.
         fs::rename(&self.journal_temp, &self.journal).map_err(|source| SaveError::Rename {
@@ -416,29 +465,49 @@ impl CheckpointFile {
     fn write_file(&self, checkpoints: &Checkpoints) -> Result<(usize, String), SaveError> {
         let (out, start) = encode_in_place(checkpoints);
         let bytes = &out[start..];
-        let write = |source| SaveError::Write {
-            path: self.temp.clone(),
-            error: source,
-        };
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&self.temp)
-            .map_err(write)?;
-        file.write_all(bytes).map_err(write)?;
-        file.sync_all().map_err(write)?;
-        drop(file);
-        fs::rename(&self.temp, &self.path).map_err(|source| SaveError::Rename {
-            from: self.temp.clone(),
-            to: self.path.clone(),
-            error: source,
-        })?;
+        if let Err(source) = self.write_temp(bytes) {
+            // A temporary file cut short by a full disk would hold the
+            // space the next save needs.
+            let _ = fs::remove_file(&self.temp);
+            return Err(SaveError::Write {
+                path: self.temp.clone(),
+                error: source,
+            });
+        }
+        if let Err(source) = fs::rename(&self.temp, &self.path) {
+            let _ = fs::remove_file(&self.temp);
+            return Err(SaveError::Rename {
+                from: self.temp.clone(),
+                to: self.path.clone(),
+                error: source,
+            });
+        }
         // The rename lives in the directory: without this fsync a power loss
         // could bring back the old checkpoints, or none at all.
         self.sync_dir()?;
         let body_at = memchr::memchr(b'\n', bytes).map_or(0, |nl| nl + 1);
         Ok((bytes.len(), journal_id(&bytes[body_at..])))
+    }
+
+    /// Writes and syncs the temporary file, making the directory again if
+    /// it was removed.
+    fn write_temp(&self, bytes: &[u8]) -> io::Result<()> {
+        let open = || {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&self.temp)
+        };
+        let mut file = match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(&self.dir)?;
+                open()?
+            }
+            file => file?,
+        };
+        file.write_all(bytes)?;
+        file.sync_all()
     }
 
     fn sync_dir(&self) -> Result<(), SaveError> {
@@ -874,6 +943,195 @@ mod tests {
             "the journal is bounded: {largest} bytes"
         );
         assert_eq!(sorted(file.load().unwrap().unwrap()), sorted(now));
+    }
+
+    /// A tmpfs mounted on a temporary directory, unmounted when dropped
+    /// (also when the test fails).
+    struct Tmpfs {
+        dir: tempfile::TempDir,
+    }
+
+    impl Tmpfs {
+        /// A tmpfs of `size` (`mount -o size=`); `None`, saying why the
+        /// test is skipped, unless root may mount one.
+        fn mount(size: &str) -> Option<Tmpfs> {
+            if !nix::unistd::geteuid().is_root() {
+                eprintln!("skipped: mounting a tmpfs needs root");
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .status();
+            if !mounted.as_ref().is_ok_and(|s| s.success()) {
+                eprintln!("skipped: cannot mount a tmpfs here ({mounted:?})");
+                return None;
+            }
+            Some(Tmpfs { dir })
+        }
+
+        fn path(&self) -> &Path {
+            self.dir.path()
+        }
+
+        /// `mount -o remount,{how}`.
+        fn remount(&self, how: &str) {
+            let status = std::process::Command::new("mount")
+                .args(["-o", &format!("remount,{how}")])
+                .arg(self.path())
+                .status()
+                .unwrap();
+            assert!(status.success(), "remount {how}");
+        }
+
+        /// Writes a file until the file system says `ENOSPC`.
+        fn fill(&self) -> PathBuf {
+            let path = self.path().join("filler");
+            let mut f = File::create(&path).unwrap();
+            let chunk = vec![0xa5u8; 64 << 10];
+            loop {
+                match f.write(&chunk) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                    Err(e) => panic!("filling {}: {e}", path.display()),
+                }
+            }
+            path
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+
+    /// The files in `dir` other than `keep`.
+    fn others(dir: &Path, keep: &[&str]) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !keep.contains(&n.as_str()))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_full_disk_fails_the_save_and_keeps_the_previous_checkpoints() {
+        let Some(tmpfs) = Tmpfs::mount("256k") else {
+            return;
+        };
+        // The directory does not exist yet: the first save makes it.
+        let dir = tmpfs.path().join("checkpoints");
+        let mut file = CheckpointFile::new(&dir, "app").unwrap();
+        let before = Checkpoints {
+            files: (0..100).map(|i| at(i, 10)).collect(),
+        };
+        file.update(&before).unwrap();
+        let whole = fs::read(file.path()).unwrap();
+        let filler = tmpfs.fill();
+
+        // 100 changed lines do not fit in the journal's last page: the
+        // append is cut part-way.
+        let mut after = before.clone();
+        for f in &mut after.files {
+            f.offset = 20;
+        }
+        let e = file.update(&after).unwrap_err();
+        assert_eq!(e.error().raw_os_error(), Some(nix::libc::ENOSPC), "{e}");
+        assert_eq!(e.path(), dir.join("app.checkpoint.journal"));
+        let loaded = file.load().unwrap().unwrap();
+        assert_eq!(loaded.files.len(), 100);
+        let moved = loaded.files.iter().filter(|f| f.offset == 20).count();
+        assert!(
+            loaded
+                .files
+                .iter()
+                .all(|f| f.offset == 10 || f.offset == 20)
+                && moved < 100,
+            "each file as before or as acknowledged since: {loaded:?}"
+        );
+        // The next save writes the whole file, which does not fit either.
+        let e = file.update(&after).unwrap_err();
+        assert_eq!(e.error().raw_os_error(), Some(nix::libc::ENOSPC), "{e}");
+        assert_eq!(fs::read(file.path()).unwrap(), whole, "the file untouched");
+        assert_eq!(
+            others(&dir, &["app.checkpoint", "app.checkpoint.journal"]),
+            Vec::<String>::new(),
+            "no temporary file left to hold space"
+        );
+        assert_eq!(file.load().unwrap().unwrap().files.len(), 100);
+
+        // Space comes back: the next save goes through.
+        fs::remove_file(filler).unwrap();
+        file.update(&after).unwrap();
+        assert_eq!(sorted(file.load().unwrap().unwrap()), sorted(after));
+    }
+
+    #[test]
+    fn a_read_only_directory_fails_the_save_and_a_writable_one_takes_it() {
+        let Some(tmpfs) = Tmpfs::mount("1m") else {
+            return;
+        };
+        let mut file = CheckpointFile::new(tmpfs.path(), "app").unwrap();
+        let before = Checkpoints {
+            files: vec![at(1, 10), at(2, 20)],
+        };
+        file.update(&before).unwrap();
+        tmpfs.remount("ro");
+        let after = Checkpoints {
+            files: vec![at(1, 11), at(2, 21)],
+        };
+        for _ in 0..2 {
+            // An append to the journal, then a whole file: both refused.
+            let e = file.update(&after).unwrap_err();
+            assert_eq!(e.error().raw_os_error(), Some(nix::libc::EROFS), "{e}");
+            assert_eq!(file.load().unwrap().unwrap(), before);
+        }
+        tmpfs.remount("rw");
+        file.update(&after).unwrap();
+        assert_eq!(file.load().unwrap().unwrap(), after);
+        assert_eq!(
+            others(tmpfs.path(), &["app.checkpoint", "app.checkpoint.journal"]),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_removed_directory_is_made_again_at_the_next_save() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("checkpoints");
+        let mut file = CheckpointFile::new(&dir, "app").unwrap();
+        file.update(&Checkpoints {
+            files: vec![at(1, 10), at(2, 20)],
+        })
+        .unwrap();
+        file.update(&Checkpoints {
+            files: vec![at(1, 11), at(2, 20)],
+        })
+        .unwrap();
+        fs::remove_dir_all(data.path()).unwrap();
+        // The journal is gone: update_some asks for the whole file, which
+        // update writes, making the directory.
+        assert!(!file.update_some(&[at(1, 12)]).unwrap());
+        let now = Checkpoints {
+            files: vec![at(1, 12), at(2, 20)],
+        };
+        file.update(&now).unwrap();
+        assert_eq!(file.load().unwrap().unwrap(), now);
+        // And the journal goes on from there.
+        assert!(file.update_some(&[at(2, 21)]).unwrap());
+        fs::remove_dir_all(&dir).unwrap();
+        let now = Checkpoints {
+            files: vec![at(1, 13), at(2, 21)],
+        };
+        file.update(&now).unwrap();
+        assert_eq!(file.load().unwrap().unwrap(), now);
     }
 
     use proptest::prelude::*;
