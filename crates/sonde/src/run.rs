@@ -465,6 +465,7 @@ fn start_sources(
             checkpoint_dir: config.agent.data_dir.join("checkpoints"),
             max_in_flight_bytes: logs::source::MAX_IN_FLIGHT_BYTES,
             tap: Arc::clone(&telemetry.tap),
+            data_dir: Arc::clone(&telemetry.data_dir),
         };
         let sinks = mine.into_iter().map(|(_, i)| i).collect();
         running.push(

@@ -342,6 +342,7 @@ fn spawn_source(
             checkpoint_dir: dir.join("checkpoints"),
             max_in_flight_bytes: sonde_io::logs::source::MAX_IN_FLIGHT_BYTES,
             tap: Arc::default(),
+            data_dir: Arc::default(),
         },
         vec![input],
         Arc::new(LogStats::new(source.name.clone())),

@@ -10,6 +10,9 @@
 //!    that some sink has not delivered.
 //! 2. Save the checkpoints if they moved and the last save is a second old
 //!    ([`SAVE_EVERY`]), so a SIGKILL after a quiet second re-reads nothing.
+//!    A save that fails (a full or read-only `data_dir`) is counted and
+//!    tried again a [`SAVE_EVERY`] later; see "A checkpoint that cannot be
+//!    saved" below.
 //! 3. Rescan when inotify saw files come and go, or every
 //!    `rescan_interval` as the safety net.
 //! 4. Read, if fewer than [`MAX_IN_FLIGHT_BYTES`] (the
@@ -19,6 +22,21 @@
 //!    was read from them is acknowledged, and memory bounded whatever the
 //!    sink does.
 //! 5. Wait for inotify, an acknowledgement or the next deadline.
+//!
+//! # A checkpoint that cannot be saved
+//!
+//! The checkpoints are only the place a restart resumes from: reading and
+//! delivering do not wait for them. A failed save is counted (the source's
+//! `sonde_log_checkpoint_errors_total` and
+//! `sonde_data_dir_write_errors_total{what="checkpoint"}`), logged with the
+//! path and a fix at most once a minute ([`DataDirErrors`]), and tried
+//! again at the next save, a [`SAVE_EVERY`] later, until one goes through
+//! (with no restart: once the disk has room or is writable again, the
+//! next save writes the whole file). Meanwhile the checkpoint file keeps
+//! the last checkpoints saved ([`CheckpointFile`] never loses them to a
+//! failed save), so a restart re-sends the lines delivered since, and
+//! loses none. A removed `data_dir` is made again at the next save and is
+//! not a failure.
 //!
 //! # Stopping
 //!
@@ -42,6 +60,7 @@ use sonde_logs::{CheckpointFile, Checkpoints, Tailer, TailerConfig, Watcher};
 
 use super::batch::{BatchBuilder, LogBatch, SourceInfo};
 use super::stats::LogStats;
+use crate::telemetry::data_dir::{DataDirErrors, What};
 
 /// Bytes of lines a source may have sent and not had acknowledged before
 /// it stops reading.
@@ -116,6 +135,8 @@ pub struct SourceConfig {
     pub max_in_flight_bytes: usize,
     /// Who watches the records (`sonde tap --source`).
     pub tap: Arc<crate::tap::Tap>,
+    /// Where a checkpoint that cannot be saved is counted and said.
+    pub data_dir: Arc<DataDirErrors>,
 }
 
 /// A running source.
@@ -229,6 +250,7 @@ pub fn spawn(
             let (done_tx, done_rx) = channel();
             let mut run = Run {
                 saved_layout: None,
+                failed_saves: 0,
                 positions: sinks.iter().any(|s| s.positions),
                 sinks,
                 tailer,
@@ -300,6 +322,8 @@ struct Run {
     store: CheckpointFile,
     /// The tailer's layout at the last save that went through.
     saved_layout: Option<u64>,
+    /// Saves that failed in a row.
+    failed_saves: u64,
     stats: Arc<LogStats>,
     stop: Arc<AtomicBool>,
     /// The scan and read errors logged last round, so that a lasting error
@@ -356,8 +380,9 @@ impl Run {
             dirty |= acked;
             stale |= acked;
             if dirty && now >= next_save {
-                self.save();
-                dirty = false;
+                // A failed save stays due: the next one, a SAVE_EVERY
+                // later, tries again even if nothing moves meanwhile.
+                dirty = !self.save();
                 next_save = now + SAVE_EVERY;
             }
             let mut rescan = now >= next_rescan;
@@ -612,7 +637,8 @@ impl Run {
         }
     }
 
-    fn save(&mut self) {
+    /// Saves the checkpoints; false if that failed (counted and said).
+    fn save(&mut self) -> bool {
         // While no file was found, dropped or moved since the last save,
         // only the open files' checkpoints can have changed: a source that
         // follows thousands of idle files compares the few it reads.
@@ -628,9 +654,27 @@ impl Run {
             Err(e) => Err(e),
         };
         self.saved_layout = saved.is_ok().then_some(layout);
-        if let Err(e) = saved {
-            self.stats.checkpoint_errors.fetch_add(1, Relaxed);
-            tracing::error!(source = %self.config.info.name, error = %e, "cannot save checkpoints");
+        match saved {
+            Ok(()) => {
+                if self.failed_saves > 0 {
+                    tracing::info!(
+                        source = %self.config.info.name,
+                        path = %self.store.path().display(),
+                        failed = self.failed_saves,
+                        "checkpoints saved again"
+                    );
+                    self.failed_saves = 0;
+                }
+                true
+            }
+            Err(e) => {
+                self.failed_saves += 1;
+                self.stats.checkpoint_errors.fetch_add(1, Relaxed);
+                self.config
+                    .data_dir
+                    .failed(What::Checkpoint, e.path(), e.error());
+                false
+            }
         }
     }
 
@@ -670,7 +714,13 @@ impl Run {
                 self.mark_done(seq);
             }
         }
-        self.save();
+        if !self.save() {
+            tracing::warn!(
+                source = %self.config.info.name,
+                path = %self.store.path().display(),
+                "stopping without saving the checkpoints: the lines delivered since the last save are sent again at the next start"
+            );
+        }
         self.stats
             .store(&self.tailer.counters(), self.tailer.bytes_behind());
         tracing::info!(source = %self.config.info.name, "log source stopped");
@@ -758,6 +808,7 @@ mod tests {
             checkpoint_dir: data.join("checkpoints"),
             max_in_flight_bytes,
             tap: Arc::default(),
+            data_dir: Arc::default(),
         }
     }
 
@@ -886,6 +937,55 @@ mod tests {
         });
         wait_for("nothing behind", || stats.bytes_behind.load(Relaxed) == 0);
         assert_eq!(stats.lines_read.load(Relaxed), 20);
+        running.stop();
+    }
+
+    #[test]
+    fn a_checkpoint_that_cannot_be_saved_is_counted_tried_again_and_the_lines_still_flow() {
+        let (logs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("a.log");
+        let stats = Arc::new(LogStats::new("app".into()));
+        let (input, rx) = sink();
+        let cfg = config(logs.path(), data.path(), MAX_IN_FLIGHT_BYTES);
+        let errors = Arc::clone(&cfg.data_dir);
+        let running = spawn(cfg, vec![input], Arc::clone(&stats)).unwrap();
+        append(&log, &numbered(0, 10));
+        receive_lines(&rx, 10).iter().for_each(|b| b.ack());
+        wait_for("the first checkpoint", || saved_offset(data.path()) == 120);
+
+        // A file where the directory was: no save can go through (and
+        // this holds for root too, unlike a directory's mode).
+        let dir = data.path().join("checkpoints");
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, "not a directory").unwrap();
+        append(&log, &numbered(10, 20));
+        receive_lines(&rx, 10).iter().for_each(|b| b.ack());
+        wait_for("a failed save counted", || {
+            errors.count(What::Checkpoint) >= 1
+        });
+        // Nothing more is acknowledged, yet the save is tried again, about
+        // once a second rather than in a loop.
+        let first = errors.count(What::Checkpoint);
+        std::thread::sleep(Duration::from_millis(2500));
+        let retried = errors.count(What::Checkpoint) - first;
+        assert!((1..=4).contains(&retried), "{retried} retries in 2.5 s");
+        assert_eq!(stats.checkpoint_errors.load(Relaxed), first + retried);
+        // Reading and delivering go on meanwhile.
+        append(&log, &numbered(20, 30));
+        receive_lines(&rx, 10).iter().for_each(|b| b.ack());
+
+        // The directory can be made again: the next save goes through.
+        std::fs::remove_file(&dir).unwrap();
+        wait_for("the checkpoint at the end", || {
+            saved_offset(data.path()) == 360
+        });
+        let settled = errors.count(What::Checkpoint);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(
+            errors.count(What::Checkpoint),
+            settled,
+            "no failure once saved"
+        );
         running.stop();
     }
 
