@@ -11,6 +11,19 @@
 //! them, and at each period's end symbolises and writes the period. On
 //! stop it writes the partial period and exits.
 //!
+//! # A profile that cannot be written
+//!
+//! A period whose profile cannot be stored (a full, read-only or removed
+//! `data_dir`) is lost: it is counted in
+//! `sonde_profiler_write_errors_total` and
+//! `sonde_data_dir_write_errors_total{what="profile"}`, said with the path
+//! and a fix at most once a minute, and the thread samples the next period
+//! as if nothing happened; the store keeps every profile written before
+//! (see [`Store::write`]), and the first period that can be written again
+//! is, with no restart. Lost periods are not kept in memory for later:
+//! a profile is a sample of a minute, and holding them would make the
+//! profiler's memory grow with the length of the outage.
+//!
 //! # Cost
 //!
 //! The thread runs at the background nice value. Its own CPU time is
@@ -27,6 +40,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sonde_profile::store::Store;
 use sonde_profile::{OpenError, Profiler};
 
+use crate::telemetry::data_dir::{DataDirErrors, What};
+
 /// What the profiler thread needs.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -39,6 +54,8 @@ pub struct Settings {
     pub store: Store,
     /// The host the profiles name (`agent.hostname`).
     pub host: String,
+    /// Where a profile that cannot be written is counted and said.
+    pub data_dir: Arc<DataDirErrors>,
 }
 
 /// The profiler's counters for `/metrics`.
@@ -60,7 +77,7 @@ pub struct ProfilerStats {
     pub symbol_misses: AtomicU64,
     /// Periods written to the store.
     pub periods: AtomicU64,
-    /// Periods that could not be written.
+    /// Periods that could not be written (lost).
     pub write_errors: AtomicU64,
     /// Bytes the store holds after the last write.
     pub store_bytes: AtomicU64,
@@ -186,20 +203,7 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
             stats.processes.store(held.processes as u64, Relaxed);
             stats.modules.store(held.modules as u64, Relaxed);
             stats.symbol_cache_entries.store(held.names as u64, Relaxed);
-            match write(&settings.store, &profile) {
-                Ok(bytes) => {
-                    stats.periods.fetch_add(1, Relaxed);
-                    stats.store_bytes.store(bytes, Relaxed);
-                }
-                Err(e) => {
-                    if stats.write_errors.fetch_add(1, Relaxed) == 0 {
-                        tracing::warn!(
-                            dir = %settings.store.path().display(),
-                            "profiler: writing a profile failed: {e} (counted in sonde_profiler_write_errors_total, logged once)"
-                        );
-                    }
-                }
-            }
+            store(settings, stats, &profile);
             stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
             if stopping {
                 break;
@@ -219,13 +223,65 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
     stats.period_end_ns.store(0, Relaxed);
 }
 
-fn write(store: &Store, profile: &sonde_profile::Profile) -> io::Result<u64> {
-    store.write(profile)?;
-    let total = store
-        .list()
-        .map_err(io::Error::other)?
-        .iter()
-        .map(|e| e.bytes)
-        .sum();
-    Ok(total)
+/// Stores one period's profile, counting it as written or lost.
+fn store(settings: &Settings, stats: &ProfilerStats, profile: &sonde_profile::Profile) {
+    match settings.store.write(profile) {
+        Ok(_) => {
+            stats.periods.fetch_add(1, Relaxed);
+            // A store that cannot be listed keeps the last size.
+            if let Ok(files) = settings.store.list() {
+                stats
+                    .store_bytes
+                    .store(files.iter().map(|e| e.bytes).sum(), Relaxed);
+            }
+        }
+        Err(e) => {
+            stats.write_errors.fetch_add(1, Relaxed);
+            settings.data_dir.failed(What::Profile, &e.path, &e.error);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_profile::store::Limits;
+
+    #[test]
+    fn a_period_that_cannot_be_stored_is_counted_lost_and_the_next_one_is_stored() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = sonde_profile::store::dir(data.path());
+        let settings = Settings {
+            frequency: 19,
+            period: Duration::from_secs(60),
+            store: Store::new(
+                dir.clone(),
+                Limits {
+                    retention_s: 3600,
+                    max_bytes: u64::MAX,
+                },
+            ),
+            host: "h".into(),
+            data_dir: Arc::default(),
+        };
+        let stats = ProfilerStats::default();
+        let period = |start_s: u64| {
+            sonde_profile::ProfileBuilder::new(19, start_s * 1_000_000_000, 60_000_000_000).finish()
+        };
+        // A file where the store's directory goes: nothing can be written
+        // there, for root too.
+        std::fs::write(&dir, "not a directory").unwrap();
+        store(&settings, &stats, &period(1_000_000));
+        store(&settings, &stats, &period(1_000_060));
+        assert_eq!(stats.write_errors.load(Relaxed), 2);
+        assert_eq!(settings.data_dir.count(What::Profile), 2);
+        assert_eq!(stats.periods.load(Relaxed), 0);
+
+        std::fs::remove_file(&dir).unwrap();
+        store(&settings, &stats, &period(1_000_120));
+        assert_eq!(stats.periods.load(Relaxed), 1);
+        assert_eq!(stats.write_errors.load(Relaxed), 2);
+        assert!(stats.store_bytes.load(Relaxed) > 0);
+        assert_eq!(settings.store.list().unwrap().len(), 1);
+    }
 }

@@ -4,10 +4,21 @@
 //!
 //! A file is named by the Unix second its period started at,
 //! `1795160400.pb.gz`, so a listing sorts by time and a range is read by
-//! name alone. Files are written to a temporary name and renamed, so a
-//! reader never sees half a profile and a crash leaves at worst a
+//! name alone. Files are written to a temporary name, fsynced and renamed,
+//! so a reader never sees half a profile and a crash leaves at worst a
 //! `.tmp` file, removed at the next write. Each file is an ordinary pprof
 //! profile: `go tool pprof` reads any one of them.
+//!
+//! # A full, read-only or removed directory
+//!
+//! A write that fails costs that period's profile and nothing else: no
+//! stored file is opened for writing (a period's file is new, made by
+//! rename), so a write cut short by a full disk or refused by a read-only
+//! one stops before the rename and leaves every stored profile as it was.
+//! Its temporary file is removed at once, so that it does not hold the
+//! space the next period needs. A removed directory is made again at the
+//! next write. [`Store::write`] says which path failed ([`WriteError`]);
+//! the profiler counts the period as lost and goes on.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -47,6 +58,17 @@ pub struct Entry {
     pub path: PathBuf,
     /// Its size in bytes.
     pub bytes: u64,
+}
+
+/// Why [`Store::write`] failed; the profiles stored before are as they
+/// were, and no temporary file is left.
+#[derive(Debug, thiserror::Error)]
+#[error("writing {path}: {error}")]
+pub struct WriteError {
+    /// The directory, the temporary file or the file that failed.
+    pub path: PathBuf,
+    /// What failed.
+    pub error: io::Error,
 }
 
 /// Why reading the store failed.
@@ -145,14 +167,35 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// Creating the directory, writing or renaming the file.
-    pub fn write(&self, profile: &Profile) -> io::Result<PathBuf> {
-        std::fs::create_dir_all(&self.dir)?;
+    /// Making the directory (again, if it was removed), writing or
+    /// renaming the file; see [`WriteError`].
+    pub fn write(&self, profile: &Profile) -> Result<PathBuf, WriteError> {
+        std::fs::create_dir_all(&self.dir).map_err(|error| WriteError {
+            path: self.dir.clone(),
+            error,
+        })?;
         let start_s = profile.start_ns / 1_000_000_000;
         let path = self.dir.join(format!("{start_s}.pb.gz"));
         let tmp = self.dir.join(format!("{start_s}.pb.gz.tmp"));
-        std::fs::write(&tmp, pprof::encode(profile))?;
-        std::fs::rename(&tmp, &path)?;
+        let bytes = pprof::encode(profile);
+        // Synced before the rename: else a power loss could leave an
+        // empty file under the period's name (one fsync a period).
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            io::Write::write_all(&mut f, &bytes)?;
+            f.sync_data()
+        });
+        let failed = match written {
+            Ok(()) => std::fs::rename(&tmp, &path)
+                .err()
+                .map(|e| (path.clone(), e)),
+            Err(e) => Some((tmp.clone(), e)),
+        };
+        if let Some((path, error)) = failed {
+            // What a full disk cut short would hold the space the next
+            // period needs.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(WriteError { path, error });
+        }
         self.prune(start_s);
         Ok(path)
     }
@@ -527,6 +570,130 @@ mod tests {
                 max_bytes,
             },
         )
+    }
+
+    /// A tmpfs mounted on a temporary directory, unmounted when dropped
+    /// (also when the test fails).
+    struct Tmpfs {
+        dir: tempfile::TempDir,
+    }
+
+    impl Tmpfs {
+        /// A tmpfs of `size`; `None`, saying why the test is skipped,
+        /// unless root may mount one.
+        fn mount(size: &str) -> Option<Tmpfs> {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                eprintln!("skipped: mounting a tmpfs needs root");
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .status();
+            if !mounted.as_ref().is_ok_and(|s| s.success()) {
+                eprintln!("skipped: cannot mount a tmpfs here ({mounted:?})");
+                return None;
+            }
+            Some(Tmpfs { dir })
+        }
+
+        fn path(&self) -> &Path {
+            self.dir.path()
+        }
+
+        /// `mount -o remount,{how}`.
+        fn remount(&self, how: &str) {
+            let status = std::process::Command::new("mount")
+                .args(["-o", &format!("remount,{how}")])
+                .arg(self.path())
+                .status()
+                .unwrap();
+            assert!(status.success(), "remount {how}");
+        }
+
+        /// Writes a file until the file system says `ENOSPC`.
+        fn fill(&self) -> PathBuf {
+            use std::io::Write as _;
+            let path = self.path().join("filler");
+            let mut f = std::fs::File::create(&path).unwrap();
+            let chunk = vec![0xa5u8; 64 << 10];
+            loop {
+                match f.write(&chunk) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => panic!("filling {}: {e}", path.display()),
+                }
+            }
+            path
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+
+    /// The names in the store's directory.
+    fn names(s: &Store) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(s.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_profile_that_does_not_fit_is_refused_whole_and_leaves_no_temporary_file() {
+        let Some(tmpfs) = Tmpfs::mount("256k") else {
+            return;
+        };
+        let s = store(tmpfs.path(), 3600, u64::MAX);
+        s.write(&profile(1_000_000, 5)).unwrap();
+        s.write(&profile(1_000_060, 7)).unwrap();
+        let filler = tmpfs.fill();
+        let e = s.write(&profile(1_000_120, 11)).unwrap_err();
+        assert_eq!(e.error.raw_os_error(), Some(libc::ENOSPC), "{e}");
+        assert_eq!(e.path, s.path().join("1000120.pb.gz.tmp"));
+        assert_eq!(names(&s), ["1000000.pb.gz", "1000060.pb.gz"]);
+        let (_, files) = s.read(0, u64::MAX).unwrap();
+        assert_eq!(files, 2, "the stored profiles still read");
+        // Space comes back: the next period is stored.
+        std::fs::remove_file(filler).unwrap();
+        s.write(&profile(1_000_180, 13)).unwrap();
+        assert_eq!(s.read(0, u64::MAX).unwrap().1, 3);
+    }
+
+    #[test]
+    fn a_read_only_store_refuses_the_write_and_a_writable_one_takes_the_next() {
+        let Some(tmpfs) = Tmpfs::mount("1m") else {
+            return;
+        };
+        let s = store(tmpfs.path(), 3600, u64::MAX);
+        s.write(&profile(1_000_000, 5)).unwrap();
+        tmpfs.remount("ro");
+        let e = s.write(&profile(1_000_060, 7)).unwrap_err();
+        assert_eq!(e.error.raw_os_error(), Some(libc::EROFS), "{e}");
+        assert_eq!(names(&s), ["1000000.pb.gz"]);
+        tmpfs.remount("rw");
+        s.write(&profile(1_000_120, 11)).unwrap();
+        assert_eq!(names(&s), ["1000000.pb.gz", "1000120.pb.gz"]);
+    }
+
+    #[test]
+    fn a_removed_store_directory_is_made_again_at_the_next_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), 3600, u64::MAX);
+        s.write(&profile(1_000_000, 5)).unwrap();
+        std::fs::remove_dir_all(tmp.path()).unwrap();
+        s.write(&profile(1_000_060, 7)).unwrap();
+        assert_eq!(names(&s), ["1000060.pb.gz"]);
     }
 
     #[test]

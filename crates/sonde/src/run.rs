@@ -518,6 +518,7 @@ fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_io::pr
         period: p.period,
         store,
         host: agent_host(config),
+        data_dir: Arc::clone(&telemetry.data_dir),
     };
     match sonde_io::profiler::spawn(settings, Arc::clone(&telemetry.profiler)) {
         Ok(running) => {
