@@ -2,7 +2,8 @@
 //! directory, unmounted when dropped. Mounting needs root; without it the
 //! tests that need one say so and return.
 
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A mounted tmpfs.
@@ -29,6 +30,33 @@ impl Tmpfs {
     /// Where it is mounted.
     pub fn path(&self) -> &Path {
         self.0.path()
+    }
+
+    /// `mount -o remount,{how}` (`ro`, `rw`).
+    pub fn remount(&self, how: &str) {
+        let ok = Command::new("mount")
+            .args(["-o", &format!("remount,{how}")])
+            .arg(self.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -o remount,{how} failed");
+    }
+
+    /// Writes a file until the file system says `ENOSPC`, and returns its
+    /// path (remove it to free the space).
+    pub fn fill(&self) -> PathBuf {
+        let path = self.path().join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0xa5u8; 64 << 10];
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling {}: {e}", path.display()),
+            }
+        }
+        path
     }
 
     /// Bytes in use.
