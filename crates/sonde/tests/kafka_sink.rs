@@ -22,6 +22,7 @@ use common::backends::{or_skip, Isolation, Kafka, KafkaRecord};
 use sonde::sinks::{Running, Sink, Start};
 use sonde_io::logs::{LogBatch, LogStats, SourceConfig, SourceInfo};
 use sonde_io::sink::SinkStats;
+use sonde_io::telemetry::data_dir::{DataDirErrors, What};
 use sonde_logs::{Checkpoints, TailerConfig};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -333,6 +334,16 @@ fn spawn_source(
     source: &SourceInfo,
     running: &mut Running,
 ) -> sonde_io::logs::RunningSource {
+    spawn_source_counting(dir, source, running, Arc::default())
+}
+
+/// [`spawn_source`], counting failed checkpoint saves into `data_dir`.
+fn spawn_source_counting(
+    dir: &std::path::Path,
+    source: &SourceInfo,
+    running: &mut Running,
+    data_dir: Arc<DataDirErrors>,
+) -> sonde_io::logs::RunningSource {
     let (_, input) = running.logs.remove(0);
     sonde_io::logs::spawn(
         SourceConfig {
@@ -342,7 +353,7 @@ fn spawn_source(
             checkpoint_dir: dir.join("checkpoints"),
             max_in_flight_bytes: sonde_io::logs::source::MAX_IN_FLIGHT_BYTES,
             tap: Arc::default(),
-            data_dir: Arc::default(),
+            data_dir,
         },
         vec![input],
         Arc::new(LogStats::new(source.name.clone())),
@@ -391,6 +402,68 @@ fn exactly_once_lines_are_committed_with_their_positions_and_a_restart_resumes_t
     let records = kafka.consume("eo", Isolation::ReadCommitted, 4000, TIMEOUT);
     let want: Vec<String> = (0..4000).map(|i| format!("line-{i}")).collect();
     assert_eq!(values(&records), want);
+    src.stop();
+    stop(running);
+}
+
+/// The offset the checkpoint file in `dir` saved for `app`'s one file.
+fn checkpoint_offset(dir: &std::path::Path) -> Option<u64> {
+    let file = sonde_logs::CheckpointFile::new(&dir.join("checkpoints"), "app").unwrap();
+    Some(file.load().ok()??.files.first()?.offset)
+}
+
+/// Exactly-once does not need `data_dir`: the positions a restart resumes
+/// from are committed to Kafka with the lines, so while the checkpoint
+/// file cannot be written the sink delivers on (holding delivery would
+/// protect nothing), and a restart that finds the checkpoint file behind
+/// resumes from Kafka's positions, sending nothing twice.
+#[test]
+fn exactly_once_delivers_on_while_checkpoints_cannot_be_saved_and_resumes_from_kafka() {
+    let Some(kafka) = or_skip(Kafka::start()) else {
+        return;
+    };
+    kafka.create_topic("eo-ro", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("a.log");
+    append(&log, 0, 1000);
+    let source = info(&[]);
+    let config = sink(&kafka, "topic = \"eo-ro\"\ndelivery = \"exactly_once\"");
+    let (mut running, _) = start(&config, &source);
+    assert_eq!(restored(&mut running), None);
+    let errors = Arc::new(DataDirErrors::default());
+    let src = spawn_source_counting(dir.path(), &source, &mut running, Arc::clone(&errors));
+    kafka.consume("eo-ro", Isolation::ReadCommitted, 1000, TIMEOUT);
+    let behind = std::fs::metadata(&log).unwrap().len();
+    common::wait_for("the checkpoint at 1000 lines", TIMEOUT, || {
+        (checkpoint_offset(dir.path()) == Some(behind)).then_some(())
+    });
+
+    // The checkpoints directory set aside and a file put in its place: no
+    // save can go through, for root too.
+    let checkpoints = dir.path().join("checkpoints");
+    let aside = dir.path().join("checkpoints.aside");
+    std::fs::rename(&checkpoints, &aside).unwrap();
+    std::fs::write(&checkpoints, "not a directory").unwrap();
+    append(&log, 1000, 2000);
+    let records = kafka.consume("eo-ro", Isolation::ReadCommitted, 2000, TIMEOUT);
+    let want: Vec<String> = (0..2000).map(|i| format!("line-{i}")).collect();
+    assert_eq!(values(&records), want, "delivered on, once each");
+    common::wait_for("failed saves counted", TIMEOUT, || {
+        (errors.count(What::Checkpoint) >= 1).then_some(())
+    });
+    src.stop();
+    stop(running);
+
+    // The checkpoint file that comes back is 1000 lines behind Kafka.
+    std::fs::remove_file(&checkpoints).unwrap();
+    std::fs::rename(&aside, &checkpoints).unwrap();
+    assert_eq!(checkpoint_offset(dir.path()), Some(behind));
+    append(&log, 2000, 3000);
+    let (mut running, _) = start(&config, &source);
+    let src = spawn_source(dir.path(), &source, &mut running);
+    let records = kafka.consume("eo-ro", Isolation::ReadCommitted, 3000, TIMEOUT);
+    let want: Vec<String> = (0..3000).map(|i| format!("line-{i}")).collect();
+    assert_eq!(values(&records), want, "nothing sent twice");
     src.stop();
     stop(running);
 }

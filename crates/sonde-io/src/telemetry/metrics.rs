@@ -194,7 +194,7 @@ pub const METRICS: &[Metric] = &[
     ),
     counter(
         "sonde_data_dir_write_errors_total",
-        "Writes under agent.data_dir that failed (a full or read-only disk, a removed directory), by writer: buffer, checkpoint, profile, positions.",
+        "Writes under agent.data_dir that failed (a full or read-only disk, a removed directory), by writer: buffer, checkpoint, profile.",
         Source::DataDir,
     ),
     gauge(

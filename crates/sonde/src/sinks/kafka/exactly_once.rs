@@ -37,6 +37,16 @@
 //! tries again, and the source reads and holds its lines meanwhile; once
 //! the positions come it drops the held lines they cover.
 //!
+//! # A `data_dir` that cannot be written
+//!
+//! Nothing here writes under `agent.data_dir`: the positions live in
+//! Kafka, committed with the lines they follow. While the source's
+//! checkpoint file cannot be saved, this sink goes on delivering: the
+//! promise rests on the committed positions, which a restart resumes from
+//! wherever a stale checkpoint file says less, so holding delivery would
+//! protect nothing (tests/kafka_sink.rs,
+//! `exactly_once_delivers_on_while_checkpoints_cannot_be_saved_and_resumes_from_kafka`).
+//!
 //! # Stopping
 //!
 //! Once the source dropped its sender, a transaction that ends on
