@@ -117,11 +117,20 @@ pub fn split_lines(body: &[u8]) -> Option<[Half; 2]> {
         .enumerate()
         .filter_map(|(i, &b)| (b == b'\n').then_some(i + 1))
         .collect();
-    if ends.len() < 2 || ends.last() != Some(&body.len()) {
+    if ends.last() != Some(&body.len()) {
+        return None;
+    }
+    split_at_ends(body, &ends)
+}
+
+/// Cuts `body`, a run of points (or records) whose ends are at the
+/// offsets `ends`, after its middle one. `None` for fewer than two.
+pub fn split_at_ends(body: &[u8], ends: &[usize]) -> Option<[Half; 2]> {
+    if ends.len() < 2 {
         return None;
     }
     let first = ends.len() / 2;
-    let cut = ends[first - 1];
+    let cut = ends[first - 1].min(body.len());
     Some([
         Half {
             body: body[..cut].to_vec(),

@@ -235,21 +235,7 @@ impl BatchEncoder for RemoteWrite {
             rd = rd.get(len..)?;
             ends.push(body.len() - rd.len());
         }
-        if ends.len() < 2 {
-            return None;
-        }
-        let first = ends.len() / 2;
-        let cut = ends[first - 1];
-        Some([
-            Half {
-                body: body[..cut].to_vec(),
-                points: first,
-            },
-            Half {
-                body: body[cut..].to_vec(),
-                points: ends.len() - first,
-            },
-        ])
+        crate::split_at_ends(body, &ends)
     }
 }
 

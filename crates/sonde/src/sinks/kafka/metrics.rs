@@ -109,23 +109,13 @@ impl<E: BatchEncoder> BatchEncoder for PerPoint<E> {
     /// Between two frames (Kafka refuses records one by one, never the
     /// request: this is here for the trait).
     fn split(body: &[u8]) -> Option<[Half; 2]> {
-        let all: Vec<&[u8]> = frames(body).collect();
-        if all.len() < 2 {
-            return None;
-        }
-        let first = all.len() / 2;
-        let cut: usize = all[..first].iter().map(|f| 4 + f.len()).sum();
-        let cut = cut.min(body.len());
-        Some([
-            Half {
-                body: body[..cut].to_vec(),
-                points: first,
-            },
-            Half {
-                body: body[cut..].to_vec(),
-                points: all.len() - first,
-            },
-        ])
+        let ends: Vec<usize> = frames(body)
+            .scan(0, |end, f| {
+                *end += 4 + f.len();
+                Some(*end)
+            })
+            .collect();
+        sonde_encode::split_at_ends(body, &ends)
     }
 }
 
