@@ -945,70 +945,7 @@ mod tests {
         assert_eq!(sorted(file.load().unwrap().unwrap()), sorted(now));
     }
 
-    /// A tmpfs mounted on a temporary directory, unmounted when dropped
-    /// (also when the test fails).
-    struct Tmpfs {
-        dir: tempfile::TempDir,
-    }
-
-    impl Tmpfs {
-        /// A tmpfs of `size` (`mount -o size=`); `None`, saying why the
-        /// test is skipped, unless root may mount one.
-        fn mount(size: &str) -> Option<Tmpfs> {
-            if !nix::unistd::geteuid().is_root() {
-                eprintln!("skipped: mounting a tmpfs needs root");
-                return None;
-            }
-            let dir = tempfile::tempdir().unwrap();
-            let mounted = std::process::Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-                .arg(dir.path())
-                .status();
-            if !mounted.as_ref().is_ok_and(|s| s.success()) {
-                eprintln!("skipped: cannot mount a tmpfs here ({mounted:?})");
-                return None;
-            }
-            Some(Tmpfs { dir })
-        }
-
-        fn path(&self) -> &Path {
-            self.dir.path()
-        }
-
-        /// `mount -o remount,{how}`.
-        fn remount(&self, how: &str) {
-            let status = std::process::Command::new("mount")
-                .args(["-o", &format!("remount,{how}")])
-                .arg(self.path())
-                .status()
-                .unwrap();
-            assert!(status.success(), "remount {how}");
-        }
-
-        /// Writes a file until the file system says `ENOSPC`.
-        fn fill(&self) -> PathBuf {
-            let path = self.path().join("filler");
-            let mut f = File::create(&path).unwrap();
-            let chunk = vec![0xa5u8; 64 << 10];
-            loop {
-                match f.write(&chunk) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
-                    Err(e) => panic!("filling {}: {e}", path.display()),
-                }
-            }
-            path
-        }
-    }
-
-    impl Drop for Tmpfs {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg(self.dir.path())
-                .status();
-        }
-    }
+    use sonde_testkit::Tmpfs;
 
     /// The files in `dir` other than `keep`.
     fn others(dir: &Path, keep: &[&str]) -> Vec<String> {

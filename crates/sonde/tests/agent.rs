@@ -645,11 +645,19 @@ fn the_agent_profiles_itself_on_request() {
             "--rate",
             "100k",
             "--duration",
-            "4s",
+            "10s",
             "--admin",
             "none",
             "--json",
         ])
+    });
+    // The profiles start once the load reaches the agent (the load
+    // generator builds its datagrams first).
+    let points = format!(
+        "sonde_receiver_points_total{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"statsd\"}}"
+    );
+    wait_for("the load at the agent", Duration::from_secs(30), || {
+        (agent.metric(&points).unwrap_or(0.0) > 0.0).then_some(())
     });
     // Two overlapping profiles: exactly one runs, the other is refused.
     let a = std::thread::spawn(move || http_get_raw(admin, "/debug/pprof/profile?seconds=2"));
@@ -692,7 +700,7 @@ fn the_agent_profiles_itself_on_request() {
         assert!(text.contains("PeriodType: cpu"), "{text}");
         assert!(
             text.contains("statsd"),
-            "the profile shows the parser at work"
+            "the profile shows the parser at work: {text}"
         );
     }
 }

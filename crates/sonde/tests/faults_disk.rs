@@ -11,8 +11,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::http_server::{json_lines, Server};
-use common::tmpfs::Tmpfs;
 use common::*;
+use sonde_testkit::Tmpfs;
 
 /// The `.seg` files under `dir`, recursively.
 fn segments(dir: &std::path::Path) -> usize {

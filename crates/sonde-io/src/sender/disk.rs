@@ -788,39 +788,7 @@ mod tests {
         assert_eq!(drain(&mut d), [1, 2]);
     }
 
-    /// A tmpfs of `size` mounted on a new directory, unmounted when
-    /// dropped; `None` (the test then skips) unless running as root.
-    struct Tmpfs(tempfile::TempDir);
-
-    impl Tmpfs {
-        fn mount(size: &str) -> Option<Tmpfs> {
-            // SAFETY: geteuid has no preconditions.
-            if unsafe { libc::geteuid() } != 0 {
-                eprintln!("not root: the tmpfs tests are skipped");
-                return None;
-            }
-            let dir = tempfile::tempdir().unwrap();
-            let ok = std::process::Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-                .arg(dir.path())
-                .status()
-                .is_ok_and(|s| s.success());
-            ok.then_some(Tmpfs(dir))
-        }
-
-        fn path(&self) -> &Path {
-            self.0.path()
-        }
-    }
-
-    impl Drop for Tmpfs {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(self.0.path())
-                .status();
-        }
-    }
+    use sonde_testkit::Tmpfs;
 
     fn segments(dir: &Path) -> usize {
         fs::read_dir(dir)
@@ -833,17 +801,6 @@ mod tests {
                     .is_some_and(|x| x == "seg")
             })
             .count()
-    }
-
-    /// Bytes the file system of `dir` has in use.
-    fn used(dir: &Path) -> u64 {
-        let out = std::process::Command::new("df")
-            .args(["-B1", "--output=used"])
-            .arg(dir)
-            .output()
-            .unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        text.lines().nth(1).unwrap().trim().parse().unwrap()
     }
 
     #[test]
@@ -868,11 +825,7 @@ mod tests {
         // Delivering everything works on the full disk, and frees it all.
         assert_eq!(drain(&mut d), (1..=pushed).collect::<Vec<_>>());
         assert_eq!(segments(&dir), 0);
-        assert!(
-            used(fs_.path()) < 64 << 10,
-            "{} bytes in use",
-            used(fs_.path())
-        );
+        assert!(fs_.used() < 64 << 10, "{} bytes in use", fs_.used());
         // It takes records again, with no restart.
         d.push(req(1000, 100 << 10)).unwrap();
         drop(d);
@@ -928,8 +881,7 @@ mod tests {
         }
         // The refused record was cut off again; another writer takes the
         // space that freed, to the last block.
-        let mut filler = File::create(fs_.path().join("filler")).unwrap();
-        while filler.write_all(&[7u8; 4096]).is_ok() {}
+        fs_.fill();
         let full = errors.count(What::Buffer);
         // The first acknowledgement needs the `ack` file's first block,
         // which the full disk does not have: it waits in memory, and

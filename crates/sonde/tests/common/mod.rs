@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 pub mod backends;
 pub mod browser;
 pub mod http_server;
-pub mod tmpfs;
 
 pub use serde_json::Value as Json;
 
@@ -328,8 +327,9 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
 
 pub fn read_points(path: &Path) -> Vec<Json> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.is_empty())
+    // Whole lines only: the sink may be writing the last one.
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n') && l.len() > 1)
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
         .collect()
 }

@@ -293,4 +293,19 @@ mod tests {
         assert_eq!(frames(&body[..5]).collect::<Vec<_>>(), [&b"o"[..]]);
         assert_eq!(frames(&[]).count(), 0);
     }
+
+    #[test]
+    fn a_body_splits_between_two_frames() {
+        let mut body = Vec::new();
+        for r in [&b"one"[..], b"two", b"three"] {
+            body.extend_from_slice(&(r.len() as u32).to_le_bytes());
+            body.extend_from_slice(r);
+        }
+        type Encoder = PerPoint<sonde_encode::msgpack::Msgpack>;
+        let [a, b] = <Encoder as BatchEncoder>::split(&body).unwrap();
+        assert_eq!((a.points, b.points), (1, 2));
+        assert_eq!(frames(&a.body).collect::<Vec<_>>(), [&b"one"[..]]);
+        assert_eq!(frames(&b.body).collect::<Vec<_>>(), [&b"two"[..], b"three"]);
+        assert!(<Encoder as BatchEncoder>::split(&body[..7]).is_none());
+    }
 }

@@ -1,12 +1,13 @@
-//! A small tmpfs for the tests of a full disk: mounted on a new
-//! directory, unmounted when dropped. Mounting needs root; without it the
-//! tests that need one say so and return.
+//! Test support shared by the crates' tests: [`Tmpfs`], a small file
+//! system of a test's own, to fill or make read-only.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A mounted tmpfs.
+/// A tmpfs mounted on a new directory, unmounted when dropped (also when
+/// the test fails). Mounting needs root; without it [`Tmpfs::mount`] says
+/// the test is skipped and returns `None`.
 pub struct Tmpfs(tempfile::TempDir);
 
 impl Tmpfs {
