@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A profile-guided (PGO) release build of `sonde`, kept out of the default
-# `cargo build` and of CI: see docs/BENCHMARKS.md ("profile-guided
+# `cargo build` and of CI: see docs/benchmarks/LOG.md ("profile-guided
 # optimisation") for what it gains and README.md ("How it is built").
 #
 #   scripts/build-pgo.sh            # -> $CARGO_TARGET_DIR/pgo/sonde

@@ -14,7 +14,7 @@ series is measured over its samples 10 to 5 * PASSES: at 21 passes
 most of them while its sketch still fills its raw samples or has just
 started its buckets. A BASE of 21 or more measures the bucketed steady
 state that a series with thousands of samples a window is in
-(docs/BENCHMARKS.md, "the sketch's start-up in the in-process figure").
+(docs/benchmarks/LOG.md, "the sketch's start-up in the in-process figure").
 
 Usage: scripts/hot-path-time.py [--rounds N] [--passes P] [--base-passes B] [--cpu C] SHAPE SERIES BIN [BIN ...]
 Build a binary with: cargo build --profile dist -p sonde-aggregate --example hot_path

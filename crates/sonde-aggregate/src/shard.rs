@@ -249,7 +249,7 @@ impl Agg {
 /// again to the instructions of a point (`scripts/callgrind-hot-path.sh`
 /// on statsd:10000), so it was dropped. Kept in the key's allocation, the
 /// first spelling costs its raw tags and 5 bytes, and its alias a 4-byte
-/// slot number (docs/BENCHMARKS.md, "series memory budget").
+/// slot number (docs/benchmarks/LOG.md, "series memory budget").
 pub(crate) type Entry = Option<Arc<[u8]>>;
 
 /// A further spelling of a series (another tag order): kind, syntax, name
@@ -864,7 +864,7 @@ impl Shard {
     /// misses: the alias table's control bytes, its slot, the entry, the
     /// stored spelling, the window value. `perf annotate` of the agent at
     /// 100k DogStatsD series put most of `record`'s samples on those loads
-    /// (docs/BENCHMARKS.md, "looking a batch of points up together"). Here
+    /// (docs/benchmarks/LOG.md, "looking a batch of points up together"). Here
     /// each step is taken for every point of the batch before the next
     /// step, so the misses of up to [`BATCH`] points are in flight at once:
     /// the probes are independent loads the CPU overlaps, and the entries,

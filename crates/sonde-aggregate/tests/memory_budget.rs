@@ -128,7 +128,7 @@ fn measure(kind: Kind, n: usize, samples_per_window: usize) -> PerSeries {
 /// allocation and its alias is a slot number, so the one-comparison fast
 /// path costs the raw tags, 5 bytes and a 4-byte slot, not a second
 /// allocation; per-series arrays grow by an eighth, not by doubling
-/// (docs/BENCHMARKS.md, "series memory budget"). While a window is being
+/// (docs/benchmarks/LOG.md, "series memory budget"). While a window is being
 /// flushed its output adds about 52 bytes more (8 bytes a value and a
 /// 32-byte group per series).
 const COUNTER_BUDGET: f64 = 200.0;

@@ -6,7 +6,7 @@
 //! to one CPU, or a cgroup quota of one), the scheduler splits the core
 //! evenly between runnable threads, so a flush of 100k series took half the
 //! core from the receive thread for ~250 ms every window and the socket
-//! overflowed (docs/BENCHMARKS.md, "dog-100k at 5 M lines/s: no flush or
+//! overflowed (docs/benchmarks/LOG.md, "dog-100k at 5 M lines/s: no flush or
 //! sketch burst on the receive core"). Background threads therefore run
 //! at a higher nice value than the receive workers: under contention the
 //! scheduler gives a nice-10 thread about a tenth of the share of a nice-0

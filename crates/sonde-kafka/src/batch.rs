@@ -8,7 +8,7 @@
 //! compresses that buffer into the caller's request buffer behind the
 //! header and fills in the lengths and the CRC. This is where librdkafka
 //! spends a buffer, a queue entry and a lock per record
-//! (docs/BENCHMARKS.md, "sonde's own Kafka producer").
+//! (docs/benchmarks/LOG.md, "sonde's own Kafka producer").
 //!
 //! [`decode`] reads a batch back (CRC checked, decompressed), for tests
 //! and fuzzing.

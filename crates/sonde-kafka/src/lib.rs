@@ -3,7 +3,7 @@
 //! librdkafka costs about 8 CPU-seconds per GB when every log line is one
 //! record (a buffer, a queue entry, locks and a clock read per record);
 //! encoding the record batches here, one reused buffer per batch,
-//! measured 0.8 (docs/BENCHMARKS.md, "sonde's own Kafka producer").
+//! measured 0.8 (docs/benchmarks/LOG.md, "sonde's own Kafka producer").
 //!
 //! * [`batch`]: record batches (magic 2): [`batch::BatchBuilder`] and the
 //!   Kafka framing of the sink compressions (none, gzip, snappy, LZ4 frame, zstd), and [`batch::decode`] to read

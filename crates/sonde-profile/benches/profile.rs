@@ -5,8 +5,8 @@
 //! sorts with glibc's `qsort` under a few levels of recursion, for one
 //! second at 999 Hz, and replays the records. It needs perf-event
 //! permission (root, CAP_PERFMON or perf_event_paranoid <= 0) and says so
-//! otherwise. Figures: docs/BENCHMARKS.md, "the profiler's cost per
-//! sample".
+//! otherwise. Figures: docs/BENCHMARKS.md, "The
+//! profiler".
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -388,7 +388,7 @@ impl Collector {
             return;
         }
         // Buffers kept across samples: nothing is allocated for a stack
-        // seen before (docs/BENCHMARKS.md, "the profiler's cost per sample").
+        // seen before (docs/BENCHMARKS.md, "The profiler").
         let mut frames = std::mem::take(&mut self.frames);
         let mut user_chain = std::mem::take(&mut self.user_chain);
         let mut user = std::mem::take(&mut self.user);

@@ -5,7 +5,7 @@
 //! on one connection, partitions taken in turn, checks every response,
 //! and prints the process's CPU seconds per GB of lines (newline
 //! counted, as `bench-logs.sh` does). The same measurement as the
-//! `kafka_floor` example (librdkafka); docs/BENCHMARKS.md, "sonde's own
+//! `kafka_floor` example (librdkafka); docs/benchmarks/LOG.md, "sonde's own
 //! Kafka producer".
 //!
 //! ```sh

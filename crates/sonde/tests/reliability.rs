@@ -188,7 +188,7 @@ fn a_flood_of_new_series_stops_at_max_series_and_old_series_keep_working() {
     assert!(lines[0].contains("flood.m"), "{}", lines[0]);
 
     // Memory: without the limit the million series would take hundreds of
-    // MiB (docs/BENCHMARKS.md, "series memory budget"). With it, the 19,900
+    // MiB (docs/benchmarks/LOG.md, "series memory budget"). With it, the 19,900
     // admitted series grew the peak by 7 MiB in a debug build. 32 MiB
     // leaves room for allocator and flush noise, and fails if anything
     // keeps even 32 bytes per rejected series.

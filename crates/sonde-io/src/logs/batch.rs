@@ -143,7 +143,7 @@ const POOL_KEEP: usize = 4;
 /// A new buffer's pages are mapped on first write, one page fault each
 /// (and jemalloc, run with `dirty_decay_ms:0`, unmaps freed pages at once):
 /// faulting in a fresh 1 MiB batch per MiB read took half the source's CPU
-/// on the blackhole path (docs/BENCHMARKS.md, "log batches in reused
+/// on the blackhole path (docs/benchmarks/LOG.md, "log batches in reused
 /// buffers"). Reused buffers are already mapped. The pool keeps
 /// [`POOL_KEEP`] batches' buffers (about 5 MiB), enough while batches are
 /// delivered as fast as they are read; the source empties it when it goes

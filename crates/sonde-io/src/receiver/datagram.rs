@@ -100,7 +100,7 @@ pub(super) fn run(socket: &Socket, mut ingest: Ingest, max_linger: Duration) -> 
 /// than one: a system call that reads a full batch costs less than a
 /// sleep, and waiting for three quarters of a batch cost more CPU than the
 /// fixed linger at high rates, every read coming back short and sleeping
-/// (docs/BENCHMARKS.md, "receive linger sized to the traffic"). A full
+/// (docs/benchmarks/LOG.md, "receive linger sized to the traffic"). A full
 /// batch never waits: the socket is not drained.
 /// Waiting adds at most `max` of latency to points that wait seconds for
 /// their window anyway.

@@ -37,7 +37,7 @@ use ingest::WAKE_INTERVAL;
 
 /// The longest a UDP receive thread waits, after draining its socket,
 /// before it reads again, so that one wake-up takes several datagrams (see
-/// `datagram::run`). Measured in docs/BENCHMARKS.md ("receive linger" and
+/// `datagram::run`). Measured in docs/benchmarks/LOG.md ("receive linger" and
 /// "receive linger sized to the traffic").
 const UDP_MAX_LINGER: Duration = Duration::from_millis(5);
 

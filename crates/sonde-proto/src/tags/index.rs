@@ -16,7 +16,7 @@
 //! `memchr` did little for it: it restarts a search for every short field,
 //! two per tag, while the index classifies 64 bytes at once and finds
 //! every delimiter of a block from its masks (`tags/split` in
-//! `docs/BENCHMARKS.md`, "SIMD tag splitting" and "tag splitting with
+//! `docs/benchmarks/LOG.md`, "SIMD tag splitting" and "tag splitting with
 //! AVX-512", has the rates of each). It now runs once per new series or
 //! spelling, not per point.
 

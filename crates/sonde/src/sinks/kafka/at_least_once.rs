@@ -3,7 +3,7 @@
 //!
 //! librdkafka costs about 6 to 8 CPU-seconds per GB when each line is a
 //! record; building the record batches here costs about 0.5 (lz4) to 2
-//! (zstd, lines that compress less), docs/BENCHMARKS.md "sonde's own Kafka
+//! (zstd, lines that compress less), docs/benchmarks/LOG.md "sonde's own Kafka
 //! producer".
 //!
 //! # Requests

@@ -30,7 +30,7 @@ import java.util.HashMap;
  * emit) cannot find a pending series, so it must buffer every increment
  * and a hot loop fills it; the map probe costs a counter emit about 15 ns,
  * and an unmerged emit (a timer) costs no more under the monitor than it
- * did with the CAS (docs/BENCHMARKS.md, "SDK emit cost").
+ * did with the CAS (docs/benchmarks/LOG.md, "SDK emit cost").
  */
 final class PointBuffer {
     /** {@link #offer} results. */
