@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A profile-guided (PGO) release build of `sonde`, kept out of the default
 # `cargo build` and of CI: see docs/benchmarks/LOG.md ("profile-guided
-# optimisation") for what it gains and README.md ("How it is built").
+# optimisation") for what it gains and docs/ARCHITECTURE.md.
 #
 #   scripts/build-pgo.sh            # -> $CARGO_TARGET_DIR/pgo/sonde
 #   PGO_HOT_PATH=1 scripts/build-pgo.sh   # also the hot_path example, for callgrind

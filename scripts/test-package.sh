@@ -47,7 +47,7 @@ ok "built $deb ($(du -h "$deb" | cut -f1)) and its debug symbols ($(du -h "$dbgs
 
 # -- contents and control data ---------------------------------------------
 contents=$(dpkg-deb -c "$deb")
-for path in ./usr/bin/sonde ./etc/sonde/sonde.toml ./usr/share/doc/sonde/DEPLOY.md \
+for path in ./usr/bin/sonde ./etc/sonde/sonde.toml ./usr/share/doc/sonde/DEPLOY.md ./usr/share/doc/sonde/CONFIG.md \
   ./usr/share/doc/sonde/copyright; do
   grep -q " $path\$" <<<"$contents" || fail "$path is not in the package:\n$contents"
 done

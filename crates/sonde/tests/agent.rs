@@ -491,13 +491,13 @@ fn validate_names_the_problem_and_its_line() {
     std::fs::write(&bad, "[agent]\ninterval = \"30\"\n").unwrap();
     let (ok, _, err) = sonde(&["validate", "--config", bad.to_str().unwrap()]);
     assert!(!ok);
-    // Exactly what the README shows.
-    let readme = include_str!("../../../README.md");
+    // Exactly what docs/CONFIG.md shows.
+    let readme = include_str!("../../../docs/CONFIG.md");
     let shown = readme
         .split("$ sonde validate --config sonde.toml\n")
         .nth(1)
         .and_then(|r| r.split("```").next())
-        .expect("the README shows `sonde validate` output");
+        .expect("docs/CONFIG.md shows `sonde validate` output");
     let shown = shown.replace(
         "config file sonde.toml",
         &format!("config file {}", bad.display()),

@@ -1118,21 +1118,27 @@ mod tests {
     #[test]
     fn every_example_config_parses() {
         parse(include_str!("../../../../examples/sonde.toml")).unwrap();
-        // Every TOML block of the README that has receivers is a full
-        // config; docs/SINKS.md's blocks are sinks, checked with a receiver.
-        let readme = include_str!("../../../../README.md");
+        // Every TOML block of the README and docs/CONFIG.md that has
+        // receivers is a full config; docs/SINKS.md's blocks are sinks,
+        // checked with a receiver.
+        let readme = concat!(
+            include_str!("../../../../README.md"),
+            include_str!("../../../../docs/CONFIG.md")
+        );
         let sinks = include_str!("../../../../docs/SINKS.md");
         let mut checked = 0;
         for block in readme.split("```toml\n").skip(1) {
             let block = block.split("```").next().unwrap();
             if block.contains("[[receivers]]") {
-                parse(block).unwrap_or_else(|e| panic!("README block fails: {e}\n{block}"));
+                parse(block).unwrap_or_else(|e| {
+                    panic!("a README or docs/CONFIG.md block fails: {e}\n{block}")
+                });
                 checked += 1;
             }
         }
         assert!(
             checked >= 1,
-            "the README's configuration example was not found"
+            "docs/CONFIG.md's configuration example was not found"
         );
         let mut checked = 0;
         for block in sinks.split("```toml\n").skip(1) {

@@ -14,7 +14,7 @@
 //! sink with a key of its own), declare the module and add its line to
 //! [`REGISTRY`]. A backend reached neither over HTTP nor over TCP takes
 //! [`Transport::Own`] and hands its transport to [`net::spawn`]. Then give
-//! it its row in the tables of docs/SINKS.md and the README; tests check
+//! it its row in the tables of docs/SINKS.md and docs/CONFIG.md; tests check
 //! both against the registry.
 //!
 //! The encoders stay in `sonde-encode` and the senders in `sonde-io`; a
@@ -737,12 +737,12 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_type() {
-        let readme = rows(include_str!("../../../../README.md"));
+    fn the_config_reference_lists_every_type() {
+        let readme = rows(include_str!("../../../../docs/CONFIG.md"));
         for t in REGISTRY {
             assert!(
                 readme.iter().any(|(name, _)| name == t.name),
-                "the README's sinks table has no row for {}",
+                "docs/CONFIG.md's sinks table has no row for {}",
                 t.name
             );
         }
