@@ -117,16 +117,6 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn thread_cpu_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: t is a valid timespec for clock_gettime to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 /// Starts sampling and the thread that stores each period.
 ///
 /// # Errors
@@ -204,7 +194,7 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
             stats.modules.store(held.modules as u64, Relaxed);
             stats.symbol_cache_entries.store(held.names as u64, Relaxed);
             store(settings, stats, &profile);
-            stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+            stats.cpu_ns.store(crate::sys::thread_cpu_ns(), Relaxed);
             if stopping {
                 break;
             }
@@ -217,7 +207,7 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
         // or when a ring is a quarter full.
         let wait_ms = ((period_end - now) / 1_000_000).clamp(1, 1000) as i32;
         profiler.poll(wait_ms);
-        stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+        stats.cpu_ns.store(crate::sys::thread_cpu_ns(), Relaxed);
     }
     stats.running.store(0, Relaxed);
     stats.period_end_ns.store(0, Relaxed);
