@@ -674,6 +674,8 @@ fn the_agent_profiles_itself_on_request() {
         svg.contains("<svg") && svg.contains("</svg>"),
         "an SVG flame graph: {svg}"
     );
+    // Drawn by sonde's own renderer, as `sonde profile` draws the host's.
+    assert!(svg.contains("own CPU, 1 s"), "{svg}");
     let (status, _) = http_get_raw(admin, "/debug/pprof/profile?seconds=0");
     assert!(status.contains("400"), "{status}");
     let (load_ok, _, load_err) = load.join().unwrap();

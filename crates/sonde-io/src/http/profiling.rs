@@ -81,13 +81,49 @@ fn take_profile(seconds: u64, format: Format) -> Result<Vec<u8>, String> {
                       <text x=\"10\" y=\"25\">no samples: the agent used no CPU while it was profiled</text></svg>\n",
                 );
             } else {
-                report
-                    .flamegraph(&mut out)
-                    .map_err(|e| format!("cannot draw the flame graph: {e}"))?;
+                out = own_flame_graph(&report, seconds).into_bytes();
             }
         }
     }
     Ok(out)
+}
+
+/// The agent's samples drawn by sonde's own renderer (the one of `sonde
+/// profile` and `/profiles`), each thread a root frame: pprof-rs gives
+/// each sample's frames leaf first, each frame's inlined functions
+/// innermost first.
+fn own_flame_graph(report: &pprof::Report, seconds: u64) -> String {
+    use sonde_profile::flamegraph::{render, Options};
+    use sonde_profile::model::{Function, Process, ProfileBuilder, Root};
+    let mut b = ProfileBuilder::new(PROFILE_HZ as u32, 0, seconds * 1_000_000_000);
+    for (frames, &count) in &report.data {
+        let process = Process {
+            pid: std::process::id(),
+            name: "sonde".into(),
+            tid: frames.thread_id as u32,
+            thread: frames.thread_name_or_id(),
+            ..Process::default()
+        };
+        let stack: Vec<Function> = frames
+            .frames
+            .iter()
+            .rev()
+            .flat_map(|f| f.iter().rev())
+            .map(|s| Function {
+                name: s.name(),
+                module: "sonde".into(),
+            })
+            .collect();
+        b.add(&process, &stack, count.max(0) as u64);
+    }
+    render(
+        &b.finish(),
+        &Options {
+            title: format!("sonde's own CPU, {seconds} s"),
+            roots: vec![Root::Thread],
+            ..Options::default()
+        },
+    )
 }
 
 pub(super) async fn respond(query: Option<String>, format: Format) -> Response<Full<Bytes>> {
