@@ -363,8 +363,9 @@ type Key = (String, i64);
 /// `/metrics` or counted dropped by sink `m`. Returns the points produced
 /// (name, timestamp) and those delivered, in the order they arrived.
 fn metric_ledger(agent: &Agent, fault: &Fault, within: Duration) -> Ledger {
-    let mut last = None;
-    wait_for("the metric ledger to balance", within, || {
+    let mut last: Option<(usize, Instant)> = None;
+    let deadline = Instant::now() + within;
+    loop {
         let produced: Vec<(String, i64)> = agent
             .points()
             .iter()
@@ -388,27 +389,30 @@ fn metric_ledger(agent: &Agent, fault: &Fault, within: Duration) -> Ledger {
         let balanced = !produced.is_empty()
             && counted == delivered.len() as u64
             && delivered.len() as u64 + drops.values().sum::<u64>() == produced.len() as u64;
-        if !balanced {
+        if balanced {
+            // The same balance a window later: nothing was still on its way.
+            match last {
+                Some((n, at))
+                    if n == produced.len() && Instant::now() - at > Duration::from_millis(1500) =>
+                {
+                    return (produced, delivered, drops);
+                }
+                Some((n, _)) if n == produced.len() => {}
+                _ => last = Some((produced.len(), Instant::now())),
+            }
+        } else {
             last = None;
-            return None;
         }
-        // The same balance a window later: nothing was still on its way.
-        match last.take() {
-            Some((n, at))
-                if n == produced.len() && Instant::now() - at > Duration::from_millis(1500) =>
-            {
-                Some((produced, delivered, drops))
-            }
-            Some(prev) => {
-                last = Some(prev);
-                None
-            }
-            None => {
-                last = Some((produced.len(), Instant::now()));
-                None
-            }
-        }
-    })
+        assert!(
+            Instant::now() < deadline,
+            "the metric ledger did not balance within {within:?}: {} points produced, {} delivered \
+             ({counted} counted by the sink), dropped {drops:?}, queued {} requests",
+            produced.len(),
+            delivered.len(),
+            m(agent, "sonde_sink_queue_batches{sink=\"m\"}")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Checks the delivered points: no duplicate, each one produced, and
@@ -549,7 +553,7 @@ fn an_endpoint_asking_to_retry_after_two_seconds_is_not_asked_again_sooner() {
     fault.set("/metrics", Mode::Ok);
     fault.set("/logs", Mode::Ok);
     let recovered = Instant::now();
-    let (produced, delivered, drops) = metric_ledger(&agent, &fault, Duration::from_secs(20));
+    let (produced, delivered, drops) = metric_ledger(&agent, &fault, Duration::from_secs(40));
     assert!(check_points(&produced, &delivered).is_empty());
     assert_eq!(drops.values().sum::<u64>(), 0);
     assert!(check_lines(&agent, &fault, &lines, Duration::from_secs(10)).is_empty());
@@ -643,7 +647,7 @@ fn an_endpoint_failing_for_a_while_fills_the_buffer_and_gets_the_rest_in_order_w
         "recovered in {:?}",
         recovered.elapsed()
     );
-    let (produced, delivered, drops) = metric_ledger(&agent, &fault, Duration::from_secs(20));
+    let (produced, delivered, drops) = metric_ledger(&agent, &fault, Duration::from_secs(40));
     let missing = check_points(&produced, &delivered);
     assert_eq!(drops["buffer_full"], missing.len() as u64);
     assert_eq!(drops.values().sum::<u64>(), drops["buffer_full"]);
@@ -691,7 +695,7 @@ fn an_endpoint_trickling_its_answer_times_out_and_holds_neither_the_sink_nor_the
     }
     fault.set("/metrics", Mode::Ok);
     fault.set("/logs", Mode::Ok);
-    let (produced, delivered, drops) = metric_ledger(&agent, &fault, Duration::from_secs(20));
+    let (produced, delivered, drops) = metric_ledger(&agent, &fault, Duration::from_secs(40));
     assert!(check_points(&produced, &delivered).is_empty());
     assert_eq!(drops.values().sum::<u64>(), 0);
     assert!(check_lines(&agent, &fault, &lines, Duration::from_secs(10)).is_empty());
