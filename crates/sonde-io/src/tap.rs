@@ -386,7 +386,8 @@ impl TapPoints<'_, '_> {
 
 impl<'d> PointSink<'d> for TapPoints<'_, 'd> {
     fn point(&mut self, p: &Point<'d>) {
-        let mut rendered = None;
+        // Where this point's rendering is: (session, item).
+        let mut rendered: Option<(usize, usize)> = None;
         let mut named = false;
         for i in 0..self.sessions.len() {
             match &self.sessions[i].watch {
@@ -400,14 +401,12 @@ impl<'d> PointSink<'d> for TapPoints<'_, 'd> {
                     if metric.as_ref().is_some_and(|g| !g.is_match(p.name)) {
                         continue;
                     }
-                    let item = match &rendered {
-                        Some(r) => Clone::clone(r),
-                        None => {
-                            let r = self.render(p);
-                            rendered = Some(r.clone());
-                            r
-                        }
+                    // Rendered once; a second session copies the first's.
+                    let item = match rendered {
+                        Some((j, k)) => self.items[j][k].clone(),
+                        None => self.render(p),
                     };
+                    rendered.get_or_insert((i, self.items[i].len()));
                     self.items[i].push(item);
                 }
                 // Counted in `finish`, for every names session at once.
