@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
 profile=${SONDE_PROFILE:-dist}
-cargo build --profile "$profile" --quiet -p sonde-io --example ingest_tap
+cargo build --profile "$profile" --quiet -p sonde-metrics --example ingest_tap
 BIN=${CARGO_TARGET_DIR:-target}/$profile/examples/ingest_tap
 count() { # mode passes -> "instructions points"
   local out

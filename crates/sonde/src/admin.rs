@@ -16,7 +16,7 @@
 //! # A unix socket file
 //!
 //! With a `unix://` `agent.admin_listen` the client connects to the
-//! socket file ([`sonde_io::http::client::get_unix`]): the file's mode
+//! socket file ([`sonde_admin::http::client::get_unix`]): the file's mode
 //! and group decide whether this user may connect at all, and the token,
 //! when the agent asks for one, is read and sent as over TCP.
 
@@ -76,7 +76,7 @@ const SYSTEM_CA_FILES: [&str; 4] = [
 /// docs.
 fn trusted(tls: &AdminTls) -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
     let certs = |path: &Path| -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
-        Ok(sonde_io::http::certificates(path)?
+        Ok(sonde_admin::http::certificates(path)?
             .iter()
             .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
             .collect())
@@ -104,7 +104,7 @@ fn trusted(tls: &AdminTls) -> anyhow::Result<Vec<ureq::tls::Certificate<'static>
 }
 
 /// The admin token in `agent.admin_token_file`, if the agent asks for one.
-fn token(agent: &AgentSection) -> anyhow::Result<Option<sonde_io::http::Token>> {
+fn token(agent: &AgentSection) -> anyhow::Result<Option<sonde_admin::http::Token>> {
     if agent.admin_auth == config::AdminAuth::None {
         return Ok(None);
     }
@@ -117,7 +117,7 @@ fn token(agent: &AgentSection) -> anyhow::Result<Option<sonde_io::http::Token>> 
             file.display()
         )
     })?;
-    sonde_io::http::Token::new(text.trim())
+    sonde_admin::http::Token::new(text.trim())
         .with_context(|| format!("{} holds no admin token", file.display()))
         .map(Some)
 }
@@ -128,7 +128,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// A client of one agent's admin site.
 pub struct Client {
     base: String,
-    token: Option<sonde_io::http::Token>,
+    token: Option<sonde_admin::http::Token>,
     transport: Transport,
 }
 
@@ -180,7 +180,7 @@ impl Client {
     }
 
     /// The token the site asks for, if any.
-    pub fn token(&self) -> Option<&sonde_io::http::Token> {
+    pub fn token(&self) -> Option<&sonde_admin::http::Token> {
         self.token.as_ref()
     }
 
@@ -224,7 +224,7 @@ impl Client {
 
     /// [`Client::get`] over the socket file `socket`.
     fn get_unix(&self, socket: &Path, path: &str) -> anyhow::Result<String> {
-        use sonde_io::http::client::{get_unix, UnixGetError};
+        use sonde_admin::http::client::{get_unix, UnixGetError};
         let bearer = self
             .token
             .as_ref()
@@ -347,20 +347,20 @@ mod tests {
         let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
         std::fs::write(&c, cert).unwrap();
         std::fs::write(&k, key).unwrap();
-        let listener = sonde_io::http::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = sonde_admin::http::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let admin = sonde_io::http::Admin {
+        let admin = sonde_admin::http::Admin {
             telemetry: Arc::default(),
             profiles: sonde_profile::store::Store::reader(&dir.join("data")),
             prices: Default::default(),
             auth: None,
-            tls: Some(sonde_io::http::Tls::load(&c, &k).unwrap()),
+            tls: Some(sonde_admin::http::Tls::load(&c, &k).unwrap()),
         };
         // A TCP listener has no file to remove: it is served on.
         drop(
-            sonde_io::http::serve(vec![(
+            sonde_admin::http::serve(vec![(
                 listener.into(),
-                sonde_io::http::Site::Admin(Arc::new(admin)),
+                sonde_admin::http::Site::Admin(Arc::new(admin)),
             )])
             .unwrap(),
         );
@@ -436,7 +436,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("admin.sock");
         let token_file = dir.path().join("admin.token");
-        let token = sonde_io::http::Token::load_or_create(&token_file, None).unwrap();
+        let token = sonde_admin::http::Token::load_or_create(&token_file, None).unwrap();
         let text = format!(
             "[agent]\nadmin_listen = \"unix://{}\"\nadmin_auth = \"token\"\nadmin_token_file = \"{}\"\n[profiler]\n",
             socket.display(),
@@ -454,17 +454,17 @@ mod tests {
             )),
             "{e}"
         );
-        let listener = sonde_io::http::bind_unix(&socket, Default::default()).unwrap();
-        let admin = sonde_io::http::Admin {
+        let listener = sonde_admin::http::bind_unix(&socket, Default::default()).unwrap();
+        let admin = sonde_admin::http::Admin {
             telemetry: Arc::default(),
             profiles: sonde_profile::store::Store::reader(&dir.path().join("data")),
             prices: Default::default(),
             auth: Some(token),
             tls: None,
         };
-        let _serving = sonde_io::http::serve(vec![(
+        let _serving = sonde_admin::http::serve(vec![(
             listener,
-            sonde_io::http::Site::Admin(Arc::new(admin)),
+            sonde_admin::http::Site::Admin(Arc::new(admin)),
         )])
         .unwrap();
         let client = Client::new(&agent).unwrap();

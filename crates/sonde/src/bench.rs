@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use sonde_io::addr::ListenAddr;
 use sonde_loadgen::procfs::sum_of;
 use sonde_loadgen::shape::{Mix, Protocol, Shape};
 use sonde_loadgen::{Load, Scrape, Target};
+use sonde_runtime::addr::ListenAddr;
 
 use crate::send::Wire;
 use sonde::config::HumanDuration;

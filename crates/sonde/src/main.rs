@@ -74,7 +74,7 @@ enum Command {
     ///
     /// The agent's own log goes to stderr at level `info`; the SONDE_LOG
     /// environment variable sets another level or filter, as
-    /// `SONDE_LOG=debug` or `SONDE_LOG=info,sonde_io=debug`.
+    /// `SONDE_LOG=debug` or `SONDE_LOG=info,sonde_metrics=debug`.
     Run {
         /// The configuration file (TOML).
         #[arg(long, short)]

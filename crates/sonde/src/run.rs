@@ -49,14 +49,14 @@ use sd_notify::NotifyState;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use sonde::config::{self, Config, ConfigError, Receiver, Sink};
 use sonde::sinks::Start;
+use sonde_admin::http::{self, Site};
+use sonde_admin::telemetry::Telemetry;
 use sonde_aggregate::AggregateConfig;
-use sonde_io::flusher::{self, Flusher, FlusherCommand};
-use sonde_io::http::{self, Site};
-use sonde_io::logs::events::{EventQueue, EVENTS_SOURCE};
-use sonde_io::logs::{self, LogInput, LogStats, RunningSource, SourceInfo};
-use sonde_io::receiver::{self, Bound, Control, Handoff, Ingest, ReceiverStats};
-use sonde_io::sink::{SinkHandle, SinkStats};
-use sonde_io::telemetry::Telemetry;
+use sonde_log_sources::events::{EventQueue, EVENTS_SOURCE};
+use sonde_log_sources::{self as logs, LogInput, LogStats, RunningSource, SourceInfo};
+use sonde_metrics::flusher::{self, Flusher, FlusherCommand};
+use sonde_metrics::receiver::{self, Bound, Control, Handoff, Ingest, ReceiverStats};
+use sonde_sinks::sink::{SinkHandle, SinkStats};
 
 /// Shards that may wait for the flusher before a worker blocks: two
 /// windows of a generous number of workers.
@@ -92,13 +92,13 @@ fn bind(r: &Receiver) -> anyhow::Result<Vec<Bound>> {
     let mut options = r.options;
     if let Some(o) = &r.owner {
         options.owner = Some(
-            receiver::user_id(o)
+            sonde_runtime::socket::user_id(o)
                 .with_context(|| format!("owner {o:?} of the socket file of {}", r.listen))?,
         );
     }
     if let Some(g) = &r.group {
         options.group = Some(
-            receiver::group_id(g)
+            sonde_runtime::socket::group_id(g)
                 .with_context(|| format!("group {g:?} of the socket file of {}", r.listen))?,
         );
     }
@@ -157,7 +157,7 @@ fn checkpoint_error(config: &Config, e: anyhow::Error) -> anyhow::Error {
 
 /// The admin token, read or made at `agent.admin_token_file`, when
 /// `agent.admin_auth = "token"`.
-fn admin_token(config: &Config) -> anyhow::Result<Option<sonde_io::http::Token>> {
+fn admin_token(config: &Config) -> anyhow::Result<Option<sonde_admin::http::Token>> {
     if config.agent.admin_auth != config::AdminAuth::Token {
         return Ok(None);
     }
@@ -173,7 +173,7 @@ fn admin_token(config: &Config) -> anyhow::Result<Option<sonde_io::http::Token>>
         })?;
     }
     let group = match &config.agent.admin_token_group {
-        Some(g) => Some(receiver::group_id(g.get_ref()).map_err(|e| {
+        Some(g) => Some(sonde_runtime::socket::group_id(g.get_ref()).map_err(|e| {
             config.error(
                 "agent.admin_token_group",
                 e.to_string(),
@@ -182,7 +182,7 @@ fn admin_token(config: &Config) -> anyhow::Result<Option<sonde_io::http::Token>>
         })?),
         None => None,
     };
-    let token = sonde_io::http::Token::load_or_create(&path, group)
+    let token = sonde_admin::http::Token::load_or_create(&path, group)
         .map_err(|e| config.error("agent.admin_token_file", e.to_string(), fix))?;
     tracing::info!(
         token_file = %path.display(),
@@ -210,7 +210,7 @@ fn bind_admin(config: &Config, listen: &config::AdminListen) -> anyhow::Result<h
         config::AdminListen::Unix(path) => path,
     };
     let group = match &config.agent.admin_socket_group {
-        Some(g) => Some(receiver::group_id(g.get_ref()).map_err(|e| {
+        Some(g) => Some(sonde_runtime::socket::group_id(g.get_ref()).map_err(|e| {
             config.error(
                 "agent.admin_socket_group",
                 e.to_string(),
@@ -344,7 +344,7 @@ fn start_sink(
     sources: &[SourceInfo],
     host: &str,
     key: &str,
-    data_dir: &Arc<sonde_io::telemetry::data_dir::DataDirErrors>,
+    data_dir: &Arc<sonde_runtime::data_dir::DataDirErrors>,
 ) -> anyhow::Result<Started> {
     let stats = stats.unwrap_or_else(|| Arc::new(SinkStats::new(s.name.clone())));
     let taken: Vec<SourceInfo> = s
@@ -504,7 +504,7 @@ fn wait_ready(sources: &mut [RunningSource], config: &Config) {
 /// Starts the host profiler when `[profiler]` asks for it. Without
 /// perf-event permission it logs once, with what to change, and the agent
 /// goes on without it.
-fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_io::profiler::Running> {
+fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_profiler::Running> {
     let p = config.profiler.as_ref()?;
     let store = sonde_profile::store::Store::new(
         sonde_profile::store::dir(&config.agent.data_dir),
@@ -513,14 +513,14 @@ fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_io::pr
             max_bytes: p.max_bytes,
         },
     );
-    let settings = sonde_io::profiler::Settings {
+    let settings = sonde_profiler::Settings {
         frequency: p.frequency,
         period: p.period,
         store,
         host: agent_host(config),
         data_dir: Arc::clone(&telemetry.data_dir),
     };
-    match sonde_io::profiler::spawn(settings, Arc::clone(&telemetry.profiler)) {
+    match sonde_profiler::spawn(settings, Arc::clone(&telemetry.profiler)) {
         Ok(running) => {
             tracing::info!(
                 frequency = p.frequency,
@@ -558,11 +558,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     });
 
     // Before any background thread starts (the sinks start next).
-    sonde_io::priority::set_background_nice(
+    sonde_runtime::priority::set_background_nice(
         i32::try_from(*config.agent.background_nice.get_ref()).unwrap_or(0),
     );
     let mut bound = Vec::new();
-    // The first window covers the time from here (see sonde_io::flusher).
+    // The first window covers the time from here (see sonde_metrics::flusher).
     let receiving_since = std::time::SystemTime::now();
     for (i, r) in config.receivers.iter().enumerate() {
         let socks = bind(r).map_err(|e| bind_error(&config, i, r, e))?;
@@ -590,7 +590,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         }
         let auth = admin_token(&config)?;
         admin_tls_handle.clone_from(&tls);
-        let admin = sonde_io::http::Admin {
+        let admin = sonde_admin::http::Admin {
             auth,
             tls,
             telemetry: Arc::clone(&telemetry),
@@ -605,7 +605,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if !config.logs.is_empty() {
         // A source opens every file its globs match when it finds them.
-        match sonde_io::raise_open_files_limit() {
+        match sonde_runtime::raise_open_files_limit() {
             Ok((before, after)) if after > before => {
                 tracing::info!(from = before, to = after, "open files limit raised");
             }
@@ -615,7 +615,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     }
     let infos = source_infos(&config);
     let host = agent_host(&config);
-    let mut handles = Vec::new();
+    let mut handles: Vec<Box<dyn flusher::Output>> = Vec::new();
     let mut sinks = Vec::new();
     let mut log_inputs = Vec::new();
     for (i, s) in config.sinks.iter().enumerate() {
@@ -630,7 +630,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         )
         .map_err(|e| placed(&config, e))?;
         lock(&telemetry.sinks).push(Arc::clone(&started.running.stats));
-        handles.extend(started.windows);
+        handles.extend(
+            started
+                .windows
+                .map(|h| Box::new(h) as Box<dyn flusher::Output>),
+        );
         log_inputs.extend(started.logs);
         sinks.push(started.running);
     }
@@ -673,7 +677,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let flusher = std::thread::Builder::new()
         .name("flusher".into())
         .spawn(move || {
-            sonde_io::priority::enter_background();
+            sonde_runtime::priority::enter_background();
             flusher.run()
         })?;
     tracing::info!(interval = ?aggregate.interval, "sonde running");
@@ -859,7 +863,7 @@ fn reload(
         lock(&ctx.telemetry.sinks).retain(|s| !Arc::ptr_eq(s, &g.stats));
         old_stats.push(g.stats);
     }
-    let mut handles = Vec::new();
+    let mut handles: Vec<Box<dyn flusher::Output>> = Vec::new();
     let mut failed = Vec::new();
     for s in added {
         let name = s.name.clone();
@@ -884,7 +888,11 @@ fn reload(
         {
             Ok(started) => {
                 lock(&ctx.telemetry.sinks).push(Arc::clone(&started.running.stats));
-                handles.extend(started.windows);
+                handles.extend(
+                    started
+                        .windows
+                        .map(|h| Box::new(h) as Box<dyn flusher::Output>),
+                );
                 sinks.push(started.running);
             }
             Err(e) => {

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use sonde_io::addr::ListenAddr;
 use sonde_proto::{DropReason, Point, PointSink};
+use sonde_runtime::addr::ListenAddr;
 
 /// The wire protocol to send.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use common::backends::{or_skip, Isolation, Kafka, KafkaRecord};
 use sonde::sinks::{Running, Sink, Start};
-use sonde_io::logs::{LogBatch, LogStats, SourceConfig, SourceInfo};
-use sonde_io::sink::SinkStats;
-use sonde_io::telemetry::data_dir::{DataDirErrors, What};
+use sonde_log_sources::{LogBatch, LogStats, SourceConfig, SourceInfo};
 use sonde_logs::{Checkpoints, TailerConfig};
+use sonde_runtime::data_dir::{DataDirErrors, What};
+use sonde_sinks::sink::SinkStats;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -333,7 +333,7 @@ fn spawn_source(
     dir: &std::path::Path,
     source: &SourceInfo,
     running: &mut Running,
-) -> sonde_io::logs::RunningSource {
+) -> sonde_log_sources::RunningSource {
     spawn_source_counting(dir, source, running, Arc::default())
 }
 
@@ -343,15 +343,15 @@ fn spawn_source_counting(
     source: &SourceInfo,
     running: &mut Running,
     data_dir: Arc<DataDirErrors>,
-) -> sonde_io::logs::RunningSource {
+) -> sonde_log_sources::RunningSource {
     let (_, input) = running.logs.remove(0);
-    sonde_io::logs::spawn(
+    sonde_log_sources::spawn(
         SourceConfig {
             info: source.clone(),
             tailer: TailerConfig::new(vec![format!("{}/*.log", dir.display())]),
             rescan_interval: Duration::from_secs(1),
             checkpoint_dir: dir.join("checkpoints"),
-            max_in_flight_bytes: sonde_io::logs::source::MAX_IN_FLIGHT_BYTES,
+            max_in_flight_bytes: sonde_log_sources::source::MAX_IN_FLIGHT_BYTES,
             tap: Arc::default(),
             data_dir,
         },
@@ -641,7 +641,7 @@ fn a_record_kafka_refuses_is_counted_and_its_batch_still_acknowledged() {
         .unwrap();
     assert_eq!(acks(&acked, 1), [0]);
     stop(running);
-    use sonde_io::sink::SinkDrop;
+    use sonde_sinks::sink::SinkDrop;
     use std::sync::atomic::Ordering::Relaxed;
     assert_eq!(
         stats.dropped_records[SinkDrop::Rejected as usize].load(Relaxed),
@@ -674,7 +674,7 @@ fn exactly_once_drops_and_counts_a_refused_record_and_commits_the_rest() {
     let src = spawn_source(dir.path(), &source, &mut running);
     let records = kafka.consume("eo-big", Isolation::ReadCommitted, 2, TIMEOUT);
     assert_eq!(values(&records), ["line-0", "line-2"]);
-    use sonde_io::sink::SinkDrop;
+    use sonde_sinks::sink::SinkDrop;
     use std::sync::atomic::Ordering::Relaxed;
     common::wait_for("the commit counted", TIMEOUT, || {
         (stats.records.load(Relaxed) == 2).then_some(())

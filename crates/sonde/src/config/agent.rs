@@ -32,7 +32,10 @@ fn default_max_series() -> Spanned<usize> {
     Spanned::new(0..0, sonde_aggregate::config::DEFAULT_MAX_SERIES)
 }
 fn default_background_nice() -> Spanned<i64> {
-    Spanned::new(0..0, i64::from(sonde_io::priority::DEFAULT_BACKGROUND_NICE))
+    Spanned::new(
+        0..0,
+        i64::from(sonde_runtime::priority::DEFAULT_BACKGROUND_NICE),
+    )
 }
 
 /// `[agent]`.
@@ -170,9 +173,9 @@ fn admin_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Spanned<Option<AdminL
         return Ok(Spanned::new(span, None));
     }
     if let Some((scheme, _)) = s.split_once("://") {
-        return match s.parse::<sonde_io::addr::ListenAddr>() {
-            Ok(sonde_io::addr::ListenAddr::Unix(p)) => Ok(Spanned::new(span, Some(AdminListen::Unix(p)))),
-            Err(e @ sonde_io::addr::AddrError::Path(_)) => Err(de::Error::custom(e)),
+        return match s.parse::<sonde_runtime::addr::ListenAddr>() {
+            Ok(sonde_runtime::addr::ListenAddr::Unix(p)) => Ok(Spanned::new(span, Some(AdminListen::Unix(p)))),
+            Err(e @ sonde_runtime::addr::AddrError::Path(_)) => Err(de::Error::custom(e)),
             _ => Err(de::Error::custom(format!(
                 "{scheme}:// is not an admin address: write HOST:PORT, like \"127.0.0.1:8686\", or unix:///path, like \"unix:///run/sonde/admin.sock\""
             ))),

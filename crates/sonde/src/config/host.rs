@@ -46,7 +46,7 @@ use crate::sinks::Buffer;
 pub fn check_host(config: &Config) -> Result<(), ConfigError> {
     for (i, r) in config.receivers.iter().enumerate() {
         if let Some(o) = &r.owner {
-            sonde_io::receiver::user_id(o).map_err(|e| {
+            sonde_runtime::socket::user_id(o).map_err(|e| {
                 config.error(
                     format!("receivers[{i}].owner"),
                     lookup_problem(e, "user", o),
@@ -55,7 +55,7 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
             })?;
         }
         if let Some(g) = &r.group {
-            sonde_io::receiver::group_id(g).map_err(|e| {
+            sonde_runtime::socket::group_id(g).map_err(|e| {
                 config.error(
                     format!("receivers[{i}].group"),
                     lookup_problem(e, "group", g),
@@ -105,7 +105,7 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
     if config.agent.admin_auth == super::AdminAuth::Token {
         if let Some(g) = &config.agent.admin_token_group {
             let g = g.get_ref();
-            sonde_io::receiver::group_id(g).map_err(|e| {
+            sonde_runtime::socket::group_id(g).map_err(|e| {
                 config.error(
                     "agent.admin_token_group",
                     lookup_problem(e, "group", g),
@@ -132,10 +132,10 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
         }
     }
     if let Some(tls) = &config.agent.admin_tls {
-        sonde_io::http::Tls::load(tls.cert_file.get_ref(), tls.key_file.get_ref())
+        sonde_admin::http::Tls::load(tls.cert_file.get_ref(), tls.key_file.get_ref())
             .map_err(|e| admin_tls_error(config, &e))?;
         if let Some(ca) = &tls.ca_file {
-            sonde_io::http::certificates(ca.get_ref()).map_err(|e| {
+            sonde_admin::http::certificates(ca.get_ref()).map_err(|e| {
                 config.error_at(
                     ca.span(),
                     "agent.admin_tls.ca_file",
@@ -169,7 +169,7 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
 fn check_admin_socket(config: &Config, path: &Path) -> Result<(), ConfigError> {
     if let Some(g) = &config.agent.admin_socket_group {
         let g = g.get_ref();
-        sonde_io::receiver::group_id(g).map_err(|e| {
+        sonde_runtime::socket::group_id(g).map_err(|e| {
             config.error(
                 "agent.admin_socket_group",
                 lookup_problem(e, "group", g),
@@ -210,8 +210,8 @@ fn check_admin_socket(config: &Config, path: &Path) -> Result<(), ConfigError> {
 
 /// A certificate or key of `agent.admin_tls` that cannot be served, named
 /// by the key of the file at fault and its line.
-pub fn admin_tls_error(config: &Config, e: &sonde_io::http::TlsError) -> ConfigError {
-    use sonde_io::http::{TlsError, TlsFile};
+pub fn admin_tls_error(config: &Config, e: &sonde_admin::http::TlsError) -> ConfigError {
+    use sonde_admin::http::{TlsError, TlsFile};
     let Some(tls) = &config.agent.admin_tls else {
         return config.error("agent.admin_tls", e.to_string(), "");
     };

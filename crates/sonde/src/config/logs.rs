@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use sonde_io::logs::events::EVENTS_SOURCE;
+use sonde_log_sources::events::EVENTS_SOURCE;
 use sonde_logs::container::{self, Format};
 use sonde_logs::multiline::{Multiline, Preset, Rule};
 use sonde_logs::tailer::{BuildError, Gzip, ReadFrom};

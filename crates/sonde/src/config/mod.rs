@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use sonde_aggregate::AggregateConfig;
-use sonde_io::logs::events::EVENTS_SOURCE;
+use sonde_log_sources::events::EVENTS_SOURCE;
 use toml::Spanned;
 
 pub use self::agent::{AdminAuth, AdminListen, AdminTls, AgentSection};
@@ -454,8 +454,8 @@ mod tests {
     use std::time::Duration;
 
     use sonde_encode::compress::Compression;
-    use sonde_io::receiver::SocketOptions;
-    use sonde_io::sender::Delivery;
+    use sonde_runtime::socket::SocketOptions;
+    use sonde_sinks::sender::Delivery;
 
     use super::*;
 

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 
 use serde::Deserialize;
-use sonde_io::addr::ListenAddr;
-use sonde_io::receiver::Protocol;
-use sonde_io::receiver::SocketOptions;
+use sonde_metrics::receiver::Protocol;
+use sonde_runtime::addr::ListenAddr;
+use sonde_runtime::socket::SocketOptions;
 use toml::Spanned;
 
 use super::error::{ConfigError, Source};

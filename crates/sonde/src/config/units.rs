@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
-use sonde_io::addr::ListenAddr;
+use sonde_runtime::addr::ListenAddr;
 
 use super::error::FIX_MARK;
 

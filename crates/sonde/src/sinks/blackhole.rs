@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use sonde_io::logs;
-use sonde_io::sink::{self, Discard};
+use sonde_sinks::sink::{self, Discard};
 
 use super::{Input, Running, Sink, SinkType, Start, Transport};
 
@@ -25,7 +24,7 @@ pub static TYPE: SinkType = SinkType {
 fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut running: Running = sink::spawn(Discard, Arc::clone(&st.stats))?.into();
     if !st.sources.is_empty() {
-        let (tx, thread) = logs::blackhole::spawn(Arc::clone(&st.stats))?;
+        let (tx, thread) = sonde_sinks::logs::blackhole::spawn(Arc::clone(&st.stats))?;
         running.add_logs(st, &tx, thread);
     }
     Ok(running)

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use sonde_io::logs::deliver::{self, Text};
-use sonde_io::sink::{self, Console};
+use sonde_sinks::logs::deliver::{self, Text};
+use sonde_sinks::sink::{self, Console};
 
 use super::{Input, Running, Sink, SinkType, Start, Transport};
 

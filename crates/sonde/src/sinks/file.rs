@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sonde_io::logs::deliver::{self, Text};
-use sonde_io::sink;
+use sonde_sinks::logs::deliver::{self, Text};
+use sonde_sinks::sink;
 
 use super::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;

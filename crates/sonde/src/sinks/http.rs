@@ -4,7 +4,7 @@
 
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
-use sonde_io::logs::deliver::JsonLines;
+use sonde_sinks::logs::deliver::JsonLines;
 
 use super::{net, Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;

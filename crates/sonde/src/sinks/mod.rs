@@ -17,7 +17,7 @@
 //! it its row in the tables of docs/SINKS.md and docs/CONFIG.md; tests check
 //! both against the registry.
 //!
-//! The encoders stay in `sonde-encode` and the senders in `sonde-io`; a
+//! The encoders stay in `sonde-encode` and the senders in `sonde-sinks`; a
 //! sink type's file only names which it uses.
 
 pub mod blackhole;
@@ -39,10 +39,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use sonde_io::http::Site;
-use sonde_io::logs::{LogInput, SourceInfo};
-use sonde_io::sink::SinkHandle;
-use sonde_io::sink::SinkStats;
+use sonde_admin::http::Site;
+use sonde_log_sources::{LogInput, SourceInfo};
+use sonde_sinks::sink::SinkHandle;
+use sonde_sinks::sink::SinkStats;
 use toml::Spanned;
 
 use crate::config::logs::METRICS_INPUT;
@@ -193,7 +193,7 @@ pub struct Start<'a> {
     /// at its line.
     pub key: &'a str,
     /// Where a disk buffer counts the writes the disk refused.
-    pub data_dir: Arc<sonde_io::telemetry::data_dir::DataDirErrors>,
+    pub data_dir: Arc<sonde_runtime::data_dir::DataDirErrors>,
 }
 
 /// A started sink.
@@ -215,7 +215,7 @@ impl Running {
     pub(crate) fn add_logs(
         &mut self,
         st: &Start<'_>,
-        tx: &std::sync::mpsc::Sender<Arc<sonde_io::logs::LogBatch>>,
+        tx: &std::sync::mpsc::Sender<Arc<sonde_log_sources::LogBatch>>,
         thread: JoinHandle<()>,
     ) {
         for source in st.sources {
@@ -230,7 +230,7 @@ impl Running {
     }
 }
 
-/// A sink of windows only, as `sonde_io::sink::spawn` starts one.
+/// A sink of windows only, as `sonde_sinks::sink::spawn` starts one.
 impl From<(SinkHandle, JoinHandle<()>)> for Running {
     fn from((windows, thread): (SinkHandle, JoinHandle<()>)) -> Self {
         Running {

@@ -8,11 +8,11 @@ use anyhow::Context;
 use serde::Deserialize;
 use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
-use sonde_io::logs::buffered;
-use sonde_io::logs::deliver::{self, HttpLogs, LogEncoder};
-use sonde_io::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
-use sonde_io::sink::SinkStats;
-use sonde_io::telemetry::data_dir::DataDirErrors;
+use sonde_runtime::data_dir::DataDirErrors;
+use sonde_sinks::logs::buffered;
+use sonde_sinks::logs::deliver::{self, HttpLogs, LogEncoder};
+use sonde_sinks::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
+use sonde_sinks::sink::SinkStats;
 
 use super::{Running, Sink, SinkType, Start, Transport};
 use crate::config::{ConfigError, HumanDuration, HumanSize};

@@ -2,7 +2,7 @@
 //! endpoint beside it.
 
 use sonde_encode::otlp::Otlp;
-use sonde_io::logs::deliver::OtlpLogs;
+use sonde_sinks::logs::deliver::OtlpLogs;
 
 use super::{net, Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::ConfigError;

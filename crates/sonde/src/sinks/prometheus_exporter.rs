@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use sonde_io::http::{self, Site};
-use sonde_io::sink::{self, Exposition, PrometheusExporter};
+use sonde_admin::http::{self, Site};
+use sonde_sinks::sink::{self, Exposition, PrometheusExporter};
 
 use super::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::config::{ConfigError, HostPort};

@@ -57,13 +57,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use sonde_io::logs::{LogBatch, LogInput};
-use sonde_io::sender::Backoff;
-use sonde_io::sink::{FailReason, SinkDrop, SinkStats};
 use sonde_kafka::batch::next_sequence;
 use sonde_kafka::client::DUPLICATE_SEQUENCE;
 use sonde_kafka::client::{begin_produce, code_name, producer_refused, retriable, too_large};
 use sonde_kafka::{BatchBuilder, Cluster, Compressor, Error as KafkaError, Producer};
+use sonde_log_sources::{LogBatch, LogInput};
+use sonde_sinks::sender::Backoff;
+use sonde_sinks::sink::{FailReason, SinkDrop, SinkStats};
 
 use super::record::{now_ms, Encoder};
 use super::Settings;

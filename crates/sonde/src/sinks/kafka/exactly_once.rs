@@ -67,10 +67,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode as Code;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use sonde_io::logs::{LogBatch, LogInput, SourceInfo};
-use sonde_io::sink::{SinkDrop, SinkStats};
 use sonde_kafka::{BatchBuilder, Compressor, ProduceError, Transactional};
+use sonde_log_sources::{LogBatch, LogInput, SourceInfo};
 use sonde_logs::Checkpoints;
+use sonde_sinks::sink::{SinkDrop, SinkStats};
 
 use super::at_least_once::MAX_REQUEST_RECORDS_BYTES;
 use super::record::{now_ms, Encoder};

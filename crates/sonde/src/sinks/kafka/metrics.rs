@@ -33,8 +33,8 @@ use sonde_encode::compress::Compression;
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
 use sonde_encode::{BatchEncoder, Half};
-use sonde_io::sender::{SendError, Transport};
-use sonde_io::sink::FailReason;
+use sonde_sinks::sender::{SendError, Transport};
+use sonde_sinks::sink::FailReason;
 
 use super::{producer_config, Settings};
 use crate::sinks::{net, NetSink, Running, Sink, Start};

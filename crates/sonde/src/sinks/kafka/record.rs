@@ -10,7 +10,7 @@
 //!   `container_id`, where the path names them.
 //! * `json`: the value is one object,
 //!   `{"message","file","offset","host","source", fields...}`, as
-//!   [`sonde_io::logs::record`] writes it; no headers.
+//!   [`sonde_log_sources::record`] writes it; no headers.
 //!
 //! Records have no key: a log batch goes to one partition at a time
 //! (at least once: the next partition for each batch; exactly once: the
@@ -21,7 +21,7 @@
 
 use std::ops::Range;
 
-use sonde_io::logs::{record, LogBatch, LogLine, SourceInfo};
+use sonde_log_sources::{record, LogBatch, LogLine, SourceInfo};
 
 use super::Format;
 
