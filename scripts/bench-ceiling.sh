@@ -37,7 +37,7 @@ PORT_MSGPACK=19123
 ADMIN=127.0.0.1:18687
 
 gcc -O2 -Wall -Wextra -o "$WORK/trivial_receiver" tools/trivial-receiver/trivial_receiver.c
-cargo build --profile dist --quiet -p sonde
+cargo build --profile dist --quiet -p sonde -p sonde-bench
 SONDE=./target/dist/sonde
 
 bench_agent_config "$WORK/sonde.toml" 10s "$ADMIN" "127.0.0.1:$PORT_STATSD" "127.0.0.1:$PORT_MSGPACK" "$WORK/points.jsonl"

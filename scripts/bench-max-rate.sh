@@ -48,7 +48,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 ADMIN=127.0.0.1:18688
 bench_agent_config "$WORK/sonde.toml" 10s "$ADMIN" 127.0.0.1:18126 127.0.0.1:19124 /dev/null
 
-cargo build --profile dist --quiet -p sonde
+cargo build --profile dist --quiet -p sonde -p sonde-bench
 SONDE=${SONDE_BIN:-./target/dist/sonde}
 taskset -c 1 "$SONDE" run --config "$WORK/sonde.toml" 2> "$WORK/sonde.log" &
 SPID=$!

@@ -43,7 +43,7 @@ if [[ ! -x $PROFDATA ]]; then
 fi
 
 build() { # target-dir rustflags
-    CARGO_TARGET_DIR=$1 RUSTFLAGS="${RUSTFLAGS:-} $2" cargo build --profile dist --locked -p sonde
+    CARGO_TARGET_DIR=$1 RUSTFLAGS="${RUSTFLAGS:-} $2" cargo build --profile dist --locked -p sonde -p sonde-bench
     if [[ -n ${PGO_HOT_PATH:-} || $1 == "$PGO/instrumented" ]]; then
         CARGO_TARGET_DIR=$1 RUSTFLAGS="${RUSTFLAGS:-} $2" \
             cargo build --profile dist --locked -p sonde-aggregate --example hot_path

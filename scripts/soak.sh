@@ -21,7 +21,7 @@ duration=${1:-600}
 rate=${2:-200000}
 interval=${INTERVAL:-10}
 if [ -z "${SONDE_BIN:-}" ]; then
-  cargo build --profile dist --quiet -p sonde
+  cargo build --profile dist --quiet -p sonde -p sonde-bench
   SONDE_BIN=target/dist/sonde
 fi
 

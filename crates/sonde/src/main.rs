@@ -1,7 +1,5 @@
 //! `sonde`: the host telemetry agent's command line.
 
-mod admin;
-mod bench;
 mod profile;
 mod run;
 mod send;
@@ -39,7 +37,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use sonde::config;
+use sonde::{client, config};
 
 /// The version and the commit it was built from (`unknown` outside a git
 /// checkout), as `sonde --version` prints them.
@@ -106,7 +104,16 @@ enum Command {
     /// Send one metric point to a running agent.
     Send(send::SendArgs),
     /// Drive a running agent with a load and report loss, CPU and memory.
-    Bench(bench::BenchArgs),
+    ///
+    /// Runs the load generator, `sonde-bench` (beside this binary or on
+    /// PATH; `cargo build --release -p sonde-bench`), with these arguments:
+    /// `sonde bench --help` lists them. The agent itself does not link it.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The load generator's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Print the address that signs a browser in to the agent's admin
     /// site.
     ///
@@ -122,7 +129,7 @@ enum Command {
     /// for), and says how to forward the file to a port for a browser.
     AdminUrl {
         #[command(flatten)]
-        agent: admin::AgentArgs,
+        agent: client::AgentArgs,
         /// Print the token alone, for `Authorization: Bearer`.
         #[arg(long)]
         token: bool,
@@ -152,12 +159,24 @@ enum Command {
     Profile(Box<profile::ProfileArgs>),
 }
 
-/// Reads and parses a configuration file, without looking at the host:
-/// for commands that only read settings from it (`sonde profile`).
-fn read(path: &PathBuf) -> anyhow::Result<config::Config> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading config file {}", path.display()))?;
-    config::parse(&text).with_context(|| format!("invalid config file {}", path.display()))
+/// `sonde bench`: runs `sonde-bench` with `args` in this process's place.
+/// The load generator is a binary of its own so that the agent does not
+/// link it (nor the Kafka client its log checker uses).
+fn bench(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("sonde-bench")))
+        .filter(|p| p.is_file());
+    let program = beside.unwrap_or_else(|| PathBuf::from("sonde-bench"));
+    let e = std::process::Command::new(&program).args(args).exec();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        anyhow::bail!(
+            "sonde bench runs the load generator sonde-bench, which is neither beside this \
+             binary nor on PATH: build it with `cargo build --release -p sonde-bench`"
+        );
+    }
+    Err(e).with_context(|| format!("running {}", program.display()))
 }
 
 /// Reads a configuration file and checks it, and what it needs of this
@@ -225,9 +244,9 @@ fn main() -> ExitCode {
             print!("{}", config::DEFAULT_CONFIG);
             Ok(())
         }
-        Command::AdminUrl { agent, token } => admin::admin_url(&agent, token),
+        Command::AdminUrl { agent, token } => client::admin_url(&agent, token),
         Command::Send(args) => send::send(&args),
-        Command::Bench(args) => bench::bench(&args),
+        Command::Bench { args } => bench(&args),
         Command::Top(args) => top::top(&args),
         Command::Tap(args) => tap::tap(&args),
         Command::Profile(args) => profile::profile(&args),

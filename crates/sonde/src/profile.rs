@@ -110,7 +110,7 @@ impl StoreArgs {
         let (data_dir, from) = match (&self.data_dir, &self.config) {
             (Some(d), _) => (d.clone(), "--data-dir".to_string()),
             (None, Some(c)) => (
-                crate::read(c)?.agent.data_dir,
+                sonde::client::read_config(c)?.agent.data_dir,
                 format!("agent.data_dir of {}", c.display()),
             ),
             (None, None) => (
@@ -135,7 +135,10 @@ impl StoreArgs {
     /// else the kernel's host name.
     fn host(&self) -> anyhow::Result<String> {
         let configured = match &self.config {
-            Some(c) => crate::read(c)?.agent.hostname.map(|h| h.into_inner()),
+            Some(c) => sonde::client::read_config(c)?
+                .agent
+                .hostname
+                .map(|h| h.into_inner()),
             None => None,
         };
         Ok(configured
@@ -181,7 +184,7 @@ impl Output {
     /// The prices of the flags, else of `[profiler]` in --config.
     fn prices(&self, store: &StoreArgs) -> anyhow::Result<Prices> {
         let configured = match &store.config {
-            Some(c) => crate::read(c)?
+            Some(c) => sonde::client::read_config(c)?
                 .profiler
                 .map(|p| p.prices)
                 .unwrap_or_default(),

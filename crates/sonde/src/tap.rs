@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::admin::AgentArgs;
+use sonde::client::AgentArgs;
 
 /// `sonde tap`.
 #[derive(clap::Args, Debug)]

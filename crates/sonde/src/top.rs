@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::admin::{AgentArgs, Client};
+use sonde::client::{AgentArgs, Client};
 
 /// `sonde top`.
 #[derive(clap::Args, Debug)]

@@ -1,21 +1,32 @@
-//! `sonde bench`: the load generator's command line (the work is in
-//! `sonde-loadgen`).
+//! `sonde-bench` (run as `sonde bench`): the load generator's command
+//! line; the work is in `sonde-loadgen`. A binary of its own, so that the
+//! agent links neither the load generator nor the Kafka client its log
+//! checker uses.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
-use clap::Args;
+use clap::{Parser, ValueEnum};
 use sonde_loadgen::procfs::sum_of;
 use sonde_loadgen::shape::{Mix, Protocol, Shape};
 use sonde_loadgen::{Load, Scrape, Target};
 use sonde_runtime::addr::ListenAddr;
 
-use crate::send::Wire;
 use sonde::config::HumanDuration;
 
-/// Arguments of `sonde bench`.
-#[derive(Args, Debug)]
+/// The wire protocol to send.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Wire {
+    /// metricserver2 msgpack (default address udp://127.0.0.1:9123).
+    Msgpack,
+    /// StatsD text (default address udp://127.0.0.1:8125).
+    Statsd,
+}
+
+/// Drive a running agent with a load and report loss, CPU and memory.
+#[derive(Parser, Debug)]
+#[command(name = "sonde bench", bin_name = "sonde bench", version)]
 pub struct BenchArgs {
     /// The protocol.
     #[arg(long, value_enum, default_value = "statsd")]
@@ -81,7 +92,7 @@ fn parse_duration(s: &str) -> Result<HumanDuration, String> {
 }
 
 /// Runs the load and prints the report.
-pub fn bench(a: &BenchArgs) -> anyhow::Result<()> {
+fn bench(a: &BenchArgs) -> anyhow::Result<()> {
     if a.max_bytes == 0 || a.max_bytes > 65_000 {
         bail!("--max-bytes must be between 1 and 65000");
     }
@@ -101,7 +112,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<()> {
     };
     let admin = match (&a.config, a.admin.as_str()) {
         (Some(config), _) => {
-            let client = crate::admin::AgentArgs {
+            let client = sonde::client::AgentArgs {
                 config: Some(config.clone()),
             }
             .client()?;
@@ -148,4 +159,14 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<()> {
         print!("{}", report.text());
     }
     Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match bench(&BenchArgs::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sonde bench: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

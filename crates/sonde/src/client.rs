@@ -1,5 +1,6 @@
-//! The commands that talk to a running agent's admin site (`sonde
-//! admin-url`, `sonde top`, `sonde tap`): where it listens and the
+//! The client of a running agent's admin site, for the commands that talk
+//! to it (`sonde admin-url`, `sonde top`, `sonde tap`, `sonde bench
+//! --config`): where it listens and the
 //! credential it asks for, read from the agent's config as the agent's
 //! user reads them.
 //!
@@ -24,10 +25,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::config::{self, AdminListen, AdminTls, AgentSection};
 use anyhow::Context;
-use sonde::config::{self, AdminListen, AdminTls, AgentSection};
-
-use crate::read;
 
 /// `--config` for the commands that talk to the agent.
 #[derive(clap::Args, Debug, Clone)]
@@ -41,7 +40,7 @@ impl AgentArgs {
     /// The `[agent]` section of the config.
     fn agent(&self) -> anyhow::Result<AgentSection> {
         let config = match &self.config {
-            Some(p) => read(p)?,
+            Some(p) => read_config(p)?,
             None => config::parse(config::DEFAULT_CONFIG).context("embedded default config")?,
         };
         Ok(config.agent)
@@ -305,6 +304,18 @@ pub fn admin_url(args: &AgentArgs, token_only: bool) -> anyhow::Result<()> {
         Some(t) => println!("{}/login?token={}", client.base(), t.as_str()),
     }
     Ok(())
+}
+
+/// Reads and parses a configuration file, without looking at the host:
+/// for commands that only read settings from it.
+///
+/// # Errors
+///
+/// When the file cannot be read or is not a valid config.
+pub fn read_config(path: &Path) -> anyhow::Result<config::Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    config::parse(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
 #[cfg(test)]
