@@ -243,6 +243,18 @@ fn clear_stale(path: &Path, ty: Type, addr: &ListenAddr) -> Result<(), BindError
     })
 }
 
+/// Binds a non-blocking TCP listener, for an HTTP server (the admin
+/// site, a Prometheus exporter sink's scrape endpoint).
+///
+/// # Errors
+///
+/// When the address cannot be bound.
+pub fn bind_tcp(addr: std::net::SocketAddr) -> io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
 /// The default of [`SocketOptions::max_connections`]: the most connections
 /// one stream or seqpacket receiver keeps open; more are closed as soon as
 /// they are accepted, and counted (`sonde_receiver_connections_refused_total`).

@@ -142,7 +142,7 @@ impl StoreArgs {
             None => None,
         };
         Ok(configured
-            .or_else(sonde::sinks::hostname)
+            .or_else(sonde_sinks::hostname)
             .unwrap_or_else(|| "localhost".into()))
     }
 }

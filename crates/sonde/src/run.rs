@@ -48,7 +48,6 @@ use anyhow::Context;
 use sd_notify::NotifyState;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use sonde::config::{self, Config, ConfigError, Receiver, Sink};
-use sonde::sinks::Start;
 use sonde_admin::http::{self, Site};
 use sonde_admin::telemetry::Telemetry;
 use sonde_aggregate::AggregateConfig;
@@ -56,6 +55,7 @@ use sonde_log_sources::events::{EventQueue, EVENTS_SOURCE};
 use sonde_log_sources::{self as logs, LogInput, LogStats, RunningSource, SourceInfo};
 use sonde_metrics::flusher::{self, Flusher, FlusherCommand};
 use sonde_metrics::receiver::{self, Bound, Control, Handoff, Ingest, ReceiverStats};
+use sonde_sinks::registry::Start;
 use sonde_sinks::sink::{SinkHandle, SinkStats};
 
 /// Shards that may wait for the flusher before a worker blocks: two
@@ -135,7 +135,7 @@ fn bind_error(config: &Config, i: usize, r: &Receiver, e: anyhow::Error) -> anyh
         .into()
 }
 
-/// A start error that names a key ([`sonde::sinks::Start::key`]), placed
+/// A start error that names a key ([`sonde_sinks::registry::Start::key`]), placed
 /// at the key's line; others as they are.
 fn placed(config: &Config, e: anyhow::Error) -> anyhow::Error {
     match e.downcast::<ConfigError>() {
@@ -335,11 +335,11 @@ struct Started {
 }
 
 /// Starts a sink as its type says (an exporter's listener goes to
-/// `sites`). `stats` carries the counters of the sink it replaces, if any;
+/// `exporters`). `stats` carries the counters of the sink it replaces, if any;
 /// `sources` describes every log source of the config.
 fn start_sink(
     s: &Sink,
-    sites: &mut Vec<(std::net::TcpListener, Site)>,
+    exporters: &mut Vec<(std::net::TcpListener, sonde_sinks::sink::Exposition)>,
     stats: Option<Arc<SinkStats>>,
     sources: &[SourceInfo],
     host: &str,
@@ -353,7 +353,7 @@ fn start_sink(
         .collect();
     let mut start = Start {
         stats: Arc::clone(&stats),
-        sites,
+        exporters,
         sources: &taken,
         host,
         key,
@@ -386,7 +386,7 @@ fn start_sink(
 pub(crate) fn agent_host(config: &Config) -> String {
     match &config.agent.hostname {
         Some(h) => h.get_ref().clone(),
-        None => sonde::sinks::hostname().unwrap_or_else(|| "localhost".into()),
+        None => sonde_sinks::hostname().unwrap_or_else(|| "localhost".into()),
     }
 }
 
@@ -660,7 +660,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let _serving = http::serve(
         admin_site
             .into_iter()
-            .chain(sites.into_iter().map(|(l, site)| (l.into(), site)))
+            .chain(
+                sites
+                    .into_iter()
+                    .map(|(l, expo)| (l.into(), Site::Exporter(expo))),
+            )
             .collect(),
     )?;
 

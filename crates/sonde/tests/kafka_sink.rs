@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::backends::{or_skip, Isolation, Kafka, KafkaRecord};
-use sonde::sinks::{Running, Sink, Start};
 use sonde_log_sources::{LogBatch, LogStats, SourceConfig, SourceInfo};
 use sonde_logs::{Checkpoints, TailerConfig};
 use sonde_runtime::data_dir::{DataDirErrors, What};
+use sonde_sinks::registry::{Running, Sink, Start};
 use sonde_sinks::sink::SinkStats;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,7 +47,7 @@ fn start(sink: &Sink, source: &SourceInfo) -> (Running, Arc<SinkStats>) {
         sink,
         &mut Start {
             stats: Arc::clone(&stats),
-            sites: &mut sites,
+            exporters: &mut sites,
             sources: std::slice::from_ref(source),
             host: "web-1",
             key: "sinks[0]",

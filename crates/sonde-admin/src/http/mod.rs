@@ -381,9 +381,7 @@ fn tap(tap: &sonde_runtime::tap::Tap, query: Option<&str>) -> Response<Full<Byte
 ///
 /// When the address cannot be bound.
 pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let l = TcpListener::bind(addr)?;
-    l.set_nonblocking(true)?;
-    Ok(l)
+    sonde_runtime::socket::bind_tcp(addr)
 }
 
 /// Binds the unix socket file `path` for [`serve`], as a unix receiver's

@@ -26,7 +26,8 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use super::{Config, ConfigError};
-use crate::sinks::Buffer;
+use sonde_config::DATA_DIR_FIX;
+use sonde_sinks::registry::Buffer;
 
 /// Checks what `config` needs of this host; see the module docs.
 ///
@@ -96,7 +97,7 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
                 .map(|e| format!("cannot make {}: {e}", path.display())),
         };
         if let Some(problem) = problem {
-            return Err(config.error(format!("sinks[{i}].path"), problem, crate::sinks::file::FIX));
+            return Err(config.error(format!("sinks[{i}].path"), problem, sonde_sinks::file::FIX));
         }
     }
     if let Some(path) = config.agent.admin_socket() {
@@ -235,9 +236,6 @@ pub fn admin_tls_error(config: &Config, e: &sonde_admin::http::TlsError) -> Conf
     };
     config.error_at(span, key, e.to_string(), fix)
 }
-
-/// The fix for an `agent.data_dir` the agent cannot make or write.
-pub const DATA_DIR_FIX: &str = "make it writable by the user sonde runs as (e.g. `sudo install -d -o sonde /var/lib/sonde`), or set agent.data_dir to a directory it can write";
 
 /// What keeps data under `agent.data_dir`, for messages; empty when
 /// nothing does (the directory is then never made).

@@ -24,8 +24,7 @@ use super::units::{HumanDuration, HumanSize};
 /// `/metrics`.
 pub const MAX_NAME_BYTES: usize = 64;
 
-/// The name `inputs` gives the metric windows, so no source may take it.
-pub const METRICS_INPUT: &str = "metrics";
+pub use sonde_config::METRICS_INPUT;
 
 /// The keys a log record has of its own in the `json` format; `fields`
 /// may not shadow them.

@@ -4,21 +4,20 @@
 //! Parsing and validation are one pure step ([`parse`]) that returns a
 //! [`Config`]; building the agent from it does the I/O and checks nothing
 //! again. Each section has its module: [`agent`], [`receivers`],
-//! [`logs`], [`histograms`], and the sinks theirs in [`crate::sinks`],
+//! [`logs`], [`histograms`], and the sinks theirs in `sonde_sinks`,
 //! where each sink type's keys are described once. What ties sections
 //! together (which sink takes which source) is checked here, in [`parse`].
 //! What a config needs of the host it runs on (users, groups, writable
 //! directories) is checked by [`check_host`], apart, so that [`parse`]
 //! stays pure; [`load`] runs both, for `sonde validate` and `sonde run`.
 
-pub mod agent;
-mod error;
 pub mod histograms;
 mod host;
 pub mod logs;
 pub mod profiler;
 pub mod receivers;
-pub mod units;
+#[cfg(test)]
+mod test_sinks;
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,17 +26,20 @@ use sonde_aggregate::AggregateConfig;
 use sonde_log_sources::events::EVENTS_SOURCE;
 use toml::Spanned;
 
-pub use self::agent::{AdminAuth, AdminListen, AdminTls, AgentSection};
-pub use self::error::ConfigError;
-pub(crate) use self::error::{generic_fix, split_fix as error_split, Source};
 pub use self::histograms::{HistogramOverride, HistogramSection};
-pub use self::host::{admin_tls_error, check_host, DATA_DIR_FIX};
+pub use self::host::{admin_tls_error, check_host};
 pub use self::logs::{LogSection, LogSource};
 pub use self::profiler::{Profiler, ProfilerSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
-pub use self::units::{HostPort, HumanDuration, HumanSize, Listen, UnitError};
-use crate::sinks::SinkType;
-pub use crate::sinks::{Buffer, NetSink, Sink, SinkInput};
+pub(crate) use sonde_config::error::Source;
+pub use sonde_config::{agent, error, units};
+pub use sonde_config::{
+    check_loopback, listen_fix, AdminAuth, AdminListen, AdminTls, AgentSection, ConfigError,
+    DATA_DIR_FIX,
+};
+pub use sonde_config::{HostPort, HumanDuration, HumanSize, Listen, UnitError};
+use sonde_sinks::registry::SinkType;
+pub use sonde_sinks::registry::{Buffer, NetSink, Sink, SinkInput};
 
 /// The configuration `sonde run` uses when no file is given.
 pub const DEFAULT_CONFIG: &str = r#"# sonde's embedded defaults: what `sonde run` does without --config.
@@ -62,7 +64,7 @@ type = "console"
 "#;
 
 /// The file as written. `[[sinks]]` tables stay tables here: which keys
-/// one takes depends on its `type`, which [`crate::sinks`] looks up.
+/// one takes depends on its `type`, which `sonde_sinks` looks up.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
@@ -139,51 +141,6 @@ pub fn load(text: &str) -> Result<Config, ConfigError> {
     Ok(config)
 }
 
-/// True for addresses only this host can reach: `127.0.0.0/8`, `::1`,
-/// and IPv4 loopback mapped into IPv6.
-fn is_loopback(ip: std::net::IpAddr) -> bool {
-    match ip {
-        std::net::IpAddr::V4(v4) => v4.is_loopback(),
-        std::net::IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    }
-}
-
-/// Refuses a network listen address other hosts can reach, unless
-/// `agent.allow_non_loopback` says so. The caller names the key and line.
-pub(crate) fn check_loopback(allowed: bool, addr: std::net::SocketAddr) -> Result<(), ConfigError> {
-    if allowed || is_loopback(addr.ip()) {
-        return Ok(());
-    }
-    Err(ConfigError::new(
-        "",
-        format!("{addr} is reachable from other hosts"),
-        "listen on 127.0.0.1 or ::1, or set `allow_non_loopback = true` in [agent] to allow it",
-    ))
-}
-
-/// The fix for a listen address the agent could not bind at start (`unix`
-/// for a unix socket file), by what the OS said.
-pub fn listen_fix(e: &std::io::Error, unix: bool) -> &'static str {
-    use std::io::ErrorKind;
-    match (e.kind(), unix) {
-        (ErrorKind::AddrInUse, false) => {
-            "another process listens there (`ss -ltunp` shows which): stop it, or choose another port"
-        }
-        (ErrorKind::PermissionDenied, false) => {
-            "a port below 1024 needs root or CAP_NET_BIND_SERVICE: choose a port above 1023, or give sonde the capability"
-        }
-        (ErrorKind::AddrNotAvailable, false) => {
-            "the address is not one of this host's: write 127.0.0.1, ::1 or one that `ip addr` lists"
-        }
-        (_, true) => {
-            "make the socket file's directory writable by the user sonde runs as, or listen on a path in one it can write (like /run/sonde)"
-        }
-        _ => "choose another address",
-    }
-}
-
 /// Parses and validates a configuration file's text.
 ///
 /// # Errors
@@ -196,7 +153,7 @@ pub fn listen_fix(e: &std::io::Error, unix: bool) -> &'static str {
 /// `inputs` that name nothing or a source their type does not take, a
 /// source no sink takes, bad histogram bounds.
 pub fn parse(text: &str) -> Result<Config, ConfigError> {
-    parse_with(text, crate::sinks::REGISTRY)
+    parse_with(text, sonde_sinks::registry::REGISTRY)
 }
 
 /// [`parse`] with the sink types of `registry`.
@@ -210,7 +167,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         return Err(receivers::none());
     }
     if file.sinks.is_empty() && !file.receivers.is_empty() {
-        return Err(crate::sinks::none());
+        return Err(sonde_sinks::registry::none());
     }
     let receivers = receivers::check(src, &file.receivers, agent.allow_non_loopback)?;
     if let Some(a) = agent.admin() {
@@ -228,7 +185,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         // anyone on the path reads the token and the data.
         let token = agent.admin_auth == AdminAuth::Token;
         let tls = agent.admin_tls.is_some();
-        if !(is_loopback(a.ip()) || (token && tls)) {
+        if !(sonde_config::is_loopback(a.ip()) || (token && tls)) {
             let (missing, fix) = match (token, tls) {
                 (false, false) => (
                     "agent.admin_auth is \"none\" and agent.admin_tls is not set: they would read every process's profile, over plain HTTP",
@@ -251,9 +208,13 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
             ));
         }
     }
-    agent::check_admin_socket(src, &agent, &receivers)?;
+    let receiver_files: Vec<Option<&std::path::Path>> = receivers
+        .iter()
+        .map(|r| r.listen.unix_path().map(std::path::PathBuf::as_path))
+        .collect();
+    agent::check_admin_socket(src, &agent, &receiver_files)?;
     let logs = logs::check(src, &file.logs)?;
-    let sinks = crate::sinks::check(src, registry, &file.sinks, &agent)?;
+    let sinks = sonde_sinks::registry::check(src, registry, &file.sinks, &agent)?;
     let tables = Tables {
         logs: &file.logs,
         sinks: &file.sinks,
@@ -285,7 +246,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
 /// for tests.
 #[cfg(test)]
 pub(crate) fn parse_with_log_sinks(text: &str) -> Result<Config, ConfigError> {
-    parse_with(text, &crate::sinks::log_types::registry())
+    parse_with(text, &test_sinks::registry())
 }
 
 /// The tables [`routes`] places its errors in.
@@ -308,7 +269,7 @@ fn routes(
     logs: &[LogSource],
     sinks: &[Sink],
 ) -> Result<(), ConfigError> {
-    use crate::sinks::{accepting, place, Input};
+    use sonde_sinks::registry::{accepting, place, Input};
     // Errors about an entry of `inputs` are at its line, or at the sink's
     // table when `inputs` is left out (the default).
     let at = |i: usize, key: String, problem: String, fix: String| {
@@ -740,7 +701,7 @@ mod tests {
         let e = err(&format!("{MIN}[[sinks]]\ntype = \"nats\"\n"));
         assert_eq!((e.key.as_str(), e.line), ("sinks[1].type", Some(7)));
         assert!(e.problem.contains("nats"), "{e}");
-        for t in crate::sinks::REGISTRY {
+        for t in sonde_sinks::registry::REGISTRY {
             assert!(e.fix.contains(&format!("\"{}\"", t.name)), "{e}");
         }
         assert_eq!(
@@ -1099,7 +1060,10 @@ mod tests {
         let c = parse(&all).unwrap_or_else(|e| panic!("{e}\n{all}"));
         let mut types: Vec<&str> = c.sinks.iter().map(|s| s.kind.name).collect();
         types.sort_unstable();
-        let mut registry: Vec<&str> = crate::sinks::REGISTRY.iter().map(|t| t.name).collect();
+        let mut registry: Vec<&str> = sonde_sinks::registry::REGISTRY
+            .iter()
+            .map(|t| t.name)
+            .collect();
         registry.sort_unstable();
         assert_eq!(types, registry);
         let mut transports: Vec<String> = c
@@ -1508,7 +1472,7 @@ mod tests {
 
     #[test]
     fn logs_md_names_the_types_that_take_log_lines() {
-        use crate::sinks::{Input, REGISTRY};
+        use sonde_sinks::registry::{Input, REGISTRY};
         let doc = include_str!("../../../../docs/LOGS.md");
         let listed = |start: &str| -> Vec<&str> {
             let (_, rest) = doc.split_once(start).expect(start);

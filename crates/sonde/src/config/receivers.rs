@@ -8,8 +8,9 @@ use sonde_runtime::addr::ListenAddr;
 use sonde_runtime::socket::SocketOptions;
 use toml::Spanned;
 
-use super::error::{ConfigError, Source};
 use super::units::{HumanSize, Listen};
+use sonde_config::error::{ConfigError, Source};
+use sonde_config::units::socket_mode;
 
 /// The protocol of a receiver.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -62,32 +63,6 @@ pub struct Receiver {
     pub owner: Option<String>,
     /// Group name or gid for the unix socket file.
     pub group: Option<String>,
-}
-
-/// The permission bits an octal string like `"0660"` or `"0o660"` writes.
-pub(crate) fn parse_mode(s: &str) -> Option<u32> {
-    let digits = s.strip_prefix("0o").unwrap_or(s);
-    u32::from_str_radix(digits, 8)
-        .ok()
-        .filter(|v| *v <= 0o777 && !digits.is_empty())
-}
-
-/// Parses an octal permission string like `"0660"`, or names `key`.
-pub(crate) fn socket_mode(
-    src: Source<'_>,
-    m: &Spanned<String>,
-    key: String,
-) -> Result<u32, ConfigError> {
-    let s = m.get_ref();
-    match parse_mode(s) {
-        Some(v) => Ok(v),
-        None => Err(src.error(
-            m.span(),
-            key,
-            format!("{s:?} is not a file mode"),
-            "write octal permission bits, like \"0660\"",
-        )),
-    }
 }
 
 /// The error for a file with neither receivers nor log sources.

@@ -2,7 +2,8 @@
 
 use sonde_encode::graphite::Plaintext;
 
-use super::{net, Input, Running, Sink, SinkType, Start, Transport};
+use crate::net;
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 
 /// `type = "graphite"`.
 pub static TYPE: SinkType = SinkType {
@@ -13,7 +14,7 @@ pub static TYPE: SinkType = SinkType {
     compressions: &["none"],
     headers: &[],
     keys: &[],
-    check: super::no_own_keys,
+    check: crate::registry::no_own_keys,
     start,
     reloads: true,
 };

@@ -4,18 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::logs::buffered;
+use crate::logs::deliver::{self, HttpLogs, LogEncoder};
+use crate::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
+use crate::sink::SinkStats;
 use anyhow::Context;
 use serde::Deserialize;
 use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
 use sonde_runtime::data_dir::DataDirErrors;
-use sonde_sinks::logs::buffered;
-use sonde_sinks::logs::deliver::{self, HttpLogs, LogEncoder};
-use sonde_sinks::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
-use sonde_sinks::sink::SinkStats;
 
-use super::{Running, Sink, SinkType, Start, Transport};
-use crate::config::{ConfigError, HumanDuration, HumanSize};
+use crate::registry::{Running, Sink, SinkType, Start, Transport};
+use sonde_config::{ConfigError, HumanDuration, HumanSize};
 
 /// The keys of a network sink that do not depend on its type; which of
 /// `url`, `address` and `headers` it takes depends on its transport.
@@ -349,7 +349,7 @@ fn open_disk(
                 "cannot open the disk buffer of sink {name:?} in {}: {e}",
                 dir.display()
             ),
-            crate::config::DATA_DIR_FIX,
+            sonde_config::DATA_DIR_FIX,
         )
     })?;
     if loaded.records > 0 {

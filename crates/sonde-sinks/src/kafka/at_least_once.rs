@@ -56,18 +56,18 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::sender::Backoff;
+use crate::sink::{FailReason, SinkDrop, SinkStats};
 use anyhow::Context as _;
 use sonde_kafka::batch::next_sequence;
 use sonde_kafka::client::DUPLICATE_SEQUENCE;
 use sonde_kafka::client::{begin_produce, code_name, producer_refused, retriable, too_large};
 use sonde_kafka::{BatchBuilder, Cluster, Compressor, Error as KafkaError, Producer};
 use sonde_log_sources::{LogBatch, LogInput};
-use sonde_sinks::sender::Backoff;
-use sonde_sinks::sink::{FailReason, SinkDrop, SinkStats};
 
 use super::record::{now_ms, Encoder};
 use super::Settings;
-use crate::sinks::{NetSink, Running, Start};
+use crate::registry::{NetSink, Running, Start};
 
 /// Produce requests in flight over all connections.
 const MAX_IN_FLIGHT: usize = 5;

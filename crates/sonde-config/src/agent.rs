@@ -8,8 +8,8 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::error::{ConfigError, Source};
-use super::units::{HostPort, HumanDuration, HumanSize};
+use crate::error::{ConfigError, Source};
+use crate::units::{HostPort, HumanDuration, HumanSize};
 
 fn default_interval() -> Spanned<HumanDuration> {
     Spanned::new(0..0, HumanDuration(Duration::from_secs(30)))
@@ -231,7 +231,7 @@ impl AgentSection {
     pub fn admin_socket_mode(&self) -> u32 {
         self.admin_socket_mode
             .as_ref()
-            .and_then(|m| super::receivers::parse_mode(m.get_ref()))
+            .and_then(|m| crate::units::parse_mode(m.get_ref()))
             .unwrap_or(DEFAULT_ADMIN_SOCKET_MODE)
     }
 
@@ -254,7 +254,7 @@ impl AgentSection {
 }
 
 /// Checks `[agent]`'s values; returns the largest series key in bytes.
-pub(crate) fn check(src: Source<'_>, agent: &AgentSection) -> Result<usize, ConfigError> {
+pub fn check(src: Source<'_>, agent: &AgentSection) -> Result<usize, ConfigError> {
     if let Some(h) = &agent.hostname {
         let name = h.get_ref();
         if name.is_empty()
@@ -330,10 +330,15 @@ pub(crate) fn check(src: Source<'_>, agent: &AgentSection) -> Result<usize, Conf
 /// Checks the keys of a `unix://` `admin_listen`: its mode, that TLS is
 /// not asked of it, that no receiver listens on the same file; and that
 /// `admin_socket_mode` and `admin_socket_group` are not set without one.
-pub(crate) fn check_admin_socket(
+/// `receiver_files` are the receivers' socket files, in their order.
+///
+/// # Errors
+///
+/// The first of these problems.
+pub fn check_admin_socket(
     src: Source<'_>,
     agent: &AgentSection,
-    receivers: &[super::Receiver],
+    receiver_files: &[Option<&Path>],
 ) -> Result<(), ConfigError> {
     let Some(path) = agent.admin_socket() else {
         for (field, value) in [
@@ -352,7 +357,7 @@ pub(crate) fn check_admin_socket(
         return Ok(());
     };
     if let Some(m) = &agent.admin_socket_mode {
-        super::receivers::socket_mode(src, m, "agent.admin_socket_mode".into())?;
+        crate::units::socket_mode(src, m, "agent.admin_socket_mode".into())?;
     }
     if let Some(tls) = &agent.admin_tls {
         return Err(src.error(
@@ -365,10 +370,7 @@ pub(crate) fn check_admin_socket(
             "remove admin_tls (admin_auth = \"token\" still asks for the token), or listen on HOST:PORT to serve HTTPS",
         ));
     }
-    if let Some(i) = receivers
-        .iter()
-        .position(|r| r.listen.unix_path().map(PathBuf::as_path) == Some(path))
-    {
+    if let Some(i) = receiver_files.iter().position(|f| *f == Some(path)) {
         return Err(src.error(
             agent.admin_listen.span(),
             "agent.admin_listen",

@@ -4,34 +4,11 @@
 //! `[[sinks]]`: its name, what it accepts, its transport, the compressions
 //! its backend takes (the default first), the protocol headers it sends,
 //! the keys of its own, how those keys are checked and how the sink is
-//! started. Config validation (run by [`crate::config::parse`]), the
+//! started. Config validation (`sonde::config::parse` runs [`check`]), the
 //! wiring in `sonde run` ([`SinkType::start`]) and the test that reads
 //! docs/SINKS.md all read the descriptor.
 //!
-//! # Adding a sink type
-//!
-//! Write one file here with its `TYPE` (see `influxdb.rs` for a network
-//! sink with a key of its own), declare the module and add its line to
-//! [`REGISTRY`]. A backend reached neither over HTTP nor over TCP takes
-//! [`Transport::Own`] and hands its transport to [`net::spawn`]. Then give
-//! it its row in the tables of docs/SINKS.md and docs/CONFIG.md; tests check
-//! both against the registry.
-//!
-//! The encoders stay in `sonde-encode` and the senders in `sonde-sinks`; a
-//! sink type's file only names which it uses.
-
-pub mod blackhole;
-pub mod console;
-pub mod file;
-pub mod graphite;
-pub mod http;
-pub mod influxdb;
-pub mod kafka;
-pub mod net;
-pub mod otlp_http;
-pub mod prometheus_exporter;
-pub mod prometheus_remote_write;
-pub mod tcp;
+//! How to add a sink type is in the crate's top doc.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -39,29 +16,29 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use sonde_admin::http::Site;
+use crate::sink::Exposition;
+use crate::sink::SinkHandle;
+use crate::sink::SinkStats;
 use sonde_log_sources::{LogInput, SourceInfo};
-use sonde_sinks::sink::SinkHandle;
-use sonde_sinks::sink::SinkStats;
 use toml::Spanned;
 
-use crate::config::logs::METRICS_INPUT;
-use crate::config::{AgentSection, ConfigError, Source};
-pub use net::{Buffer, BufferSection, NetSink, NetSinkSection};
+pub use crate::net::{Buffer, BufferSection, NetSink, NetSinkSection};
+use sonde_config::METRICS_INPUT;
+use sonde_config::{AgentSection, ConfigError, Source};
 
 /// Every sink type, by the name `type` gives it.
 pub static REGISTRY: &[&SinkType] = &[
-    &console::TYPE,
-    &file::TYPE,
-    &prometheus_exporter::TYPE,
-    &prometheus_remote_write::TYPE,
-    &otlp_http::TYPE,
-    &influxdb::TYPE,
-    &graphite::TYPE,
-    &http::TYPE,
-    &tcp::TYPE,
-    &blackhole::TYPE,
-    &kafka::TYPE,
+    &crate::console::TYPE,
+    &crate::file::TYPE,
+    &crate::prometheus_exporter::TYPE,
+    &crate::prometheus_remote_write::TYPE,
+    &crate::otlp_http::TYPE,
+    &crate::influxdb::TYPE,
+    &crate::graphite::TYPE,
+    &crate::http::TYPE,
+    &crate::tcp::TYPE,
+    &crate::blackhole::TYPE,
+    &crate::kafka::TYPE,
 ];
 
 /// [`SinkType::check`] of a type with no keys of its own.
@@ -131,7 +108,7 @@ pub enum Transport {
     /// A connection of the type's own (a message queue's client, say):
     /// the type takes the common network keys but no `url` or `address`,
     /// names its target with keys of its own, and its `start` hands its
-    /// transport to [`net::spawn`].
+    /// transport to [`crate::net::spawn`].
     Own,
     /// Nothing leaves the host (console, file) or the backend comes to the
     /// agent (the Prometheus exporter): no batching, buffer or retries.
@@ -180,7 +157,7 @@ pub struct Start<'a> {
     /// The sink's counters on `/metrics`.
     pub stats: Arc<SinkStats>,
     /// Listeners the agent's HTTP thread serves.
-    pub sites: &'a mut Vec<(TcpListener, Site)>,
+    pub exporters: &'a mut Vec<(TcpListener, Exposition)>,
     /// The log sources whose lines it takes (its `inputs` other than
     /// `metrics`), with what records carry besides the line.
     pub sources: &'a [SourceInfo],
@@ -230,7 +207,7 @@ impl Running {
     }
 }
 
-/// A sink of windows only, as `sonde_sinks::sink::spawn` starts one.
+/// A sink of windows only, as `crate::sink::spawn` starts one.
 impl From<(SinkHandle, JoinHandle<()>)> for Running {
     fn from((windows, thread): (SinkHandle, JoinHandle<()>)) -> Self {
         Running {
@@ -365,7 +342,7 @@ fn names(registry: &[&SinkType]) -> String {
 }
 
 /// The types in `registry` that accept `input`, for messages.
-pub(crate) fn accepting(registry: &[&SinkType], input: Input) -> String {
+pub fn accepting(registry: &[&SinkType], input: Input) -> String {
     let types: Vec<String> = registry
         .iter()
         .filter(|t| t.accepts.contains(&input))
@@ -379,7 +356,7 @@ pub(crate) fn accepting(registry: &[&SinkType], input: Input) -> String {
 }
 
 /// The error for a file with receivers and no sinks.
-pub(crate) fn none() -> ConfigError {
+pub fn none() -> ConfigError {
     ConfigError::new(
         "sinks",
         "no [[sinks]]: windows would go nowhere",
@@ -389,7 +366,7 @@ pub(crate) fn none() -> ConfigError {
 
 /// Places an error about a key of `sinks[i]`, given relative to the sink,
 /// at that key's line.
-pub(crate) fn place(
+pub fn place(
     src: Source<'_>,
     i: usize,
     span: &std::ops::Range<usize>,
@@ -484,7 +461,7 @@ fn build(
     if kind.transport != Transport::Local {
         let section: NetSinkSection = toml::Value::Table(rest.clone()).try_into().map_err(|e| {
             let msg = e.message().trim_end();
-            let (problem, fix) = crate::config::error_split(msg);
+            let (problem, fix) = sonde_config::error::split_fix(msg);
             // serde names the key of an unknown or missing field but not
             // the one whose value failed: that is the key that fails alone.
             let bad = rest.iter().find(|(k, v)| {
@@ -496,10 +473,10 @@ fn build(
             ConfigError::new(
                 bad.map(|(k, _)| k.clone()).unwrap_or_default(),
                 problem,
-                fix.map_or_else(|| crate::config::generic_fix(problem), str::to_string),
+                fix.map_or_else(|| sonde_config::error::generic_fix(problem), str::to_string),
             )
         })?;
-        let (name, net) = net::check(kind, &section, &agent.data_dir)?;
+        let (name, net) = crate::net::check(kind, &section, &agent.data_dir)?;
         sink.name = name;
         sink.net = Some(net);
     }
@@ -525,7 +502,7 @@ fn build(
 
 /// Validates `inputs` (absent: `["metrics"]`): a non-empty list of
 /// distinct names. Whether each names a source, and whether the type
-/// accepts it, is checked with the sources ([`crate::config::parse`]).
+/// accepts it, is checked with the sources ([`sonde_config::parse`]).
 fn inputs(kind: &SinkType, value: Option<&toml::Value>) -> Result<Vec<SinkInput>, ConfigError> {
     let example = "inputs = [\"metrics\"], or the names of [[logs]] sources";
     let Some(value) = value else {
@@ -609,7 +586,7 @@ fn not_taken_fix(kind: &SinkType, key: &str, common: &[&str]) -> String {
 /// Validates the `[[sinks]]` tables: a type of `registry` each, the keys
 /// that type takes, distinct names and listen addresses. What their
 /// `inputs` name is checked against the sources by the caller.
-pub(crate) fn check(
+pub fn check(
     src: Source<'_>,
     registry: &[&'static SinkType],
     tables: &[Spanned<toml::Table>],
@@ -625,7 +602,7 @@ pub(crate) fn check(
         let span = t.span();
         let sink = one(registry, t.get_ref(), agent).map_err(|e| place(src, i, &span, e))?;
         if let Some(addr) = sink.listen {
-            crate::config::check_loopback(agent.allow_non_loopback, addr).map_err(|e| {
+            sonde_config::check_loopback(agent.allow_non_loopback, addr).map_err(|e| {
                 place(
                     src,
                     i,
@@ -699,7 +676,7 @@ mod tests {
 
     #[test]
     fn sinks_md_gives_every_type_the_compressions_keys_and_headers_of_the_registry() {
-        let doc = rows(include_str!("../../../../docs/SINKS.md"));
+        let doc = rows(include_str!("../../../docs/SINKS.md"));
         for t in REGISTRY {
             let (_, cells) = doc
                 .iter()
@@ -738,7 +715,7 @@ mod tests {
 
     #[test]
     fn the_config_reference_lists_every_type() {
-        let readme = rows(include_str!("../../../../docs/CONFIG.md"));
+        let readme = rows(include_str!("../../../docs/CONFIG.md"));
         for t in REGISTRY {
             assert!(
                 readme.iter().any(|(name, _)| name == t.name),
@@ -776,7 +753,7 @@ mod tests {
     #[test]
     fn the_fixed_headers_are_those_of_the_protocol() {
         assert_eq!(
-            prometheus_remote_write::TYPE.headers,
+            crate::prometheus_remote_write::TYPE.headers,
             &[("X-Prometheus-Remote-Write-Version", "0.1.0")]
         );
         assert!(REGISTRY
@@ -862,65 +839,26 @@ mod own_transport {
     }
 }
 
-/// Sink types the registry lacks, for the tests of `inputs`: one that
-/// takes log lines only, and one that can be made to take its sources
-/// alone.
+/// The `[[sinks]]` tables of a config's text, checked as the config's
+/// parser checks them (with the default `[agent]`), for the sink types'
+/// tests; their `inputs` are not matched against sources here.
 #[cfg(test)]
-pub(crate) mod log_types {
-    use super::*;
-
-    /// Takes metrics and logs; `alone = true` makes it take its sources
-    /// alone, as a transactional delivery would.
-    pub(crate) static BOTH: SinkType = SinkType {
-        name: "both",
-        accepts: &[Input::Metrics, Input::Logs],
-        transport: Transport::Local,
-        compressions: &[],
-        headers: &[],
-        keys: &["alone"],
-        check: check_both,
-        start,
-        reloads: true,
-    };
-
-    /// Takes log lines only.
-    pub(crate) static LOGS_ONLY: SinkType = SinkType {
-        name: "logs_only",
-        accepts: &[Input::Logs],
-        transport: Transport::Local,
-        compressions: &[],
-        headers: &[],
-        keys: &[],
-        check: no_own_keys,
-        start,
-        reloads: true,
-    };
-
-    fn check_both(s: &mut Sink) -> Result<(), ConfigError> {
-        match s.options.get("alone") {
-            None => Ok(()),
-            Some(toml::Value::Boolean(b)) => {
-                s.exclusive_logs = *b;
-                Ok(())
-            }
-            Some(_) => Err(ConfigError::new(
-                "alone",
-                "`alone` is not a boolean",
-                "write alone = true",
-            )),
-        }
+pub(crate) fn parse(text: &str) -> Result<ParsedSinks, ConfigError> {
+    #[derive(serde::Deserialize)]
+    struct OnlySinks {
+        #[serde(default)]
+        sinks: Vec<Spanned<toml::Table>>,
     }
+    let src = Source { text };
+    let file: OnlySinks = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
+    let sinks = check(src, REGISTRY, &file.sinks, &AgentSection::default())?;
+    Ok(ParsedSinks { sinks })
+}
 
-    fn start(_: &Sink, _: &mut Start<'_>) -> anyhow::Result<Running> {
-        anyhow::bail!("not started in tests")
-    }
-
-    /// [`REGISTRY`] and these types.
-    pub(crate) fn registry() -> Vec<&'static SinkType> {
-        REGISTRY
-            .iter()
-            .copied()
-            .chain([&BOTH, &LOGS_ONLY])
-            .collect()
-    }
+/// What [`parse`] returns.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct ParsedSinks {
+    /// The sinks, in the file's order.
+    pub sinks: Vec<Sink>,
 }

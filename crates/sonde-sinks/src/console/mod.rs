@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use sonde_sinks::logs::deliver::{self, Text};
-use sonde_sinks::sink::{self, Console};
+use crate::logs::deliver::{self, Text};
+use crate::sink::{self, Console};
 
-use super::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 
 /// `type = "console"`.
 pub static TYPE: SinkType = SinkType {
@@ -16,7 +16,7 @@ pub static TYPE: SinkType = SinkType {
     compressions: &[],
     headers: &[],
     keys: &[],
-    check: super::no_own_keys,
+    check: crate::registry::no_own_keys,
     start,
     reloads: true,
 };

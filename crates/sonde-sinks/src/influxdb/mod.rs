@@ -3,8 +3,9 @@
 
 use sonde_encode::influx::LineProtocol;
 
-use super::{net, Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
+use crate::net;
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use sonde_config::ConfigError;
 
 /// `type = "influxdb"`: `database` (required) names the database.
 pub static TYPE: SinkType = SinkType {

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use sonde_admin::http::{self, Site};
-use sonde_sinks::sink::{self, Exposition, PrometheusExporter};
 
-use super::{Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::{ConfigError, HostPort};
+use crate::sink::{self, Exposition, PrometheusExporter};
+
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use sonde_config::{ConfigError, HostPort};
 
 /// `type = "prometheus_exporter"`: `listen` (required) is `HOST:PORT`. Its
 /// listener is bound at start, so a reload leaves it as it is.
@@ -28,7 +28,7 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
     let listen: HostPort = s
         .required("listen", "\"127.0.0.1:9102\"")?
         .parse()
-        .map_err(|e: crate::config::UnitError| ConfigError::new("listen", e.problem, e.fix))?;
+        .map_err(|e: sonde_config::UnitError| ConfigError::new("listen", e.problem, e.fix))?;
     s.listen = Some(listen.0);
     s.name = format!("prometheus_exporter:{}", listen.0);
     Ok(())
@@ -36,15 +36,15 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let listen = s.listen.context("a prometheus_exporter without `listen`")?;
-    let l = http::bind(listen).map_err(|e| {
+    let l = sonde_runtime::socket::bind_tcp(listen).map_err(|e| {
         ConfigError::new(
             format!("{}.listen", st.key),
             format!("cannot listen on {listen}: {e}"),
-            crate::config::listen_fix(&e, false),
+            sonde_config::listen_fix(&e, false),
         )
     })?;
     tracing::info!(address = %listen, "prometheus exporter listening on /metrics");
     let expo = Exposition::default();
-    st.sites.push((l, Site::Exporter(expo.clone())));
+    st.exporters.push((l, expo.clone()));
     Ok(sink::spawn(PrometheusExporter::new(expo), Arc::clone(&st.stats))?.into())
 }

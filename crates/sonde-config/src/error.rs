@@ -27,11 +27,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     /// An error about `key` with no line (yet); see [`Source::error`].
-    pub(crate) fn new(
-        key: impl Into<String>,
-        problem: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Self {
+    pub fn new(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> Self {
         ConfigError {
             key: key.into(),
             line: None,
@@ -67,20 +63,20 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Separates the problem from the fix in the message of a serde error
-/// raised by a value's own `Deserialize` (see [`crate::config::units`]),
+/// raised by a value's own `Deserialize` (see [`crate::units`]),
 /// since serde carries only one string.
-pub(crate) const FIX_MARK: &str = "\nfix: ";
+pub const FIX_MARK: &str = "\nfix: ";
 
 /// The file's text, to turn byte spans into lines and lines into key
 /// paths.
 #[derive(Clone, Copy)]
-pub(crate) struct Source<'a> {
-    pub(crate) text: &'a str,
+pub struct Source<'a> {
+    pub text: &'a str,
 }
 
 impl<'a> Source<'a> {
     /// The line (from 1) of a byte offset.
-    pub(crate) fn line_of(&self, offset: usize) -> usize {
+    pub fn line_of(&self, offset: usize) -> usize {
         self.text.as_bytes()[..offset.min(self.text.len())]
             .iter()
             .filter(|&&b| b == b'\n')
@@ -90,12 +86,12 @@ impl<'a> Source<'a> {
 
     /// The line of a span; `None` for the empty span that marks a default
     /// (`Spanned::new(0..0, ..)`), which is not in the file.
-    pub(crate) fn line(&self, span: &Range<usize>) -> Option<usize> {
+    pub fn line(&self, span: &Range<usize>) -> Option<usize> {
         (span.end > 0).then(|| self.line_of(span.start))
     }
 
     /// An error about `key`, at the line of `span` when it is in the file.
-    pub(crate) fn error(
+    pub fn error(
         &self,
         span: Range<usize>,
         key: impl Into<String>,
@@ -106,7 +102,7 @@ impl<'a> Source<'a> {
     }
 
     /// `e` placed at `line`, with the line's text.
-    pub(crate) fn at(&self, line: Option<usize>, mut e: ConfigError) -> ConfigError {
+    pub fn at(&self, line: Option<usize>, mut e: ConfigError) -> ConfigError {
         e.line = line;
         e.line_text = line
             .and_then(|l| self.text.lines().nth(l - 1))
@@ -116,7 +112,7 @@ impl<'a> Source<'a> {
 
     /// The line of `key = ...` in the table that starts at `span` (a
     /// table's own span covers its header too), or the table's first line.
-    pub(crate) fn key_line(&self, span: &Range<usize>, key: &str) -> Option<usize> {
+    pub fn key_line(&self, span: &Range<usize>, key: &str) -> Option<usize> {
         let first = self.line(span)?;
         for (i, l) in self.text.lines().enumerate().skip(first - 1) {
             let l = l.trim_start();
@@ -141,7 +137,7 @@ impl<'a> Source<'a> {
     /// The path of the key on `line`: the table header above it
     /// (`[agent]`, the third `[[sinks]]` as `sinks[2]`) and the key the
     /// line sets, if any.
-    pub(crate) fn key_path(&self, line: usize) -> String {
+    pub fn key_path(&self, line: usize) -> String {
         // A line past the end (a span at the end of the file) is in the
         // last table.
         let mut table = String::new();
@@ -157,7 +153,7 @@ impl<'a> Source<'a> {
     /// The line (from 1) that sets `key` (a path as [`Source::key_path`]
     /// gives it), or the header of the table `key` names; `None` when the
     /// file leaves it out.
-    pub(crate) fn line_of_key(&self, key: &str) -> Option<usize> {
+    pub fn line_of_key(&self, key: &str) -> Option<usize> {
         self.paths().position(|(_, p)| p == key).map(|i| i + 1)
     }
 
@@ -201,7 +197,7 @@ impl<'a> Source<'a> {
     }
 
     /// A TOML syntax or type error, placed at the key it names.
-    pub(crate) fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
+    pub fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
         let msg = e.message().trim_end();
         let (problem, fix) = split_fix(msg);
         let line = e.span().map(|span| match mentioned_key(problem) {
@@ -227,7 +223,7 @@ impl<'a> Source<'a> {
 }
 
 /// Splits a message made with [`FIX_MARK`].
-pub(crate) fn split_fix(msg: &str) -> (&str, Option<&str>) {
+pub fn split_fix(msg: &str) -> (&str, Option<&str>) {
     match msg.split_once(FIX_MARK) {
         Some((p, f)) => (p, Some(f)),
         None => (msg, None),
@@ -248,7 +244,7 @@ fn quoted_after(msg: &str, prefix: &str) -> Option<String> {
 }
 
 /// The fix for serde's own messages, which name the problem only.
-pub(crate) fn generic_fix(problem: &str) -> String {
+pub fn generic_fix(problem: &str) -> String {
     if problem.starts_with("unknown field") {
         "remove the key or correct its spelling (the keys this table takes are listed above)".into()
     } else if problem.starts_with("unknown variant") {

@@ -9,7 +9,8 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use sonde_runtime::addr::ListenAddr;
 
-use super::error::FIX_MARK;
+use crate::error::{ConfigError, Source, FIX_MARK};
+use toml::Spanned;
 
 /// Why a value does not parse, and what to write instead.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,6 +157,33 @@ impl<'de> Deserialize<'de> for HostPort {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(UnitError::into_de)
+    }
+}
+
+/// The permission bits an octal string like `"0660"` (or `"0o660"`)
+/// writes, if it writes any.
+pub fn parse_mode(s: &str) -> Option<u32> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    u32::from_str_radix(digits, 8)
+        .ok()
+        .filter(|v| *v <= 0o777 && !digits.is_empty())
+}
+
+/// Parses an octal permission string like `"0660"`, or names `key`.
+///
+/// # Errors
+///
+/// When `m` is not a file mode, with the fix.
+pub fn socket_mode(src: Source<'_>, m: &Spanned<String>, key: String) -> Result<u32, ConfigError> {
+    let s = m.get_ref();
+    match parse_mode(s) {
+        Some(v) => Ok(v),
+        None => Err(src.error(
+            m.span(),
+            key,
+            format!("{s:?} is not a file mode"),
+            "write octal permission bits, like \"0660\"",
+        )),
     }
 }
 

@@ -2,12 +2,13 @@
 //! msgpack, log records as JSON lines
 //! (`{"message","file","offset","host","source", fields...}`).
 
+use crate::logs::deliver::JsonLines;
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
-use sonde_sinks::logs::deliver::JsonLines;
 
-use super::{net, Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
+use crate::net;
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use sonde_config::ConfigError;
 
 /// `type = "http"`: `format` is `"json"` (JSON lines, the default) or
 /// `"msgpack"` (metric windows only).
@@ -63,7 +64,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::parse;
+    use crate::registry::parse;
 
     const SOURCE: &str = "[[logs]]\nname = \"app\"\ninclude = [\"/var/log/*.log\"]\n\n";
 

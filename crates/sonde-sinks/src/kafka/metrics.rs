@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::sender::{SendError, Transport};
+use crate::sink::FailReason;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
@@ -33,11 +35,10 @@ use sonde_encode::compress::Compression;
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
 use sonde_encode::{BatchEncoder, Half};
-use sonde_sinks::sender::{SendError, Transport};
-use sonde_sinks::sink::FailReason;
 
 use super::{producer_config, Settings};
-use crate::sinks::{net, NetSink, Running, Sink, Start};
+use crate::net;
+use crate::registry::{NetSink, Running, Sink, Start};
 
 /// The format of a point's record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

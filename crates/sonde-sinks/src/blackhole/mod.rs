@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use sonde_sinks::sink::{self, Discard};
+use crate::sink::{self, Discard};
 
-use super::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 
 /// `type = "blackhole"`; `name` (default `blackhole`) tells two apart on
 /// `/metrics`.
@@ -16,7 +16,7 @@ pub static TYPE: SinkType = SinkType {
     compressions: &[],
     headers: &[],
     keys: &[],
-    check: super::no_own_keys,
+    check: crate::registry::no_own_keys,
     start,
     reloads: true,
 };
@@ -24,7 +24,7 @@ pub static TYPE: SinkType = SinkType {
 fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut running: Running = sink::spawn(Discard, Arc::clone(&st.stats))?.into();
     if !st.sources.is_empty() {
-        let (tx, thread) = sonde_sinks::logs::blackhole::spawn(Arc::clone(&st.stats))?;
+        let (tx, thread) = crate::logs::blackhole::spawn(Arc::clone(&st.stats))?;
         running.add_logs(st, &tx, thread);
     }
     Ok(running)
@@ -32,7 +32,7 @@ fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::parse;
+    use crate::registry::parse;
 
     const TWO: &str = "[[logs]]\nname = \"app\"\ninclude = [\"/var/log/*.log\"]\n\n[[sinks]]\ntype = \"blackhole\"\ninputs = [\"app\"]\n\n[[sinks]]\ntype = \"blackhole\"\ninputs = [\"app\"]\n";
 

@@ -60,6 +60,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::sink::{SinkDrop, SinkStats};
 use anyhow::Context as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -70,12 +71,11 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use sonde_kafka::{BatchBuilder, Compressor, ProduceError, Transactional};
 use sonde_log_sources::{LogBatch, LogInput, SourceInfo};
 use sonde_logs::Checkpoints;
-use sonde_sinks::sink::{SinkDrop, SinkStats};
 
 use super::at_least_once::MAX_REQUEST_RECORDS_BYTES;
 use super::record::{now_ms, Encoder};
 use super::Settings;
-use crate::sinks::{NetSink, Running, Start};
+use crate::registry::{NetSink, Running, Start};
 
 /// A transaction is committed once it holds this many bytes of lines, or
 /// once it is a second old ([`COMMIT_EVERY`]).

@@ -5,11 +5,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sonde_sinks::logs::deliver::{self, Text};
-use sonde_sinks::sink;
+use crate::logs::deliver::{self, Text};
+use crate::sink;
 
-use super::{Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use sonde_config::ConfigError;
 
 /// `type = "file"`: `path` (required) is the file.
 pub static TYPE: SinkType = SinkType {
@@ -25,7 +25,7 @@ pub static TYPE: SinkType = SinkType {
 };
 
 /// What to do about a `path` that cannot be opened.
-pub(crate) const FIX: &str = "make its directory writable by the user sonde runs as, or write a path in a directory it can write";
+pub const FIX: &str = "make its directory writable by the user sonde runs as, or write a path in a directory it can write";
 
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
     let path = s.required("path", "\"/var/log/sonde/metrics.jsonl\"")?;

@@ -45,8 +45,8 @@ use rdkafka::ClientConfig;
 use sonde_encode::compress::Compression;
 
 use self::metrics::PointFormat;
-use super::{Buffer, Input, NetSink, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
+use crate::registry::{Buffer, Input, NetSink, Running, Sink, SinkType, Start, Transport};
+use sonde_config::ConfigError;
 
 /// `type = "kafka"`: `brokers` and `topic` (required), `format`,
 /// `delivery`, `offsets_topic`, `metrics_topic`, `metrics_format`.
@@ -419,7 +419,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse;
+    use crate::registry::parse;
 
     const HEAD: &str = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"kafka\"\n";
 

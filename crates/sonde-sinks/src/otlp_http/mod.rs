@@ -1,11 +1,12 @@
 //! `otlp_http`: OTLP/HTTP metrics to `url`, and log records to the logs
 //! endpoint beside it.
 
+use crate::logs::deliver::OtlpLogs;
 use sonde_encode::otlp::Otlp;
-use sonde_sinks::logs::deliver::OtlpLogs;
 
-use super::{net, Input, Running, Sink, SinkType, Start, Transport};
-use crate::config::ConfigError;
+use crate::net;
+use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use sonde_config::ConfigError;
 
 /// `type = "otlp_http"`: `url` is the metrics endpoint
 /// (`http://HOST:4318/v1/metrics`); `logs_url`, default `url` with its
@@ -63,7 +64,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::parse;
+    use crate::registry::parse;
 
     const SOURCE: &str = "[[logs]]\nname = \"app\"\ninclude = [\"/var/log/*.log\"]\n\n";
 
