@@ -19,7 +19,7 @@ pub enum What {
     /// The profile store (`profiles/`).
     Profile,
     // The Kafka sink's exactly-once positions have no writer here: they
-    // are committed to Kafka with the lines (sinks/kafka/exactly_once.rs),
+    // are committed to Kafka with the lines (sonde-sinks, kafka/exactly_once.rs),
     // and the checkpoint file is only a floor under them.
 }
 

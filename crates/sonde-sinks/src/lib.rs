@@ -9,8 +9,10 @@
 //! * [`logs`]: the log sinks, which acknowledge each batch once
 //!   delivered: local (file, console), HTTP (direct or through a disk
 //!   buffer) and the blackhole.
-//! * [`registry`]: every sink type, described once ([`registry::SinkType`]):
-//!   what it accepts, its keys and how they are checked, how it starts;
+//! * [`descriptor`]: what a sink type is ([`descriptor::SinkType`]: what it
+//!   accepts, its keys and how they are checked, how it starts) and what a
+//!   configured sink is; [`registry`]: every type, and the checks of
+//!   `[[sinks]]`;
 //!   one folder per type ([`console`], [`mod@file`], [`http`], [`kafka`], ...),
 //!   the network sinks' common keys and start in [`net`].
 //!
@@ -27,6 +29,7 @@
 //! log delivery of [`logs`] are shared by every network sink.
 #![deny(missing_docs)]
 
+pub mod descriptor;
 pub mod logs;
 pub mod net;
 pub mod registry;

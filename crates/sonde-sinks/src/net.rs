@@ -1,7 +1,7 @@
 //! What every network sink shares: its keys (name, compression, batching,
 //! retries, buffer), their validation, and starting its sender.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::logs::buffered;
@@ -14,7 +14,7 @@ use sonde_encode::compress::Compression;
 use sonde_encode::BatchEncoder;
 use sonde_runtime::data_dir::DataDirErrors;
 
-use crate::registry::{Running, Sink, SinkType, Start, Transport};
+use crate::descriptor::{Buffer, NetSink, Running, Sink, SinkType, Start, Transport};
 use sonde_config::{ConfigError, HumanDuration, HumanSize};
 
 /// The keys of a network sink that do not depend on its type; which of
@@ -77,39 +77,6 @@ const MEMORY_DEFAULT: u64 = 64 << 20;
 /// The directory of a sink's log disk buffer, under its own.
 pub const LOG_BUFFER: &str = "logs";
 
-/// Where a network sink keeps requests not yet delivered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Buffer {
-    /// In memory, at most this many bytes.
-    Memory(u64),
-    /// In `{agent.data_dir}/buffers/{name}`; an HTTP sink's log records
-    /// in a buffer of their own below it ([`LOG_BUFFER`]), of the same
-    /// size.
-    Disk {
-        /// The sink's directory.
-        dir: PathBuf,
-        /// Most bytes.
-        max_size: u64,
-        /// `fdatasync` per request.
-        sync: bool,
-    },
-}
-
-/// A network sink's settings, validated.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NetSink {
-    /// The URL (HTTP sinks) or `HOST:PORT` (TCP sinks).
-    pub target: String,
-    /// Extra HTTP headers from the config.
-    pub headers: Vec<(String, String)>,
-    /// The compression.
-    pub compression: Compression,
-    /// Batching, retries, shutdown.
-    pub delivery: Delivery,
-    /// Its buffer.
-    pub buffer: Buffer,
-}
-
 fn compression_named(name: &str, level: Option<i32>) -> Option<Compression> {
     Some(match name {
         "none" => Compression::None,
@@ -127,7 +94,7 @@ fn compression_named(name: &str, level: Option<i32>) -> Option<Compression> {
 
 /// Validates the common keys of a network sink of type `kind`; returns its
 /// name and settings. Errors name the key relative to the sink.
-pub(super) fn check(
+pub(crate) fn check(
     kind: &SinkType,
     s: &NetSinkSection,
     data_dir: &Path,

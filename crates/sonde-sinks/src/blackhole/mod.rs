@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::sink::{self, Discard};
 
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 
 /// `type = "blackhole"`; `name` (default `blackhole`) tells two apart on
 /// `/metrics`.
@@ -16,7 +16,7 @@ pub static TYPE: SinkType = SinkType {
     compressions: &[],
     headers: &[],
     keys: &[],
-    check: crate::registry::no_own_keys,
+    check: crate::descriptor::no_own_keys,
     start,
     reloads: true,
 };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::logs::deliver::{self, Text};
 use crate::sink::{self, Console};
 
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 
 /// `type = "console"`.
 pub static TYPE: SinkType = SinkType {
@@ -16,7 +16,7 @@ pub static TYPE: SinkType = SinkType {
     compressions: &[],
     headers: &[],
     keys: &[],
-    check: crate::registry::no_own_keys,
+    check: crate::descriptor::no_own_keys,
     start,
     reloads: true,
 };

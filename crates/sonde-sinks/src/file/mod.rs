@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::logs::deliver::{self, Text};
 use crate::sink;
 
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use sonde_config::ConfigError;
 
 /// `type = "file"`: `path` (required) is the file.

@@ -2,8 +2,8 @@
 
 use sonde_encode::graphite::Plaintext;
 
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::net;
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 
 /// `type = "graphite"`.
 pub static TYPE: SinkType = SinkType {
@@ -14,7 +14,7 @@ pub static TYPE: SinkType = SinkType {
     compressions: &["none"],
     headers: &[],
     keys: &[],
-    check: crate::registry::no_own_keys,
+    check: crate::descriptor::no_own_keys,
     start,
     reloads: true,
 };

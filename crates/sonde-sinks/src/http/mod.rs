@@ -6,8 +6,8 @@ use crate::logs::deliver::JsonLines;
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
 
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::net;
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 use sonde_config::ConfigError;
 
 /// `type = "http"`: `format` is `"json"` (JSON lines, the default) or

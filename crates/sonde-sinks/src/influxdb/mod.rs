@@ -3,8 +3,8 @@
 
 use sonde_encode::influx::LineProtocol;
 
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::net;
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 use sonde_config::ConfigError;
 
 /// `type = "influxdb"`: `database` (required) names the database.

@@ -67,7 +67,7 @@ use sonde_log_sources::{LogBatch, LogInput};
 
 use super::record::{now_ms, Encoder};
 use super::Settings;
-use crate::registry::{NetSink, Running, Start};
+use crate::descriptor::{NetSink, Running, Start};
 
 /// Produce requests in flight over all connections.
 const MAX_IN_FLIGHT: usize = 5;

@@ -75,7 +75,7 @@ use sonde_logs::Checkpoints;
 use super::at_least_once::MAX_REQUEST_RECORDS_BYTES;
 use super::record::{now_ms, Encoder};
 use super::Settings;
-use crate::registry::{NetSink, Running, Start};
+use crate::descriptor::{NetSink, Running, Start};
 
 /// A transaction is committed once it holds this many bytes of lines, or
 /// once it is a second old ([`COMMIT_EVERY`]).

@@ -37,8 +37,8 @@ use sonde_encode::msgpack::Msgpack;
 use sonde_encode::{BatchEncoder, Half};
 
 use super::{producer_config, Settings};
+use crate::descriptor::{NetSink, Running, Sink, Start};
 use crate::net;
-use crate::registry::{NetSink, Running, Sink, Start};
 
 /// The format of a point's record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

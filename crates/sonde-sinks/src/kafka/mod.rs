@@ -45,7 +45,7 @@ use rdkafka::ClientConfig;
 use sonde_encode::compress::Compression;
 
 use self::metrics::PointFormat;
-use crate::registry::{Buffer, Input, NetSink, Running, Sink, SinkType, Start, Transport};
+use crate::descriptor::{Buffer, Input, NetSink, Running, Sink, SinkType, Start, Transport};
 use sonde_config::ConfigError;
 
 /// `type = "kafka"`: `brokers` and `topic` (required), `format`,

@@ -4,8 +4,8 @@
 use crate::logs::deliver::OtlpLogs;
 use sonde_encode::otlp::Otlp;
 
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::net;
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 use sonde_config::ConfigError;
 
 /// `type = "otlp_http"`: `url` is the metrics endpoint

@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use crate::sink::{self, Exposition, PrometheusExporter};
 
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use sonde_config::{ConfigError, HostPort};
 
 /// `type = "prometheus_exporter"`: `listen` (required) is `HOST:PORT`. Its

@@ -2,8 +2,8 @@
 
 use sonde_encode::remote_write::RemoteWrite;
 
+use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::net;
-use crate::registry::{Input, Running, Sink, SinkType, Start, Transport};
 
 /// `type = "prometheus_remote_write"`.
 pub static TYPE: SinkType = SinkType {
@@ -14,7 +14,7 @@ pub static TYPE: SinkType = SinkType {
     compressions: &["snappy"],
     headers: &[("X-Prometheus-Remote-Write-Version", "0.1.0")],
     keys: &[],
-    check: crate::registry::no_own_keys,
+    check: crate::descriptor::no_own_keys,
     start,
     reloads: true,
 };

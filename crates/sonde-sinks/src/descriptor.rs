@@ -1,0 +1,337 @@
+//! What a sink type is and what a configured sink is: [`SinkType`], the
+//! descriptor each type's folder declares once, and [`Sink`], one
+//! `[[sinks]]` table as the registry validated it (with [`NetSink`], the
+//! common keys of a network sink). The registry ([`crate::registry`])
+//! and every type's folder import this module; it imports neither.
+
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use sonde_config::{ConfigError, METRICS_INPUT};
+use sonde_encode::compress::Compression;
+use sonde_log_sources::{LogInput, SourceInfo};
+
+use crate::sender::Delivery;
+use crate::sink::{Exposition, SinkHandle, SinkStats};
+
+/// [`SinkType::check`] of a type with no keys of its own.
+pub fn no_own_keys(_: &mut Sink) -> Result<(), ConfigError> {
+    Ok(())
+}
+
+/// This host's name (the kernel's node name): OTLP's `host.name`, the
+/// `host` of log records.
+pub fn hostname() -> Option<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let h = h.trim();
+    (!h.is_empty()).then(|| h.to_string())
+}
+
+/// What a sink type can take: what its `inputs` may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Flushed metric windows.
+    Metrics,
+    /// The lines of log sources.
+    Logs,
+}
+
+/// One entry of a sink's `inputs`, validated.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SinkInput {
+    /// `"metrics"`: the flushed metric windows.
+    Metrics,
+    /// The lines of the `[[logs]]` source of this name.
+    Logs(String),
+}
+
+impl SinkInput {
+    /// What a sink type must accept to take this input.
+    pub fn kind(&self) -> Input {
+        match self {
+            SinkInput::Metrics => Input::Metrics,
+            SinkInput::Logs(_) => Input::Logs,
+        }
+    }
+}
+
+impl fmt::Display for SinkInput {
+    /// As written in `inputs`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SinkInput::Metrics => f.write_str(METRICS_INPUT),
+            SinkInput::Logs(name) => f.write_str(name),
+        }
+    }
+}
+
+/// How a sink reaches its backend; this decides which common keys it takes
+/// ([`Transport::keys`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Requests POSTed to `url`.
+    Http,
+    /// A persistent TCP connection to `address`.
+    Tcp,
+    /// A connection of the type's own (a message queue's client, say):
+    /// the type takes the common network keys but no `url` or `address`,
+    /// names its target with keys of its own, and its `start` hands its
+    /// transport to [`crate::net::spawn`].
+    Own,
+    /// Nothing leaves the host (console, file) or the backend comes to the
+    /// agent (the Prometheus exporter): no batching, buffer or retries.
+    Local,
+}
+
+/// Keys every sink takes, whatever its transport: what it takes
+/// (`inputs`) and its name on `/metrics` and in logs (`name`).
+const COMMON_KEYS: &[&str] = &["inputs", "name"];
+
+/// Keys of every network sink: compression, batching, retries and buffer
+/// (see [`NetSinkSection`]).
+const NET_KEYS: &[&str] = &[
+    "compression",
+    "compression_level",
+    "max_batch_points",
+    "max_batch_bytes",
+    "max_batch_age",
+    "request_timeout",
+    "retry_min_backoff",
+    "retry_max_backoff",
+    "shutdown_grace",
+    "buffer",
+];
+
+impl Transport {
+    /// The keys every sink of this transport takes, besides `type`.
+    pub fn keys(self) -> Vec<&'static str> {
+        let own: &[&str] = match self {
+            Transport::Http => &["url", "headers"],
+            Transport::Tcp => &["address"],
+            Transport::Own | Transport::Local => &[],
+        };
+        let net = if self == Transport::Local {
+            &[]
+        } else {
+            NET_KEYS
+        };
+        COMMON_KEYS.iter().chain(own).chain(net).copied().collect()
+    }
+}
+
+/// What starting a sink gets: its counters, where a listening sink puts
+/// its HTTP site, and the log sources it takes.
+pub struct Start<'a> {
+    /// The sink's counters on `/metrics`.
+    pub stats: Arc<SinkStats>,
+    /// Listeners the agent's HTTP thread serves.
+    pub exporters: &'a mut Vec<(TcpListener, Exposition)>,
+    /// The log sources whose lines it takes (its `inputs` other than
+    /// `metrics`), with what records carry besides the line.
+    pub sources: &'a [SourceInfo],
+    /// The host the agent names (`agent.hostname`, else the kernel's
+    /// host name): OTLP's `host.name`.
+    pub host: &'a str,
+    /// The sink's table in the config (`sinks[1]`), to name the key a
+    /// failure to start is about: a start error that is a
+    /// [`ConfigError`] names the key and the fix, and the agent places it
+    /// at its line.
+    pub key: &'a str,
+    /// Where a disk buffer counts the writes the disk refused.
+    pub data_dir: Arc<sonde_runtime::data_dir::DataDirErrors>,
+}
+
+/// A started sink.
+#[derive(Debug)]
+pub struct Running {
+    /// Where the flusher sends windows. A sink that does not take
+    /// `metrics` gets none: the agent drops this handle and its window
+    /// thread, if any, ends.
+    pub windows: Option<SinkHandle>,
+    /// Its end for each log source of [`Start::sources`], by source name.
+    pub logs: Vec<(String, LogInput)>,
+    /// Its threads; each ends once the sink's inputs are dropped and what it
+    /// holds is delivered.
+    pub threads: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Adds a log thread taking every source of `st` through `tx`.
+    pub(crate) fn add_logs(
+        &mut self,
+        st: &Start<'_>,
+        tx: &std::sync::mpsc::Sender<Arc<sonde_log_sources::LogBatch>>,
+        thread: JoinHandle<()>,
+    ) {
+        for source in st.sources {
+            let input = LogInput {
+                tx: tx.clone(),
+                restored: None,
+                positions: false,
+            };
+            self.logs.push((source.name.clone(), input));
+        }
+        self.threads.push(thread);
+    }
+}
+
+/// A sink of windows only, as `crate::sink::spawn` starts one.
+impl From<(SinkHandle, JoinHandle<()>)> for Running {
+    fn from((windows, thread): (SinkHandle, JoinHandle<()>)) -> Self {
+        Running {
+            windows: Some(windows),
+            logs: Vec::new(),
+            threads: vec![thread],
+        }
+    }
+}
+
+/// One sink type; see the module docs.
+pub struct SinkType {
+    /// The value of `type`.
+    pub name: &'static str,
+    /// What its sinks' `inputs` may name: metric windows, log lines or
+    /// both.
+    pub accepts: &'static [Input],
+    /// How it reaches its backend.
+    pub transport: Transport,
+    /// The `compression` values its backend accepts, the default first;
+    /// empty for local sinks.
+    pub compressions: &'static [&'static str],
+    /// Headers of the protocol sent with every request, besides
+    /// `Content-Type` (the encoder's) and `Content-Encoding` (the
+    /// compression's).
+    pub headers: &'static [(&'static str, &'static str)],
+    /// Keys of its own, besides `type` and its transport's.
+    pub keys: &'static [&'static str],
+    /// Checks its own keys, kept in [`Sink::options`], and fills in what
+    /// they decide (a name, a target, a listen address, whether it takes
+    /// its log sources alone: [`Sink::exclusive_logs`]). Errors name the
+    /// key relative to the sink (`database`); the caller places them.
+    pub check: fn(&mut Sink) -> Result<(), ConfigError>,
+    /// Starts a validated sink of this type.
+    pub start: fn(&Sink, &mut Start<'_>) -> anyhow::Result<Running>,
+    /// False when a reload leaves running sinks of this type as they are
+    /// (a listener bound at start); changes apply at the next start.
+    pub reloads: bool,
+}
+
+impl SinkType {
+    /// The compression used when `compression` is not set.
+    pub fn default_compression(&self) -> Option<&'static str> {
+        self.compressions.first().copied()
+    }
+}
+
+impl PartialEq for SinkType {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl fmt::Debug for SinkType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// A sink, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sink {
+    /// Its type.
+    pub kind: &'static SinkType,
+    /// Its name in logs, on `/metrics` and for its disk buffer.
+    pub name: String,
+    /// The keys of its own ([`SinkType::keys`]) as written.
+    pub options: toml::Table,
+    /// Where it listens, if it does: checked against loopback and the
+    /// agent's other listeners.
+    pub listen: Option<SocketAddr>,
+    /// A network sink's target, compression, batching and buffer.
+    pub net: Option<NetSink>,
+    /// What it takes, in the order of `inputs` (default `["metrics"]`),
+    /// without duplicates.
+    pub inputs: Vec<SinkInput>,
+    /// True when a log source it takes must go to it alone (its type's
+    /// `check` decides: a delivery that commits a source's offsets with
+    /// its records cannot share the source). Default false.
+    pub exclusive_logs: bool,
+}
+
+impl Sink {
+    /// True when the flusher sends it metric windows.
+    pub fn takes_metrics(&self) -> bool {
+        self.inputs.contains(&SinkInput::Metrics)
+    }
+
+    /// The names of the log sources it takes, in `inputs` order.
+    pub fn log_sources(&self) -> impl Iterator<Item = &str> {
+        self.inputs.iter().filter_map(|i| match i {
+            SinkInput::Logs(name) => Some(name.as_str()),
+            SinkInput::Metrics => None,
+        })
+    }
+
+    /// The string value of one of its own keys.
+    pub fn option(&self, key: &str) -> Option<&str> {
+        self.options.get(key).and_then(toml::Value::as_str)
+    }
+
+    /// A string key the type requires; errors say what to write.
+    pub(crate) fn required(&self, key: &str, example: &str) -> Result<&str, ConfigError> {
+        match self.options.get(key) {
+            Some(toml::Value::String(s)) if !s.is_empty() => Ok(s),
+            Some(toml::Value::String(_)) => Err(ConfigError::new(
+                key,
+                format!("`{key}` is empty"),
+                format!("write {key} = {example}"),
+            )),
+            Some(_) => Err(ConfigError::new(
+                key,
+                format!("`{key}` is not a string"),
+                format!("write {key} = {example}"),
+            )),
+            None => Err(ConfigError::new(
+                key,
+                format!("{} needs `{key}`", self.kind.name),
+                format!("add {key} = {example}"),
+            )),
+        }
+    }
+}
+
+/// Where a network sink keeps requests not yet delivered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// In memory, at most this many bytes.
+    Memory(u64),
+    /// In `{agent.data_dir}/buffers/{name}`; an HTTP sink's log records
+    /// in a buffer of their own below it ([`crate::net::LOG_BUFFER`]), of the same
+    /// size.
+    Disk {
+        /// The sink's directory.
+        dir: PathBuf,
+        /// Most bytes.
+        max_size: u64,
+        /// `fdatasync` per request.
+        sync: bool,
+    },
+}
+
+/// A network sink's settings, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetSink {
+    /// The URL (HTTP sinks) or `HOST:PORT` (TCP sinks).
+    pub target: String,
+    /// Extra HTTP headers from the config.
+    pub headers: Vec<(String, String)>,
+    /// The compression.
+    pub compression: Compression,
+    /// Batching, retries, shutdown.
+    pub delivery: Delivery,
+    /// Its buffer.
+    pub buffer: Buffer,
+}
