@@ -33,15 +33,23 @@ fn sanitize(name: &str, out: &mut String, allow_colon: bool) {
     }));
 }
 
-fn escape_value(v: &str, out: &mut Vec<u8>) {
-    for b in v.bytes() {
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            _ => out.push(b),
+/// A label value as the text format writes it: backslash, double quote
+/// and newline escaped; borrowed when none occurs. The exporter sink and
+/// the agent's own `/metrics` both write label values with it.
+pub fn escape_label_value(v: &str) -> std::borrow::Cow<'_, str> {
+    if !v.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 2);
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
         }
     }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Appends the exposition of `points` to `out`, one `# TYPE` line per
@@ -75,7 +83,7 @@ pub fn encode<'a>(points: impl IntoIterator<Item = OutPoint<'a>>, out: &mut Vec<
             sanitize_label(k, &mut label);
             out.extend_from_slice(label.as_bytes());
             out.extend_from_slice(b"=\"");
-            escape_value(v, out);
+            out.extend_from_slice(escape_label_value(v).as_bytes());
             out.push(b'"');
         });
         if !first {
@@ -92,6 +100,16 @@ mod tests {
     use super::*;
     use crate::testing;
     use sonde_aggregate::Suffix;
+
+    #[test]
+    fn a_label_value_is_escaped_only_where_it_must_be() {
+        use std::borrow::Cow;
+        assert!(matches!(
+            escape_label_value("plain é"),
+            Cow::Borrowed("plain é")
+        ));
+        assert_eq!(escape_label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+    }
 
     fn point(
         name: &str,

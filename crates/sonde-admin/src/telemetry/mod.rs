@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use sonde_aggregate::SeriesCount;
+use sonde_encode::prometheus::escape_label_value;
 use sonde_runtime::drops::DropLabel;
 
 use sonde_log_sources::LogStats;
@@ -205,7 +206,7 @@ impl Emit for Text {
                 if i > 0 {
                     o.push(',');
                 }
-                let _ = write!(o, "{k}=\"{}\"", escape(v));
+                let _ = write!(o, "{k}=\"{}\"", escape_label_value(v));
             }
             o.push('}');
         }
@@ -239,13 +240,6 @@ impl Emit for Json {
             samples.push(serde_json::json!({ "labels": labels, "value": value }));
         }
     }
-}
-
-/// A label value escaped for the text format: backslash, quote, newline.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// One field of `proto`'s lines of `/proc/net/snmp` (a header line of
@@ -392,7 +386,7 @@ mod tests {
                     .as_object()
                     .unwrap()
                     .iter()
-                    .map(|(k, v)| format!("{k}=\"{}\"", escape(v.as_str().unwrap())))
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape_label_value(v.as_str().unwrap())))
                     .collect();
                 let labels = if labels.is_empty() {
                     String::new()
