@@ -1,0 +1,63 @@
+//! `[profiler]`: its defaults and its keys.
+
+use super::*;
+
+#[test]
+fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
+    assert_eq!(parse(MIN).unwrap().profiler, None);
+    let c = parse("[profiler]\n").unwrap();
+    assert_eq!(
+        c.profiler,
+        Some(Profiler {
+            frequency: 19,
+            period: Duration::from_secs(60),
+            retention: Duration::from_secs(24 * 3600),
+            max_bytes: 256 << 20,
+            prices: Default::default(),
+        })
+    );
+    let priced =
+        parse("[profiler]\ncore_cost_per_hour = \"0.048 USD\"\nco2_grams_per_core_hour = 20.5\n")
+            .unwrap()
+            .profiler
+            .unwrap()
+            .prices;
+    assert_eq!(priced.core_cost_per_hour.unwrap().to_string(), "0.048 USD");
+    assert_eq!(priced.co2_grams_per_core_hour, Some(20.5));
+    assert_eq!(c.receivers.len(), 0, "a profiling-only agent is valid");
+    assert_eq!(
+        parse("[profiler]\nenabled = false\n")
+            .map(|_| ())
+            .unwrap_err()
+            .key,
+        "receivers"
+    );
+    for (text, key, line) in [
+        ("[profiler]\nfrequency = 0\n", "profiler.frequency", 2),
+        ("[profiler]\nfrequency = 5000\n", "profiler.frequency", 2),
+        ("[profiler]\nperiod = \"500ms\"\n", "profiler.period", 2),
+        ("[profiler]\nperiod = \"2h\"\n", "profiler.period", 2),
+        (
+            "[profiler]\nperiod = \"10m\"\nretention = \"5m\"\n",
+            "profiler.retention",
+            3,
+        ),
+        ("[profiler]\nmax_size = \"10KiB\"\n", "profiler.max_size", 2),
+        (
+            "[profiler]\ncore_cost_per_hour = \"0.048\"\n",
+            "profiler.core_cost_per_hour",
+            2,
+        ),
+        (
+            "[profiler]\nco2_grams_per_core_hour = -1.0\n",
+            "profiler.co2_grams_per_core_hour",
+            2,
+        ),
+    ] {
+        let e = err(text);
+        assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}");
+    }
+    assert!(err("[profiler]\nfrequncy = 19\n")
+        .to_string()
+        .contains("frequncy"));
+}
