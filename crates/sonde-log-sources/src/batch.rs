@@ -104,18 +104,8 @@ impl Span {
 pub struct LogBatch {
     source: Arc<SourceInfo>,
     seq: u64,
-    data: Vec<u8>,
-    spans: Vec<Span>,
-    paths: Vec<Arc<str>>,
-    /// The file of each entry of `paths`.
-    keys: Vec<Option<FileKey>>,
-    /// For a container source, what each entry of `paths` says about its
-    /// container; empty otherwise.
-    path_fields: Vec<PathFields>,
-    /// Per file in the batch, the end offset of its last line.
-    ends: Vec<(FileKey, u64)>,
-    /// Empty for lines of files; else one per span.
-    metas: Vec<RecordMeta>,
+    /// The lines, as the builder collected them.
+    parts: Parts,
     positions: Option<Checkpoints>,
     pending: AtomicUsize,
     done: Option<Sender<u64>>,
@@ -126,8 +116,8 @@ impl Drop for LogBatch {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
             pool.give(
-                std::mem::take(&mut self.data),
-                std::mem::take(&mut self.spans),
+                std::mem::take(&mut self.parts.data),
+                std::mem::take(&mut self.parts.spans),
             );
         }
     }
@@ -192,7 +182,7 @@ impl LogBatch {
 
     /// The lines, in the order they were read (file order within a file).
     pub fn lines(&self) -> impl ExactSizeIterator<Item = LogLine<'_>> + '_ {
-        self.lines_in(0..self.spans.len())
+        self.lines_in(0..self.parts.spans.len())
     }
 
     /// The lines `range` (indices into [`LogBatch::lines`]), without
@@ -205,16 +195,16 @@ impl LogBatch {
         &self,
         range: std::ops::Range<usize>,
     ) -> impl ExactSizeIterator<Item = LogLine<'_>> + '_ {
-        self.spans[range.clone()]
+        self.parts.spans[range.clone()]
             .iter()
             .zip(range)
             .map(|(s, i)| LogLine {
-                bytes: &self.data[s.at..s.end()],
-                path: &self.paths[s.path as usize],
+                bytes: &self.parts.data[s.at..s.end()],
+                path: &self.parts.paths[s.path as usize],
                 offset: s.offset,
-                meta: self.metas.get(i),
-                container: self.path_fields.get(s.path as usize).map(|f| {
-                    let time = &self.data[s.end()..s.end() + usize::from(s.time_len)];
+                meta: self.parts.metas.get(i),
+                container: self.parts.path_fields.get(s.path as usize).map(|f| {
+                    let time = &self.parts.data[s.end()..s.end() + usize::from(s.time_len)];
                     ContainerLine {
                         // Times are ASCII (`container::MAX_TIME_BYTES`).
                         time: std::str::from_utf8(time).unwrap_or_default(),
@@ -227,18 +217,18 @@ impl LogBatch {
 
     /// How many lines.
     pub fn len(&self) -> usize {
-        self.spans.len()
+        self.parts.spans.len()
     }
 
     /// Whether it holds no line.
     pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
+        self.parts.spans.is_empty()
     }
 
     /// The lines' bytes, newlines not counted (and container records'
     /// times counted).
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        self.parts.data.len()
     }
 
     /// For sinks that store offsets with the lines they deliver (Kafka
@@ -266,15 +256,18 @@ impl LogBatch {
     /// Per file, the end offset of its last line in the batch: what the
     /// source acknowledges to its tailer.
     pub(crate) fn ends(&self) -> &[(FileKey, u64)] {
-        &self.ends
+        &self.parts.ends
     }
 
     /// Drops the lines of each file of `floors` that start below its
     /// offset (they were delivered before; see `Tailer::advance`).
     pub(crate) fn drop_below(&mut self, floors: &[(FileKey, u64)]) {
-        debug_assert!(self.metas.is_empty(), "records with meta have no file");
-        let keys = &self.keys;
-        self.spans.retain(|s| {
+        debug_assert!(
+            self.parts.metas.is_empty(),
+            "records with meta have no file"
+        );
+        let keys = &self.parts.keys;
+        self.parts.spans.retain(|s| {
             let floor = keys[s.path as usize].and_then(|k| floors.iter().find(|(f, _)| *f == k));
             floor.is_none_or(|&(_, at)| s.offset >= at)
         });
@@ -299,17 +292,27 @@ pub(crate) struct BatchBuilder {
     pool: Arc<Pool>,
 }
 
-#[derive(Default)]
+/// The lines of a batch: what a [`BatchBuilder`] fills and a [`LogBatch`]
+/// then holds.
+#[derive(Debug, Default)]
 struct Parts {
+    /// The lines' bytes, one after another (a container line's time after
+    /// it).
     data: Vec<u8>,
+    /// Where each line is in `data`, and its file.
     spans: Vec<Span>,
     paths: Vec<Arc<str>>,
+    /// The file of each entry of `paths`.
     keys: Vec<Option<FileKey>>,
+    /// For a container source, what each entry of `paths` says about its
+    /// container; empty otherwise.
     path_fields: Vec<PathFields>,
+    /// Per file in the batch, the end offset of its last line.
     ends: Vec<(FileKey, u64)>,
+    /// Empty for lines of files; else one per span.
     metas: Vec<RecordMeta>,
-    /// The file of the last line, whose path the next line of the same file
-    /// shares.
+    /// While building: the file of the last line, whose path the next line
+    /// of the same file shares.
     last: Option<FileKey>,
 }
 
@@ -370,13 +373,7 @@ impl BatchBuilder {
         self.full.push(LogBatch {
             source: Arc::clone(&self.source),
             seq,
-            data: parts.data,
-            spans: parts.spans,
-            paths: parts.paths,
-            keys: parts.keys,
-            path_fields: parts.path_fields,
-            ends: parts.ends,
-            metas: parts.metas,
+            parts,
             positions: None,
             pending: AtomicUsize::new(0),
             done: None,
@@ -504,13 +501,13 @@ impl LogBatch {
         LogBatch {
             source: Arc::new(source),
             seq,
-            data,
-            spans,
-            keys: vec![None; paths.len()],
-            paths,
-            path_fields: Vec::new(),
-            ends: Vec::new(),
-            metas: Vec::new(),
+            parts: Parts {
+                data,
+                spans,
+                keys: vec![None; paths.len()],
+                paths,
+                ..Parts::default()
+            },
             positions: None,
             pending: AtomicUsize::new(pending),
             done: Some(done),
