@@ -275,31 +275,30 @@ impl Sink {
         })
     }
 
+    /// Its own keys ([`SinkType::keys`]) read into `T`: a struct with
+    /// `#[serde(deny_unknown_fields)]` and a field per key, so a type's
+    /// options are typed where they are read. An error names the key (and
+    /// the index in a list, `brokers[1]`), which the registry places on
+    /// its line, and its fix writes the key as `examples` show it.
+    ///
+    /// # Errors
+    ///
+    /// A key missing, of the wrong type, not one of its choices, or
+    /// unknown.
+    pub fn typed<T: serde::de::DeserializeOwned>(
+        &self,
+        examples: &[(&str, &str)],
+    ) -> Result<T, ConfigError> {
+        let value = toml::Value::Table(self.options.clone());
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let key = option_key(e.path());
+            option_error(self.kind.name, key, &e.into_inner().to_string(), examples)
+        })
+    }
+
     /// The string value of one of its own keys.
     pub fn option(&self, key: &str) -> Option<&str> {
         self.options.get(key).and_then(toml::Value::as_str)
-    }
-
-    /// A string key the type requires; errors say what to write.
-    pub(crate) fn required(&self, key: &str, example: &str) -> Result<&str, ConfigError> {
-        match self.options.get(key) {
-            Some(toml::Value::String(s)) if !s.is_empty() => Ok(s),
-            Some(toml::Value::String(_)) => Err(ConfigError::new(
-                key,
-                format!("`{key}` is empty"),
-                format!("write {key} = {example}"),
-            )),
-            Some(_) => Err(ConfigError::new(
-                key,
-                format!("`{key}` is not a string"),
-                format!("write {key} = {example}"),
-            )),
-            None => Err(ConfigError::new(
-                key,
-                format!("{} needs `{key}`", self.kind.name),
-                format!("add {key} = {example}"),
-            )),
-        }
     }
 }
 
@@ -334,4 +333,189 @@ pub struct NetSink {
     pub delivery: Delivery,
     /// Its buffer.
     pub buffer: Buffer,
+}
+
+/// The key a [`serde_path_to_error::Path`] names: `key`, `key[1]`,
+/// `key.sub`.
+fn option_key(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut key = String::new();
+    for s in path.iter() {
+        match s {
+            Segment::Seq { index } => key.push_str(&format!("[{index}]")),
+            Segment::Map { key: k } | Segment::Enum { variant: k } => {
+                if !key.is_empty() {
+                    key.push('.');
+                }
+                key.push_str(k);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    key
+}
+
+/// The text between the first two backquotes of `s`.
+fn quoted(s: &str) -> Option<&str> {
+    let (_, rest) = s.split_once('`')?;
+    Some(rest.split_once('`')?.0)
+}
+
+/// A serde error of a sink's own keys as a [`ConfigError`]: serde names
+/// the field that is missing or unknown in its message, the path names
+/// the one of the wrong type or value.
+fn option_error(kind: &str, key: String, message: &str, examples: &[(&str, &str)]) -> ConfigError {
+    // toml ends its messages with the key ("in `brokers`"), which the
+    // error names on its own.
+    let message = message.split("\nin `").next().unwrap_or(message).trim_end();
+    let example = |k: &str| {
+        let base = k.split(['[', '.']).next().unwrap_or(k);
+        examples.iter().find(|(e, _)| *e == base).map(|(_, v)| *v)
+    };
+    // An entry of a list is written as the whole list's example shows.
+    let write = |k: &str| match example(k) {
+        Some(v) => match k.split_once('[') {
+            Some((base, _)) => format!("write {base} = {v}"),
+            None => format!("write {k} = {v}"),
+        },
+        None => format!("see the keys of {kind} in docs/SINKS.md"),
+    };
+    if let Some(rest) = message.strip_prefix("missing field ") {
+        let field = quoted(rest).unwrap_or(rest).to_string();
+        let fix = match example(&field) {
+            Some(v) => format!("add {field} = {v}"),
+            None => format!("add `{field}`"),
+        };
+        return ConfigError::new(field.clone(), format!("{kind} needs `{field}`"), fix);
+    }
+    if let Some(rest) = message.strip_prefix("unknown field ") {
+        let field = quoted(rest).unwrap_or(rest).to_string();
+        return ConfigError::new(
+            field.clone(),
+            format!("`{field}` is not a key of {kind}"),
+            format!("remove `{field}`"),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant ") {
+        let value = quoted(rest).unwrap_or(rest);
+        // serde lists the choices on the first line; later lines (toml's
+        // "in `key`") name the key the path already gave.
+        let first = rest.lines().next().unwrap_or(rest);
+        let choices: Vec<String> = first
+            .split_once("expected")
+            .map(|(_, e)| {
+                e.split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(|c| format!("\"{c}\""))
+                    .collect()
+            })
+            .unwrap_or_default();
+        return ConfigError::new(
+            key.clone(),
+            format!("{value:?} is not a {key} of {kind}"),
+            format!("write {key} = {}", choices.join(" or ")),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("invalid type: ") {
+        let expected = rest.split_once(", expected ").map_or("", |(_, e)| e);
+        let what = match expected {
+            "a string" | "string only" => "a string".to_string(),
+            "a boolean" => "true or false".to_string(),
+            "a sequence" => "a list".to_string(),
+            e => e.to_string(),
+        };
+        return ConfigError::new(key.clone(), format!("`{key}` is not {what}"), write(&key));
+    }
+    let (problem, fix) = sonde_config::error::split_fix(message);
+    let problem = if problem.starts_with("is ") {
+        format!("`{key}` {problem}")
+    } else {
+        format!("`{key}`: {problem}")
+    };
+    ConfigError::new(
+        key.clone(),
+        problem,
+        fix.map_or_else(|| write(&key), str::to_string),
+    )
+}
+
+/// A string option that must not be empty (a path, a database, a topic).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct NonEmpty(pub String);
+
+impl TryFrom<String> for NonEmpty {
+    type Error = &'static str;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        if s.is_empty() {
+            Err("is empty")
+        } else {
+            Ok(NonEmpty(s))
+        }
+    }
+}
+
+impl std::ops::Deref for NonEmpty {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::registry::parse;
+
+    /// The key, line, problem and fix of the error `sink`'s keys make.
+    fn error(sink: &str) -> (String, Option<usize>, String, String) {
+        let e = parse(&format!("# a sink\n[[sinks]]\n{sink}")).unwrap_err();
+        (e.key, e.line, e.problem, e.fix)
+    }
+
+    #[test]
+    fn typed_options_name_the_key_its_line_and_what_to_write() {
+        let kafka = "type = \"kafka\"\nbrokers = [\"127.0.0.1:9092\"]\n";
+        assert_eq!(
+            error(kafka),
+            (
+                "sinks[0].topic".into(),
+                Some(2),
+                "kafka needs `topic`".into(),
+                "add topic = \"logs\"".into()
+            )
+        );
+        assert_eq!(
+            error(&format!("{kafka}topic = \"t\"\nformat = \"xml\"\n")),
+            (
+                "sinks[0].format".into(),
+                Some(6),
+                "\"xml\" is not a format of kafka".into(),
+                "write format = \"raw\" or \"json\"".into()
+            )
+        );
+        assert_eq!(
+            error("type = \"kafka\"\ntopic = \"t\"\nbrokers = [\"a:1\", 2]\n"),
+            (
+                "sinks[0].brokers[1]".into(),
+                Some(5),
+                "`brokers[1]` is not a string".into(),
+                "write brokers = [\"127.0.0.1:9092\"]".into()
+            )
+        );
+        let (key, line, problem, fix) = error("type = \"file\"\npath = \"\"\n");
+        assert_eq!((key.as_str(), line), ("sinks[0].path", Some(4)));
+        assert_eq!(problem, "`path` is empty");
+        assert_eq!(fix, "write path = \"/var/log/sonde/metrics.jsonl\"");
+        let (key, line, problem, _) = error("type = \"http\"\nurl = \"http://a/\"\nformat = 5\n");
+        assert_eq!((key.as_str(), line), ("sinks[0].format", Some(5)));
+        assert_eq!(problem, "`format` is not a string");
+        let (key, _, problem, fix) =
+            error("type = \"prometheus_exporter\"\nlisten = \"nowhere\"\n");
+        assert_eq!(key, "sinks[0].listen");
+        assert!(problem.contains("nowhere"), "{problem}");
+        assert!(!fix.is_empty());
+    }
 }

@@ -490,12 +490,17 @@ mod own_transport {
         reloads: true,
     };
 
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct QueueOptions {
+        brokers: crate::descriptor::NonEmpty,
+        topic: crate::descriptor::NonEmpty,
+    }
+
     fn check(s: &mut Sink) -> Result<(), ConfigError> {
-        let target = format!(
-            "{}/{}",
-            s.required("brokers", "\"127.0.0.1:9092\"")?,
-            s.required("topic", "\"metrics\"")?
-        );
+        let o: QueueOptions =
+            s.typed(&[("brokers", "\"127.0.0.1:9092\""), ("topic", "\"metrics\"")])?;
+        let target = format!("{}/{}", &*o.brokers, &*o.topic);
         if let Some(n) = s.net.as_mut() {
             n.target = target;
         }

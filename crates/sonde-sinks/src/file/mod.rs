@@ -8,7 +8,9 @@ use std::sync::Arc;
 use crate::logs::deliver::{self, Text};
 use crate::sink;
 
-use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
+use serde::Deserialize;
+
+use crate::descriptor::{Input, NonEmpty, Running, Sink, SinkType, Start, Transport};
 use sonde_config::ConfigError;
 
 /// `type = "file"`: `path` (required) is the file.
@@ -27,14 +29,35 @@ pub static TYPE: SinkType = SinkType {
 /// What to do about a `path` that cannot be opened.
 pub const FIX: &str = "make its directory writable by the user sonde runs as, or write a path in a directory it can write";
 
+/// The keys of a file sink.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// The file the records are appended to (required).
+    path: NonEmpty,
+}
+
+const EXAMPLES: &[(&str, &str)] = &[("path", "\"/var/log/sonde/metrics.jsonl\"")];
+
+/// The file a validated sink of this type writes; `None` for a sink of
+/// another type.
+pub fn path(s: &Sink) -> Option<std::path::PathBuf> {
+    if s.kind != &TYPE {
+        return None;
+    }
+    let o: Options = s.typed(EXAMPLES).ok()?;
+    Some(o.path.0.into())
+}
+
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
-    let path = s.required("path", "\"/var/log/sonde/metrics.jsonl\"")?;
-    s.name = format!("file:{}", Path::new(path).display());
+    let o: Options = s.typed(EXAMPLES)?;
+    s.name = format!("file:{}", Path::new(&*o.path).display());
     Ok(())
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
-    let path = Path::new(s.option("path").unwrap_or_default());
+    let o: Options = s.typed(EXAMPLES)?;
+    let path = Path::new(&*o.path);
     let cannot_open = |e: std::io::Error| {
         ConfigError::new(
             format!("{}.path", st.key),

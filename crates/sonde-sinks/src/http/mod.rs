@@ -6,6 +6,8 @@ use crate::logs::deliver::JsonLines;
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
 
+use serde::Deserialize;
+
 use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use crate::net;
 use sonde_config::ConfigError;
@@ -24,37 +26,45 @@ pub static TYPE: SinkType = SinkType {
     reloads: true,
 };
 
+/// The keys of an http sink.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// How metric windows are written; log records are JSON lines.
+    #[serde(default)]
+    format: Format,
+}
+
+/// `format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Format {
+    /// JSON lines.
+    #[default]
+    Json,
+    /// msgpack (metric windows only).
+    Msgpack,
+}
+
+const EXAMPLES: &[(&str, &str)] = &[("format", "\"json\" or \"msgpack\"")];
+
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
-    let takes_logs = s.log_sources().next().is_some();
-    match s.options.get("format") {
-        None => {}
-        Some(toml::Value::String(f)) if f == "json" => {}
-        Some(toml::Value::String(f)) if f == "msgpack" && !takes_logs => {}
-        Some(toml::Value::String(f)) if f == "msgpack" => {
-            return Err(ConfigError::new(
-                "format",
-                "log records go as JSON lines; msgpack is for metric windows only",
-                "remove format = \"msgpack\", or send the log sources to a sink of their own",
-            ))
-        }
-        Some(f) => {
-            return Err(ConfigError::new(
-                "format",
-                match f.as_str() {
-                    Some(f) => format!("{f:?} is not a format"),
-                    None => "is not a string".into(),
-                },
-                "write \"json\" or \"msgpack\"",
-            ))
-        }
+    let o: Options = s.typed(EXAMPLES)?;
+    if o.format == Format::Msgpack && s.log_sources().next().is_some() {
+        return Err(ConfigError::new(
+            "format",
+            "log records go as JSON lines; msgpack is for metric windows only",
+            "remove format = \"msgpack\", or send the log sources to a sink of their own",
+        ));
     }
     Ok(())
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
-    let mut running = match s.option("format") {
-        Some("msgpack") => net::start(s, Msgpack::new(), st)?,
-        _ => net::start(s, Lines::default(), st)?,
+    let o: Options = s.typed(EXAMPLES)?;
+    let mut running = match o.format {
+        Format::Msgpack => net::start(s, Msgpack::new(), st)?,
+        Format::Json => net::start(s, Lines::default(), st)?,
     };
     if !st.sources.is_empty() {
         net::start_logs(s, JsonLines::default(), None, st, &mut running)?;

@@ -3,7 +3,9 @@
 
 use sonde_encode::influx::LineProtocol;
 
-use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
+use serde::Deserialize;
+
+use crate::descriptor::{Input, NonEmpty, Running, Sink, SinkType, Start, Transport};
 use crate::net;
 use sonde_config::ConfigError;
 
@@ -21,9 +23,17 @@ pub static TYPE: SinkType = SinkType {
     reloads: true,
 };
 
+/// The keys of an influxdb sink.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// The database the points are written to (required).
+    database: NonEmpty,
+}
+
 /// Puts the database into the URL, percent-encoded.
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
-    let db = s.required("database", "\"sonde\"")?.to_string();
+    let db = s.typed::<Options>(&[("database", "\"sonde\"")])?.database.0;
     let Some(net) = s.net.as_mut() else {
         return Ok(());
     };

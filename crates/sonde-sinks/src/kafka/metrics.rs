@@ -40,10 +40,12 @@ use super::{producer_config, Settings};
 use crate::descriptor::{NetSink, Running, Sink, Start};
 use crate::net;
 
-/// The format of a point's record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The format of a point's record (`metrics_format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PointFormat {
     /// Its JSON line.
+    #[default]
     Json,
     /// Its msgpack map.
     Msgpack,

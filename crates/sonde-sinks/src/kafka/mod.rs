@@ -45,7 +45,11 @@ use rdkafka::ClientConfig;
 use sonde_encode::compress::Compression;
 
 use self::metrics::PointFormat;
-use crate::descriptor::{Buffer, Input, NetSink, Running, Sink, SinkType, Start, Transport};
+use serde::Deserialize;
+
+use crate::descriptor::{
+    Buffer, Input, NetSink, NonEmpty, Running, Sink, SinkType, Start, Transport,
+};
 use sonde_config::ConfigError;
 
 /// `type = "kafka"`: `brokers` and `topic` (required), `format`,
@@ -74,20 +78,24 @@ pub static TYPE: SinkType = SinkType {
     reloads: true,
 };
 
-/// What a record's value holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a record's value holds (`format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Format {
     /// The line's bytes; the source's `fields` as headers.
+    #[default]
     Raw,
     /// `{"message","file","offset","host","source", fields...}`.
     Json,
 }
 
-/// What the sink promises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the sink promises (`delivery`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Every line at least once: batches are acknowledged once Kafka
     /// acknowledged their records.
+    #[default]
     AtLeastOnce,
     /// Every line exactly once, as a `read_committed` consumer sees it.
     ExactlyOnce,
@@ -112,36 +120,24 @@ pub struct Settings {
     pub metrics_format: PointFormat,
 }
 
+/// A kafka sink's own keys, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    brokers: Vec<String>,
+    topic: NonEmpty,
+    #[serde(default)]
+    format: Format,
+    #[serde(default)]
+    delivery: Mode,
+    offsets_topic: Option<NonEmpty>,
+    metrics_topic: Option<NonEmpty>,
+    #[serde(default)]
+    metrics_format: PointFormat,
+}
+
 /// The offsets topic when `offsets_topic` is not set.
 pub const DEFAULT_OFFSETS_TOPIC: &str = "sonde-offsets";
-
-fn string_choice<'a>(
-    s: &'a Sink,
-    key: &str,
-    choices: &[&'a str],
-) -> Result<Option<&'a str>, ConfigError> {
-    let list = choices
-        .iter()
-        .map(|c| format!("\"{c}\""))
-        .collect::<Vec<_>>()
-        .join(" or ");
-    match s.options.get(key) {
-        None => Ok(None),
-        Some(toml::Value::String(v)) => match choices.iter().find(|c| **c == v.as_str()) {
-            Some(c) => Ok(Some(c)),
-            None => Err(ConfigError::new(
-                key,
-                format!("{v:?} is not a {key} of kafka"),
-                format!("write {key} = {list}"),
-            )),
-        },
-        Some(_) => Err(ConfigError::new(
-            key,
-            format!("`{key}` is not a string"),
-            format!("write {key} = {list}"),
-        )),
-    }
-}
 
 /// A Kafka topic name: 1 to 249 of letters, digits, `.`, `_` and `-`, and
 /// neither `.` nor `..` (the broker's own rule).
@@ -200,53 +196,31 @@ fn broker(b: &str) -> Result<(), String> {
 /// A [`ConfigError`] naming the key (relative to the sink).
 pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
     let example = "[\"127.0.0.1:9092\"]";
-    let brokers = match s.options.get("brokers") {
-        None => {
-            return Err(ConfigError::new(
-                "brokers",
-                "kafka needs `brokers`",
-                format!("add brokers = {example}"),
-            ))
-        }
-        Some(toml::Value::Array(list)) if !list.is_empty() => {
-            let mut brokers = Vec::new();
-            for (i, b) in list.iter().enumerate() {
-                let Some(b) = b.as_str() else {
-                    return Err(ConfigError::new(
-                        format!("brokers[{i}]"),
-                        "a broker is not a string",
-                        format!("write each broker as a string, like {example}"),
-                    ));
-                };
-                broker(b).map_err(|fix| {
-                    ConfigError::new(
-                        format!("brokers[{i}]"),
-                        format!("{b:?} is not \"HOST:PORT\""),
-                        fix,
-                    )
-                })?;
-                brokers.push(b.to_string());
-            }
-            brokers
-        }
-        Some(_) => {
-            return Err(ConfigError::new(
-                "brokers",
-                "`brokers` is not a list of \"HOST:PORT\"",
-                format!("write brokers = {example}"),
-            ))
-        }
-    };
-    let topic = topic_named("topic", s.required("topic", "\"logs\"")?)?;
-    let format = match string_choice(s, "format", &["raw", "json"])? {
-        Some("json") => Format::Json,
-        _ => Format::Raw,
-    };
-    let mode = match string_choice(s, "delivery", &["at_least_once", "exactly_once"])? {
-        Some("exactly_once") => Mode::ExactlyOnce,
-        _ => Mode::AtLeastOnce,
-    };
-    let offsets_topic = match s.options.get("offsets_topic") {
+    let o: Options = s.typed(&[
+        ("brokers", example),
+        ("topic", "\"logs\""),
+        ("offsets_topic", "\"sonde-offsets\""),
+        ("metrics_topic", "\"metrics\""),
+    ])?;
+    if o.brokers.is_empty() {
+        return Err(ConfigError::new(
+            "brokers",
+            "`brokers` is not a list of \"HOST:PORT\"",
+            format!("write brokers = {example}"),
+        ));
+    }
+    for (i, b) in o.brokers.iter().enumerate() {
+        broker(b).map_err(|fix| {
+            ConfigError::new(
+                format!("brokers[{i}]"),
+                format!("{b:?} is not \"HOST:PORT\""),
+                fix,
+            )
+        })?;
+    }
+    let topic = topic_named("topic", &o.topic)?;
+    let mode = o.delivery;
+    let offsets_topic = match &o.offsets_topic {
         None => DEFAULT_OFFSETS_TOPIC.to_string(),
         Some(_) if mode == Mode::AtLeastOnce => {
             return Err(ConfigError::new(
@@ -255,18 +229,11 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
                 "remove `offsets_topic`, or write delivery = \"exactly_once\"",
             ))
         }
-        Some(_) => topic_named(
-            "offsets_topic",
-            s.required("offsets_topic", "\"sonde-offsets\"")?,
-        )?,
+        Some(t) => topic_named("offsets_topic", t)?,
     };
-    let metrics_topic = match s.options.get("metrics_topic") {
+    let metrics_topic = match &o.metrics_topic {
         None => topic.clone(),
-        Some(_) => topic_named("metrics_topic", s.required("metrics_topic", "\"metrics\"")?)?,
-    };
-    let metrics_format = match string_choice(s, "metrics_format", &["json", "msgpack"])? {
-        Some("msgpack") => PointFormat::Msgpack,
-        _ => PointFormat::Json,
+        Some(t) => topic_named("metrics_topic", t)?,
     };
     if mode == Mode::ExactlyOnce {
         // The key the user wrote last among the two that collide.
@@ -278,7 +245,7 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
             None
         };
         if let Some(other) = clash {
-            let key = if s.options.contains_key("offsets_topic") {
+            let key = if o.offsets_topic.is_some() {
                 "offsets_topic"
             } else {
                 other
@@ -291,13 +258,13 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         }
     }
     Ok(Settings {
-        brokers,
+        brokers: o.brokers,
         topic,
-        format,
+        format: o.format,
         mode,
         offsets_topic,
         metrics_topic,
-        metrics_format,
+        metrics_format: o.metrics_format,
     })
 }
 

@@ -4,7 +4,9 @@
 use crate::logs::deliver::OtlpLogs;
 use sonde_encode::otlp::Otlp;
 
-use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
+use serde::Deserialize;
+
+use crate::descriptor::{Input, NonEmpty, Running, Sink, SinkType, Start, Transport};
 use crate::net;
 use sonde_config::ConfigError;
 
@@ -26,9 +28,19 @@ pub static TYPE: SinkType = SinkType {
     reloads: true,
 };
 
+/// The keys of an otlp_http sink.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// The logs endpoint, when not beside the metrics one.
+    logs_url: Option<NonEmpty>,
+}
+
+const EXAMPLES: &[(&str, &str)] = &[("logs_url", "\"http://127.0.0.1:4318/v1/logs\"")];
+
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
-    if s.options.contains_key("logs_url") {
-        let url = s.required("logs_url", "\"http://127.0.0.1:4318/v1/logs\"")?;
+    let o: Options = s.typed(EXAMPLES)?;
+    if let Some(url) = o.logs_url.as_deref() {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(ConfigError::new(
                 "logs_url",
@@ -40,10 +52,10 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Where the log records of sink `s` go.
-fn logs_url(s: &Sink) -> Option<String> {
-    if let Some(url) = s.option("logs_url") {
-        return Some(url.to_string());
+/// Where the log records of sink `s`, with options `o`, go.
+fn logs_url(o: &Options, s: &Sink) -> Option<String> {
+    if let Some(url) = &o.logs_url {
+        return Some(url.0.clone());
     }
     let url = &s.net.as_ref()?.target;
     Some(match url.strip_suffix("/v1/metrics") {
@@ -56,7 +68,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let e = Otlp::new().with_resource([("host.name", st.host.to_string())]);
     let mut running = net::start(s, e, st)?;
     if !st.sources.is_empty() {
-        let url = logs_url(s);
+        let url = logs_url(&s.typed(EXAMPLES)?, s);
         net::start_logs(s, OtlpLogs::default(), url.as_deref(), st, &mut running)?;
     }
     Ok(running)
@@ -73,7 +85,7 @@ mod tests {
             "{SOURCE}[[sinks]]\ntype = \"otlp_http\"\ninputs = [\"app\"]\n{sink}"
         ))
         .unwrap();
-        super::logs_url(&c.sinks[0])
+        super::logs_url(&c.sinks[0].typed(super::EXAMPLES).unwrap(), &c.sinks[0])
     }
 
     #[test]

@@ -7,6 +7,8 @@ use anyhow::Context;
 
 use crate::sink::{self, Exposition, PrometheusExporter};
 
+use serde::Deserialize;
+
 use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 use sonde_config::{ConfigError, HostPort};
 
@@ -24,11 +26,18 @@ pub static TYPE: SinkType = SinkType {
     reloads: false,
 };
 
+/// The keys of a prometheus_exporter sink.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    /// `HOST:PORT` of its scrape endpoint (required).
+    listen: HostPort,
+}
+
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
-    let listen: HostPort = s
-        .required("listen", "\"127.0.0.1:9102\"")?
-        .parse()
-        .map_err(|e: sonde_config::UnitError| ConfigError::new("listen", e.problem, e.fix))?;
+    let listen = s
+        .typed::<Options>(&[("listen", "\"127.0.0.1:9102\"")])?
+        .listen;
     s.listen = Some(listen.0);
     s.name = format!("prometheus_exporter:{}", listen.0);
     Ok(())

@@ -81,12 +81,10 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
         }
     }
     for (i, s) in config.sinks.iter().enumerate() {
-        if s.kind.name != "file" {
-            continue;
-        }
-        let Some(path) = s.option("path").map(Path::new) else {
+        let Some(path) = sonde_sinks::file::path(s) else {
             continue;
         };
+        let path = path.as_path();
         let problem = match std::fs::metadata(path) {
             Ok(m) if m.is_dir() => Some(format!("{} is a directory", path.display())),
             Ok(_) => writable(path)

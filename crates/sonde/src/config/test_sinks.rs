@@ -34,19 +34,17 @@ pub static LOGS_ONLY: SinkType = SinkType {
     reloads: true,
 };
 
+/// The keys of `both`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BothOptions {
+    #[serde(default)]
+    alone: bool,
+}
+
 fn check_both(s: &mut Sink) -> Result<(), ConfigError> {
-    match s.options.get("alone") {
-        None => Ok(()),
-        Some(toml::Value::Boolean(b)) => {
-            s.exclusive_logs = *b;
-            Ok(())
-        }
-        Some(_) => Err(ConfigError::new(
-            "alone",
-            "`alone` is not a boolean",
-            "write alone = true",
-        )),
-    }
+    s.exclusive_logs = s.typed::<BothOptions>(&[("alone", "true")])?.alone;
+    Ok(())
 }
 
 fn start(_: &Sink, _: &mut Start<'_>) -> anyhow::Result<Running> {
