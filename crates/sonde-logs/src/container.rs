@@ -39,8 +39,8 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::counters::Counters;
 use crate::lines::Line;
-use crate::tailer::Counters;
 
 /// How a log source's lines are read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

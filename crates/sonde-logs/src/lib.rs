@@ -31,6 +31,7 @@
 //!   from its pieces, with its time and stream, handed on through
 //!   [`LineSink::record`] so that a checkpoint never falls inside one;
 //!   and the pod and container a file's path names.
+//! * [`counters`]: what the tailer and the joiners count as they read.
 //! * [`checkpoint`]: the acknowledged offsets of a source's files, in one
 //!   file written atomically and loaded only if its checksum agrees.
 //! * [`tailer`]: the files of one source, followed through rename and
@@ -101,6 +102,7 @@
 
 pub mod checkpoint;
 pub mod container;
+pub mod counters;
 pub mod identity;
 pub mod lines;
 pub mod multiline;

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use regex::bytes::Regex;
 
+use crate::counters::Counters;
 use crate::lines::Line;
-use crate::tailer::Counters;
 
 /// How lines are joined into records; see the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
