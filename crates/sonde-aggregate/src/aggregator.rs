@@ -18,7 +18,8 @@ use crate::config::AggregateConfig;
 use crate::key;
 use crate::kind::SeriesKind;
 use crate::point::{Batch, Shape};
-use crate::shard::{Agg, HistogramWindow, Shard, Window, NO_SLOT};
+use crate::shard::{Shard, NO_SLOT};
+use crate::window::{reserve_slots, Agg, HistogramWindow, Window};
 
 #[derive(Debug)]
 struct Series {
@@ -197,7 +198,7 @@ impl Aggregator {
                             g
                         }
                         None => {
-                            crate::shard::reserve_slots(series, series.len() + 1);
+                            reserve_slots(series, series.len() + 1);
                             series.push(s);
                             (series.len() - 1) as u32
                         }
@@ -211,7 +212,7 @@ impl Aggregator {
             self.series[g as usize].refs += 1;
             let map = &mut worker.map;
             if map.len() <= slot as usize {
-                crate::shard::reserve_slots(map, slot as usize + 1);
+                reserve_slots(map, slot as usize + 1);
                 map.resize(slot as usize + 1, NO_SLOT);
             }
             map[slot as usize] = g;

@@ -51,9 +51,13 @@ pub mod config;
 pub mod error;
 pub mod key;
 pub mod kind;
+mod limits;
 pub mod point;
+mod prefetch;
 pub mod shard;
 pub mod sketch;
+mod spelling;
+mod window;
 
 pub use aggregator::{Aggregator, FlushStats};
 pub use config::{AggregateConfig, Bounds, HistogramBuckets};
