@@ -5,7 +5,8 @@
 //! time order. Side-band records keep a table of processes (name,
 //! executable mappings, an unwinder over the modules mapped); processes
 //! that were running before the profiler started are read from
-//! `/proc/PID/maps` when first sampled. A sample becomes a stack of
+//! `/proc/PID/maps` when first sampled, and each process's container and
+//! pod from its cgroup ([`crate::cgroup`]). A sample becomes a stack of
 //! [`RawFrame`]s, kernel part from the kernel's callchain and user part
 //! unwound by framehop from the copied registers and stack, and is
 //! counted under its process. Symbolising waits until a profile is taken
@@ -22,6 +23,9 @@ use crate::module::{self, Bytes, Key, Modules};
 use crate::record::{
     Mmap, Record, Sample, PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX, PERF_CONTEXT_USER,
 };
+use crate::x86::{self, ends_with_call};
+
+pub use crate::cgroup::{container_of_cgroup, pod_of_cgroup};
 
 /// The deepest stack kept; deeper ones keep their 256 innermost frames.
 pub const MAX_FRAMES: usize = 256;
@@ -506,59 +510,6 @@ impl hashbrown::Equivalent<(ProcessKey, Vec<RawFrame>)> for StackRef<'_> {
     }
 }
 
-/// The container id in a process's `/proc/PID/cgroup`: the last run of
-/// 64 hexadecimal digits in a cgroup path, which is how Docker, containerd,
-/// CRI-O and Podman name a container's cgroup under both cgroup drivers
-/// (`/docker/ID`, `/system.slice/docker-ID.scope`,
-/// `/kubepods.slice/…/cri-containerd-ID.scope`, `/kubepods/burstable/podUID/ID`,
-/// `…/crio-ID.scope`, `…/libpod-ID.scope`). The unified (v2) line is read
-/// first; `None` for a process in no container.
-pub fn container_of_cgroup(text: &str) -> Option<String> {
-    let id_in = |path: &str| {
-        path.rsplit(['/', '-', '.', ':'])
-            .find(|part| part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()))
-            .map(str::to_ascii_lowercase)
-    };
-    in_cgroup_paths(text, id_in)
-}
-
-/// The first path of `/proc/PID/cgroup` in which `find` finds something,
-/// the unified (v2) line's first, then every hierarchy's in order.
-fn in_cgroup_paths(text: &str, find: impl Fn(&str) -> Option<String>) -> Option<String> {
-    let unified = text
-        .lines()
-        .filter(|l| l.starts_with("0::"))
-        .find_map(|l| find(&l[3..]));
-    unified.or_else(|| {
-        text.lines()
-            .filter_map(|l| l.splitn(3, ':').nth(2))
-            .find_map(&find)
-    })
-}
-
-/// The uid of the Kubernetes pod in a process's `/proc/PID/cgroup`: a
-/// path component `pod<uid>` (the cgroupfs driver,
-/// `/kubepods/burstable/pod1f4f…/<container>`) or `…-pod<uid>.slice` with
-/// the uid's dashes written as underscores (the systemd driver,
-/// `kubepods-burstable-pod1f4f_….slice`), given with dashes. The unified
-/// (v2) line is read first; `None` outside a pod.
-pub fn pod_of_cgroup(text: &str) -> Option<String> {
-    fn uid_in(path: &str) -> Option<String> {
-        // `kubepods` has a "pod" of its own: every one is tried.
-        path.split('/')
-            .flat_map(|part| part.match_indices("pod").map(move |(at, _)| (part, at + 3)))
-            .find_map(|(part, at)| {
-                let uid = part.get(at..at + 36)?;
-                let ok = uid.bytes().enumerate().all(|(i, b)| match i {
-                    8 | 13 | 18 | 23 => b == b'-' || b == b'_',
-                    _ => b.is_ascii_hexdigit(),
-                });
-                ok.then(|| uid.replace('_', "-").to_ascii_lowercase())
-            })
-    }
-    in_cgroup_paths(text, uid_in)
-}
-
 /// Unwinds the user stack of `s` into `out` (leaf first, raw addresses);
 /// true when the unwinder reached the stack's end rather than failing.
 ///
@@ -696,13 +647,7 @@ fn frameless_leaf_step(
 /// The target of the `E8 rel32` call that ends right before `ra`, if one
 /// does.
 fn direct_call_target(p: &Proc, modules: &Modules, ra: u64) -> Option<u64> {
-    let code = code_before(p, modules, ra)?;
-    let n = code.len();
-    if n < 5 || code[n - 5] != 0xe8 {
-        return None;
-    }
-    let rel = i32::from_le_bytes(code[n - 4..].try_into().ok()?);
-    Some(ra.wrapping_add_signed(i64::from(rel)))
+    x86::direct_call_target(code_before(p, modules, ra)?, ra)
 }
 
 /// Up to 8 bytes of a module's `.text` right before `ra`.
@@ -722,45 +667,6 @@ fn code_before<'m>(p: &Proc, modules: &'m Modules, ra: u64) -> Option<&'m [u8]> 
 /// as a return address is.
 fn follows_call(p: &Proc, modules: &Modules, ra: u64) -> bool {
     code_before(p, modules, ra).is_some_and(ends_with_call)
-}
-
-/// Whether `code` ends with an x86_64 near call: `E8 rel32`, or `FF /2`
-/// with any ModRM addressing form (`call *%rax`, `call *0x10(%rbx)`,
-/// `call *disp(%rip)`, ...).
-fn ends_with_call(code: &[u8]) -> bool {
-    let n = code.len();
-    if n >= 5 && code[n - 5] == 0xe8 {
-        return true;
-    }
-    (2..=7).any(|len| {
-        n >= len
-            && code[n - len] == 0xff
-            && ff2_len(code[n - len + 1], code.get(n - len + 2).copied()) == Some(len)
-    })
-}
-
-/// The length of an `FF /2` (indirect call) instruction from its ModRM
-/// byte and the byte after it (the SIB byte, where there is one); `None`
-/// when the ModRM byte is not that of a call.
-fn ff2_len(modrm: u8, sib: Option<u8>) -> Option<usize> {
-    if (modrm >> 3) & 7 != 2 {
-        return None;
-    }
-    let (mode, rm) = (modrm >> 6, modrm & 7);
-    let mut len = 2;
-    if mode != 3 && rm == 4 {
-        len += 1;
-        if mode == 0 && sib? & 7 == 5 {
-            len += 4;
-        }
-    }
-    match mode {
-        0 if rm == 5 => len += 4,
-        1 => len += 1,
-        2 => len += 4,
-        _ => {}
-    }
-    Some(len)
 }
 
 /// One executable, file-backed line of `/proc/PID/maps`, or the vDSO's
@@ -1003,92 +909,5 @@ mod tests {
             "index {reused} is new"
         );
         assert_eq!(c.modules().len(), before - 1);
-    }
-
-    #[test]
-    fn container_ids_are_found_in_the_cgroup_paths_of_each_runtime() {
-        let id = "4f2c0e1d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d";
-        for path in [
-            format!("/docker/{id}"),
-            format!("/system.slice/docker-{id}.scope"),
-            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1c2e_77aa.slice/cri-containerd-{id}.scope"),
-            format!("/kubepods/burstable/pod1c2e77aa-0b6e-4c4e-9a8f-3d2b1c0a9e8f/{id}"),
-            format!("/kubepods.slice/kubepods-pod1.slice/crio-{id}.scope"),
-            format!("/machine.slice/libpod-{id}.scope/container"),
-        ] {
-            let text = format!("0::{path}\n");
-            assert_eq!(container_of_cgroup(&text).as_deref(), Some(id), "{path}");
-        }
-        // cgroup v1: the id from any hierarchy's line.
-        let v1 = format!("12:pids:/docker/{id}\n1:name=systemd:/docker/{id}\n0::/\n");
-        assert_eq!(container_of_cgroup(&v1).as_deref(), Some(id));
-        for none in [
-            "0::/user.slice/user-1000.slice/session-3.scope\n",
-            "0::/\n",
-            "0::/system.slice/sonde.service\n",
-            "",
-            "garbage",
-        ] {
-            assert_eq!(container_of_cgroup(none), None, "{none:?}");
-        }
-    }
-
-    #[test]
-    fn pod_uids_are_found_in_the_cgroup_paths_of_both_drivers() {
-        let uid = "1c2e77aa-0b6e-4c4e-9a8f-3d2b1c0a9e8f";
-        let id = "4f2c0e1d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d";
-        for path in [
-            format!("/kubepods/burstable/pod{uid}/{id}"),
-            format!("/kubepods/pod{uid}/{id}"),
-            format!(
-                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope",
-                uid.replace('-', "_")
-            ),
-            format!(
-                "/kubepods.slice/kubepods-pod{}.slice/crio-{id}.scope",
-                uid.to_uppercase().replace('-', "_")
-            ),
-        ] {
-            assert_eq!(pod_of_cgroup(&format!("0::{path}\n")).as_deref(), Some(uid), "{path}");
-        }
-        let v1 = format!("12:pids:/kubepods/besteffort/pod{uid}/{id}\n0::/\n");
-        assert_eq!(pod_of_cgroup(&v1).as_deref(), Some(uid));
-        for none in [
-            format!("0::/docker/{id}\n"),
-            "0::/kubepods.slice/kubepods-pod1.slice/x.scope\n".to_owned(),
-            "0::/system.slice/podman.service\n".to_owned(),
-            String::new(),
-        ] {
-            assert_eq!(pod_of_cgroup(&none), None, "{none:?}");
-        }
-    }
-
-    #[test]
-    fn call_instructions_are_recognised_before_a_return_address() {
-        let calls: [&[u8]; 8] = [
-            &[0xe8, 1, 2, 3, 4],             // call rel32
-            &[0xff, 0xd1],                   // call *%rcx
-            &[0x41, 0xff, 0xd3],             // call *%r11
-            &[0xff, 0x50, 0x18],             // call *0x18(%rax)
-            &[0xff, 0x14, 0x24],             // call *(%rsp)
-            &[0xff, 0x54, 0x24, 0x08],       // call *0x8(%rsp)
-            &[0xff, 0x15, 1, 2, 3, 4],       // call *disp(%rip)
-            &[0xff, 0x94, 0xc8, 1, 2, 3, 4], // call *disp(%rax,%rcx,8)
-        ];
-        for call in calls {
-            let mut code = vec![0x90; 8 - call.len()];
-            code.extend_from_slice(call);
-            assert!(ends_with_call(&code), "{call:02x?}");
-        }
-        let not_calls: [&[u8]; 5] = [
-            &[0x48, 0x83, 0xc4, 0x08], // add $8,%rsp
-            &[0xff, 0xe0],             // jmp *%rax (FF /4)
-            &[0xff, 0xc0],             // inc %eax (FF /0)
-            &[0xff, 0x50],             // a call cut short of its disp8
-            &[0x90, 0x90, 0x90],
-        ];
-        for code in not_calls {
-            assert!(!ends_with_call(code), "{code:02x?}");
-        }
     }
 }

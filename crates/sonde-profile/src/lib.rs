@@ -3,6 +3,7 @@
 //! renders the views (TopN, folded stacks, pprof, flame graphs).
 #![deny(missing_docs)]
 
+pub mod cgroup;
 pub mod collect;
 pub mod cost;
 pub mod flamegraph;
@@ -16,6 +17,7 @@ pub mod select;
 pub mod store;
 pub mod symbolize;
 pub mod views;
+mod x86;
 
 pub use model::{Focus, Function, Process, Profile, ProfileBuilder, Root, Stack};
 pub use perf::OpenError;

@@ -38,10 +38,10 @@ pub struct Process {
     /// last `exec`.
     pub name: String,
     /// The id of the container the process runs in, from its cgroup
-    /// (see [`crate::collect::container_of_cgroup`]); empty outside one.
+    /// (see [`crate::cgroup::container_of_cgroup`]); empty outside one.
     pub container: String,
     /// The uid of the Kubernetes pod the container belongs to, from its
-    /// cgroup (see [`crate::collect::pod_of_cgroup`]); empty outside one.
+    /// cgroup (see [`crate::cgroup::pod_of_cgroup`]); empty outside one.
     pub pod: String,
     /// The thread id (0 when the producer did not say).
     pub tid: u32,
