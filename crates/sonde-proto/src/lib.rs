@@ -37,6 +37,7 @@
 
 pub mod msgpack;
 pub mod number;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod simd;
 pub mod statsd;
 pub mod tags;

@@ -33,6 +33,8 @@
 //! is tested and fuzzed against and as the fallback on other targets.
 
 use crate::number::{parse_f64, parse_i64};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use crate::simd;
 use crate::tags::Backend;
 use crate::{DropReason, Kind, Point, PointSink, TagSyntax, Value};
 use memchr::memchr;
@@ -75,13 +77,13 @@ unsafe fn run<'a>(backend: Backend, datagram: &'a [u8], sink: &mut impl PointSin
         Backend::Memchr => parse_reference(datagram, sink),
         // SAFETY: every x86-64 CPU has SSE2.
         #[cfg(target_arch = "x86_64")]
-        Backend::Sse2 => unsafe { index::parse::<index::Sse2>(datagram, sink) },
+        Backend::Sse2 => unsafe { index::parse::<simd::Sse2>(datagram, sink) },
         // SAFETY: the caller promises that the backend is available.
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 | Backend::Avx512 => unsafe { parse_avx2(datagram, sink) },
         // SAFETY: every aarch64 CPU has NEON.
         #[cfg(target_arch = "aarch64")]
-        Backend::Neon => unsafe { index::parse::<index::Neon>(datagram, sink) },
+        Backend::Neon => unsafe { index::parse::<simd::Neon>(datagram, sink) },
     }
 }
 
@@ -99,7 +101,7 @@ unsafe fn run<'a>(backend: Backend, datagram: &'a [u8], sink: &mut impl PointSin
 #[target_feature(enable = "avx2,bmi1,bmi2,lzcnt,popcnt")]
 unsafe fn parse_avx2<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
     // SAFETY: the caller's promise covers AVX2.
-    unsafe { index::parse::<index::Avx2>(datagram, sink) }
+    unsafe { index::parse::<simd::Avx2>(datagram, sink) }
 }
 
 /// Same contract as [`parse`], finding every field with its own `memchr`.

@@ -8,8 +8,9 @@
 //! by asking for the next set bit of a mask (`trailing_zeros` of a word,
 //! rarely more than one word away) instead of starting a `memchr` per
 //! field. The walk is the same for every backend; only the mask building
-//! differs between AVX2, SSE2 and NEON, and the tests check each against a
-//! byte loop, and the whole parser against [`super::parse_reference`].
+//! differs between AVX2, SSE2 and NEON, each a [`Block`] of
+//! [`crate::simd`], and the tests check each against a byte loop, and the
+//! whole parser against [`super::parse_reference`].
 //!
 //! Hand-written SIMD, rather than `memchr`, because the line parser was
 //! most of the hot path, and a large part of it was about eight `memchr`
@@ -22,6 +23,11 @@
 //! a field, which the walk reads directly.
 
 use super::{emit, event, kind_of, parse_reference, Extras};
+use crate::simd::Block;
+#[cfg(target_arch = "aarch64")]
+use crate::simd::Neon;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Sse2};
 use crate::{DropReason, PointSink};
 
 /// Bytes classified before they are walked. A 1432-byte DogStatsD datagram
@@ -49,16 +55,8 @@ impl Masks {
     }
 }
 
-/// Builds the masks of a chunk.
-pub(crate) trait Classify {
-    /// Returns the `\n`, `|` and `:` masks of the 64 bytes at `block`.
-    ///
-    /// # Safety
-    ///
-    /// `block` must be valid for reads of 64 bytes, and the CPU must have
-    /// the target features of the implementation.
-    unsafe fn block(block: *const u8) -> [u64; 3];
-
+/// Builds the masks of a chunk with the [`Block`] of one backend.
+pub(crate) trait Classify: Block {
     /// Fills the first `chunk.len().div_ceil(64)` words of `masks`.
     ///
     /// # Safety
@@ -66,6 +64,21 @@ pub(crate) trait Classify {
     /// `chunk.len() <= CHUNK`, and the CPU must have the target features of
     /// the implementation.
     unsafe fn chunk(chunk: &[u8], masks: &mut Masks);
+}
+
+/// The `\n`, `|` and `:` masks of the 64 bytes at `at`.
+///
+/// # Safety
+///
+/// `at` must be valid for reads of 64 bytes, and the CPU must have the
+/// target features of `B`.
+#[inline(always)]
+unsafe fn block<B: Block>(at: *const u8) -> [u64; 3] {
+    // SAFETY: the caller's promise.
+    unsafe {
+        let v = B::load(at);
+        [v.mask([b'\n']), v.mask([b'|']), v.mask([b':'])]
+    }
 }
 
 /// The body of every [`Classify::chunk`], inlined there so that the block
@@ -80,7 +93,7 @@ unsafe fn fill<C: Classify>(chunk: &[u8], masks: &mut Masks) {
     let full = chunk.len() / 64;
     for w in 0..full.min(WORDS) {
         // SAFETY: `64 * w + 64 <= chunk.len()`; features as promised.
-        let [nl, pipe, colon] = unsafe { C::block(chunk.as_ptr().add(64 * w)) };
+        let [nl, pipe, colon] = unsafe { block::<C>(chunk.as_ptr().add(64 * w)) };
         masks.nl[w] = nl;
         masks.pipe[w] = pipe;
         masks.colon[w] = colon;
@@ -92,7 +105,7 @@ unsafe fn fill<C: Classify>(chunk: &[u8], masks: &mut Masks) {
         let mut buf = [0u8; 64];
         buf[..tail].copy_from_slice(&chunk[64 * full..]);
         // SAFETY: `buf` is 64 bytes; features as promised.
-        let [nl, pipe, colon] = unsafe { C::block(buf.as_ptr()) };
+        let [nl, pipe, colon] = unsafe { block::<C>(buf.as_ptr()) };
         masks.nl[full] = nl;
         masks.pipe[full] = pipe;
         masks.colon[full] = colon;
@@ -292,121 +305,31 @@ fn line<'a>(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{fill, Classify, Masks};
-    use std::arch::x86_64::*;
-
-    use crate::simd::opaque;
-
-    /// The delimiters, in the order of the masks, as the `i8` the
-    /// intrinsics take.
-    const DELIMITERS: [i8; 3] = [b'\n' as i8, b'|' as i8, b':' as i8];
-
-    pub(crate) struct Sse2;
-
-    impl Classify for Sse2 {
-        #[inline(always)]
-        unsafe fn block(block: *const u8) -> [u64; 3] {
-            let mut out = [0u64; 3];
-            for i in 0..4 {
-                // SAFETY: the caller promises 64 readable bytes at `block`,
-                // and this reads bytes 16 * i .. 16 * i + 16 unaligned; SSE2
-                // is part of the x86-64 baseline.
-                let v = unsafe { _mm_loadu_si128(block.add(16 * i).cast::<__m128i>()) };
-                for (mask, &d) in out.iter_mut().zip(&DELIMITERS) {
-                    // SAFETY: as above.
-                    let bits =
-                        unsafe { opaque(_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(d)))) };
-                    // movemask fills the low 16 bits only.
-                    *mask |= u64::from(bits as u16) << (16 * i);
-                }
-            }
-            out
-        }
-
-        #[inline]
-        unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
-            // SAFETY: the caller's promise; SSE2 needs no more.
-            unsafe { fill::<Self>(chunk, masks) }
-        }
-    }
-
-    pub(crate) struct Avx2;
-
-    impl Classify for Avx2 {
-        #[inline]
-        #[target_feature(enable = "avx2")]
-        unsafe fn block(block: *const u8) -> [u64; 3] {
-            let mut out = [0u64; 3];
-            for i in 0..2 {
-                // SAFETY: the caller promises 64 readable bytes at `block`
-                // and AVX2; this reads bytes 32 * i .. 32 * i + 32 unaligned.
-                let v = unsafe { _mm256_loadu_si256(block.add(32 * i).cast::<__m256i>()) };
-                for (mask, &d) in out.iter_mut().zip(&DELIMITERS) {
-                    let bits = opaque(_mm256_movemask_epi8(_mm256_cmpeq_epi8(
-                        v,
-                        _mm256_set1_epi8(d),
-                    )));
-                    *mask |= u64::from(bits as u32) << (32 * i);
-                }
-            }
-            out
-        }
-
-        #[target_feature(enable = "avx2")]
-        unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
-            // SAFETY: the caller's promise, which includes AVX2.
-            unsafe { fill::<Self>(chunk, masks) }
-        }
+impl Classify for Sse2 {
+    #[inline]
+    unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
+        // SAFETY: the caller's promise; SSE2 needs no more.
+        unsafe { fill::<Self>(chunk, masks) }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{Avx2, Sse2};
-
-#[cfg(target_arch = "aarch64")]
-mod arm {
-    use super::{fill, Classify, Masks};
-    use crate::simd::neon_bitmask as bitmask;
-    use std::arch::aarch64::*;
-
-    pub(crate) struct Neon;
-
-    impl Classify for Neon {
-        #[inline(always)]
-        unsafe fn block(block: *const u8) -> [u64; 3] {
-            // SAFETY: the caller promises 64 readable bytes at `block`;
-            // NEON is part of the aarch64 baseline.
-            unsafe {
-                let v = [
-                    vld1q_u8(block),
-                    vld1q_u8(block.add(16)),
-                    vld1q_u8(block.add(32)),
-                    vld1q_u8(block.add(48)),
-                ];
-                let is = |d: u8| {
-                    let d = vdupq_n_u8(d);
-                    bitmask([
-                        vceqq_u8(v[0], d),
-                        vceqq_u8(v[1], d),
-                        vceqq_u8(v[2], d),
-                        vceqq_u8(v[3], d),
-                    ])
-                };
-                [is(b'\n'), is(b'|'), is(b':')]
-            }
-        }
-
-        #[inline]
-        unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
-            // SAFETY: the caller's promise; NEON needs no more.
-            unsafe { fill::<Self>(chunk, masks) }
-        }
+impl Classify for Avx2 {
+    #[target_feature(enable = "avx2")]
+    unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
+        // SAFETY: the caller's promise, which includes AVX2.
+        unsafe { fill::<Self>(chunk, masks) }
     }
 }
 
 #[cfg(target_arch = "aarch64")]
-pub(crate) use arm::Neon;
+impl Classify for Neon {
+    #[inline]
+    unsafe fn chunk(chunk: &[u8], masks: &mut Masks) {
+        // SAFETY: the caller's promise; NEON needs no more.
+        unsafe { fill::<Self>(chunk, masks) }
+    }
+}
 
 #[cfg(test)]
 mod tests {
