@@ -3,8 +3,12 @@
 
 use std::sync::Arc;
 
+mod metrics;
+
+pub use metrics::Console;
+
 use crate::logs::deliver::{self, Text};
-use crate::sink::{self, Console};
+use crate::sink;
 
 use crate::descriptor::{Input, Running, Sink, SinkType, Start, Transport};
 

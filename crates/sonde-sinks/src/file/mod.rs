@@ -5,6 +5,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+mod metrics;
+
+pub use metrics::File;
+
 use crate::logs::deliver::{self, Text};
 use crate::sink;
 
@@ -65,7 +69,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
             FIX,
         )
     };
-    let f = sink::File::open(path).map_err(cannot_open)?;
+    let f = File::open(path).map_err(cannot_open)?;
     let mut running: Running = sink::spawn(f, Arc::clone(&st.stats))?.into();
     if !st.sources.is_empty() {
         // A handle of its own in append mode: each write of whole records

@@ -5,13 +5,9 @@
 //! queue is full the newest batch is dropped and counted
 //! (`sonde_sink_dropped_batches_total{reason="queue_full"}`).
 
-mod console;
-mod file;
 mod prometheus_exporter;
 mod stats;
 
-pub use console::Console;
-pub use file::File;
 pub use prometheus_exporter::{Exposition, PrometheusExporter};
 pub use stats::{FailReason, SinkDrop, SinkStats};
 

@@ -1,10 +1,10 @@
-//! The console sink: human-readable lines on standard output.
+//! The console sink's metric side: a window's points as human-readable lines
 
 use std::io::{self, Write};
 
 use sonde_aggregate::Batch;
 
-use super::Sink;
+use crate::sink::Sink;
 
 /// Prints every point as `TIME NAME{TAGS} VALUE`.
 #[derive(Debug, Default)]
@@ -19,7 +19,10 @@ impl Sink for Console {
         let mut points = batch.points().peekable();
         while points.peek().is_some() {
             self.buf.clear();
-            sonde_encode::console::encode(points.by_ref().take(super::ENCODE_CHUNK), &mut self.buf);
+            sonde_encode::console::encode(
+                points.by_ref().take(crate::sink::ENCODE_CHUNK),
+                &mut self.buf,
+            );
             out.write_all(&self.buf)?;
         }
         out.flush()

@@ -1,11 +1,11 @@
-//! The file sink: JSON lines appended to a file.
+//! The file sink's metric side: a window's points as JSON lines
 
 use std::io::{self, Write};
 use std::path::Path;
 
 use sonde_aggregate::Batch;
 
-use super::Sink;
+use crate::sink::Sink;
 
 /// Appends one JSON object per point per line (ARCHITECTURE.md's format).
 #[derive(Debug)]
@@ -39,7 +39,10 @@ impl Sink for File {
         let mut points = batch.points().peekable();
         while points.peek().is_some() {
             self.buf.clear();
-            sonde_encode::json::encode(points.by_ref().take(super::ENCODE_CHUNK), &mut self.buf);
+            sonde_encode::json::encode(
+                points.by_ref().take(crate::sink::ENCODE_CHUNK),
+                &mut self.buf,
+            );
             self.file.write_all(&self.buf)?;
         }
         Ok(())
