@@ -163,8 +163,8 @@ impl Compressor {
                 // The frame is written here, around lz4_flex's block
                 // compressor, rather than by its FrameEncoder, which copies
                 // every block through a buffer of its own: 0.82 against
-                // 0.99 CPU-s per GB for a whole producer (docs/BENCHMARKS.md,
-                // "sonde's own Kafka producer").
+                // 0.99 CPU-s per GB for a whole producer
+                // (docs/benchmarks/LOG.md, "sonde's own Kafka producer").
                 out.extend_from_slice(&self.lz4_header);
                 for block in src.chunks(LZ4_BLOCK) {
                     let at = out.len();

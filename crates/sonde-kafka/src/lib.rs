@@ -1,9 +1,12 @@
 //! sonde's own Kafka producer.
 //!
-//! librdkafka costs about 8 CPU-seconds per GB when every log line is one
-//! record (a buffer, a queue entry, locks and a clock read per record);
-//! encoding the record batches here, one reused buffer per batch,
-//! measured 0.8 (docs/benchmarks/LOG.md, "sonde's own Kafka producer").
+//! librdkafka pays a buffer, a queue entry, locks and a clock read per
+//! record, which dominates its cost when every log line is one record;
+//! this crate appends each record to one reused buffer per batch and
+//! compresses and checksums the batch once. What each costs per GB of
+//! lines, and the commands that measure it, is in docs/BENCHMARKS.md
+//! ("Logs into Kafka"); why sonde keeps a producer of its own next to
+//! librdkafka is docs/adr/0004-own-kafka-producer.md.
 //!
 //! * [`batch`]: record batches (magic 2): [`batch::BatchBuilder`] and the
 //!   Kafka framing of the sink compressions (none, gzip, snappy, LZ4 frame, zstd), and [`batch::decode`] to read
