@@ -1,49 +1,117 @@
 #!/usr/bin/env bash
-# A single-node Kafka broker (KRaft combined mode) for benchmarks and tools
-# outside the Rust tests, with the settings of the test harness
-# (crates/sonde/tests/common/backends.rs, `Kafka::start`).
+# A single-node Kafka broker (KRaft combined mode: broker and controller in
+# one JVM, node.id=1), on loopback. This script is the one place that
+# writes the broker's settings, formats its storage and starts the JVM:
+# the Rust tests run `prepare` and then `run` as their child
+# (crates/sonde/tests/common/backends.rs, `Kafka::start`), and the load
+# tools' test, the benchmarks and the README's quickstart use `start` and
+# `stop`.
 #
 #   scripts/kafka-broker.sh start DIR PORT [CONTROLLER_PORT]
 #   scripts/kafka-broker.sh stop DIR
+#   scripts/kafka-broker.sh prepare DIR PORT [CONTROLLER_PORT]
+#   scripts/kafka-broker.sh run DIR
+#   scripts/kafka-broker.sh cluster-id [COUNT]
 #
-# start writes DIR/server.properties (broker on 127.0.0.1:PORT, controller
-# on CONTROLLER_PORT, default PORT+1), formats DIR/data, starts the broker
-# in the background (pid in DIR/kafka.pid, log in DIR/kafka.log) and
-# returns once it logged "Kafka Server started" and accepts connections on
-# PORT; it exits non-zero with the log's tail if the broker dies or takes
-# longer than 60 s. stop sends SIGTERM, waits for the orderly shutdown (up
-# to 30 s, then SIGKILL) and leaves DIR in place.
+# prepare writes DIR/server.properties (broker on 127.0.0.1:PORT,
+# controller on CONTROLLER_PORT, default PORT+1) and DIR/log4j2.properties,
+# and formats DIR/data with a random cluster id unless it holds a
+# formatted log already (so a broker keeps its data across restarts); the
+# formatter's output goes to stdout.
 #
-# Every replication factor and min ISR is 1, the transaction state log's
-# too: a single node cannot hold a second replica, and Kafka's defaults (3
-# and 2) would leave the consumer-offsets and transaction topics unusable.
-# The internal topics have one partition, so their coordinators load at once.
+# run replaces itself with the broker's JVM on DIR's properties, in the
+# foreground, logging to stdout: its pid is the JVM's, so SIGTERM is
+# Kafka's orderly shutdown (the JVM then exits with 143) and SIGKILL kills
+# the broker at once, as a test that stops or kills it expects.
 #
-# The jars come from $SONDE_KAFKA_LIBS, else target/kafka/libs-4.1.0 as
-# scripts/install-kafka.sh leaves them.
+# start is prepare and then run in the background (pid in DIR/kafka.pid,
+# both appended to DIR/kafka.log), and returns once the log says "Kafka
+# Server started" and PORT accepts connections; it exits non-zero with the
+# log's tail if the broker dies or takes longer than 60 s. stop sends
+# SIGTERM, waits for the orderly shutdown (up to 30 s, then SIGKILL) and
+# leaves DIR in place.
+#
+# cluster-id prints COUNT (default 1) random cluster ids, one a line: 16
+# random bytes in URL-safe base64 without padding (22 characters), the
+# form `kafka-storage.sh random-uuid` prints, never starting with '-',
+# which the formatter's argument parser would take for an option (one
+# random id in 64 would), as Kafka's own Uuid.randomUuid avoids too.
+#
+# Environment: SONDE_KAFKA_LIBS, the broker's jars (default
+# target/kafka/libs-4.1.0, where scripts/install-kafka.sh puts them);
+# SONDE_KAFKA_HEAP, the JVM's maximum heap (default 1g; the tests run
+# several brokers at once and ask for 512m); JAVA, the java binary
+# (default: java on PATH).
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 start DIR PORT [CONTROLLER_PORT] | stop DIR" >&2
+  echo "usage: $0 start DIR PORT [CONTROLLER_PORT] | stop DIR | prepare DIR PORT [CONTROLLER_PORT] | run DIR | cluster-id [COUNT]" >&2
   exit 2
 }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 libs="${SONDE_KAFKA_LIBS:-$root/target/kafka/libs-4.1.0}"
+heap="${SONDE_KAFKA_HEAP:-1g}"
+java="${JAVA:-java}"
 
-start() {
-  local dir=$1 port=$2 controller_port=${3:-$(($2 + 1))}
+check_install() {
   [ -f "$libs/kafka_2.13-4.1.0.jar" ] || {
     echo "kafka-broker: no kafka_2.13-4.1.0.jar in $libs: run scripts/install-kafka.sh and set SONDE_KAFKA_LIBS to what it prints" >&2
     exit 1
   }
-  command -v java >/dev/null || { echo "kafka-broker: java is not installed (Debian package openjdk-17-jdk-headless)" >&2; exit 1; }
+  command -v "$java" >/dev/null || { echo "kafka-broker: $java is not installed (Debian package openjdk-17-jdk-headless)" >&2; exit 1; }
+}
+
+# The JVM's options for DIR. The JVM expands a classpath entry ending in
+# `/*` to every jar in the directory itself.
+jvm_options() {
+  local dir=$1
+  printf '%s\n' -Xms128m "-Xmx$heap" -Djava.awt.headless=true \
+    "-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$libs/*"
+}
+
+cluster_ids() {
+  local count=$1 printed=0
+  local alphabet=ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_
+  local bytes id i v
+  while [ "$printed" -lt "$count" ]; do
+    # 16 bytes a line, with room for the ids drawn again.
+    while [ "$printed" -lt "$count" ] && read -r -a bytes; do
+      id=
+      # Three bytes make four characters; the last byte makes two (its
+      # six high bits, then its two low bits and four zero bits).
+      for ((i = 0; i < 15; i += 3)); do
+        v=$((bytes[i] << 16 | bytes[i + 1] << 8 | bytes[i + 2]))
+        id+=${alphabet:$((v >> 18 & 63)):1}${alphabet:$((v >> 12 & 63)):1}
+        id+=${alphabet:$((v >> 6 & 63)):1}${alphabet:$((v & 63)):1}
+      done
+      v=${bytes[15]}
+      id+=${alphabet:$((v >> 2)):1}${alphabet:$(((v & 3) << 4)):1}
+      [ "${id:0:1}" = - ] && continue
+      echo "$id"
+      printed=$((printed + 1))
+    done < <(od -An -v -tu1 -w16 -N $(((count - printed + 4) * 16)) /dev/urandom)
+  done
+}
+
+prepare() {
+  local dir=$1 port=$2 controller_port=${3:-$(($2 + 1))}
+  check_install
   mkdir -p "$dir"
   dir="$(cd "$dir" && pwd)"
-  if [ -f "$dir/kafka.pid" ] && kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; then
-    echo "kafka-broker: a broker already runs from $dir (pid $(cat "$dir/kafka.pid"))" >&2
-    exit 1
-  fi
+  # Every replication factor and min ISR is 1, the transaction state
+  # log's and the share coordinator's too: a single node cannot hold a
+  # second replica, and Kafka's defaults (3 and 2) would leave the
+  # consumer-offsets and transaction topics unusable. The internal topics
+  # have one partition instead of 50, so their coordinators load at once.
+  # Topics a producer creates get one partition. A consumer group's first
+  # member is not held back 3 s. The controller fences a broker that
+  # missed 4 s of heartbeats (Kafka's default is 9 s): after a SIGKILL the
+  # restarted controller replays the killed incarnation's registration and
+  # refuses the new one (DuplicateBrokerRegistrationException) until it
+  # has fenced the old one, so this bounds a restart after a kill; eight
+  # missed heartbeats at 500 ms leave room for a loaded machine.
+  # docs/TESTING.md ("Kafka") has each setting and why.
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -68,6 +136,8 @@ group.initial.rebalance.delay.ms=0
 broker.session.timeout.ms=4000
 broker.heartbeat.interval.ms=500
 PROPS
+  # Kafka logs through slf4j to log4j2, which without a configuration
+  # prints only errors: INFO to stdout.
   cat >"$dir/log4j2.properties" <<'LOG'
 status = warn
 appender.stdout.type = Console
@@ -77,23 +147,42 @@ appender.stdout.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = INFO
 rootLogger.appenderRef.stdout.ref = STDOUT
 LOG
-  local jvm=(-Xms128m -Xmx1g -Djava.awt.headless=true
-    "-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$libs/*")
   if [ ! -f "$dir/data/meta.properties" ]; then
-    # A random cluster id: 16 bytes in URL-safe base64 without padding,
-    # drawn again when it starts with '-' (the formatter would read it as
-    # an option), as Kafka's own Uuid.randomUuid does.
-    local id=-
-    while [ "${id#-}" != "$id" ]; do
-      id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-    done
-    java "${jvm[@]}" kafka.tools.StorageTool format --cluster-id "$id" \
-      --config "$dir/server.properties" >>"$dir/kafka.log" 2>&1 ||
-      { echo "kafka-broker: formatting $dir/data failed:" >&2; tail -20 "$dir/kafka.log" >&2; exit 1; }
+    local jvm
+    mapfile -t jvm < <(jvm_options "$dir")
+    "$java" "${jvm[@]}" kafka.tools.StorageTool format --cluster-id "$(cluster_ids 1)" \
+      --config "$dir/server.properties" ||
+      { echo "kafka-broker: formatting $dir/data failed" >&2; exit 1; }
   fi
+}
+
+run() {
+  local dir
+  dir="$(cd "$1" && pwd)"
+  check_install
+  [ -f "$dir/server.properties" ] || { echo "kafka-broker: no server.properties in $dir: run prepare first" >&2; exit 1; }
+  local jvm
+  mapfile -t jvm < <(jvm_options "$dir")
+  exec "$java" "${jvm[@]}" kafka.Kafka "$dir/server.properties"
+}
+
+start() {
+  local dir=$1 port=$2 controller_port=${3:-}
+  mkdir -p "$dir"
+  dir="$(cd "$dir" && pwd)"
+  if [ -f "$dir/kafka.pid" ] && kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; then
+    echo "kafka-broker: a broker already runs from $dir (pid $(cat "$dir/kafka.pid"))" >&2
+    exit 1
+  fi
+  check_install
+  "$0" prepare "$dir" "$port" ${controller_port:+"$controller_port"} >>"$dir/kafka.log" 2>&1 ||
+    { echo "kafka-broker: preparing $dir failed:" >&2; tail -20 "$dir/kafka.log" >&2; exit 1; }
   local before
   before=$(grep -c "Kafka Server started" "$dir/kafka.log" 2>/dev/null || true)
-  setsid java "${jvm[@]}" kafka.Kafka "$dir/server.properties" >>"$dir/kafka.log" 2>&1 </dev/null &
+  # setsid: the broker outlives this script and the terminal's signals.
+  # Not a process group leader, setsid does not fork, and run execs the
+  # JVM, so $! is the JVM's pid.
+  setsid "$0" run "$dir" >>"$dir/kafka.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$dir/kafka.pid"
   local deadline=$((SECONDS + 60))
@@ -140,5 +229,8 @@ stop() {
 case "${1:-}" in
   start) [ $# -ge 3 ] || usage; start "$2" "$3" "${4:-}" ;;
   stop) [ $# -eq 2 ] || usage; stop "$2" ;;
+  prepare) [ $# -ge 3 ] || usage; prepare "$2" "$3" "${4:-}" ;;
+  run) [ $# -eq 2 ] || usage; run "$2" ;;
+  cluster-id) [ $# -le 2 ] || usage; cluster_ids "${2:-1}" ;;
   *) usage ;;
 esac

@@ -238,9 +238,15 @@ fn committed_records_survive_a_broker_sigkill() {
 
 #[test]
 fn cluster_ids_have_kafkas_form_and_never_look_like_an_option() {
-    let ids: std::collections::BTreeSet<String> = (0..2000)
-        .map(|_| common::backends::random_kafka_uuid())
-        .collect();
+    // The ids the broker script formats storage with.
+    let out = std::process::Command::new(common::backends::KAFKA_BROKER_SCRIPT)
+        .args(["cluster-id", "2000"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 2000, "{text}");
+    let ids: std::collections::BTreeSet<&str> = text.lines().collect();
     assert_eq!(ids.len(), 2000, "random ids repeat");
     for id in &ids {
         assert_eq!(id.len(), 22, "{id}");

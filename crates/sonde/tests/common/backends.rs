@@ -4,7 +4,8 @@
 //!
 //! Each server runs from its Debian package's binary (the collector, not
 //! packaged, from the one `scripts/build-otelcol.sh` builds; Kafka from the
-//! jars `scripts/install-kafka.sh` installs) with a config written
+//! jars `scripts/install-kafka.sh` installs, through
+//! `scripts/kafka-broker.sh`) with a config written
 //! into its own temp dir (data, WAL, log, pid file all live there), listens
 //! only on 127.0.0.1 ports picked by [`free_port`], and is started by
 //! polling a readiness condition with a deadline (`/-/ready`, `/ping`, a TCP
@@ -160,6 +161,8 @@ struct Process {
     name: &'static str,
     program: PathBuf,
     args: Vec<String>,
+    /// Environment variables set for the program (and its setup steps).
+    env: Vec<(&'static str, std::ffi::OsString)>,
     dir: tempfile::TempDir,
     log: PathBuf,
     child: Option<Child>,
@@ -218,6 +221,7 @@ impl Process {
             name,
             program,
             args: Vec::new(),
+            env: Vec::new(),
             dir,
             log,
             child: None,
@@ -240,6 +244,7 @@ impl Process {
             .unwrap();
         let child = Command::new(&self.program)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -295,6 +300,7 @@ impl Process {
             .unwrap();
         let status = Command::new(&self.program)
             .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -1415,15 +1421,15 @@ pub const KAFKA_VERSION: &str = "4.1.0";
 const KAFKA_LIBS_DEFAULT: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/kafka/libs-4.1.0");
 
-/// How long the broker's controller waits for a heartbeat before it fences
-/// the broker. Kafka's default is 9 s. After a SIGKILL the restarted
-/// controller replays the killed incarnation's registration from the
-/// metadata log and refuses the new one
-/// (`DuplicateBrokerRegistrationException`) until it has fenced the old
-/// one, a session timeout after the controller came up: this bounds a
-/// restart after a kill. 4 s is eight missed heartbeats at the 500 ms
-/// interval below, room for a loaded CI machine.
-const KAFKA_SESSION_TIMEOUT_MS: u32 = 4000;
+/// The script that writes the broker's settings, formats its storage and
+/// runs it: the one recipe for the tests, the benchmarks and the
+/// quickstart.
+pub const KAFKA_BROKER_SCRIPT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/kafka-broker.sh");
+
+/// The broker's maximum heap: several test brokers run at once on a
+/// 2-core machine (the script's default is 1g, for the benchmarks).
+const KAFKA_HEAP: &str = "512m";
 
 /// What a Kafka consumer reads: every record (`read_uncommitted`, Kafka's
 /// default), or only records of committed transactions and records written
@@ -1495,13 +1501,10 @@ pub type KafkaProducer = rdkafka::producer::BaseProducer<Deliveries>;
 
 /// A single-node Kafka broker (KRaft combined mode: broker and controller in
 /// one JVM, `node.id=1`) from the jars `scripts/install-kafka.sh` installs,
-/// run with `java -cp '<libs>/*' kafka.Kafka server.properties`.
-///
-/// Every replication factor and min ISR is 1 (a single node cannot hold a
-/// second replica; the internal topics' defaults of 3 and 2 would leave the
-/// consumer-offsets and transaction-state topics unusable), and the
-/// internal topics have one partition each instead of 50, so the group and
-/// transaction coordinators load at once.
+/// set up and run by `scripts/kafka-broker.sh` ([`KAFKA_BROKER_SCRIPT`]),
+/// which holds its settings and says why each is set (every replication
+/// factor and min ISR 1, the internal topics with one partition, a 4 s
+/// broker session).
 pub struct Kafka {
     proc: Process,
     port: u16,
@@ -1516,10 +1519,11 @@ impl Kafka {
         BROKER.get_or_init(|| or_skip(Kafka::start())).as_ref()
     }
 
-    /// Writes `server.properties` into a temp dir with a broker listener and
-    /// a controller listener on free loopback ports, formats the data dir
-    /// with `kafka.tools.StorageTool` and a random cluster id, starts the
-    /// broker and waits until a metadata request through the client lists
+    /// Has `scripts/kafka-broker.sh prepare` write the broker's settings
+    /// into a temp dir, with a broker listener and a controller listener on
+    /// free loopback ports, and format its data dir; then runs the broker
+    /// as this test's child (`scripts/kafka-broker.sh run`, which becomes
+    /// the JVM) and waits until a metadata request through the client lists
     /// broker 1 at its address.
     ///
     /// # Errors
@@ -1556,79 +1560,22 @@ impl Kafka {
                 break p;
             }
         };
-        let data = dir.path().join("data");
-        let properties = format!(
-            "process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-log.dirs={data}
-num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-broker.session.timeout.ms={KAFKA_SESSION_TIMEOUT_MS}
-broker.heartbeat.interval.ms=500
-",
-            data = data.display()
-        );
-        let properties_path = dir.path().join("server.properties");
-        std::fs::write(&properties_path, properties).unwrap();
-        // Kafka logs through slf4j to log4j2; without a configuration log4j2
-        // prints only errors. INFO to stdout, which the harness sends to the
-        // log file.
-        let log4j = dir.path().join("log4j2.properties");
-        std::fs::write(
-            &log4j,
-            "status = warn
-appender.stdout.type = Console
-appender.stdout.name = STDOUT
-appender.stdout.layout.type = PatternLayout
-appender.stdout.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.stdout.ref = STDOUT
-",
-        )
-        .unwrap();
-        // The JVM expands a classpath entry ending in `/*` to every jar in
-        // the directory itself; no shell is involved.
-        let jvm = vec![
-            "-Xms128m".to_string(),
-            "-Xmx512m".to_string(),
-            "-Djava.awt.headless=true".to_string(),
-            format!("-Dlog4j2.configurationFile={}", log4j.display()),
-            "-cp".to_string(),
-            format!("{}/*", libs.display()),
+        let dir_arg = dir.path().display().to_string();
+        let mut proc = Process::new("Kafka", PathBuf::from(KAFKA_BROKER_SCRIPT), dir);
+        proc.env = vec![
+            ("SONDE_KAFKA_LIBS", libs.into_os_string()),
+            ("SONDE_KAFKA_HEAP", KAFKA_HEAP.into()),
+            ("JAVA", java.into_os_string()),
         ];
-        let mut proc = Process::new("Kafka", java, dir);
-        let mut format = jvm.clone();
-        format.extend([
-            "kafka.tools.StorageTool".to_string(),
-            "format".to_string(),
-            "--cluster-id".to_string(),
-            random_kafka_uuid(),
-            "--config".to_string(),
-            properties_path.display().to_string(),
+        proc.run_to_completion(&[
+            "prepare".to_string(),
+            dir_arg.clone(),
+            port.to_string(),
+            controller_port.to_string(),
         ]);
-        proc.run_to_completion(&format);
-        proc.args = jvm;
-        proc.args.extend([
-            "kafka.Kafka".to_string(),
-            properties_path.display().to_string(),
-        ]);
-        // The JVM exits with 128 + 15 once its shutdown hooks (Kafka's
-        // orderly shutdown) have run after SIGTERM.
+        proc.args = vec!["run".to_string(), dir_arg];
+        // `run` execs the JVM, which exits with 128 + 15 once its shutdown
+        // hooks (Kafka's orderly shutdown) have run after SIGTERM.
         proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
         let mut kafka = Kafka { proc, port };
         kafka.spawn();
@@ -1909,37 +1856,6 @@ fn broker_listed(bootstrap: &str, timeout: Duration) -> bool {
         .brokers()
         .iter()
         .any(|b| b.id() == 1 && format!("{}:{}", b.host(), b.port()) == bootstrap)
-}
-
-/// A random Kafka cluster id: 16 random bytes in URL-safe base64 without
-/// padding (22 characters), the form `StorageTool random-uuid` prints.
-/// Like Kafka's own generator it never starts with `-`, which
-/// `StorageTool`'s argument parser would take for an option (one random id
-/// in 64 would).
-pub fn random_kafka_uuid() -> String {
-    use std::io::Read;
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut urandom = File::open("/dev/urandom").unwrap();
-    let mut bytes = [0u8; 16];
-    loop {
-        urandom.read_exact(&mut bytes).unwrap();
-        // The first character encodes the first byte's top six bits.
-        if ALPHABET[usize::from(bytes[0] >> 2)] != b'-' {
-            break;
-        }
-    }
-    let mut out = String::with_capacity(22);
-    for chunk in bytes.chunks(3) {
-        let mut n = 0u32;
-        for (i, b) in chunk.iter().enumerate() {
-            n |= u32::from(*b) << (16 - 8 * i);
-        }
-        // 3 bytes give 4 characters, the last lone byte 2.
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-        }
-    }
-    out
 }
 
 /// Runs a future to completion on the current thread, parking between
