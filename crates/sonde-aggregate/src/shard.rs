@@ -75,7 +75,7 @@ pub const BATCH: usize = 16;
 /// The slots start uninitialised: a receive path makes a batch per
 /// datagram, and filling 16 points (1,408 bytes) with a placeholder was a
 /// `memcpy` per datagram, paid once per point when each datagram carries
-/// one ("point batch without a placeholder fill" in `docs/BENCHMARKS.md`).
+/// one ("point batch without a placeholder fill" in `docs/benchmarks/LOG.md`).
 pub struct PointBatch<'d> {
     points: [MaybeUninit<Point<'d>>; BATCH],
     /// The first `len` slots are initialised.

@@ -7,7 +7,7 @@
 //! `(γ^(i-1), γ^i]`, and a quantile query answers the bucket's midpoint in
 //! relative terms, `2γ^i / (γ + 1)`, which is within `(γ-1)/(γ+1)` of any
 //! value in the bucket. With [`RELATIVE_ACCURACY`] = 0.9% that keeps every
-//! percentile inside the 1% contract of ARCHITECTURE.md with a margin for
+//! percentile inside the 1% contract of docs/METRICS.md with a margin for
 //! float rounding.
 //!
 //! Memory is bounded by [`MAX_BINS`] per sign: a series whose samples span
@@ -69,7 +69,7 @@ const SMALL_WHOLE: usize = 2048;
 /// timer samples are mostly whole milliseconds, and the table (8 KiB)
 /// spares them the `ln` (a libm call) of every
 /// bucketed sample, the same index by construction ("whole-number samples
-/// bucketed by table" in `docs/BENCHMARKS.md`). Index 0 is never read:
+/// bucketed by table" in `docs/benchmarks/LOG.md`). Index 0 is never read:
 /// magnitudes at or below [`MIN_MAGNITUDE`] are counted as zero.
 fn small_whole_indexes() -> &'static [i32; SMALL_WHOLE] {
     static TABLE: std::sync::OnceLock<Box<[i32; SMALL_WHOLE]>> = std::sync::OnceLock::new();
@@ -84,7 +84,7 @@ fn small_whole_indexes() -> &'static [i32; SMALL_WHOLE] {
 
 /// `x.ceil() as i32`, without the call: x86-64's baseline has no rounding
 /// instruction, so `f64::ceil` is a libm call on every sample a sketch
-/// buckets ("sketch buckets without a libm `ceil`" in `docs/BENCHMARKS.md`).
+/// buckets ("sketch buckets without a libm `ceil`" in `docs/benchmarks/LOG.md`).
 /// Exact for every `x` an index can be (|x| < 2^31), and NaN gives 0 as
 /// `as` does.
 #[inline]
@@ -287,7 +287,7 @@ impl Bins {
 /// weighted sample or value `f32` cannot hold to 1e-7, go into
 /// logarithmic buckets. The bucket stores (120 bytes, two signs) are
 /// boxed, so a small timer does not pay for them: 25 samples take 192
-/// bytes where the bucket stores alone took 408 (docs/BENCHMARKS.md,
+/// bytes where the bucket stores alone took 408 (docs/benchmarks/LOG.md,
 /// "series memory budget"). Min, max, sum and count stay exact in `f64`
 /// either way.
 ///
@@ -296,7 +296,7 @@ impl Bins {
 /// receive thread cost every timer series 64 bucket adds in the window it
 /// overflowed, all series at about the same moment of a steady load; two
 /// per add spread that out, but the receive thread still paid for them
-/// ("raw samples settled by the flusher" in docs/BENCHMARKS.md).
+/// ("raw samples settled by the flusher" in `docs/benchmarks/LOG.md`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sketch {
     count: f64,

@@ -45,7 +45,7 @@ pub(crate) fn raw_hash(kind: SeriesKind, p: &Point<'_>) -> u64 {
 /// every point's path: each write of a `Hasher` is a mixing step with its
 /// own length dispatch, and the three cost several times the work of one
 /// pass over the bytes ("spelling hash in one pass" in
-/// `docs/BENCHMARKS.md`). This takes 16 bytes per folded multiply (the
+/// `docs/benchmarks/LOG.md`). This takes 16 bytes per folded multiply (the
 /// 64x64->128-bit product folded to 64 bits, as foldhash and wyhash do),
 /// chained through the name, and apart through the tags. The table only
 /// needs a well-spread hash; equal hashes are always confirmed by
@@ -128,7 +128,7 @@ pub(crate) fn first_spelling_hash(stored: &[u8]) -> u64 {
 /// byte and 2-byte stores that built it stalled on store forwarding, and
 /// was the hottest load of `record_batch` in `perf annotate` of
 /// `hot_path statsd 10000` ("StatsD values kept in registers" in
-/// `docs/BENCHMARKS.md`).
+/// `docs/benchmarks/LOG.md`).
 #[inline]
 pub(crate) fn spelled_as(stored: &[u8], kind: u8, syntax: u8, p: &Point<'_>) -> bool {
     let (key, syn, tags) = key::stored_parts(stored);
@@ -152,8 +152,8 @@ pub(crate) fn spelled_as(stored: &[u8], kind: u8, syntax: u8, p: &Point<'_>) -> 
 /// length 0. A masked load whose masked-out bytes lie on an unmapped page
 /// has its fault suppressed by a microcode assist that costs hundreds of
 /// cycles on Intel CPUs: for points without tags, that assist was a large
-/// share of the agent's CPU at plain-1k ("empty tags without a memcmp" in
-/// `docs/BENCHMARKS.md`).
+/// share of the agent's CPU at plain-1k ("empty tags without a `memcmp`" in
+/// `docs/benchmarks/LOG.md`).
 #[inline(always)]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && (a.is_empty() || a == b)

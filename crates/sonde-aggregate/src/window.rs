@@ -39,7 +39,7 @@ impl HistogramWindow {
         // strictly). Counted outright for the usual dozen bounds: the
         // compiler vectorizes it, where a binary search mispredicts about
         // half its branches on varied values ("histogram bucket by count"
-        // in docs/BENCHMARKS.md).
+        // in docs/benchmarks/LOG.md).
         let i = if bounds.len() <= 32 {
             bounds.iter().filter(|&&b| b < v).count()
         } else {

@@ -307,7 +307,7 @@ impl<'a> Cursor<'a> {
     /// `rmp`'s marker dispatch and reader, and the general [`Field`], the
     /// six elements of a message were a large share of a point's cost
     /// (`scripts/callgrind-hot-path.sh msgpack:10000`, "msgpack elements
-    /// read by hand" in `docs/BENCHMARKS.md`). Everything else goes
+    /// read by hand" in `docs/benchmarks/LOG.md`). Everything else goes
     /// through [`Cursor::field_any`]; the tests compare the two.
     #[inline(always)]
     fn short_str(&mut self) -> Option<&'a [u8]> {

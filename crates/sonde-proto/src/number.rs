@@ -23,7 +23,7 @@
 /// digit at a time into an integer and at most one division, a fraction
 /// of the instructions of the general algorithm (`number/parse_f64` is not
 /// benched on its own; the counts are from `scripts/callgrind-hot-path.sh`,
-/// see "StatsD parsing on the structural index" in `docs/BENCHMARKS.md`).
+/// see "StatsD parsing on the structural index" in `docs/benchmarks/LOG.md`).
 #[inline]
 pub fn parse_f64(text: &[u8]) -> Option<f64> {
     if let Some(v) = short_decimal(text) {
@@ -78,7 +78,7 @@ fn short_decimal(text: &[u8]) -> Option<f64> {
     // At most 15 digits, so the mantissa fits `i64`: x86-64's baseline
     // converts that in one instruction, a `u64` in several. Whole numbers,
     // the usual value, skip the division ("the parser timed alone; values
-    // without a division" in `docs/BENCHMARKS.md`).
+    // without a division" in `docs/benchmarks/LOG.md`).
     let whole = mantissa as i64 as f64;
     let magnitude = if fraction_digits == 0 {
         whole

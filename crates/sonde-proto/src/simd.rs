@@ -46,7 +46,7 @@ mod x86 {
     /// of 64 booleans, which AVX2 cannot hold, and rebuilt the `u64` bit by
     /// bit through the stack, which made the AVX2 index several times
     /// slower than with this barrier and slower than SSE2 ("SIMD tag
-    /// splitting" in `docs/BENCHMARKS.md`). An empty `asm!` costs no
+    /// splitting" in `docs/benchmarks/LOG.md`). An empty `asm!` costs no
     /// instruction.
     #[inline(always)]
     fn opaque(mut mask: i32) -> i32 {

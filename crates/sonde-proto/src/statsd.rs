@@ -92,7 +92,7 @@ unsafe fn run<'a>(backend: Backend, datagram: &'a [u8], sink: &mut impl PointSin
 /// LZCNT, which [`Backend::Avx2`] checks too. The walk finds each field
 /// with a variable shift and a trailing-zero count; baseline x86-64 makes
 /// those `shl`/`shr` by `cl` and `bsf`, where BMI gives `shlx` and
-/// `tzcnt` ("StatsD walk compiled for AVX2 CPUs" in `docs/BENCHMARKS.md`).
+/// `tzcnt` ("StatsD walk compiled for AVX2 CPUs" in `docs/benchmarks/LOG.md`).
 ///
 /// # Safety
 ///
@@ -108,7 +108,7 @@ unsafe fn parse_avx2<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
 ///
 /// The parser [`parse`] replaced (about eight `memchr` calls on short
 /// fields per line; "StatsD parsing on the structural index" in
-/// `docs/BENCHMARKS.md`): kept as the obviously correct reference that
+/// `docs/benchmarks/LOG.md`): kept as the obviously correct reference that
 /// every index backend is tested and fuzzed against, and as the portable
 /// fallback ([`Backend::Memchr`]).
 pub fn parse_reference<'a>(datagram: &'a [u8], sink: &mut impl PointSink<'a>) {
@@ -265,7 +265,7 @@ pub(crate) fn emit<'a>(
 /// the stack, and the caller's wider reloads of the narrower stores the
 /// callee wrote stalled on store forwarding. `perf annotate` of
 /// `hot_path statsd 10000` put half the parse's samples on one such load
-/// ("StatsD values kept in registers" in `docs/BENCHMARKS.md`).
+/// ("StatsD values kept in registers" in `docs/benchmarks/LOG.md`).
 #[inline(always)]
 pub(crate) fn parse_value(kind: Kind, text: &[u8]) -> Option<Value<'static>> {
     let number = parse_f64(text)?;

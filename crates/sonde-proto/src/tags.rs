@@ -99,7 +99,7 @@ pub fn split(raw: &[u8], syntax: TagSyntax, out: &mut Vec<TagSpan>) -> Result<()
     }
     // The index has a fixed cost (it copies the partial last block into a
     // whole one), so below 8 bytes the byte loop is faster ("SIMD tag
-    // splitting" in `docs/BENCHMARKS.md` has the times by size).
+    // splitting" in `docs/benchmarks/LOG.md` has the times by size).
     if raw.len() < 8 {
         return scalar_loop(raw, syntax, out);
     }

@@ -4,7 +4,7 @@
 //! (`acks=all`, idempotence, `linger.ms=5`, no message timeout), waits
 //! until every delivery report came back, and prints the process's CPU
 //! seconds (all its threads, librdkafka's included) per GB of records.
-//! The floor under the `kafka` sink's CPU per GB (docs/BENCHMARKS.md,
+//! The floor under the `kafka` sink's CPU per GB (docs/benchmarks/LOG.md,
 //! "what bounds logs into Kafka").
 //!
 //! ```sh

@@ -26,7 +26,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// than over 10 s. The agent frees a window's sketches and output batch at
 /// every flush, and pages kept dirty by one thread's arena cannot serve
 /// another's allocations: peak RSS at 250k series fell by about a third
-/// with no measurable change in CPU per point (docs/BENCHMARKS.md,
+/// with no measurable change in CPU per point (docs/benchmarks/LOG.md,
 /// "returning freed pages at once").
 ///
 /// A thin pointer to a NUL-terminated string, as C's `const char *`.

@@ -15,7 +15,7 @@
 //! Hand-written SIMD, rather than `memchr`, because the line parser was
 //! most of the hot path, and a large part of it was about eight `memchr`
 //! calls per line, each a call and a set-up for a field of a few bytes
-//! ("StatsD parsing on the structural index" in `docs/BENCHMARKS.md` has
+//! ("StatsD parsing on the structural index" in `docs/benchmarks/LOG.md` has
 //! the instruction counts before and after, from
 //! `scripts/callgrind-hot-path.sh`).
 //!
@@ -195,7 +195,7 @@ fn last_newline(masks: &Masks) -> Option<usize> {
 /// field puts a load and two shifts on the path from one field
 /// to the next; taking bits off a word already loaded (`bits &= bits - 1`)
 /// leaves one instruction there ("StatsD fields taken off the mask word"
-/// in `docs/BENCHMARKS.md`).
+/// in `docs/benchmarks/LOG.md`).
 struct Bits<'m> {
     mask: &'m [u64; WORDS],
     /// The word `bits` came from.

@@ -1,10 +1,10 @@
 //! `delivery = "at_least_once"`: sonde's own producer
 //! ([`sonde_kafka`]) for every source of the sink, driven by one thread.
 //!
-//! librdkafka costs about 6 to 8 CPU-seconds per GB when each line is a
-//! record; building the record batches here costs about 0.5 (lz4) to 2
-//! (zstd, lines that compress less), docs/benchmarks/LOG.md "sonde's own Kafka
-//! producer".
+//! Building the record batches here costs a fraction of what librdkafka
+//! costs when each line is a record: docs/BENCHMARKS.md ("Logs into
+//! Kafka") has the figures, docs/adr/0004-own-kafka-producer.md the
+//! decision.
 //!
 //! # Requests
 //!
