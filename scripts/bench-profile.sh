@@ -25,7 +25,7 @@
 #
 # Usage: scripts/bench-profile.sh [--agent | --churn] [DURATION_S=60]
 # Needs root (or CAP_PERFMON) and linux-perf; figures: docs/BENCHMARKS.md,
-# "the profiler's own cost".
+# "The profiler".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AGENT=0 CHURN=0
