@@ -38,7 +38,7 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<f64>,
     /// How long to send.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = str::parse::<HumanDuration>)]
     pub duration: HumanDuration,
     /// Distinct series.
     #[arg(long, default_value_t = 1000)]
@@ -85,10 +85,6 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     } else {
         Err(format!("{s:?} must be positive"))
     }
-}
-
-fn parse_duration(s: &str) -> Result<HumanDuration, String> {
-    s.parse()
 }
 
 /// Runs the load and prints the report.

@@ -28,6 +28,7 @@
 //! assert_eq!(parse_line(&buf), Some((3, 42)));
 //! ```
 
+use sonde_config::{HumanDuration, HumanSize};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -246,52 +247,35 @@ pub fn parse_record(value: &[u8]) -> Option<(u32, u64)> {
     parse_line(trimmed)
 }
 
-/// Parses a byte size: a number with an optional unit `B`, `KB`, `MB`,
-/// `GB` (powers of 1000) or `KiB`, `MiB`, `GiB` (powers of 1024).
+/// Parses a byte size: what the agent's config takes (a number of bytes,
+/// or one with `KiB`, `MiB` or `GiB`: `sonde_config::HumanSize`) and,
+/// for rates and totals quoted in MB/s, `KB`, `MB` and `GB` (powers of
+/// 1000).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let num: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size: write e.g. 150, 64MiB or 1GiB"))?;
-    let mult = match unit.trim() {
-        "" | "B" => 1.0,
-        "KB" | "kB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        u => {
+    if let Ok(size) = s.parse::<HumanSize>() {
+        return Ok(size.0);
+    }
+    let (num, mult) = match s.len().checked_sub(2).map(|i| s.split_at(i)) {
+        Some((num, "KB" | "kB")) => (num, 1_000),
+        Some((num, "MB")) => (num, 1_000_000),
+        Some((num, "GB")) => (num, 1_000_000_000),
+        _ => {
             return Err(format!(
-                "unknown unit {u:?} in {s:?}: use B, KB, MB, GB, KiB, MiB or GiB"
+                "{s:?} is not a size: write a whole number of bytes, or one with KiB, MiB, GiB, KB, MB or GB"
             ))
         }
     };
-    Ok((num * mult).round() as u64)
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a size: write a whole number before the unit"))
 }
 
-/// Parses a duration: a number with a unit `ms`, `s`, `m` or `h`.
+/// Parses a duration as the agent's config takes it: a whole number with
+/// `ms`, `s`, `m` or `h` (`sonde_config::HumanDuration`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let num: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration: write e.g. 500ms, 5s or 2m"))?;
-    let secs = match unit {
-        "ms" => num / 1000.0,
-        "s" => num,
-        "m" => num * 60.0,
-        "h" => num * 3600.0,
-        _ => return Err(format!("{s:?} needs a unit: ms, s, m or h")),
-    };
-    Ok(Duration::from_secs_f64(secs))
+    s.trim().parse::<HumanDuration>().map(|d| d.0)
 }
 
 /// When a write run stops.

@@ -23,7 +23,7 @@ pub struct ProfileArgs {
     #[command(subcommand)]
     command: Option<ProfileCommand>,
     /// How long to sample.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = str::parse::<HumanDuration>)]
     duration: HumanDuration,
     /// Samples per second per CPU (1 to 1000). The agent's always-on
     /// profiler samples at 19; a short run samples faster for detail.
@@ -252,10 +252,6 @@ enum ProfileCommand {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-}
-
-fn parse_duration(s: &str) -> Result<HumanDuration, String> {
-    s.parse()
 }
 
 /// Runs `sonde profile`, `sonde profile diff` or `sonde profile merge`.
