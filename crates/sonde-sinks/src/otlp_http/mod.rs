@@ -1,7 +1,10 @@
 //! `otlp_http`: OTLP/HTTP metrics to `url`, and log records to the logs
 //! endpoint beside it.
 
-use crate::logs::deliver::OtlpLogs;
+mod logs;
+
+pub use logs::{OtlpLogs, OTEL_NAMES};
+
 use sonde_encode::otlp::Otlp;
 
 use serde::Deserialize;
