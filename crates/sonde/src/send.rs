@@ -102,10 +102,14 @@ pub fn encode(a: &SendArgs) -> anyhow::Result<Vec<u8>> {
             let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let ts = a.ts.map(|t| t.to_string()).unwrap_or_default();
             let mut out = Vec::new();
-            rmp::encode::write_array_len(&mut out, 6)?;
-            for field in ["emit", &a.r#type, &a.name, &a.value, &tags.join("|"), &ts] {
-                rmp::encode::write_str(&mut out, field)?;
-            }
+            sonde_client::wire::write_message(
+                &mut out,
+                &a.r#type,
+                &a.name,
+                &a.value,
+                &tags.join("|"),
+                &ts,
+            );
             Ok(out)
         }
         Wire::Statsd => {
