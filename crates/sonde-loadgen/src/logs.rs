@@ -256,15 +256,19 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     if let Ok(size) = s.parse::<HumanSize>() {
         return Ok(size.0);
     }
-    let (num, mult) = match s.len().checked_sub(2).map(|i| s.split_at(i)) {
-        Some((num, "KB" | "kB")) => (num, 1_000),
-        Some((num, "MB")) => (num, 1_000_000),
-        Some((num, "GB")) => (num, 1_000_000_000),
-        _ => {
-            return Err(format!(
-                "{s:?} is not a size: write a whole number of bytes, or one with KiB, MiB, GiB, KB, MB or GB"
-            ))
-        }
+    let decimal = [
+        ("KB", 1_000),
+        ("kB", 1_000),
+        ("MB", 1_000_000),
+        ("GB", 1_000_000_000),
+    ];
+    let Some((num, mult)) = decimal
+        .iter()
+        .find_map(|&(unit, mult)| Some((s.strip_suffix(unit)?, mult)))
+    else {
+        return Err(format!(
+            "{s:?} is not a size: write a whole number of bytes, or one with KiB, MiB, GiB, KB, MB or GB"
+        ));
     };
     num.parse::<u64>()
         .ok()
@@ -833,6 +837,7 @@ mod tests {
         assert_eq!(parse_bytes("2MB"), Ok(2_000_000));
         assert!(parse_bytes("1 parsec").is_err());
         assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("é5").is_err());
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_duration("5").is_err());

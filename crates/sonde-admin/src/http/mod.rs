@@ -50,7 +50,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
@@ -376,13 +376,7 @@ fn tap(tap: &sonde_runtime::tap::Tap, query: Option<&str>) -> Response<Full<Byte
 
 /// Binds a TCP listener for [`serve`] (turned into a [`Listener`] with
 /// `.into()`).
-///
-/// # Errors
-///
-/// When the address cannot be bound.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    sonde_runtime::socket::bind_tcp(addr)
-}
+pub use sonde_runtime::socket::bind_tcp as bind;
 
 /// Binds the unix socket file `path` for [`serve`], as a unix receiver's
 /// socket is bound (see the module docs): `options.mode` and
