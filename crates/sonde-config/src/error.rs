@@ -238,7 +238,7 @@ fn mentioned_key(msg: &str) -> Option<String> {
 }
 
 /// The name in backticks after `prefix` in a serde message.
-fn quoted_after(msg: &str, prefix: &str) -> Option<String> {
+pub fn quoted_after(msg: &str, prefix: &str) -> Option<String> {
     let rest = &msg[msg.find(prefix)? + prefix.len()..];
     Some(rest[..rest.find('`')?].to_string())
 }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use sonde_config::error::quoted_after;
 use sonde_config::{ConfigError, METRICS_INPUT};
 use sonde_encode::compress::Compression;
 use sonde_log_sources::{LogInput, SourceInfo};
@@ -355,12 +356,6 @@ fn option_key(path: &serde_path_to_error::Path) -> String {
     key
 }
 
-/// The text between the first two backquotes of `s`.
-fn quoted(s: &str) -> Option<&str> {
-    let (_, rest) = s.split_once('`')?;
-    Some(rest.split_once('`')?.0)
-}
-
 /// A serde error of a sink's own keys as a [`ConfigError`]: serde names
 /// the field that is missing or unknown in its message, the path names
 /// the one of the wrong type or value.
@@ -380,28 +375,22 @@ fn option_error(kind: &str, key: String, message: &str, examples: &[(&str, &str)
         },
         None => format!("see the keys of {kind} in docs/SINKS.md"),
     };
-    if let Some(rest) = message.strip_prefix("missing field ") {
-        let field = quoted(rest).unwrap_or(rest).to_string();
+    if let Some(field) = quoted_after(message, "missing field `") {
         let fix = match example(&field) {
             Some(v) => format!("add {field} = {v}"),
             None => format!("add `{field}`"),
         };
         return ConfigError::new(field.clone(), format!("{kind} needs `{field}`"), fix);
     }
-    if let Some(rest) = message.strip_prefix("unknown field ") {
-        let field = quoted(rest).unwrap_or(rest).to_string();
+    if let Some(field) = quoted_after(message, "unknown field `") {
         return ConfigError::new(
             field.clone(),
             format!("`{field}` is not a key of {kind}"),
             format!("remove `{field}`"),
         );
     }
-    if let Some(rest) = message.strip_prefix("unknown variant ") {
-        let value = quoted(rest).unwrap_or(rest);
-        // serde lists the choices on the first line; later lines (toml's
-        // "in `key`") name the key the path already gave.
-        let first = rest.lines().next().unwrap_or(rest);
-        let choices: Vec<String> = first
+    if let Some(value) = quoted_after(message, "unknown variant `") {
+        let choices: Vec<String> = message
             .split_once("expected")
             .map(|(_, e)| {
                 e.split('`')
