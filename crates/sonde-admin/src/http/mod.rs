@@ -572,7 +572,12 @@ async fn route<B: ReqBody>(site: Site, req: Request<B>) -> Response<Full<Bytes>>
 
 /// The answer to a connection past [`MAX_CONNECTIONS`], written before
 /// it is closed.
-const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 34\r\nConnection: close\r\n\r\ntoo many connections; try again\r\n\r\n";
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 32\r\nConnection: close\r\n\r\ntoo many connections; try again\n";
+
+/// How long, and for how many bytes, a refused connection is read after
+/// its 503 before it is closed.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// A listener the accept loop takes connections from: a TCP port or a
 /// unix socket file.
@@ -620,9 +625,24 @@ async fn accept_loop<L: Accept>(listener: L, site: Site) {
                 t.admin_connections_refused.fetch_add(1, Relaxed);
             }
             tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
                 let _ = stream.write_all(BUSY).await;
                 let _ = stream.shutdown().await;
+                // A lingering close: read what the client sends until it
+                // closes (bounded in time and bytes), so that a client still
+                // writing its request gets the 503 rather than a broken
+                // pipe or a reset that loses the answer.
+                let mut sink = [0u8; 4096];
+                let _ = tokio::time::timeout(LINGER, async {
+                    let mut left = LINGER_BYTES;
+                    while left > 0 {
+                        match stream.read(&mut sink).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => left = left.saturating_sub(n),
+                        }
+                    }
+                })
+                .await;
             });
             continue;
         };
@@ -855,6 +875,17 @@ mod tests {
             "{answer}"
         );
         assert!(answer.contains("<a href=\"/metrics\">"), "{answer}");
+    }
+
+    #[test]
+    fn the_busy_answer_says_its_own_length() {
+        let text = std::str::from_utf8(BUSY).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length = head
+            .lines()
+            .find_map(|line| line.strip_prefix("Content-Length: "))
+            .unwrap();
+        assert_eq!(length.parse::<usize>().unwrap(), body.len());
     }
 
     #[test]
