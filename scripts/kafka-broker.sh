@@ -37,6 +37,16 @@
 # which the formatter's argument parser would take for an option (one
 # random id in 64 would), as Kafka's own Uuid.randomUuid avoids too.
 #
+# With SONDE_KAFKA_SECURE="CERT_DIR SSL_PORT MTLS_PORT SASL_SSL_PORT
+# WRONGNAME_PORT", prepare adds four listeners beside the plaintext one,
+# for the tests of TLS and SASL: SSL (TLS, the server's certificate
+# CERT_DIR/broker.pem, a PEM file with its key first), MTLS (the same, and
+# a client certificate signed by CERT_DIR/ca.pem required), SASL_SSL (TLS
+# and SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; the user "alice" with
+# the password "alice-secret" for each) and WRONGNAME (TLS with
+# CERT_DIR/wrong-name.pem, a certificate for another host). Brokers talk
+# to each other over PLAINTEXT.
+#
 # Environment: SONDE_KAFKA_LIBS, the broker's jars (default
 # target/kafka/libs-4.1.0, where scripts/install-kafka.sh puts them);
 # SONDE_KAFKA_HEAP, the JVM's maximum heap (default 1g; the tests run
@@ -112,13 +122,22 @@ prepare() {
   # has fenced the old one, so this bounds a restart after a kill; eight
   # missed heartbeats at 500 ms leave room for a loaded machine.
   # docs/TESTING.md ("Kafka") has each setting and why.
+  local listeners="PLAINTEXT://127.0.0.1:$port"
+  local protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  local certs="" ssl_port mtls_port sasl_port wrong_port
+  if [ -n "${SONDE_KAFKA_SECURE:-}" ]; then
+    read -r certs ssl_port mtls_port sasl_port wrong_port <<<"$SONDE_KAFKA_SECURE"
+    [ -n "$wrong_port" ] || { echo "kafka-broker: SONDE_KAFKA_SECURE needs CERT_DIR and four ports" >&2; exit 2; }
+    listeners+=",SSL://127.0.0.1:$ssl_port,MTLS://127.0.0.1:$mtls_port,SASL_SSL://127.0.0.1:$sasl_port,WRONGNAME://127.0.0.1:$wrong_port"
+    protocols+=",SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL,WRONGNAME:SSL"
+  fi
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=$listeners,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=$listeners
+listener.security.protocol.map=$protocols
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/data
@@ -136,6 +155,24 @@ group.initial.rebalance.delay.ms=0
 broker.session.timeout.ms=4000
 broker.heartbeat.interval.ms=500
 PROPS
+  if [ -n "$certs" ]; then
+    # PEM keystores (the key unencrypted, then the chain) and a PEM
+    # truststore; the JAAS lines give PLAIN its user and SCRAM its login
+    # module (SCRAM's users are stored by the formatter below).
+    cat >>"$dir/server.properties" <<PROPS
+ssl.keystore.type=PEM
+ssl.keystore.location=$certs/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$certs/ca.pem
+listener.name.mtls.ssl.client.auth=required
+listener.name.wrongname.ssl.keystore.type=PEM
+listener.name.wrongname.ssl.keystore.location=$certs/wrong-name.pem
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+PROPS
+  fi
   # Kafka logs through slf4j to log4j2, which without a configuration
   # prints only errors: INFO to stdout.
   cat >"$dir/log4j2.properties" <<'LOG'
@@ -150,8 +187,13 @@ LOG
   if [ ! -f "$dir/data/meta.properties" ]; then
     local jvm
     mapfile -t jvm < <(jvm_options "$dir")
+    local scram=()
+    if [ -n "$certs" ]; then
+      scram=(--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'
+        --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]')
+    fi
     "$java" "${jvm[@]}" kafka.tools.StorageTool format --cluster-id "$(cluster_ids 1)" \
-      --config "$dir/server.properties" ||
+      --config "$dir/server.properties" "${scram[@]}" ||
       { echo "kafka-broker: formatting $dir/data failed" >&2; exit 1; }
   fi
 }

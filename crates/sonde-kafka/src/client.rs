@@ -14,11 +14,20 @@
 //! the version, the correlation id and the sizes and writes the buffer
 //! with one `write`. The same bytes can be sent again, on this connection
 //! or another, after a failure.
+//!
+//! A connection is plaintext or TLS (rustls, as [`Dial::credentials`] say),
+//! and authenticates with SASL ([`crate::sasl`]) after the versions are
+//! agreed, before any other request.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+
+use crate::sasl::Sasl;
 
 use crate::wire::{put_i16, put_i32, put_i64, put_i8, put_nullable_str, put_str, set_i32};
 use crate::wire::{Malformed, Reader};
@@ -30,6 +39,8 @@ const API_FIND_COORDINATOR: i16 = 10;
 const API_INIT_PRODUCER_ID: i16 = 22;
 const API_ADD_PARTITIONS_TO_TXN: i16 = 24;
 const API_END_TXN: i16 = 26;
+const API_SASL_HANDSHAKE: i16 = 17;
+const API_SASL_AUTHENTICATE: i16 = 36;
 
 /// The versions sonde speaks: the non-flexible ones, which Kafka 1.0 to
 /// 4.x all serve (4.0 dropped Produce 0 to 2 and Metadata 0 to 3).
@@ -39,6 +50,11 @@ const INIT_PRODUCER_ID_VERSIONS: (i16, i16) = (0, 1);
 const FIND_COORDINATOR_VERSIONS: (i16, i16) = (1, 2);
 const ADD_PARTITIONS_TO_TXN_VERSIONS: (i16, i16) = (0, 2);
 const END_TXN_VERSIONS: (i16, i16) = (0, 2);
+/// Version 1 wraps the exchange in `SaslAuthenticate` requests (0 sent
+/// it raw, and Kafka 4.0 dropped it).
+const SASL_HANDSHAKE_VERSIONS: (i16, i16) = (1, 1);
+/// Version 1 adds the session's lifetime (KIP-368); 2 is flexible.
+const SASL_AUTHENTICATE_VERSIONS: (i16, i16) = (0, 1);
 
 /// The largest response read (a metadata response of a large cluster
 /// stays far below it); a larger size field is taken for garbage.
@@ -68,6 +84,26 @@ pub enum Error {
         want_min: i16,
         /// sonde's highest.
         want_max: i16,
+    },
+    /// The TLS handshake failed: the broker's certificate is not
+    /// trusted or does not name it, or it refused the client's.
+    #[error("TLS with {addr}: {reason}")]
+    Tls {
+        /// The broker.
+        addr: String,
+        /// What rustls said.
+        reason: String,
+    },
+    /// SASL authentication failed: the broker refused the credentials or
+    /// the mechanism, or (SCRAM) could not prove it knows the password.
+    #[error("SASL {mechanism} with {addr}: {reason}")]
+    Auth {
+        /// The mechanism.
+        mechanism: &'static str,
+        /// The broker.
+        addr: String,
+        /// The broker's message, or what was wrong with its answer.
+        reason: String,
     },
     /// The broker answered with an error code for the whole request.
     #[error("{api}: {}", code_name(*code))]
@@ -260,14 +296,191 @@ pub fn begin_produce(
     ProduceFrame { records_size_at }
 }
 
+/// What a connection is secured with, asked each time one is opened, so
+/// that a renewed certificate or a changed password applies from the next
+/// connection on without a restart.
+pub trait Credentials: Send + Sync + std::fmt::Debug {
+    /// TLS with this configuration, or plaintext (`None`).
+    ///
+    /// # Errors
+    ///
+    /// What the certificates or keys lack, in words for the user.
+    fn tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, String>;
+
+    /// SASL with these credentials, or none.
+    ///
+    /// # Errors
+    ///
+    /// The secret cannot be read, in words for the user.
+    fn sasl(&self) -> Result<Option<Sasl>, String>;
+}
+
+/// Credentials that do not change.
+#[derive(Clone, Debug, Default)]
+pub struct Fixed {
+    /// TLS with this configuration (`None`: plaintext).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// SASL with these credentials (`None`: none).
+    pub sasl: Option<Sasl>,
+}
+
+impl Credentials for Fixed {
+    fn tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+        Ok(self.tls.clone())
+    }
+
+    fn sasl(&self) -> Result<Option<Sasl>, String> {
+        Ok(self.sasl.clone())
+    }
+}
+
+/// How to open a connection: the client id every request carries, the
+/// bound on each read and write, and what secures it.
+#[derive(Clone, Debug)]
+pub struct Dial {
+    /// The client id.
+    pub client_id: String,
+    /// Bounds the connect, each read and each write.
+    pub timeout: Duration,
+    /// TLS and SASL, asked at each connection.
+    pub credentials: Arc<dyn Credentials>,
+}
+
+impl Dial {
+    /// Plaintext, no SASL.
+    pub fn plain(client_id: &str, timeout: Duration) -> Self {
+        Dial {
+            client_id: client_id.to_string(),
+            timeout,
+            credentials: Arc::new(Fixed::default()),
+        }
+    }
+}
+
+/// The bytes of a connection: TCP, or TLS over TCP.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stream::Plain(_) => f.write_str("Plain"),
+            Stream::Tls(_) => f.write_str("Tls"),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.write_all(buf),
+            Stream::Tls(s) => {
+                s.write_all(buf)?;
+                // rustls encrypts into its buffer; the records go now.
+                s.flush()
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The host of `addr` (`host:port`, an IPv6 address in brackets), as
+/// TLS names it.
+fn server_name(addr: &str) -> Result<ServerName<'static>, Error> {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    ServerName::try_from(host.to_string()).map_err(|_| Error::Tls {
+        addr: addr.to_string(),
+        reason: format!("{host:?} is not a host name TLS can check"),
+    })
+}
+
+/// Takes the rustls error out of an I/O error of a TLS stream, as the
+/// connection's error.
+fn tls_error(addr: &str, e: io::Error) -> Error {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(reason) => Error::Tls {
+            addr: addr.to_string(),
+            reason: describe_tls(reason),
+        },
+        None => Error::Io(e),
+    }
+}
+
+/// rustls' error in words a user acts on.
+fn describe_tls(e: &rustls::Error) -> String {
+    use rustls::{AlertDescription, CertificateError};
+    match e {
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            "the broker's certificate is not signed by a trusted CA (set tls.ca_file to the CA that signed it)".into()
+        }
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => "the broker's certificate does not name the host connected to (connect by a name the certificate holds, or set tls.verify_hostname = false)".into(),
+        rustls::Error::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => "the broker's certificate has expired".into(),
+        rustls::Error::AlertReceived(
+            AlertDescription::CertificateRequired
+            | AlertDescription::BadCertificate
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::UnknownCA,
+        ) => "the broker refused the client's certificate (set tls.cert_file and tls.key_file to one its CA signed)".into(),
+        other => other.to_string(),
+    }
+}
+
 /// A connection to one broker.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     client_id: String,
     next_correlation: i32,
     /// Correlation ids of the produce requests sent and not yet answered.
     in_flight: VecDeque<i32>,
+    /// The broker, `host:port`, for errors.
+    addr: String,
+    /// How long the broker keeps the SASL session, if it said.
+    session_lifetime: Option<Duration>,
     produce_version: i16,
     metadata_version: i16,
     /// Every API the broker serves: key, lowest and highest version.
@@ -277,14 +490,25 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` (`host:port`), every read and write bounded by
-    /// `timeout`, and agrees on versions with the broker.
+    /// Connects to `addr` (`host:port`) as `dial` says (its credentials
+    /// asked now), agrees on versions with the broker and authenticates.
     ///
     /// # Errors
     ///
-    /// The broker cannot be reached or serves none of the versions sonde
-    /// speaks.
-    pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, Error> {
+    /// The broker cannot be reached, serves none of the versions sonde
+    /// speaks, fails the TLS handshake ([`Error::Tls`]) or refuses the
+    /// credentials ([`Error::Auth`]).
+    pub fn connect(addr: &str, dial: &Dial) -> Result<Self, Error> {
+        let timeout = dial.timeout;
+        let tls = dial.credentials.tls().map_err(|reason| Error::Tls {
+            addr: addr.to_string(),
+            reason,
+        })?;
+        let sasl = dial.credentials.sasl().map_err(|reason| Error::Auth {
+            mechanism: "SASL",
+            addr: addr.to_string(),
+            reason,
+        })?;
         let mut last = io::Error::new(
             io::ErrorKind::NotFound,
             format!("{addr} resolves to nothing"),
@@ -299,13 +523,36 @@ impl Connection {
                 Err(e) => last = e,
             }
         }
-        let stream = stream.ok_or(last)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
+        let tcp = stream.ok_or(last)?;
+        tcp.set_nodelay(true)?;
+        tcp.set_read_timeout(Some(timeout))?;
+        tcp.set_write_timeout(Some(timeout))?;
+        let secure = tls.is_some();
+        let stream = match tls {
+            None => Stream::Plain(tcp),
+            Some(config) => {
+                let tls =
+                    rustls::ClientConnection::new(config, server_name(addr)?).map_err(|e| {
+                        Error::Tls {
+                            addr: addr.to_string(),
+                            reason: describe_tls(&e),
+                        }
+                    })?;
+                let mut s = rustls::StreamOwned::new(tls, tcp);
+                // The handshake now, so that its failure is told as one
+                // rather than as the first request's.
+                while s.conn.is_handshaking() {
+                    s.conn
+                        .complete_io(&mut s.sock)
+                        .map_err(|e| tls_error(addr, e))?;
+                }
+                Stream::Tls(Box::new(s))
+            }
+        };
         let mut c = Connection {
             stream,
-            client_id: client_id.to_string(),
+            addr: addr.to_string(),
+            client_id: dial.client_id.clone(),
             next_correlation: 0,
             in_flight: VecDeque::new(),
             produce_version: 0,
@@ -313,9 +560,104 @@ impl Connection {
             apis: Vec::new(),
             response: Vec::new(),
             scratch: Vec::new(),
+            session_lifetime: None,
         };
-        c.negotiate()?;
+        // Under TLS 1.3 a broker that refuses the client's certificate
+        // says so after the handshake, in an alert the first read meets.
+        let untls = |e: Error| match e {
+            Error::Io(io) if secure => tls_error(addr, io),
+            e => e,
+        };
+        c.negotiate().map_err(untls)?;
+        if let Some(sasl) = &sasl {
+            c.authenticate(sasl).map_err(untls)?;
+        }
         Ok(c)
+    }
+
+    /// How long the broker keeps the SASL session (KIP-368), if it said.
+    pub fn session_lifetime(&self) -> Option<Duration> {
+        self.session_lifetime
+    }
+
+    /// Authenticates with `sasl`: `SaslHandshake` names the mechanism,
+    /// then `SaslAuthenticate` requests carry the exchange.
+    fn authenticate(&mut self, sasl: &Sasl) -> Result<(), Error> {
+        let mechanism = sasl.mechanism();
+        let refused = |addr: &str, reason: String| Error::Auth {
+            mechanism,
+            addr: addr.to_string(),
+            reason,
+        };
+        let v = self.version("SaslHandshake", API_SASL_HANDSHAKE, SASL_HANDSHAKE_VERSIONS)?;
+        let body = self.call(API_SASL_HANDSHAKE, v, |buf| put_str(buf, mechanism))?;
+        let mut r = Reader::new(&body);
+        let code = r.i16("sasl handshake error")?;
+        let mut enabled = Vec::new();
+        for _ in 0..r.count(2, "sasl mechanisms")? {
+            enabled.push(r.str("sasl mechanism")?);
+        }
+        if code != 0 {
+            let reason = if code == 33 {
+                format!(
+                    "the broker's listener does not enable it; it enables {}",
+                    if enabled.is_empty() {
+                        "none".to_string()
+                    } else {
+                        enabled.join(", ")
+                    }
+                )
+            } else {
+                code_name(code)
+            };
+            return Err(refused(&self.addr, reason));
+        }
+        let v = self.version(
+            "SaslAuthenticate",
+            API_SASL_AUTHENTICATE,
+            SASL_AUTHENTICATE_VERSIONS,
+        )?;
+        let (mut message, mut exchange) = sasl.start();
+        loop {
+            let body = self.call(API_SASL_AUTHENTICATE, v, |buf| {
+                put_i32(buf, message.len() as i32);
+                buf.extend_from_slice(&message);
+            })?;
+            let mut r = Reader::new(&body);
+            let code = r.i16("sasl authenticate error")?;
+            let text = r.nullable_str("sasl error message")?;
+            let len = r.i32("sasl bytes size")?;
+            let answer = if len < 0 {
+                &[][..]
+            } else {
+                r.bytes(len as usize, "sasl bytes")?
+            };
+            let lifetime = if v >= 1 {
+                r.i64("session lifetime")?
+            } else {
+                0
+            };
+            if code != 0 {
+                return Err(refused(&self.addr, text.unwrap_or_else(|| code_name(code))));
+            }
+            let (next, after) = exchange
+                .next(answer)
+                .map_err(|reason| refused(&self.addr, reason))?;
+            exchange = after;
+            match next {
+                Some(m) => message = m,
+                None if exchange.waiting() => {
+                    return Err(refused(&self.addr, "the exchange ended early".into()))
+                }
+                None => {
+                    self.session_lifetime = u64::try_from(lifetime)
+                        .ok()
+                        .filter(|&ms| ms > 0)
+                        .map(Duration::from_millis);
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// The Produce version in use.
@@ -436,6 +778,7 @@ impl Connection {
     /// The socket refused the timeout.
     pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), Error> {
         self.stream
+            .tcp()
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
         Ok(())
     }

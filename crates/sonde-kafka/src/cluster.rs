@@ -7,9 +7,8 @@
 //! it stale (a leader moved, a connection failed).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use crate::client::{Connection, Error};
+use crate::client::{Connection, Dial, Error};
 
 /// One partition of the topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,8 +25,7 @@ pub struct Cluster {
     bootstrap: Vec<String>,
     /// The topics; the first is the main one ([`Cluster::partitions`]).
     topics: Vec<String>,
-    client_id: String,
-    timeout: Duration,
+    dial: Dial,
     /// Node id to `host:port`.
     brokers: HashMap<i32, String>,
     /// Per topic, in the order of `topics`.
@@ -38,14 +36,13 @@ pub struct Cluster {
 
 impl Cluster {
     /// A cluster reached through `bootstrap` (`host:port` each), for
-    /// `topics` (at least one); nothing is connected until
-    /// [`Cluster::refresh`].
-    pub fn new(bootstrap: &[String], topics: &[&str], client_id: &str, timeout: Duration) -> Self {
+    /// `topics` (at least one), each connection opened as `dial` says;
+    /// nothing is connected until [`Cluster::refresh`].
+    pub fn new(bootstrap: &[String], topics: &[&str], dial: Dial) -> Self {
         Cluster {
             bootstrap: bootstrap.to_vec(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
-            client_id: client_id.to_string(),
-            timeout,
+            dial,
             brokers: HashMap::new(),
             partitions: Vec::new(),
             connections: HashMap::new(),
@@ -55,7 +52,12 @@ impl Cluster {
 
     /// The client id its connections give.
     pub fn client_id(&self) -> &str {
-        &self.client_id
+        &self.dial.client_id
+    }
+
+    /// How its connections are opened.
+    pub fn dial(&self) -> &Dial {
+        &self.dial
     }
 
     /// The main topic.
@@ -123,8 +125,8 @@ impl Cluster {
         let topics: Vec<String> = self.topics.clone();
         let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
         for addr in self.bootstrap.clone() {
-            let result = Connection::connect(&addr, &self.client_id, self.timeout)
-                .and_then(|mut c| c.metadata(&topics, true));
+            let result =
+                Connection::connect(&addr, &self.dial).and_then(|mut c| c.metadata(&topics, true));
             match result {
                 Ok(m) => return self.take(m),
                 Err(e) => last = Some(e),
@@ -217,7 +219,7 @@ impl Cluster {
                     "broker {node} is not in the metadata"
                 )))
             })?;
-            let c = Connection::connect(addr, &self.client_id, self.timeout)?;
+            let c = Connection::connect(addr, &self.dial)?;
             self.connections.insert(node, c);
         }
         Ok(self.connections.get_mut(&node).expect("inserted above"))

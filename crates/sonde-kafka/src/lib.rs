@@ -11,26 +11,29 @@
 //! * [`batch`]: record batches (magic 2): [`batch::BatchBuilder`] and the
 //!   Kafka framing of the sink compressions (none, gzip, snappy, LZ4 frame, zstd), and [`batch::decode`] to read
 //!   one back;
-//! * [`client`]: a blocking connection to one broker: versions,
-//!   metadata, pipelined produce requests;
+//! * [`client`]: a blocking connection to one broker, plaintext or TLS
+//!   (rustls): versions, SASL, metadata, pipelined produce requests;
 //! * [`cluster`]: the brokers and a topic's partition leaders, one
 //!   connection per broker;
+//! * [`sasl`]: SASL PLAIN and SCRAM-SHA-256/512;
 //! * [`txn`]: a transactional producer (coordinator, producer id,
 //!   partitions added, commit and abort);
 //! * [`wire`]: the protocol's primitive types.
 //!
-//! Plaintext connections only, non-flexible request versions (Produce 3
-//! to 8, Metadata 4 to 8), which every broker from Kafka 1.0 to 4.x
-//! serves.
+//! Non-flexible request versions (Produce 3 to 8, Metadata 4 to 8,
+//! SaslHandshake 1, SaslAuthenticate 0 to 1), which every broker from
+//! Kafka 1.0 to 4.x serves.
 
 pub mod batch;
 pub mod client;
 pub mod cluster;
+pub mod sasl;
 pub mod txn;
 pub mod wire;
 
 pub use batch::{BatchBuilder, Compressor, Producer};
-pub use client::{Connection, Error, Metadata, PartitionResult};
+pub use client::{Connection, Credentials, Dial, Error, Fixed, Metadata, PartitionResult};
 pub use cluster::{Cluster, Partition};
+pub use sasl::{Sasl, ScramHash, Secret};
 pub use txn::{ProduceError, Transactional};
 pub use wire::Malformed;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{next_sequence, BatchBuilder, Compressor, Producer};
 use crate::client::{begin_produce, producer_refused, retriable, too_large};
-use crate::client::{Connection, Error, ProduceFrame, DUPLICATE_SEQUENCE};
+use crate::client::{Connection, Dial, Error, ProduceFrame, DUPLICATE_SEQUENCE};
 use crate::cluster::Cluster;
 
 /// Backoff between retries: from this, doubling, up to 1 s.
@@ -65,22 +65,22 @@ impl Transactional {
     /// A producer for `topics` through `bootstrap`, with
     /// `transactional_id`; the broker aborts a transaction left open
     /// longer than `transaction_timeout`; each call retries what may heal
-    /// for up to `retry_for`, each request waiting up to
-    /// `request_timeout`. Nothing is connected before [`Transactional::init`].
+    /// for up to `retry_for`; connections are opened as `dial` says.
+    /// Nothing is connected before [`Transactional::init`].
     pub fn new(
         bootstrap: &[String],
         topics: &[&str],
         transactional_id: &str,
         transaction_timeout: Duration,
         retry_for: Duration,
-        request_timeout: Duration,
+        dial: Dial,
     ) -> Self {
         Transactional {
             id: transactional_id.to_string(),
             transaction_timeout_ms: i32::try_from(transaction_timeout.as_millis())
                 .unwrap_or(i32::MAX),
             retry_for,
-            cluster: Cluster::new(bootstrap, topics, "sonde", request_timeout),
+            cluster: Cluster::new(bootstrap, topics, dial),
             coordinator: None,
             producer: None,
             sequences: HashMap::new(),
@@ -301,7 +301,11 @@ impl Transactional {
                 })?;
             let id = self.id.clone();
             let (_, addr) = self.cluster.connection(leader)?.find_coordinator(&id)?;
-            let c = Connection::connect(&addr, "sonde", Duration::from_secs(10))?;
+            // The coordinator's calls wait for the transaction log:
+            // 10 s each whatever the produce requests' timeout.
+            let mut dial = self.cluster.dial().clone();
+            dial.timeout = Duration::from_secs(10);
+            let c = Connection::connect(&addr, &dial)?;
             self.coordinator = Some(c);
         }
         Ok(self.coordinator.as_mut().expect("opened above"))
@@ -330,7 +334,12 @@ impl Transactional {
                     }
                     retriable(*code)
                 }
-                Error::Unsupported { .. } => false,
+                // A certificate or a secret does not heal by waiting.
+                Error::Unsupported { .. } | Error::Tls { .. } | Error::Auth { .. } => {
+                    self.coordinator = None;
+                    self.cluster.mark_stale();
+                    false
+                }
             };
             if !heals || Instant::now() >= deadline {
                 return Err(e);

@@ -2,8 +2,9 @@
 //! ([`addr`]) and the sockets bound for them ([`socket`]), the priority of
 //! background threads ([`priority`]), the reasons input is dropped
 //! ([`drops`]), the count of failed writes under `data_dir`
-//! ([`data_dir`]), the live view of what flows ([`tap`]) and the system
-//! calls none of the crates above make themselves ([`sys`]).
+//! ([`data_dir`]), the live view of what flows ([`tap`]), TLS files and
+//! client settings ([`tls`]) and the system calls none of the crates above
+//! make themselves ([`sys`]).
 //!
 //! The runtimes build on it: `sonde-metrics` (receivers and the flusher),
 //! `sonde-log-sources` (log sources and their batches), `sonde-profiler`
@@ -30,5 +31,6 @@ pub mod priority;
 pub mod socket;
 pub mod sys;
 pub mod tap;
+pub mod tls;
 
 pub use sys::raise_open_files_limit;

@@ -375,18 +375,32 @@ fn option_error(kind: &str, key: String, message: &str, examples: &[(&str, &str)
         },
         None => format!("see the keys of {kind} in docs/SINKS.md"),
     };
+    // A field of an inline table (`sasl.username`) is named with the
+    // table, and the fix writes the whole table as its example shows.
+    let within = |field: &str| {
+        if key.is_empty() {
+            field.to_string()
+        } else if key.ends_with(&format!(".{field}")) || key == field {
+            key.clone()
+        } else {
+            format!("{key}.{field}")
+        }
+    };
     if let Some(field) = quoted_after(message, "missing field `") {
-        let fix = match example(&field) {
-            Some(v) => format!("add {field} = {v}"),
-            None => format!("add `{field}`"),
+        let full = within(&field);
+        let fix = match (example(&full), full.split_once('.')) {
+            (Some(v), None) => format!("add {full} = {v}"),
+            (Some(v), Some((table, _))) => format!("write {table} = {v}"),
+            (None, _) => format!("add `{full}`"),
         };
-        return ConfigError::new(field.clone(), format!("{kind} needs `{field}`"), fix);
+        return ConfigError::new(full.clone(), format!("{kind} needs `{full}`"), fix);
     }
     if let Some(field) = quoted_after(message, "unknown field `") {
+        let full = within(&field);
         return ConfigError::new(
-            field.clone(),
-            format!("`{field}` is not a key of {kind}"),
-            format!("remove `{field}`"),
+            full.clone(),
+            format!("`{full}` is not a key of {kind}"),
+            format!("remove `{full}`"),
         );
     }
     if let Some(value) = quoted_after(message, "unknown variant `") {

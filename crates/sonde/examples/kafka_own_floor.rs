@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sonde_encode::compress::Compression;
 use sonde_kafka::client::begin_produce;
-use sonde_kafka::{BatchBuilder, Compressor, Connection, Producer};
+use sonde_kafka::{BatchBuilder, Compressor, Connection, Dial, Producer};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -70,8 +70,8 @@ fn main() {
         }
         Some(s) => panic!("lines {s}: floor or loadgen"),
     };
-    let mut c =
-        Connection::connect(broker, "sonde-floor", Duration::from_secs(30)).expect("connect");
+    let mut c = Connection::connect(broker, &Dial::plain("sonde-floor", Duration::from_secs(30)))
+        .expect("connect");
     let partitions: Vec<i32> = loop {
         let m = c.metadata(&[topic], true).expect("metadata");
         let t = &m.topics[0];

@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::backends::{or_skip, Isolation, Kafka};
 use sonde_encode::compress::Compression;
 use sonde_kafka::client::begin_produce;
-use sonde_kafka::{BatchBuilder, Compressor, Connection, Producer, Transactional};
+use sonde_kafka::{BatchBuilder, Compressor, Connection, Dial, Producer, Transactional};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -23,7 +23,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 type Read = (Option<Vec<u8>>, Vec<u8>, Vec<(String, Option<Vec<u8>>)>);
 
 fn connect(kafka: &Kafka) -> Connection {
-    Connection::connect(&kafka.bootstrap(), "sonde-test", TIMEOUT).unwrap()
+    Connection::connect(&kafka.bootstrap(), &Dial::plain("sonde-test", TIMEOUT)).unwrap()
 }
 
 /// Sends the records of `batch` as one request to `topic`/`partition`
@@ -237,7 +237,7 @@ fn a_transaction_is_seen_by_read_committed_readers_once_committed_and_never_once
             "sonde-test-txn",
             Duration::from_secs(10),
             TIMEOUT,
-            TIMEOUT,
+            Dial::plain("sonde", TIMEOUT),
         )
     };
     let mut t = new();

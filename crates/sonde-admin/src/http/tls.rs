@@ -20,177 +20,16 @@
 //! ```
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use rustls_pki_types::pem::{self, PemObject};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{self, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-/// Which of the two files a [`TlsError`] is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsFile {
-    /// The certificate chain (`cert_file`).
-    Cert,
-    /// The private key (`key_file`).
-    Key,
-}
-
-/// Why a certificate chain and key cannot be served.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// A file cannot be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Which one it is.
-        file: TlsFile,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// A file is not PEM, or holds a broken PEM section.
-    #[error("{} is not PEM: {reason}", path.display())]
-    Pem {
-        /// The file.
-        path: PathBuf,
-        /// Which one it is.
-        file: TlsFile,
-        /// What the PEM parser said.
-        reason: pem::Error,
-    },
-    /// The certificate file holds no `CERTIFICATE` section.
-    #[error("{} holds no certificate (a PEM \"BEGIN CERTIFICATE\" section)", path.display())]
-    NoCertificate {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The key file holds no private key section.
-    #[error("{} holds no private key (a PEM \"BEGIN PRIVATE KEY\", \"BEGIN RSA PRIVATE KEY\" or \"BEGIN EC PRIVATE KEY\" section)", path.display())]
-    NoKey {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The key is of a kind rustls cannot sign with, or is corrupt.
-    #[error("{} holds a key that cannot sign: {reason}", path.display())]
-    Key {
-        /// The file.
-        path: PathBuf,
-        /// What rustls said.
-        reason: rustls::Error,
-    },
-    /// The first certificate is not a valid X.509 certificate.
-    #[error("the first certificate in {} cannot be parsed: {reason}", path.display())]
-    Certificate {
-        /// The file.
-        path: PathBuf,
-        /// What rustls said.
-        reason: rustls::Error,
-    },
-    /// The key is not the one the first certificate was issued for.
-    #[error("the key in {} does not belong to the first certificate in {}", key.display(), cert.display())]
-    Mismatch {
-        /// The certificate file.
-        cert: PathBuf,
-        /// The key file.
-        key: PathBuf,
-    },
-}
-
-impl TlsError {
-    /// The file the error is about: the key file for a key that does not
-    /// match, which is what changes when a certificate is renewed with a
-    /// new key.
-    pub fn file(&self) -> TlsFile {
-        match self {
-            TlsError::Read { file, .. } | TlsError::Pem { file, .. } => *file,
-            TlsError::NoCertificate { .. } | TlsError::Certificate { .. } => TlsFile::Cert,
-            TlsError::NoKey { .. } | TlsError::Key { .. } | TlsError::Mismatch { .. } => {
-                TlsFile::Key
-            }
-        }
-    }
-}
-
-/// Every certificate in a PEM file, in order (other sections skipped).
-///
-/// # Errors
-///
-/// The file cannot be read, is not PEM, or holds no certificate.
-pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let text = read(path, TlsFile::Cert)?;
-    let certs = CertificateDer::pem_slice_iter(&text)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|reason| TlsError::Pem {
-            path: path.to_path_buf(),
-            file: TlsFile::Cert,
-            reason,
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(certs)
-}
-
-fn read(path: &Path, file: TlsFile) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        path: path.to_path_buf(),
-        file,
-        source,
-    })
-}
-
-/// The chain in `cert` with the key in `key`, checked to belong together.
-fn certified_key(
-    cert: &Path,
-    key: &Path,
-    provider: &CryptoProvider,
-) -> Result<CertifiedKey, TlsError> {
-    let chain = certificates(cert)?;
-    let text = read(key, TlsFile::Key)?;
-    let der = match PrivateKeyDer::from_pem_slice(&text) {
-        Ok(der) => der,
-        Err(pem::Error::NoItemsFound) => {
-            return Err(TlsError::NoKey {
-                path: key.to_path_buf(),
-            })
-        }
-        Err(reason) => {
-            return Err(TlsError::Pem {
-                path: key.to_path_buf(),
-                file: TlsFile::Key,
-                reason,
-            })
-        }
-    };
-    let signer = provider
-        .key_provider
-        .load_private_key(der)
-        .map_err(|reason| TlsError::Key {
-            path: key.to_path_buf(),
-            reason,
-        })?;
-    let certified = CertifiedKey::new(chain, signer);
-    // Compares the key's public half with the certificate's: a handshake
-    // with a key of another certificate would fail every client.
-    match certified.keys_match() {
-        Ok(()) => Ok(certified),
-        Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::Mismatch {
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-        }),
-        Err(reason) => Err(TlsError::Certificate {
-            path: cert.to_path_buf(),
-            reason,
-        }),
-    }
-}
+pub use sonde_runtime::tls::{certificates, certified_key, TlsError, TlsFile};
 
 /// The admin site's certificate and key, and the rustls configuration that
 /// serves them; cheap to clone (clones share the key [`Tls::reload`]
@@ -269,6 +108,7 @@ impl Tls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     /// A self-signed certificate for 127.0.0.1 and its key, as PEM.
     fn self_signed() -> (String, String) {

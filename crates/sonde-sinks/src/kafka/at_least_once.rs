@@ -107,8 +107,13 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         .collect();
     drop(tx);
     let d = &net.delivery;
+    k.security.warn(&stats.name);
+    let dial = k
+        .security
+        .dial("sonde", d.request_timeout)
+        .with_context(|| format!("kafka sink {}", stats.name))?;
     let sender = Sender {
-        cluster: Cluster::new(&k.brokers, &[&k.topic], "sonde", d.request_timeout),
+        cluster: Cluster::new(&k.brokers, &[&k.topic], dial),
         compressor,
         builder: BatchBuilder::new(),
         request: Vec::new(),
@@ -576,6 +581,8 @@ impl Sender {
             {
                 FailReason::Timeout
             }
+            KafkaError::Tls { .. } => FailReason::Tls,
+            KafkaError::Auth { .. } => FailReason::Auth,
             _ => FailReason::Io,
         };
         self.stats.failures[reason as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -121,7 +121,7 @@ fn create(k: &Settings, net: &NetSink, source: &SourceInfo) -> anyhow::Result<Tr
         &transactional_id(source),
         TRANSACTION_TIMEOUT,
         CALL_TIMEOUT,
-        net.delivery.request_timeout,
+        k.security.dial("sonde", net.delivery.request_timeout)?,
     );
     t.init().with_context(|| {
         format!(

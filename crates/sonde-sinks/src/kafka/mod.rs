@@ -38,6 +38,7 @@ pub mod at_least_once;
 pub mod exactly_once;
 pub mod metrics;
 pub mod record;
+pub mod security;
 
 use std::time::Duration;
 
@@ -72,6 +73,8 @@ pub static TYPE: SinkType = SinkType {
         "offsets_topic",
         "metrics_topic",
         "metrics_format",
+        "tls",
+        "sasl",
     ],
     check,
     start,
@@ -118,6 +121,8 @@ pub struct Settings {
     pub metrics_topic: String,
     /// `metrics_format`: default json.
     pub metrics_format: PointFormat,
+    /// `tls` and `sasl`.
+    pub security: security::Security,
 }
 
 /// A kafka sink's own keys, as written.
@@ -134,6 +139,8 @@ struct Options {
     metrics_topic: Option<NonEmpty>,
     #[serde(default)]
     metrics_format: PointFormat,
+    tls: Option<security::TlsOptions>,
+    sasl: Option<security::SaslOptions>,
 }
 
 /// The offsets topic when `offsets_topic` is not set.
@@ -201,6 +208,8 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         ("topic", "\"logs\""),
         ("offsets_topic", "\"sonde-offsets\""),
         ("metrics_topic", "\"metrics\""),
+        security::EXAMPLES[0],
+        security::EXAMPLES[1],
     ])?;
     if o.brokers.is_empty() {
         return Err(ConfigError::new(
@@ -257,6 +266,7 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
             ));
         }
     }
+    let security = security::check(o.tls.as_ref(), o.sasl.as_ref())?;
     Ok(Settings {
         brokers: o.brokers,
         topic,
@@ -265,6 +275,7 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         offsets_topic,
         metrics_topic,
         metrics_format: o.metrics_format,
+        security,
     })
 }
 
@@ -274,6 +285,29 @@ fn check(s: &mut Sink) -> Result<(), ConfigError> {
     // A transaction commits a source's positions with its lines: another
     // sink of the same source would move the source on by its own acks.
     s.exclusive_logs = k.mode == Mode::ExactlyOnce;
+    // librdkafka, which still carries metric windows and reads the
+    // exactly-once positions back, is built without TLS and SASL here.
+    if k.security.is_set() {
+        let key = if k.security.tls.is_some() {
+            "tls"
+        } else {
+            "sasl"
+        };
+        if s.takes_metrics() {
+            return Err(ConfigError::new(
+                key,
+                "`tls` and `sasl` carry log lines only; metric windows to Kafka go through librdkafka, which sonde builds without them",
+                "send metrics through another sink, or to a plaintext Kafka sink of their own",
+            ));
+        }
+        if k.mode == Mode::ExactlyOnce {
+            return Err(ConfigError::new(
+                key,
+                "`tls` and `sasl` work with delivery = \"at_least_once\" only: the exactly-once start reads its positions back with librdkafka, which sonde builds without them",
+                "write delivery = \"at_least_once\", or ship to a plaintext listener",
+            ));
+        }
+    }
     let Some(net) = s.net.as_mut() else {
         return Ok(());
     };
@@ -407,6 +441,7 @@ mod tests {
                 offsets_topic: DEFAULT_OFFSETS_TOPIC.into(),
                 metrics_topic: "logs".into(),
                 metrics_format: PointFormat::Json,
+                security: Default::default(),
             }
         );
         assert!(!s.exclusive_logs);

@@ -26,11 +26,16 @@ pub enum FailReason {
     Encode,
     /// The disk buffer could not write or read a request.
     Buffer,
+    /// The TLS handshake failed: a certificate not trusted, not naming
+    /// the server, or the client's refused.
+    Tls,
+    /// The backend refused the credentials (Kafka's SASL).
+    Auth,
 }
 
 impl FailReason {
     /// Every reason, in the order of [`FailReason::as_str`]'s table.
-    pub const ALL: [FailReason; 9] = [
+    pub const ALL: [FailReason; 11] = [
         FailReason::Connect,
         FailReason::Timeout,
         FailReason::Throttled,
@@ -40,6 +45,8 @@ impl FailReason {
         FailReason::Io,
         FailReason::Encode,
         FailReason::Buffer,
+        FailReason::Tls,
+        FailReason::Auth,
     ];
 
     /// The `reason` label.
@@ -54,6 +61,8 @@ impl FailReason {
             FailReason::Io => "io",
             FailReason::Encode => "encode",
             FailReason::Buffer => "buffer",
+            FailReason::Tls => "tls",
+            FailReason::Auth => "auth",
         }
     }
 }

@@ -1508,6 +1508,9 @@ pub type KafkaProducer = rdkafka::producer::BaseProducer<Deliveries>;
 pub struct Kafka {
     proc: Process,
     port: u16,
+    /// With [`Kafka::start_secure`]: the SSL, MTLS, SASL_SSL and
+    /// WRONGNAME listeners' ports.
+    secure: Option<[u16; 4]>,
 }
 
 impl Kafka {
@@ -1533,6 +1536,29 @@ impl Kafka {
     /// else `target/kafka/libs-4.1.0`) are missing. Panics with the log
     /// tail if formatting fails or the broker does not become ready.
     pub fn start() -> Result<Kafka, Unavailable> {
+        Kafka::start_with(None)
+    }
+
+    /// [`Kafka::start`] with four more listeners for TLS and SASL (see
+    /// `scripts/kafka-broker.sh`, `SONDE_KAFKA_SECURE`), their
+    /// certificates in `certs`: `ca.pem`, `broker.pem` (key, then the
+    /// certificate, for 127.0.0.1) and `wrong-name.pem`.
+    pub fn start_secure(certs: &Path) -> Result<Kafka, Unavailable> {
+        Kafka::start_with(Some(certs))
+    }
+
+    /// `host:port` of a listener of [`Kafka::start_secure`]: `"SSL"`,
+    /// `"MTLS"`, `"SASL_SSL"` or `"WRONGNAME"`.
+    pub fn listener(&self, name: &str) -> String {
+        let ports = self.secure.expect("a broker of Kafka::start_secure");
+        let i = ["SSL", "MTLS", "SASL_SSL", "WRONGNAME"]
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or_else(|| panic!("no listener {name}"));
+        format!("127.0.0.1:{}", ports[i])
+    }
+
+    fn start_with(certs: Option<&Path>) -> Result<Kafka, Unavailable> {
         let libs = match std::env::var_os("SONDE_KAFKA_LIBS") {
             Some(p) => PathBuf::from(p),
             None => PathBuf::from(KAFKA_LIBS_DEFAULT),
@@ -1567,6 +1593,30 @@ impl Kafka {
             ("SONDE_KAFKA_HEAP", KAFKA_HEAP.into()),
             ("JAVA", java.into_os_string()),
         ];
+        let secure = certs.map(|certs| {
+            let mut ports = [0u16; 4];
+            for i in 0..4 {
+                ports[i] = loop {
+                    let p = free_port();
+                    if p != port && p != controller_port && !ports[..i].contains(&p) {
+                        break p;
+                    }
+                };
+            }
+            proc.env.push((
+                "SONDE_KAFKA_SECURE",
+                format!(
+                    "{} {} {} {} {}",
+                    certs.display(),
+                    ports[0],
+                    ports[1],
+                    ports[2],
+                    ports[3]
+                )
+                .into(),
+            ));
+            ports
+        });
         proc.run_to_completion(&[
             "prepare".to_string(),
             dir_arg.clone(),
@@ -1577,7 +1627,7 @@ impl Kafka {
         // `run` execs the JVM, which exits with 128 + 15 once its shutdown
         // hooks (Kafka's orderly shutdown) have run after SIGTERM.
         proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
-        let mut kafka = Kafka { proc, port };
+        let mut kafka = Kafka { proc, port, secure };
         kafka.spawn();
         Ok(kafka)
     }

@@ -1,0 +1,561 @@
+//! The kafka sink's `tls` and `sasl` keys: what they may hold, the checks
+//! `sonde validate` makes (every file named is read, and the error names
+//! the key), and the [`Dial`] each connection of the sink opens with.
+//!
+//! ```toml
+//! tls = { ca_file = "/etc/sonde/kafka-ca.pem", cert_file = "/etc/sonde/client.pem", key_file = "/etc/sonde/client.key", verify_hostname = true }
+//! sasl = { mechanism = "SCRAM-SHA-512", username = "sonde", password_file = "/etc/sonde/kafka.password" }
+//! ```
+//!
+//! Secrets are read from a file or the environment when the sink starts
+//! (and again at each reload), never written inline in the config, and
+//! never printed: [`sonde_kafka::Secret`] shows `***`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Deserialize;
+use sonde_config::ConfigError;
+use sonde_kafka::{Credentials, Dial, Sasl, ScramHash, Secret};
+use sonde_runtime::tls::{ClientTls, ClientTlsError, TlsError, TlsFile};
+
+/// `tls = { ... }`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TlsOptions {
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    #[serde(default = "yes")]
+    verify_hostname: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `sasl.mechanism`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Mechanism {
+    /// `PLAIN`.
+    #[serde(rename = "PLAIN")]
+    Plain,
+    /// `SCRAM-SHA-256`.
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    /// `SCRAM-SHA-512`.
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+/// `sasl = { ... }`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SaslOptions {
+    mechanism: Mechanism,
+    username: Option<String>,
+    password_file: Option<PathBuf>,
+    password_env: Option<String>,
+    /// Refused with its own message: a password never sits in the
+    /// config.
+    password: Option<serde::de::IgnoredAny>,
+}
+
+/// Where a secret is read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    /// The whole file, without a final line break.
+    File(PathBuf),
+    /// An environment variable of the agent.
+    Env(String),
+}
+
+/// `sasl`, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SaslSettings {
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// The user.
+    pub username: String,
+    /// Where the password is.
+    pub password: SecretSource,
+}
+
+/// `tls` and `sasl`, validated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Security {
+    /// TLS, when `tls` is set.
+    pub tls: Option<ClientTls>,
+    /// SASL, when `sasl` is set.
+    pub sasl: Option<SaslSettings>,
+}
+
+const TLS_EXAMPLE: &str = "{ ca_file = \"/etc/sonde/kafka-ca.pem\" }";
+const SASL_EXAMPLE: &str = "{ mechanism = \"SCRAM-SHA-512\", username = \"sonde\", password_file = \"/etc/sonde/kafka.password\" }";
+
+/// Checks `tls` and `sasl`, reading every file they name (but not the
+/// environment, which `sonde validate` may not share with the agent).
+///
+/// # Errors
+///
+/// A [`ConfigError`] naming the key (`tls.ca_file`, `sasl.username`, ...).
+pub(super) fn check(
+    tls: Option<&TlsOptions>,
+    sasl: Option<&SaslOptions>,
+) -> Result<Security, ConfigError> {
+    let tls = tls.map(check_tls).transpose()?;
+    let sasl = sasl.map(check_sasl).transpose()?;
+    Ok(Security { tls, sasl })
+}
+
+fn check_tls(o: &TlsOptions) -> Result<ClientTls, ConfigError> {
+    let client = match (&o.cert_file, &o.key_file) {
+        (None, None) => None,
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                "tls.key_file",
+                "`tls.cert_file` is set without the key it was issued for",
+                "add key_file = \"/etc/sonde/client.key\" to `tls`, or remove cert_file",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "tls.cert_file",
+                "`tls.key_file` is set without its certificate",
+                "add cert_file = \"/etc/sonde/client.pem\" to `tls`, or remove key_file",
+            ))
+        }
+    };
+    let tls = ClientTls {
+        ca_file: o.ca_file.clone(),
+        client,
+        verify_hostname: o.verify_hostname,
+    };
+    // Builds the configuration once, so that every file is read and
+    // parsed now; the agent builds it again at start.
+    sonde_runtime::tls::client_config(&tls).map_err(tls_error)?;
+    Ok(tls)
+}
+
+/// A [`ClientTlsError`] as the key it is about.
+fn tls_error(e: ClientTlsError) -> ConfigError {
+    let (key, inner) =
+        match &e {
+            ClientTlsError::Ca(inner) => ("tls.ca_file", inner),
+            ClientTlsError::Client(inner) => match inner.file() {
+                TlsFile::Cert => ("tls.cert_file", inner),
+                TlsFile::Key => ("tls.key_file", inner),
+            },
+            ClientTlsError::NoRoots(_) => return ConfigError::new(
+                "tls",
+                e.to_string(),
+                "set tls.ca_file to the CA certificate (PEM) that signed the brokers' certificates",
+            ),
+        };
+    let fix = match inner {
+        TlsError::Read { .. } => "check the path and that the agent's user may read the file",
+        TlsError::Mismatch { .. } => "give the key the certificate was issued for",
+        _ => "give a PEM file (\"-----BEGIN CERTIFICATE-----\" or \"-----BEGIN PRIVATE KEY-----\")",
+    };
+    ConfigError::new(key, inner.to_string(), fix)
+}
+
+fn check_sasl(o: &SaslOptions) -> Result<SaslSettings, ConfigError> {
+    if o.password.is_some() {
+        return Err(ConfigError::new(
+            "sasl.password",
+            "sonde does not take a password written in the config, which is read by more people and tools than a secret should be",
+            "write the password alone in a file the agent may read and give password_file = \"/etc/sonde/kafka.password\", or put it in an environment variable and give password_env = \"KAFKA_PASSWORD\"",
+        ));
+    }
+    let username = match &o.username {
+        Some(u) if !u.is_empty() => u.clone(),
+        _ => {
+            return Err(ConfigError::new(
+                "sasl.username",
+                "SASL needs `username`",
+                format!("write sasl = {SASL_EXAMPLE}"),
+            ))
+        }
+    };
+    let password = match (&o.password_file, &o.password_env) {
+        (Some(f), None) => {
+            read_secret(f).map_err(|problem| {
+                ConfigError::new(
+                    "sasl.password_file",
+                    problem,
+                    "write the password alone in a file the agent's user may read (mode 0600)",
+                )
+            })?;
+            SecretSource::File(f.clone())
+        }
+        (None, Some(v)) if !v.is_empty() => SecretSource::Env(v.clone()),
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "sasl.password_env",
+                "`sasl.password_env` is empty",
+                "name the environment variable that holds the password, like password_env = \"KAFKA_PASSWORD\"",
+            ))
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                "sasl.password_env",
+                "`sasl` has both `password_file` and `password_env`",
+                "keep one of them",
+            ))
+        }
+        (None, None) => {
+            return Err(ConfigError::new(
+                "sasl.password_file",
+                "SASL needs a password, and sonde reads it from a file or the environment, never from the config",
+                "write password_file = \"/etc/sonde/kafka.password\" or password_env = \"KAFKA_PASSWORD\" in `sasl`",
+            ))
+        }
+    };
+    Ok(SaslSettings {
+        mechanism: o.mechanism,
+        username,
+        password,
+    })
+}
+
+/// The secret in `path`: the whole file without its final line break.
+fn read_secret(path: &Path) -> Result<Secret, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let secret = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(&text);
+    if secret.is_empty() {
+        return Err(format!("{} is empty", path.display()));
+    }
+    Ok(Secret::new(secret))
+}
+
+impl SecretSource {
+    /// The secret, read now.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read or is empty, or the variable is not set.
+    pub fn read(&self) -> Result<Secret, String> {
+        match self {
+            SecretSource::File(path) => read_secret(path),
+            SecretSource::Env(name) => match std::env::var(name) {
+                Ok(v) if !v.is_empty() => Ok(Secret::new(v)),
+                Ok(_) => Err(format!("the environment variable {name} is empty")),
+                Err(_) => Err(format!("the environment variable {name} is not set")),
+            },
+        }
+    }
+}
+
+impl Security {
+    /// How the sink's connections open: `client_id` and `timeout` for
+    /// every connection, TLS and SASL from the files and variables named,
+    /// read again at each new connection ([`FileCredentials`]).
+    ///
+    /// # Errors
+    ///
+    /// What a first connection would meet: a file that cannot be read or
+    /// used, the password's variable not set.
+    pub fn dial(&self, client_id: &str, timeout: Duration) -> anyhow::Result<Dial> {
+        let credentials = FileCredentials {
+            security: self.clone(),
+            tls: Mutex::new(None),
+        };
+        // Said at start rather than at the first connection.
+        credentials.tls().map_err(anyhow::Error::msg)?;
+        credentials.sasl().map_err(anyhow::Error::msg)?;
+        Ok(Dial {
+            client_id: client_id.to_string(),
+            timeout,
+            credentials: Arc::new(credentials),
+        })
+    }
+
+    /// Warns of what weakens the connection: hostname verification off,
+    /// a PLAIN password sent without TLS.
+    pub fn warn(&self, sink: &str) {
+        if self.tls.as_ref().is_some_and(|t| !t.verify_hostname) {
+            tracing::warn!(sink, "tls.verify_hostname = false: the brokers' certificates are checked against the CA but not against their names, so any certificate the CA signed is taken for any broker");
+        }
+        if self.tls.is_none()
+            && self
+                .sasl
+                .as_ref()
+                .is_some_and(|s| s.mechanism == Mechanism::Plain)
+        {
+            tracing::warn!(sink, "SASL PLAIN without tls sends the password in clear to every broker: add tls = {{}} (or tls = {{ ca_file = ... }})");
+        }
+    }
+
+    /// Whether any of it is set.
+    pub fn is_set(&self) -> bool {
+        self.tls.is_some() || self.sasl.is_some()
+    }
+}
+
+/// The example of each key, for the errors of the typed options.
+pub(super) const EXAMPLES: [(&str, &str); 2] = [("tls", TLS_EXAMPLE), ("sasl", SASL_EXAMPLE)];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptor::Sink;
+    use crate::registry::parse;
+
+    fn sink(keys: &str) -> Result<Sink, ConfigError> {
+        let text = format!(
+            "[[sinks]]\ntype = \"kafka\"\nbrokers = [\"127.0.0.1:9093\"]\ntopic = \"logs\"\ninputs = [\"app\"]\n{keys}"
+        );
+        parse(&text).map(|mut c| c.sinks.remove(0))
+    }
+
+    fn security(keys: &str) -> Security {
+        super::super::settings(&sink(keys).unwrap())
+            .unwrap()
+            .security
+    }
+
+    fn error(keys: &str) -> (String, Option<usize>, String, String) {
+        let e = sink(keys).unwrap_err();
+        (e.key, e.line, e.problem, e.fix)
+    }
+
+    /// A CA and a client certificate it signed, as PEM files in `dir`.
+    fn files(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["sonde".into()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let paths = (
+            dir.join("ca.pem"),
+            dir.join("client.pem"),
+            dir.join("client.key"),
+        );
+        std::fs::write(&paths.0, ca_cert.pem()).unwrap();
+        std::fs::write(&paths.1, cert.pem()).unwrap();
+        std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+        paths
+    }
+
+    #[test]
+    fn tls_and_sasl_are_read_with_every_file_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = files(dir.path());
+        let password = dir.path().join("password");
+        std::fs::write(&password, "s3cret\n").unwrap();
+        let s = security(&format!(
+            "tls = {{ ca_file = {ca:?}, cert_file = {cert:?}, key_file = {key:?} }}\nsasl = {{ mechanism = \"SCRAM-SHA-512\", username = \"sonde\", password_file = {password:?} }}\n"
+        ));
+        assert_eq!(
+            s.tls,
+            Some(ClientTls {
+                ca_file: Some(ca.clone()),
+                client: Some((cert, key)),
+                verify_hostname: true,
+            })
+        );
+        let sasl = s.sasl.clone().unwrap();
+        assert_eq!(sasl.mechanism, Mechanism::ScramSha512);
+        assert_eq!(sasl.password, SecretSource::File(password.clone()));
+        // The final line break is not part of the password.
+        assert_eq!(sasl.password.read().unwrap().expose(), "s3cret");
+        let dial = s.dial("sonde", Duration::from_secs(1)).unwrap();
+        let tls = dial.credentials.tls().unwrap().unwrap();
+        // Built once while the files stay as they are.
+        assert!(Arc::ptr_eq(&tls, &dial.credentials.tls().unwrap().unwrap()));
+        let sasl = dial.credentials.sasl().unwrap().unwrap();
+        assert_eq!(sasl.mechanism(), "SCRAM-SHA-512");
+        assert!(!format!("{dial:?}{sasl:?}").contains("s3cret"));
+        // A changed password applies at the next connection.
+        std::fs::write(&password, "n3w\n").unwrap();
+        match dial.credentials.sasl().unwrap().unwrap() {
+            Sasl::Scram { password, .. } => assert_eq!(password.expose(), "n3w"),
+            other => panic!("{other:?}"),
+        }
+        // A CA file that went bad is said at the next connection, with its key.
+        let good = std::fs::read(&ca).unwrap();
+        std::fs::write(&ca, "not pem").unwrap();
+        let e = dial.credentials.tls().unwrap_err();
+        assert!(e.starts_with("tls.ca_file: "), "{e}");
+        std::fs::write(&ca, good).unwrap();
+        let s = security(&format!(
+            "tls = {{ ca_file = {ca:?}, verify_hostname = false }}\nsasl = {{ mechanism = \"PLAIN\", username = \"u\", password_env = \"SONDE_TEST_NO_SUCH_VARIABLE\" }}\n"
+        ));
+        assert!(!s.tls.as_ref().unwrap().verify_hostname);
+        // The environment is read when the sink starts, not by validate.
+        let e = s.dial("sonde", Duration::from_secs(1)).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("SONDE_TEST_NO_SUCH_VARIABLE is not set"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn each_bad_key_is_named_at_its_line_with_a_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = files(dir.path());
+        let missing = dir.path().join("missing.pem");
+        let (k, line, problem, fix) = error(&format!("tls = {{ ca_file = {missing:?} }}\n"));
+        assert_eq!((k.as_str(), line), ("sinks[0].tls.ca_file", Some(6)));
+        assert!(
+            problem.contains("cannot read") && problem.contains("missing.pem"),
+            "{problem}"
+        );
+        assert!(fix.contains("path"), "{fix}");
+        // A key file given as the CA: no certificate in it.
+        let (k, _, problem, _) = error(&format!("tls = {{ ca_file = {key:?} }}\n"));
+        assert_eq!(k, "sinks[0].tls.ca_file");
+        assert!(problem.contains("holds no certificate"), "{problem}");
+        let (k, _, _, fix) = error(&format!(
+            "tls = {{ ca_file = {ca:?}, cert_file = {cert:?} }}\n"
+        ));
+        assert_eq!(k, "sinks[0].tls.key_file");
+        assert!(fix.contains("key_file"), "{fix}");
+        // The client's key swapped for the CA's certificate.
+        let (k, _, problem, _) = error(&format!(
+            "tls = {{ ca_file = {ca:?}, cert_file = {cert:?}, key_file = {ca:?} }}\n"
+        ));
+        assert_eq!(k, "sinks[0].tls.key_file");
+        assert!(problem.contains("no private key"), "{problem}");
+        let (k, _, problem, fix) = error("tls = { ca = \"x\" }\n");
+        assert_eq!(k, "sinks[0].tls.ca");
+        assert!(
+            problem.contains("`tls.ca` is not a key of kafka"),
+            "{problem}"
+        );
+        assert!(fix.contains("remove"), "{fix}");
+        let (k, line, problem, fix) =
+            error("sasl = { mechanism = \"GSSAPI\", username = \"u\" }\n");
+        assert_eq!((k.as_str(), line), ("sinks[0].sasl.mechanism", Some(6)));
+        assert!(problem.contains("\"GSSAPI\""), "{problem}");
+        assert!(fix.contains("\"SCRAM-SHA-512\""), "{fix}");
+        let (k, _, problem, fix) = error("sasl = { username = \"u\" }\n");
+        assert_eq!(k, "sinks[0].sasl.mechanism");
+        assert!(problem.contains("needs `sasl.mechanism`"), "{problem}");
+        assert!(fix.starts_with("write sasl = {"), "{fix}");
+        let (k, _, _, fix) = error("sasl = { mechanism = \"PLAIN\", username = \"u\" }\n");
+        assert_eq!(k, "sinks[0].sasl.password_file");
+        assert!(fix.contains("password_env"), "{fix}");
+        let (k, _, problem, fix) =
+            error("sasl = { mechanism = \"PLAIN\", username = \"u\", password = \"hunter2\" }\n");
+        assert_eq!(k, "sinks[0].sasl.password");
+        assert!(!problem.contains("hunter2") && !fix.contains("hunter2"));
+        assert!(fix.contains("password_file"), "{fix}");
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let (k, _, problem, _) = error(&format!(
+            "sasl = {{ mechanism = \"PLAIN\", username = \"u\", password_file = {empty:?} }}\n"
+        ));
+        assert_eq!(k, "sinks[0].sasl.password_file");
+        assert!(problem.ends_with("is empty"), "{problem}");
+        let (k, _, _, _) = error(&format!(
+            "sasl = {{ mechanism = \"PLAIN\", password_file = {empty:?} }}\n"
+        ));
+        assert_eq!(k, "sinks[0].sasl.username");
+    }
+
+    #[test]
+    fn what_librdkafka_still_carries_is_refused_with_tls_or_sasl() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, _, _) = files(dir.path());
+        let text = |extra: &str| {
+            format!("[[sinks]]\ntype = \"kafka\"\nbrokers = [\"127.0.0.1:9093\"]\ntopic = \"logs\"\ntls = {{ ca_file = {ca:?} }}\n{extra}")
+        };
+        let e = parse(&text("inputs = [\"metrics\"]\n")).unwrap_err();
+        assert_eq!(e.key, "sinks[0].tls");
+        assert!(e.problem.contains("log lines only"), "{}", e.problem);
+        let e = parse(&text("inputs = [\"app\"]\ndelivery = \"exactly_once\"\n")).unwrap_err();
+        assert!(e.problem.contains("at_least_once"), "{}", e.problem);
+    }
+}
+
+/// When a file was last changed, and its size: a changed stamp means the
+/// file is read again.
+type Stamp = Vec<Option<(std::time::SystemTime, u64)>>;
+
+/// The sink's TLS and SASL, read from their files and variables at each
+/// new connection: a renewed certificate or a fixed password applies from
+/// the next connection on, with no restart. The TLS configuration is
+/// built again only when one of its files changed.
+#[derive(Debug)]
+pub struct FileCredentials {
+    security: Security,
+    tls: Mutex<Option<(Stamp, Arc<rustls::ClientConfig>)>>,
+}
+
+impl FileCredentials {
+    fn stamp(tls: &ClientTls) -> Stamp {
+        let files = tls
+            .ca_file
+            .iter()
+            .chain(tls.client.iter().flat_map(|(c, k)| [c, k]));
+        files
+            .map(|f| {
+                let m = std::fs::metadata(f).ok()?;
+                Some((m.modified().ok()?, m.len()))
+            })
+            .collect()
+    }
+}
+
+impl Credentials for FileCredentials {
+    fn tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+        let Some(tls) = &self.security.tls else {
+            return Ok(None);
+        };
+        let stamp = Self::stamp(tls);
+        let mut cached = self.tls.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, config)) = cached.as_ref() {
+            if *at == stamp {
+                return Ok(Some(Arc::clone(config)));
+            }
+        }
+        let config = sonde_runtime::tls::client_config(tls).map_err(|e| {
+            let key = match &e {
+                ClientTlsError::Ca(_) => "tls.ca_file",
+                ClientTlsError::Client(inner) if inner.file() == TlsFile::Key => "tls.key_file",
+                ClientTlsError::Client(_) => "tls.cert_file",
+                ClientTlsError::NoRoots(_) => "tls",
+            };
+            format!("{key}: {e}")
+        })?;
+        *cached = Some((stamp, Arc::clone(&config)));
+        Ok(Some(config))
+    }
+
+    fn sasl(&self) -> Result<Option<Sasl>, String> {
+        let Some(s) = &self.security.sasl else {
+            return Ok(None);
+        };
+        let password = s
+            .password
+            .read()
+            .map_err(|e| format!("the SASL password: {e}"))?;
+        let username = s.username.clone();
+        Ok(Some(match s.mechanism {
+            Mechanism::Plain => Sasl::Plain { username, password },
+            Mechanism::ScramSha256 => Sasl::Scram {
+                hash: ScramHash::Sha256,
+                username,
+                password,
+            },
+            Mechanism::ScramSha512 => Sasl::Scram {
+                hash: ScramHash::Sha512,
+                username,
+                password,
+            },
+        }))
+    }
+}
