@@ -154,7 +154,22 @@ impl<'a> Source<'a> {
     /// gives it), or the header of the table `key` names; `None` when the
     /// file leaves it out.
     pub fn line_of_key(&self, key: &str) -> Option<usize> {
-        self.paths().position(|(_, p)| p == key).map(|i| i + 1)
+        if let Some(i) = self.paths().position(|(_, p)| p == key) {
+            return Some(i + 1);
+        }
+        // A key inside an inline table (`sinks[0].tls.ca_file`) is on the
+        // line that sets the table (`tls = { ... }`), not a header.
+        let mut parent = key;
+        while let Some((up, _)) = parent.rsplit_once('.') {
+            parent = up;
+            if let Some(i) = self
+                .paths()
+                .position(|(table, p)| p == parent && p != table)
+            {
+                return Some(i + 1);
+            }
+        }
+        None
     }
 
     /// The table and the path of each line in turn, as

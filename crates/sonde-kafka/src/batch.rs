@@ -210,6 +210,8 @@ pub struct BatchBuilder {
 
 /// The batch attribute of a transactional producer's batches.
 const TRANSACTIONAL: i16 = 0x10;
+/// The control bit of a batch's attributes.
+const CONTROL: i16 = 0x20;
 
 impl BatchBuilder {
     /// An empty builder.
@@ -372,10 +374,17 @@ pub struct DecodedRecord {
 /// A batch read back by [`decode`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decoded {
+    /// The offset of its first record.
+    pub base_offset: i64,
+    /// The offset of its last record, less `base_offset`.
+    pub last_offset_delta: i32,
     /// The codec attribute (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
     pub codec: i16,
     /// The transactional attribute.
     pub transactional: bool,
+    /// The control attribute: the batch holds a transaction's commit or
+    /// abort marker, not records of the topic.
+    pub control: bool,
     /// The producer fields.
     pub producer: Producer,
     /// The largest timestamp, as the header says.
@@ -392,7 +401,7 @@ pub struct Decoded {
 /// Anything that does not parse, fails its CRC or does not decompress.
 pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
     let mut r = Reader::new(batch);
-    r.i64("base offset")?;
+    let base_offset = r.i64("base offset")?;
     let length = r.i32("batch length")?;
     if usize::try_from(length).ok() != Some(batch.len() - 12) {
         return Err(Malformed("batch length"));
@@ -406,7 +415,7 @@ pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
         return Err(Malformed("crc"));
     }
     let attributes = r.i16("attributes")?;
-    r.i32("last offset delta")?;
+    let last_offset_delta = r.i32("last offset delta")?;
     let base_timestamp = r.i64("base timestamp")?;
     let max_timestamp = r.i64("max timestamp")?;
     let producer = Producer {
@@ -464,8 +473,11 @@ pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
         return Err(Malformed("bytes after the last record"));
     }
     Ok(Decoded {
+        base_offset,
+        last_offset_delta,
         codec,
         transactional: attributes & TRANSACTIONAL != 0,
+        control: attributes & CONTROL != 0,
         producer,
         max_timestamp,
         records: out,

@@ -823,7 +823,7 @@ impl Connection {
 
     /// A request of `api` at `version` whose body `body` writes, with no
     /// other in flight, and its response's body.
-    fn call(
+    pub(crate) fn call(
         &mut self,
         api: i16,
         version: i16,
@@ -857,7 +857,12 @@ impl Connection {
     }
 
     /// The version of `api` to use: the highest both sides speak.
-    fn version(&self, name: &'static str, api: i16, ours: (i16, i16)) -> Result<i16, Error> {
+    pub(crate) fn version(
+        &self,
+        name: &'static str,
+        api: i16,
+        ours: (i16, i16),
+    ) -> Result<i16, Error> {
         let broker = self
             .apis
             .iter()

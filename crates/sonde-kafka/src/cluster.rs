@@ -136,6 +136,32 @@ impl Cluster {
             .unwrap_or_else(|| Error::Io(std::io::Error::other("no bootstrap broker configured"))))
     }
 
+    /// The cluster's brokers (node ids, in the order the metadata lists
+    /// them), asked of the bootstrap addresses without naming a topic, so
+    /// that none is created; [`Cluster::connection`] then reaches each.
+    ///
+    /// # Errors
+    ///
+    /// No bootstrap broker answered (the last error).
+    pub fn bootstrap_brokers(&mut self) -> Result<Vec<i32>, Error> {
+        let mut last = None;
+        for addr in self.bootstrap.clone() {
+            match Connection::connect(&addr, &self.dial).and_then(|mut c| c.metadata(&[], false)) {
+                Ok(m) => {
+                    self.brokers = m
+                        .brokers
+                        .iter()
+                        .map(|b| (b.id, format!("{}:{}", b.host, b.port)))
+                        .collect();
+                    return Ok(m.brokers.iter().map(|b| b.id).collect());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| Error::Io(std::io::Error::other("no bootstrap broker configured"))))
+    }
+
     fn take(&mut self, m: crate::client::Metadata) -> Result<(), Error> {
         self.brokers = m
             .brokers
@@ -223,6 +249,43 @@ impl Cluster {
             self.connections.insert(node, c);
         }
         Ok(self.connections.get_mut(&node).expect("inserted above"))
+    }
+
+    /// Sends the produce request `request` (begun by `frame`, for
+    /// `topic`'s `partition`) to the partition's leader as the metadata
+    /// says now (asked again first when stale) and waits for its answer:
+    /// the partition's error code, or the connection's error (the
+    /// connection is then closed and the metadata marked stale). Only
+    /// with nothing else in flight on that connection.
+    ///
+    /// # Errors
+    ///
+    /// No leader (`LEADER_NOT_AVAILABLE`), or the connection failed.
+    pub fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        request: &mut [u8],
+        frame: crate::client::ProduceFrame,
+    ) -> Result<i16, Error> {
+        if self.stale {
+            self.refresh()?;
+        }
+        let node = self.leader_of(topic, partition).ok_or(Error::Broker {
+            api: "Metadata",
+            code: 5,
+        })?;
+        let sent = self.connection(node).and_then(|c| {
+            c.send_produce(request, frame)?;
+            c.recv_produce()
+        });
+        match sent {
+            Ok(r) => Ok(r.first().map_or(0, |p| p.error)),
+            Err(e) => {
+                self.disconnect(node);
+                Err(e)
+            }
+        }
     }
 
     /// The connection to `node` if one is open.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{next_sequence, BatchBuilder, Compressor, Producer};
 use crate::client::{begin_produce, producer_refused, retriable, too_large};
-use crate::client::{Connection, Dial, Error, ProduceFrame, DUPLICATE_SEQUENCE};
+use crate::client::{Connection, Dial, Error, DUPLICATE_SEQUENCE};
 use crate::cluster::Cluster;
 
 /// Backoff between retries: from this, doubling, up to 1 s.
@@ -185,7 +185,10 @@ impl Transactional {
         let mut backoff = FIRST_BACKOFF;
         loop {
             let last = Instant::now() >= deadline;
-            match self.send_request(topic, partition, frame) {
+            match self
+                .cluster
+                .produce(topic, partition, &mut self.request, frame)
+            {
                 Ok(0 | DUPLICATE_SEQUENCE) => {
                     self.sequences.insert(key, next_sequence(sequence, records));
                     return Ok(());
@@ -208,41 +211,6 @@ impl Transactional {
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
-    }
-
-    /// One attempt at sending `self.request` (begun by `frame`) to the
-    /// partition's leader as the metadata says now: the partition's error
-    /// code, or the connection's error (the connection is then closed).
-    fn send_request(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        frame: ProduceFrame,
-    ) -> Result<i16, Error> {
-        if self.cluster.is_stale() {
-            self.cluster.refresh()?;
-        }
-        let node = self.leader(topic, partition)?;
-        let c = self.cluster.connection(node)?;
-        match c
-            .send_produce(&mut self.request, frame)
-            .and_then(|()| c.recv_produce())
-        {
-            Ok(r) => Ok(r.first().map_or(0, |p| p.error)),
-            Err(e) => {
-                self.cluster.disconnect(node);
-                Err(e)
-            }
-        }
-    }
-
-    fn leader(&self, topic: &str, partition: i32) -> Result<i32, Error> {
-        self.cluster
-            .leader_of(topic, partition)
-            .ok_or(Error::Broker {
-                api: "Metadata",
-                code: 5,
-            })
     }
 
     /// Commits the open transaction.

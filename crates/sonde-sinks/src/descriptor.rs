@@ -190,6 +190,9 @@ impl From<(SinkHandle, JoinHandle<()>)> for Running {
     }
 }
 
+/// A sink type's check of the host ([`SinkType::host`]).
+pub type HostCheck = fn(&Sink) -> Result<(), ConfigError>;
+
 /// One sink type; see the module docs.
 pub struct SinkType {
     /// The value of `type`.
@@ -218,6 +221,11 @@ pub struct SinkType {
     /// False when a reload leaves running sinks of this type as they are
     /// (a listener bound at start); changes apply at the next start.
     pub reloads: bool,
+    /// Checks what a sink of this type needs of the host (the files it
+    /// reads), apart from [`SinkType::check`], which stays a pure parse
+    /// (docs/adr/0003): run by `sonde validate` and at every start. Errors
+    /// name the key relative to the sink; the caller places them.
+    pub host: Option<HostCheck>,
 }
 
 impl SinkType {

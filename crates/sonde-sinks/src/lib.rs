@@ -24,6 +24,9 @@
 //! and docs/CONFIG.md, which tests check against the registry. A backend
 //! reached neither over HTTP nor over TCP takes
 //! [`registry::Transport::Own`] and hands its transport to [`net::spawn`].
+//! `check` stays a pure parse of the keys; what the sink needs of the
+//! host (files it reads: certificates, secrets) goes in `host`, which
+//! `sonde validate` and every start run (see `kafka::security`).
 //! Config keys and errors come from `sonde-config`, encoders from
 //! `sonde-encode`; the batching, retry and buffers of [`sender`] and the
 //! log delivery of [`logs`] are shared by every network sink.

@@ -488,6 +488,7 @@ mod own_transport {
         check,
         start,
         reloads: true,
+        host: None,
     };
 
     #[derive(serde::Deserialize)]

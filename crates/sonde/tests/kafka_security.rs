@@ -99,7 +99,7 @@ fn agent(logs: &Path, sinks: &str) -> Agent {
     let include = logs.join("app.log");
     Agent::start_config(|admin, dir| {
         format!(
-            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n[[logs]]\nname = \"app\"\ninclude = [\"{}\"]\nrescan_interval = \"200ms\"\n\n{sinks}",
+            "[agent]\ninterval = \"1s\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n[[logs]]\nname = \"app\"\ninclude = [\"{}\"]\nrescan_interval = \"200ms\"\n\n{sinks}",
             dir.join("data").display(),
             include.display()
         )
@@ -170,17 +170,58 @@ fn every_tls_and_sasl_setting_delivers_every_line_once() {
             format!("tls = {{ ca_file = {ca:?}, verify_hostname = false }}"),
         ),
     ];
-    let sinks: String = cases
+    let mut sinks: String = cases
         .iter()
         .map(|(name, broker, security)| sink(name, broker, &format!("sec-{name}"), security))
         .collect();
+    // Exactly once takes a source alone: a second source on the same
+    // file. Its offsets topic is created and read back over SCRAM too.
+    sinks.push_str(&format!(
+        "[[logs]]\nname = \"solo\"\ninclude = [{:?}]\nrescan_interval = \"200ms\"\n\n[[sinks]]\nname = \"exactly\"\ntype = \"kafka\"\ninputs = [\"solo\"]\nbrokers = [\"{}\"]\ntopic = \"sec-exactly\"\ndelivery = \"exactly_once\"\noffsets_topic = \"sec-positions\"\n{}\n",
+        logs.path().join("app.log"),
+        kafka.listener("SASL_SSL"),
+        sasl("SCRAM-SHA-256")
+    ));
+    // Metric windows take the same producer and the same settings.
+    let statsd = common::free_port();
+    sinks.push_str(&format!(
+        "{}\n[[sinks]]\nname = \"points\"\ntype = \"kafka\"\ninputs = [\"metrics\"]\nbrokers = [\"{}\"]\ntopic = \"sec-points\"\nmax_batch_age = \"5ms\"\n{}\n",
+        common::statsd_receiver(statsd),
+        kafka.listener("SASL_SSL"),
+        sasl("SCRAM-SHA-512")
+    ));
     let mut sent = write_lines(logs.path(), "line", 0..500);
     let mut agent = agent(logs.path(), &sinks);
+    common::udp_send(statsd, b"sec.requests:3|c\nsec.queue:7|g");
     sent.extend(write_lines(logs.path(), "line", 500..1000));
+    let mut names: Vec<String> = kafka
+        .consume("sec-points", Isolation::ReadUncommitted, 2, TIMEOUT)
+        .iter()
+        .map(|r| {
+            let point: common::Json = serde_json::from_slice(&r.value).unwrap();
+            point["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names, ["sec.queue", "sec.requests"]);
     for (name, _, _) in &cases {
         let got = values(&kafka, &format!("sec-{name}"), sent.len());
         assert_eq!(got, sent, "sink {name}");
     }
+    let committed = |at_least: usize| -> Vec<String> {
+        kafka
+            .consume("sec-exactly", Isolation::ReadCommitted, at_least, TIMEOUT)
+            .into_iter()
+            .map(|r| String::from_utf8(r.value).unwrap())
+            .collect()
+    };
+    assert_eq!(committed(sent.len()), sent, "sink exactly");
+    // A restart resumes from the positions read back over SCRAM: the new
+    // lines once, nothing again.
+    agent.restart();
+    sent.extend(write_lines(logs.path(), "line", 1000..1200));
+    assert_eq!(committed(sent.len()), sent, "sink exactly after a restart");
     for (name, _, _) in &cases {
         for reason in ["tls", "auth"] {
             assert_eq!(

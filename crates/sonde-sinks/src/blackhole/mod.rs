@@ -19,6 +19,7 @@ pub static TYPE: SinkType = SinkType {
     check: crate::descriptor::no_own_keys,
     start,
     reloads: true,
+    host: None,
 };
 
 fn start(_: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {

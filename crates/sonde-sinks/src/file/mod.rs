@@ -28,6 +28,7 @@ pub static TYPE: SinkType = SinkType {
     check,
     start,
     reloads: true,
+    host: None,
 };
 
 /// What to do about a `path` that cannot be opened.

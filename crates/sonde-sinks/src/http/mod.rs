@@ -24,6 +24,7 @@ pub static TYPE: SinkType = SinkType {
     check,
     start,
     reloads: true,
+    host: None,
 };
 
 /// The keys of an http sink.

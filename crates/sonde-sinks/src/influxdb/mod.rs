@@ -21,6 +21,7 @@ pub static TYPE: SinkType = SinkType {
     check,
     start,
     reloads: true,
+    host: None,
 };
 
 /// The keys of an influxdb sink.

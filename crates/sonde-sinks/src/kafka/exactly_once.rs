@@ -62,13 +62,8 @@ use std::time::{Duration, Instant};
 
 use crate::sink::{SinkDrop, SinkStats};
 use anyhow::Context as _;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaErrorCode as Code;
-use rdkafka::{Message, Offset, TopicPartitionList};
-use sonde_kafka::{BatchBuilder, Compressor, ProduceError, Transactional};
+use sonde_kafka::read::{read_committed, TOPIC_ALREADY_EXISTS};
+use sonde_kafka::{BatchBuilder, Cluster, Compressor, Dial, ProduceError, Transactional};
 use sonde_log_sources::{LogBatch, LogInput, SourceInfo};
 use sonde_logs::Checkpoints;
 
@@ -114,14 +109,14 @@ pub fn positions_key(source: &SourceInfo) -> String {
 /// The source's transactional producer, initialised: its `init` fences
 /// an older producer with the same `transactional.id` and aborts what it
 /// left open.
-fn create(k: &Settings, net: &NetSink, source: &SourceInfo) -> anyhow::Result<Transactional> {
+fn create(k: &Settings, dial: &Dial, source: &SourceInfo) -> anyhow::Result<Transactional> {
     let mut t = Transactional::new(
         &k.brokers,
         &[&k.topic, &k.offsets_topic],
         &transactional_id(source),
         TRANSACTION_TIMEOUT,
         CALL_TIMEOUT,
-        k.security.dial("sonde", net.delivery.request_timeout)?,
+        dial.clone(),
     );
     t.init().with_context(|| {
         format!(
@@ -133,121 +128,54 @@ fn create(k: &Settings, net: &NetSink, source: &SourceInfo) -> anyhow::Result<Tr
     Ok(t)
 }
 
-/// Runs a future of rdkafka's admin client to its end on this thread
-/// (the client's own thread completes it).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
-}
-
 /// Creates `offsets_topic` if it does not exist: one partition, compacted
 /// (only each source's last positions matter), the broker's replication
-/// factor.
-fn create_offsets_topic(k: &Settings) -> anyhow::Result<()> {
-    let mut c = rdkafka::ClientConfig::new();
-    c.set("bootstrap.servers", k.brokers.join(","));
-    let admin: AdminClient<DefaultClientContext> =
-        c.create().context("creating a kafka admin client")?;
-    let options = AdminOptions::new()
-        .request_timeout(Some(START_TIMEOUT))
-        .operation_timeout(Some(START_TIMEOUT));
-    let topic = NewTopic::new(&k.offsets_topic, 1, TopicReplication::Fixed(-1))
-        .set("cleanup.policy", "compact");
-    let results = block_on(admin.create_topics([&topic], &options))
-        .with_context(|| format!("creating the offsets topic {}", k.offsets_topic))?;
-    for r in results {
-        match r {
-            Ok(_) | Err((_, Code::TopicAlreadyExists)) => {}
-            Err((name, code)) => anyhow::bail!("creating the offsets topic {name}: {code}"),
-        }
+/// factor (3 on a broker too old to take its default, or fewer when the
+/// cluster has fewer brokers).
+fn create_offsets_topic(k: &Settings, dial: &Dial) -> anyhow::Result<()> {
+    let mut cluster = Cluster::new(&k.brokers, &[&k.offsets_topic], dial.clone());
+    let brokers = cluster.bootstrap_brokers().context("asking the brokers")?;
+    let node = brokers
+        .first()
+        .copied()
+        .context("the cluster lists no broker")?;
+    let replicas = i16::try_from(brokers.len().min(3)).unwrap_or(3);
+    let created = cluster.connection(node).and_then(|c| {
+        c.create_topic(
+            &k.offsets_topic,
+            1,
+            replicas,
+            &[("cleanup.policy", "compact")],
+            START_TIMEOUT,
+        )
+    });
+    match created {
+        Ok(()) => Ok(()),
+        Err(sonde_kafka::Error::Broker { code, .. }) if code == TOPIC_ALREADY_EXISTS => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating the offsets topic {}", k.offsets_topic)),
     }
-    Ok(())
 }
 
 /// The last committed positions under each key of the offsets topic, read
-/// with `read_committed` up to the high watermark of every partition.
-fn read_positions(k: &Settings) -> anyhow::Result<HashMap<String, Checkpoints>> {
+/// with `read_committed` up to the end every partition had when the read
+/// began.
+fn read_positions(k: &Settings, dial: &Dial) -> anyhow::Result<HashMap<String, Checkpoints>> {
     let topic = k.offsets_topic.as_str();
-    let mut c = rdkafka::ClientConfig::new();
-    c.set("bootstrap.servers", k.brokers.join(","))
-        .set("group.id", "sonde-offsets-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed");
-    let consumer: BaseConsumer = c.create().context("creating a kafka consumer")?;
-    let deadline = Instant::now() + START_TIMEOUT;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), START_TIMEOUT)
-        .with_context(|| format!("reading the partitions of {topic}"))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    // The end of each partition to reach: its high watermark now, so a
-    // commit made before this start is read even while another producer's
-    // transaction holds the partition's stable offset back.
-    let mut ends = HashMap::new();
-    let mut assignment = TopicPartitionList::new();
-    for &p in &partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, START_TIMEOUT)
-            .with_context(|| format!("reading the end of {topic} partition {p}"))?;
-        if high > low {
-            ends.insert(p, high);
-            assignment.add_partition_offset(topic, p, Offset::Beginning)?;
-        }
-    }
+    let mut cluster = Cluster::new(&k.brokers, &[topic], dial.clone());
+    let records = read_committed(&mut cluster, Instant::now() + START_TIMEOUT)
+        .with_context(|| format!("reading {topic} up to its end"))?;
     let mut last = HashMap::new();
-    if ends.is_empty() {
-        return Ok(last);
-    }
-    consumer.assign(&assignment)?;
-    while !ends.is_empty() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "reading {topic} up to its end took over {START_TIMEOUT:?} (an open transaction of another producer?)"
-        );
-        match consumer.poll(Duration::from_millis(100)) {
-            None => {}
-            Some(Ok(m)) => {
-                if let (Some(key), Some(value)) = (m.key(), m.payload()) {
-                    let key = String::from_utf8_lossy(key).into_owned();
-                    match serde_json::from_slice::<Checkpoints>(value) {
-                        Ok(c) => {
-                            last.insert(key, c);
-                        }
-                        Err(e) => {
-                            tracing::warn!(topic, %key, offset = m.offset(), error = %e, "positions in the offsets topic do not parse; not trusted");
-                        }
-                    }
-                }
+    for r in records {
+        let Some(key) = r.key else { continue };
+        let key = String::from_utf8_lossy(&key).into_owned();
+        match serde_json::from_slice::<Checkpoints>(&r.value) {
+            Ok(c) => {
+                last.insert(key, c);
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => {}
-            Some(Err(e)) => return Err(e).with_context(|| format!("reading {topic}")),
+            Err(e) => {
+                tracing::warn!(topic, %key, offset = r.offset, error = %e, "positions in the offsets topic do not parse; not trusted");
+            }
         }
-        let positions = consumer.position()?;
-        ends.retain(
-            |&p, &mut high| match positions.find_partition(topic, p).map(|e| e.offset()) {
-                Some(Offset::Offset(at)) => at < high,
-                _ => true,
-            },
-        );
     }
     Ok(last)
 }
@@ -343,11 +271,18 @@ fn connect(
     let mut pause = Duration::from_millis(250);
     let mut logged = false;
     loop {
-        let attempt = create_offsets_topic(k).and_then(|()| {
-            let producer = create(k, net, source)?;
-            let mut positions = read_positions(k)?;
-            Ok((producer, positions.remove(&positions_key(source))))
-        });
+        let attempt = k
+            .security
+            .dial("sonde", net.delivery.request_timeout)
+            .and_then(|dial| {
+                create_offsets_topic(k, &dial)?;
+                Ok(dial)
+            })
+            .and_then(|dial| {
+                let producer = create(k, &dial, source)?;
+                let mut positions = read_positions(k, &dial)?;
+                Ok((producer, positions.remove(&positions_key(source))))
+            });
         match attempt {
             Ok(connected) => return Some(connected),
             Err(e) if !logged => {

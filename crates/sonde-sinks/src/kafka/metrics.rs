@@ -14,29 +14,31 @@
 //!   array holds it.
 //!
 //! A request is acknowledged to the sender when Kafka acknowledged all of
-//! its records. A record librdkafka could not deliver within
-//! `request_timeout` (its `message.timeout.ms` here) fails the request,
-//! which the sender retries: records of that request that did arrive
-//! arrive again. A record Kafka refuses for good (too large, not allowed)
-//! fails the request for good: the sender drops and counts it
-//! (`reason="rejected"`).
+//! its records. A broker that does not answer within `request_timeout`,
+//! a connection that fails and the errors Kafka calls retriable fail the
+//! request, which the sender retries from the first record not
+//! acknowledged ([`Records`]). A record Kafka refuses for good (too large
+//! alone, a topic not allowed) fails the request for good: the sender
+//! drops and counts it (`reason="rejected"`).
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
 
 use crate::sender::{SendError, Transport};
 use crate::sink::FailReason;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::ClientContext;
 use sonde_aggregate::OutPoint;
 use sonde_encode::compress::Compression;
 use sonde_encode::json::Lines;
 use sonde_encode::msgpack::Msgpack;
 use sonde_encode::{BatchEncoder, Half};
+use sonde_kafka::batch::next_sequence;
+use sonde_kafka::client::{
+    begin_produce, producer_refused, retriable, too_large, ProduceFrame, DUPLICATE_SEQUENCE,
+};
+use sonde_kafka::{BatchBuilder, Cluster, Compressor, Error as KafkaError, Producer};
 
-use super::{producer_config, Settings};
+use super::at_least_once::MAX_REQUEST_RECORDS_BYTES;
+use super::record::now_ms;
+use super::Settings;
 use crate::descriptor::{NetSink, Running, Sink, Start};
 use crate::net;
 
@@ -134,107 +136,229 @@ fn frames(body: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// Counts the reports of the records of one request.
-#[derive(Default)]
-pub struct Tally {
-    acked: AtomicUsize,
-    failed: AtomicUsize,
-    /// The first failure's error and whether retrying may help.
-    error: Mutex<Option<(String, bool)>>,
+/// Produces a request's points as records with sonde's own idempotent
+/// producer and waits for Kafka's answers.
+///
+/// A request goes whole to one partition (the next request to the next
+/// partition with a leader), in produce requests of at most
+/// [`MAX_REQUEST_RECORDS_BYTES`] of records and `max_batch_points`
+/// records, one at a time, each a record batch with the producer's id
+/// and the partition's sequence. When one fails, the sender retries the
+/// same body: the records already acknowledged are skipped and the rest
+/// sent again with the same sequence numbers to the same partition, so
+/// a batch the broker wrote before its answer was lost is written once.
+/// If the sender gives the body up instead, or the broker refuses the
+/// producer's sequence, a new producer id starts the sequences again.
+pub struct Records {
+    cluster: Cluster,
+    /// `metrics_topic`.
+    topic: String,
+    compressor: Compressor,
+    builder: BatchBuilder,
+    request: Vec<u8>,
+    /// The idempotent producer's id and epoch, once the cluster gave them.
+    producer: Option<(i64, i16)>,
+    /// The sequence number of the next record, per partition.
+    sequences: HashMap<i32, i32>,
+    next_partition: usize,
+    max_records: usize,
+    timeout_ms: i32,
+    /// Where the last body that failed stopped: its identity (length and
+    /// CRC), its partition and the records acknowledged.
+    resume: Option<Resume>,
 }
 
-impl ClientContext for Tally {}
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Resume {
+    len: usize,
+    crc: u32,
+    partition: i32,
+    done: usize,
+}
 
-impl ProducerContext for Tally {
-    type DeliveryOpaque = ();
+/// A Kafka error as the sender counts it.
+fn send_error(e: &KafkaError) -> SendError {
+    let reason = match e {
+        KafkaError::Io(io) => return SendError::io(io),
+        KafkaError::Tls { .. } => FailReason::Tls,
+        KafkaError::Auth { .. } => FailReason::Auth,
+        KafkaError::Broker { code, .. } if !retriable(*code) && !producer_refused(*code) => {
+            FailReason::Rejected
+        }
+        _ => FailReason::Connect,
+    };
+    SendError::new(reason, e.to_string())
+}
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        match result {
-            Ok(_) => {
-                self.acked.fetch_add(1, Relaxed);
+impl Records {
+    fn new(k: &Settings, n: &NetSink) -> anyhow::Result<Self> {
+        let d = &n.delivery;
+        let dial = k.security.dial("sonde", d.request_timeout)?;
+        Ok(Records {
+            cluster: Cluster::new(&k.brokers, &[&k.metrics_topic], dial),
+            topic: k.metrics_topic.clone(),
+            compressor: Compressor::new(n.compression)?,
+            builder: BatchBuilder::new(),
+            request: Vec::new(),
+            producer: None,
+            sequences: HashMap::new(),
+            next_partition: 0,
+            max_records: d.max_batch_points.clamp(1, i32::MAX as usize),
+            timeout_ms: i32::try_from(d.request_timeout.as_millis()).unwrap_or(i32::MAX),
+            resume: None,
+        })
+    }
+
+    /// A new producer id: sequences start at 0 on every partition.
+    fn reset_producer(&mut self) {
+        self.producer = None;
+        self.sequences.clear();
+    }
+
+    /// Sends `frames` (records `from..`) to `partition`; returns how many
+    /// records were acknowledged when it failed.
+    fn send_to(
+        &mut self,
+        partition: i32,
+        frames: &[&[u8]],
+        from: usize,
+    ) -> Result<(), (usize, SendError)> {
+        let mut done = from;
+        let mut limit = self.max_records;
+        while done < frames.len() {
+            let producer = match self.producer {
+                Some(p) => p,
+                None => {
+                    let p = self
+                        .cluster
+                        .init_producer_id()
+                        .map_err(|e| (done, send_error(&e)))?;
+                    self.producer = Some(p);
+                    p
+                }
+            };
+            let sequence = self.sequences.get(&partition).copied().unwrap_or(0);
+            let now = now_ms();
+            let mut bytes = 0;
+            let mut end = done;
+            while end < frames.len() && end - done < limit {
+                let f = frames[end];
+                if end > done && bytes + f.len() > MAX_REQUEST_RECORDS_BYTES {
+                    break;
+                }
+                bytes += f.len();
+                self.builder.push_value(now, f);
+                end += 1;
             }
-            Err((e, _)) => {
-                self.failed.fetch_add(1, Relaxed);
-                let mut first = self.error.lock().unwrap_or_else(|p| p.into_inner());
-                first.get_or_insert_with(|| (e.to_string(), retryable(e)));
+            let frame = begin_produce(
+                &mut self.request,
+                self.cluster.client_id(),
+                None,
+                -1,
+                self.timeout_ms,
+                &self.topic,
+                partition,
+            );
+            let batch_producer = Producer {
+                id: producer.0,
+                epoch: producer.1,
+                base_sequence: sequence,
+            };
+            if let Err(e) =
+                self.builder
+                    .finish(&mut self.compressor, batch_producer, &mut self.request)
+            {
+                self.builder.clear();
+                return Err((done, SendError::new(FailReason::Encode, e.to_string())));
+            }
+            let code = self.attempt(partition, frame).map_err(|e| (done, e))?;
+            match code {
+                0 | DUPLICATE_SEQUENCE => {
+                    self.sequences
+                        .insert(partition, next_sequence(sequence, end - done));
+                    done = end;
+                    limit = self.max_records;
+                }
+                code if too_large(code) && end - done > 1 => limit = (end - done) / 2,
+                code => {
+                    let e = KafkaError::Broker {
+                        api: "Produce",
+                        code,
+                    };
+                    if producer_refused(code) {
+                        self.reset_producer();
+                    } else if retriable(code) {
+                        self.cluster.mark_stale();
+                    }
+                    return Err((done, send_error(&e)));
+                }
             }
         }
+        Ok(())
     }
-}
 
-/// Whether a record that failed may be delivered by sending it again.
-fn retryable(e: &KafkaError) -> bool {
-    !matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::MessageSizeTooLarge
-                | RDKafkaErrorCode::InvalidMessage
-                | RDKafkaErrorCode::InvalidMessageSize
-                | RDKafkaErrorCode::InvalidRecord
-                | RDKafkaErrorCode::TopicAuthorizationFailed
-                | RDKafkaErrorCode::ClusterAuthorizationFailed
-                | RDKafkaErrorCode::InvalidTopic
-        )
-    )
-}
-
-/// Produces a request's points as records and waits for Kafka's reports.
-pub struct Records {
-    producer: BaseProducer<Tally>,
-    topic: String,
-    /// How long a request's records may wait for their reports.
-    timeout: Duration,
+    /// One produce request to the partition's leader: its error code, or
+    /// the connection's error (the connection is then closed and the
+    /// metadata asked again).
+    fn attempt(&mut self, partition: i32, frame: ProduceFrame) -> Result<i16, SendError> {
+        self.cluster
+            .produce(&self.topic, partition, &mut self.request, frame)
+            .map_err(|e| send_error(&e))
+    }
 }
 
 impl Transport for Records {
     fn send(&mut self, body: &[u8]) -> Result<(), SendError> {
-        let tally = self.producer.context();
-        tally.acked.store(0, Relaxed);
-        tally.failed.store(0, Relaxed);
-        *tally.error.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        // librdkafka times each record out after `timeout`; a little more
-        // lets its report arrive.
-        let deadline = Instant::now() + self.timeout + Duration::from_secs(1);
-        let mut sent = 0;
-        for value in frames(body) {
-            let mut record = BaseRecord::<(), [u8]>::to(&self.topic).payload(value);
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
-                        if Instant::now() < deadline =>
-                    {
-                        record = r;
-                        self.producer.poll(Duration::from_millis(50));
-                    }
-                    Err((e, _)) => {
-                        tally.failed.fetch_add(1, Relaxed);
-                        let mut first = tally.error.lock().unwrap_or_else(|p| p.into_inner());
-                        first.get_or_insert_with(|| (e.to_string(), retryable(&e)));
-                        break;
-                    }
+        let frames: Vec<&[u8]> = frames(body).collect();
+        let (len, crc) = (body.len(), crc32fast::hash(body));
+        let resume = match self.resume.take() {
+            Some(r) if r.len == len && r.crc == crc => Some(r),
+            // The sender gave the failed body up: whether its last batch
+            // was written is unknown, so the sequences start again.
+            Some(_) => {
+                self.reset_producer();
+                None
+            }
+            None => None,
+        };
+        if self.cluster.is_stale() {
+            self.cluster.refresh().map_err(|e| send_error(&e))?;
+        }
+        let (partition, from) = match resume {
+            Some(r) => (r.partition, r.done),
+            None => {
+                let with_leader: Vec<i32> = self
+                    .cluster
+                    .partitions()
+                    .iter()
+                    .filter(|p| p.leader.is_some())
+                    .map(|p| p.id)
+                    .collect();
+                if with_leader.is_empty() {
+                    self.cluster.mark_stale();
+                    return Err(send_error(&KafkaError::Broker {
+                        api: "Metadata",
+                        code: 5,
+                    }));
                 }
+                let p = with_leader[self.next_partition % with_leader.len()];
+                self.next_partition = self.next_partition.wrapping_add(1);
+                (p, 0)
             }
-            sent += 1;
-        }
-        while tally.acked.load(Relaxed) + tally.failed.load(Relaxed) < sent {
-            if Instant::now() >= deadline {
-                return Err(SendError::new(
-                    FailReason::Timeout,
-                    format!(
-                        "kafka reported on {} of {sent} records within {:?}",
-                        tally.acked.load(Relaxed) + tally.failed.load(Relaxed),
-                        self.timeout
-                    ),
-                ));
+        };
+        match self.send_to(partition, &frames, from) {
+            Ok(()) => Ok(()),
+            Err((done, e)) => {
+                if e.reason.retryable() {
+                    self.resume = Some(Resume {
+                        len,
+                        crc,
+                        partition,
+                        done,
+                    });
+                }
+                Err(e)
             }
-            self.producer.poll(Duration::from_millis(50));
-        }
-        let error = tally.error.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match error {
-            None => Ok(()),
-            Some((message, true)) => Err(SendError::new(FailReason::Connect, message)),
-            Some((message, false)) => Err(SendError::new(FailReason::Rejected, message)),
         }
     }
 }
@@ -244,7 +368,8 @@ impl Transport for Records {
 ///
 /// # Errors
 ///
-/// librdkafka refused the configuration, or the sender did not start.
+/// The compression level is refused, a TLS or SASL file cannot be used,
+/// or the sender did not start.
 pub fn start(
     s: &Sink,
     k: &Settings,
@@ -252,20 +377,9 @@ pub fn start(
     n: &NetSink,
     st: &mut Start<'_>,
 ) -> anyhow::Result<Running> {
-    let mut c = producer_config(k, n);
-    let timeout = n.delivery.request_timeout;
-    c.set(
-        "message.timeout.ms",
-        timeout.as_millis().clamp(1, i32::MAX as u128).to_string(),
-    );
-    let producer: BaseProducer<Tally> = c.create_with_context(Tally::default())?;
-    let transport = Records {
-        producer,
-        topic: k.metrics_topic.clone(),
-        timeout,
-    };
-    // librdkafka compresses record batches itself: the sender's bodies stay
-    // as they are.
+    let transport = Records::new(k, n)?;
+    // The producer compresses record batches itself: the sender's bodies
+    // stay as they are.
     let mut plain = s.clone();
     if let Some(plain) = plain.net.as_mut() {
         plain.compression = Compression::None;

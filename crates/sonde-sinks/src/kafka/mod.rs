@@ -7,32 +7,26 @@
 //! * [`exactly_once`]: one transactional producer of sonde's own per
 //!   source; the records of whole batches and the source's read positions
 //!   go into Kafka in one transaction, and the positions are read back
-//!   from Kafka (with librdkafka's consumer) at start.
-//! * [`metrics`]: metric windows, through librdkafka.
+//!   from Kafka at start.
+//! * [`metrics`]: metric windows, one record per point, through the
+//!   network sinks' sender and sonde's own idempotent producer.
 //! * [`record`]: what a record holds (`format`).
+//! * [`security`]: `tls` and `sasl`.
+//!
+//! One client serves every side: sonde's own ([`sonde_kafka`]), which
+//! also creates the exactly-once offsets topic and reads it back.
 //!
 //! # How the common network keys map
 //!
-//! For librdkafka's producer (metric windows), which batches, compresses
-//! and retries itself, the common keys become its settings:
-//! `max_batch_bytes` → `batch.size`, `max_batch_points` →
-//! `batch.num.messages`, `request_timeout` → `request.timeout.ms`,
-//! `retry_min_backoff` / `retry_max_backoff` → `retry.backoff.ms` /
-//! `retry.backoff.max.ms`, a memory `buffer`'s `max_size` →
-//! `queue.buffering.max.kbytes`, `compression` → `compression.type` and
-//! `compression_level` → `compression.level`. sonde's own producer (log
-//! lines, both deliveries) takes `max_batch_points`, `request_timeout`,
-//! the backoffs and the compression (see [`at_least_once`]). `shutdown_grace` bounds the flush at shutdown.
-//! A disk buffer is refused: lines wait in their files (the source stops
+//! Log lines (both deliveries) take `max_batch_points`, `request_timeout`,
+//! the backoffs and the compression (see [`at_least_once`]);
+//! `shutdown_grace` bounds the flush at shutdown. Metric windows go
+//! through the network sender as every network sink's do (`max_batch_age`,
+//! `max_batch_points`, `max_batch_bytes`, the memory buffer, the backoffs),
+//! and the producer compresses each record batch with `compression`. A
+//! disk buffer is refused: lines wait in their files (the source stops
 //! reading while Kafka is away), so a second copy on disk would buy
 //! nothing.
-//!
-//! `max_batch_age` batches metric windows (the network sender's requests)
-//! only. librdkafka lingers [`LINGER`] on every producer: log lines come
-//! in batches of up to 1 MiB already, and the source waits for their
-//! acknowledgement once 16 MiB are in flight, so a longer linger only
-//! idles the pipeline at each batch's tail (300,000 lines of 150 bytes to
-//! a local broker: 4.2 s with a 1 s linger, 0.8 s with 5 ms, debug build).
 
 pub mod at_least_once;
 pub mod exactly_once;
@@ -40,17 +34,10 @@ pub mod metrics;
 pub mod record;
 pub mod security;
 
-use std::time::Duration;
-
-use rdkafka::ClientConfig;
-use sonde_encode::compress::Compression;
-
 use self::metrics::PointFormat;
 use serde::Deserialize;
 
-use crate::descriptor::{
-    Buffer, Input, NetSink, NonEmpty, Running, Sink, SinkType, Start, Transport,
-};
+use crate::descriptor::{Buffer, Input, NonEmpty, Running, Sink, SinkType, Start, Transport};
 use sonde_config::ConfigError;
 
 /// `type = "kafka"`: `brokers` and `topic` (required), `format`,
@@ -79,6 +66,7 @@ pub static TYPE: SinkType = SinkType {
     check,
     start,
     reloads: true,
+    host: Some(security::check_host),
 };
 
 /// What a record's value holds (`format`).
@@ -166,10 +154,9 @@ fn topic_named(key: &str, t: &str) -> Result<String, ConfigError> {
     }
 }
 
-/// Checks one entry of `brokers`: `HOST:PORT`, as librdkafka's
-/// `bootstrap.servers` takes it, with no scheme and no path (librdkafka
-/// would take `kafka://a:9092` for a host named `kafka://a` and fail
-/// every lookup at run time); the error is the fix.
+/// Checks one entry of `brokers`: `HOST:PORT`, with no scheme and no
+/// path (`kafka://a:9092` would be taken for a host named `kafka://a` and
+/// fail every lookup at run time); the error is the fix.
 fn broker(b: &str) -> Result<(), String> {
     if let Some((scheme, rest)) = b.split_once("://") {
         return Err(format!("write {rest:?}, without {scheme}://"));
@@ -279,117 +266,24 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
     })
 }
 
-/// Checks the keys of the sink and of librdkafka's side of the common ones.
+/// Checks the keys of the sink.
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
     let k = settings(s)?;
     // A transaction commits a source's positions with its lines: another
     // sink of the same source would move the source on by its own acks.
     s.exclusive_logs = k.mode == Mode::ExactlyOnce;
-    // librdkafka, which still carries metric windows and reads the
-    // exactly-once positions back, is built without TLS and SASL here.
-    if k.security.is_set() {
-        let key = if k.security.tls.is_some() {
-            "tls"
-        } else {
-            "sasl"
-        };
-        if s.takes_metrics() {
-            return Err(ConfigError::new(
-                key,
-                "`tls` and `sasl` carry log lines only; metric windows to Kafka go through librdkafka, which sonde builds without them",
-                "send metrics through another sink, or to a plaintext Kafka sink of their own",
-            ));
-        }
-        if k.mode == Mode::ExactlyOnce {
-            return Err(ConfigError::new(
-                key,
-                "`tls` and `sasl` work with delivery = \"at_least_once\" only: the exactly-once start reads its positions back with librdkafka, which sonde builds without them",
-                "write delivery = \"at_least_once\", or ship to a plaintext listener",
-            ));
-        }
-    }
     let Some(net) = s.net.as_mut() else {
         return Ok(());
     };
-    match net.compression {
-        // librdkafka's `compression.level` goes from 0 to 12 (zstd's
-        // levels above 12 are out of its reach).
-        Compression::Zstd { level } if !(0..=12).contains(&level) => {
-            return Err(ConfigError::new(
-                "compression_level",
-                format!("librdkafka takes zstd levels 0 to 12, not {level}"),
-                "write a level from 0 to 12, or leave it out for 1",
-            ))
-        }
-        _ => {}
-    }
     if let Buffer::Disk { .. } = net.buffer {
         return Err(ConfigError::new(
             "buffer",
             "kafka keeps no disk buffer: the lines wait in their files while Kafka is away",
-            "remove `buffer`, or write buffer = { type = \"memory\", max_size = \"64MiB\" } to bound librdkafka's queue",
+            "remove `buffer`, or write buffer = { type = \"memory\", max_size = \"64MiB\" } to bound the metric windows waiting for Kafka",
         ));
     }
     net.target = format!("{}/{}", k.brokers.join(","), k.topic);
     Ok(())
-}
-
-/// How long librdkafka waits for more records before it sends a partial
-/// batch (librdkafka's own default); see the module docs.
-pub const LINGER: Duration = Duration::from_millis(5);
-
-fn millis(d: Duration) -> String {
-    d.as_millis().clamp(0, i32::MAX as u128).to_string()
-}
-
-/// The settings every producer of the sink shares: the brokers, `acks=all`
-/// and the idempotent producer, compression, batching and bounds from the
-/// common keys (see the module docs).
-pub fn producer_config(k: &Settings, net: &NetSink) -> ClientConfig {
-    let d = &net.delivery;
-    // librdkafka takes whole milliseconds up to 300 s for both backoffs.
-    let backoff_min = d
-        .backoff_min
-        .clamp(Duration::from_millis(1), Duration::from_secs(300));
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", k.brokers.join(","))
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("compression.type", net.compression.name())
-        .set(
-            "batch.size",
-            d.max_batch_bytes.clamp(1, i32::MAX as usize).to_string(),
-        )
-        .set(
-            "batch.num.messages",
-            d.max_batch_points.clamp(1, 1_000_000).to_string(),
-        )
-        .set("linger.ms", millis(LINGER))
-        .set(
-            "request.timeout.ms",
-            millis(d.request_timeout.max(Duration::from_millis(1))),
-        )
-        .set("retry.backoff.ms", millis(backoff_min))
-        .set(
-            "retry.backoff.max.ms",
-            millis(d.backoff_max.clamp(backoff_min, Duration::from_secs(300))),
-        );
-    match net.compression {
-        Compression::Zstd { level } => {
-            c.set("compression.level", level.to_string());
-        }
-        Compression::Gzip { level } => {
-            c.set("compression.level", level.to_string());
-        }
-        _ => {}
-    }
-    if let Buffer::Memory(max) = net.buffer {
-        c.set(
-            "queue.buffering.max.kbytes",
-            (max / 1024).clamp(1, i32::MAX as u64).to_string(),
-        );
-    }
-    c
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
@@ -421,6 +315,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
 mod tests {
     use super::*;
     use crate::registry::parse;
+    use sonde_encode::compress::Compression;
 
     const HEAD: &str = "[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"kafka\"\n";
 
@@ -448,19 +343,6 @@ mod tests {
         let net = s.net.as_ref().unwrap();
         assert_eq!(net.compression, Compression::Lz4);
         assert_eq!(net.target, "k1:9092,k2:9092/logs");
-        let c = producer_config(&settings(&s).unwrap(), net);
-        for (k, v) in [
-            ("bootstrap.servers", "k1:9092,k2:9092"),
-            ("acks", "all"),
-            ("enable.idempotence", "true"),
-            ("compression.type", "lz4"),
-            ("linger.ms", "5"),
-            ("queue.buffering.max.kbytes", "65536"),
-            ("retry.backoff.ms", "250"),
-            ("retry.backoff.max.ms", "30000"),
-        ] {
-            assert_eq!(c.get(k), Some(v), "{k}");
-        }
     }
 
     #[test]
@@ -470,9 +352,10 @@ mod tests {
         assert_eq!((k.format, k.mode), (Format::Json, Mode::ExactlyOnce));
         assert!(s.exclusive_logs);
         assert_eq!(k.offsets_topic, "pos");
-        let c = producer_config(&k, s.net.as_ref().unwrap());
-        assert_eq!(c.get("compression.type"), Some("zstd"));
-        assert_eq!(c.get("compression.level"), Some("3"));
+        assert_eq!(
+            s.net.as_ref().unwrap().compression,
+            Compression::Zstd { level: 3 }
+        );
     }
 
     #[test]
@@ -557,11 +440,6 @@ mod tests {
                 &format!("{ok}compression = \"brotli\"\n"),
                 "sinks[0].compression",
                 8,
-            ),
-            (
-                &format!("{ok}compression = \"zstd\"\ncompression_level = 19\n"),
-                "sinks[0].compression_level",
-                9,
             ),
             (
                 &format!("{ok}buffer = {{ type = \"disk\" }}\n"),

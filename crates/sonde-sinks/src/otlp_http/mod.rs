@@ -29,6 +29,7 @@ pub static TYPE: SinkType = SinkType {
     check,
     start,
     reloads: true,
+    host: None,
 };
 
 /// The keys of an otlp_http sink.

@@ -24,6 +24,7 @@ pub static TYPE: SinkType = SinkType {
     check,
     start,
     reloads: false,
+    host: None,
 };
 
 /// The keys of a prometheus_exporter sink.

@@ -17,6 +17,7 @@ pub static TYPE: SinkType = SinkType {
     check: crate::descriptor::no_own_keys,
     start,
     reloads: true,
+    host: None,
 };
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {

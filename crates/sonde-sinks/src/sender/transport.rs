@@ -51,7 +51,7 @@ impl SendError {
         }
     }
 
-    fn io(e: &io::Error) -> SendError {
+    pub(crate) fn io(e: &io::Error) -> SendError {
         let reason = match e.kind() {
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => FailReason::Timeout,
             io::ErrorKind::ConnectionRefused

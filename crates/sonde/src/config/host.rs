@@ -43,7 +43,9 @@ use sonde_sinks::registry::Buffer;
 /// cannot be made or written, when a disk buffer, a log source or the
 /// profiler keeps data there; an `agent.admin_tls` whose files cannot be
 /// read, are not a PEM certificate chain and a private key, or hold a key
-/// of another certificate, and a `ca_file` that holds no certificate.
+/// of another certificate, and a `ca_file` that holds no certificate;
+/// what each sink type's own host check finds (a kafka sink's `tls` and
+/// `sasl` files).
 pub fn check_host(config: &Config) -> Result<(), ConfigError> {
     for (i, r) in config.receivers.iter().enumerate() {
         if let Some(o) = &r.owner {
@@ -78,6 +80,11 @@ pub fn check_host(config: &Config) -> Result<(), ConfigError> {
                 }
                 _ => {}
             }
+        }
+    }
+    for (i, s) in config.sinks.iter().enumerate() {
+        if let Some(host) = s.kind.host {
+            host(s).map_err(|e| config.error(format!("sinks[{i}].{}", e.key), e.problem, e.fix))?;
         }
     }
     for (i, s) in config.sinks.iter().enumerate() {
@@ -473,6 +480,35 @@ mod tests {
         format!(
             "[agent]\nallow_non_loopback = true\nadmin_listen = \"0.0.0.0:8686\"\nadmin_auth = \"token\"\nadmin_tls = {{ {tls} }}\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\n[[sinks]]\ntype = \"console\"\n"
         )
+    }
+
+    #[test]
+    fn a_kafka_sinks_tls_and_sasl_files_are_read_and_named_at_their_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let config = |keys: &str| {
+            format!("[[logs]]\nname = \"app\"\ninclude = [\"/var/log/app.log\"]\n[[sinks]]\ntype = \"kafka\"\ninputs = [\"app\"]\nbrokers = [\"127.0.0.1:9093\"]\ntopic = \"logs\"\n{keys}")
+        };
+        // The parse alone does not read the files.
+        let c = parse(&config(&format!("tls = {{ ca_file = {missing:?} }}\n"))).unwrap();
+        let e = check_host(&c).unwrap_err();
+        assert_eq!((e.key.as_str(), e.line), ("sinks[0].tls.ca_file", Some(9)));
+        assert!(e.problem.contains("missing.pem"), "{e}");
+        let c = parse(&config(&format!(
+            "sasl = {{ mechanism = \"PLAIN\", username = \"u\", password_file = {missing:?} }}\n"
+        )))
+        .unwrap();
+        let e = check_host(&c).unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.line),
+            ("sinks[0].sasl.password_file", Some(9))
+        );
+        // A variable is the agent's to read, not validate's.
+        let c = parse(&config(
+            "sasl = { mechanism = \"PLAIN\", username = \"u\", password_env = \"SONDE_NO_SUCH_VAR\" }\n",
+        ))
+        .unwrap();
+        check_host(&c).unwrap();
     }
 
     #[test]

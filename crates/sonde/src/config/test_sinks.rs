@@ -19,6 +19,7 @@ pub static BOTH: SinkType = SinkType {
     check: check_both,
     start,
     reloads: true,
+    host: None,
 };
 
 /// Takes log lines only.
@@ -32,6 +33,7 @@ pub static LOGS_ONLY: SinkType = SinkType {
     check: no_own_keys,
     start,
     reloads: true,
+    host: None,
 };
 
 /// The keys of `both`.
