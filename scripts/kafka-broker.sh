@@ -42,8 +42,10 @@
 # for the tests of TLS and SASL: SSL (TLS, the server's certificate
 # CERT_DIR/broker.pem, a PEM file with its key first), MTLS (the same, and
 # a client certificate signed by CERT_DIR/ca.pem required), SASL_SSL (TLS
-# and SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; the user "alice" with
-# the password "alice-secret" for each) and WRONGNAME (TLS with
+# and SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, the user "alice" with
+# the password "alice-secret" for each; and OAUTHBEARER with Kafka's
+# unsecured JWT validator, sessions of at most 3 s so that clients must
+# authenticate again, KIP-368) and WRONGNAME (TLS with
 # CERT_DIR/wrong-name.pem, a certificate for another host). Brokers talk
 # to each other over PLAINTEXT.
 #
@@ -167,7 +169,9 @@ ssl.truststore.location=$certs/ca.pem
 listener.name.mtls.ssl.client.auth=required
 listener.name.wrongname.ssl.keystore.type=PEM
 listener.name.wrongname.ssl.keystore.location=$certs/wrong-name.pem
-sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.sasl_ssl.oauthbearer.connections.max.reauth.ms=3000
 listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;

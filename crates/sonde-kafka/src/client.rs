@@ -481,6 +481,10 @@ pub struct Connection {
     addr: String,
     /// How long the broker keeps the SASL session, if it said.
     session_lifetime: Option<Duration>,
+    /// When to authenticate again (KIP-368): 85% into the session.
+    reauth_at: Option<std::time::Instant>,
+    /// Where the SASL credentials of a new authentication come from.
+    credentials: Arc<dyn Credentials>,
     produce_version: i16,
     metadata_version: i16,
     /// Every API the broker serves: key, lowest and highest version.
@@ -505,7 +509,7 @@ impl Connection {
             reason,
         })?;
         let sasl = dial.credentials.sasl().map_err(|reason| Error::Auth {
-            mechanism: "SASL",
+            mechanism: "credentials",
             addr: addr.to_string(),
             reason,
         })?;
@@ -561,6 +565,8 @@ impl Connection {
             response: Vec::new(),
             scratch: Vec::new(),
             session_lifetime: None,
+            reauth_at: None,
+            credentials: Arc::clone(&dial.credentials),
         };
         // Under TLS 1.3 a broker that refuses the client's certificate
         // says so after the handshake, in an alert the first read meets.
@@ -578,6 +584,30 @@ impl Connection {
     /// How long the broker keeps the SASL session (KIP-368), if it said.
     pub fn session_lifetime(&self) -> Option<Duration> {
         self.session_lifetime
+    }
+
+    /// Authenticates again on this connection when the session the
+    /// broker gave is 85% through (KIP-368), with credentials asked anew
+    /// (a token refreshed meanwhile); only with nothing in flight. A
+    /// connection whose produce requests never leave it idle is closed by
+    /// the broker at the session's end instead, and opened again.
+    fn reauthenticate_if_due(&mut self) -> Result<(), Error> {
+        if self
+            .reauth_at
+            .is_none_or(|at| std::time::Instant::now() < at)
+        {
+            return Ok(());
+        }
+        self.reauth_at = None;
+        let sasl = self.credentials.sasl().map_err(|reason| Error::Auth {
+            mechanism: "credentials",
+            addr: self.addr.clone(),
+            reason,
+        })?;
+        match sasl {
+            Some(sasl) => self.authenticate(&sasl),
+            None => Ok(()),
+        }
     }
 
     /// Authenticates with `sasl`: `SaslHandshake` names the mechanism,
@@ -654,6 +684,9 @@ impl Connection {
                         .ok()
                         .filter(|&ms| ms > 0)
                         .map(Duration::from_millis);
+                    self.reauth_at = self
+                        .session_lifetime
+                        .map(|l| std::time::Instant::now() + l.mul_f64(0.85));
                     return Ok(());
                 }
             }
@@ -832,6 +865,7 @@ impl Connection {
         if !self.in_flight.is_empty() {
             return Err(io::Error::other("a request while produce requests are in flight").into());
         }
+        self.reauthenticate_if_due()?;
         let mut buf = std::mem::take(&mut self.scratch);
         let correlation = self.next_correlation();
         put_header(&mut buf, api, version, correlation, &self.client_id);
@@ -981,6 +1015,9 @@ impl Connection {
     ///
     /// The write failed: the connection is then unusable.
     pub fn send_produce(&mut self, buf: &mut [u8], frame: ProduceFrame) -> Result<(), Error> {
+        if self.in_flight.is_empty() {
+            self.reauthenticate_if_due()?;
+        }
         let records = i32::try_from(buf.len() - frame.records_size_at - 4)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "batch over 2 GiB"))?;
         set_i32(buf, frame.records_size_at, records);

@@ -9,6 +9,15 @@
 //!   password never crosses the wire; the client proves it knows the
 //!   salted password, and checks the server's signature, which proves the
 //!   server knows it too (a server that does not is refused).
+//! * `OAUTHBEARER` (RFC 7628, KIP-255): a bearer token (a JWT from the
+//!   cluster's identity provider) in one message; a broker that refuses
+//!   it answers with a JSON error, which the client acknowledges with a
+//!   single `0x01` so that the broker ends the exchange with its error.
+//!
+//! A broker may give the session a lifetime (KIP-368, its
+//! `connections.max.reauth.ms`, or the token's expiry):
+//! [`crate::client::Connection`] then authenticates again on the same
+//! connection before it ends, with credentials asked anew.
 //!
 //! HMAC, PBKDF2 and the client nonce come from ring, the crypto provider
 //! rustls already uses. Passwords are used as given: SASLprep, which
@@ -106,6 +115,11 @@ pub enum Sasl {
         /// Their password.
         password: Secret,
     },
+    /// `OAUTHBEARER`.
+    OAuthBearer {
+        /// The bearer token.
+        token: Secret,
+    },
 }
 
 impl Sasl {
@@ -122,6 +136,7 @@ impl Sasl {
                 hash: ScramHash::Sha512,
                 ..
             } => "SCRAM-SHA-512",
+            Sasl::OAuthBearer { .. } => "OAUTHBEARER",
         }
     }
 
@@ -150,6 +165,12 @@ impl Sasl {
                 let scram = Scram::new(*hash, username, password, &BASE64.encode(raw));
                 (scram.first().into_bytes(), Exchange::Scram(Box::new(scram)))
             }
+            // RFC 7628 3.1: the GS2 header without an authorisation id,
+            // then `auth=Bearer <token>`, each key-value pair ended by 0x01.
+            Sasl::OAuthBearer { token } => (
+                format!("n,,\x01auth=Bearer {}\x01\x01", token.0).into_bytes(),
+                Exchange::Bearer,
+            ),
         }
     }
 }
@@ -164,6 +185,11 @@ pub(crate) enum Exchange {
     /// Waiting for the SCRAM server's final message, which must carry
     /// this signature.
     ScramFinal(Vec<u8>),
+    /// The bearer token is sent: an empty answer accepts it; a JSON error
+    /// is acknowledged, and the broker's error follows.
+    Bearer,
+    /// The bearer token was refused with this error.
+    BearerRefused(String),
 }
 
 impl Exchange {
@@ -185,6 +211,12 @@ impl Exchange {
                 check_server_final(message, &expected)?;
                 Ok((None, Exchange::Done))
             }
+            Exchange::Bearer if message.is_empty() => Ok((None, Exchange::Done)),
+            Exchange::Bearer => Ok((
+                Some(vec![0x01]),
+                Exchange::BearerRefused(String::from_utf8_lossy(message).into_owned()),
+            )),
+            Exchange::BearerRefused(error) => Err(format!("the broker refused the token: {error}")),
         }
     }
 
@@ -452,5 +484,25 @@ mod tests {
         assert!(first.starts_with("n,,n=alice,r="), "{first}");
         assert!(next.waiting() && !format!("{next:?}").contains("hunter2"));
         assert_eq!(scram.mechanism(), "SCRAM-SHA-512");
+    }
+
+    #[test]
+    fn oauthbearer_sends_the_token_and_acknowledges_a_refusal() {
+        let sasl = Sasl::OAuthBearer {
+            token: Secret::new("eyJ.x."),
+        };
+        assert_eq!(sasl.mechanism(), "OAUTHBEARER");
+        let (first, next) = sasl.start();
+        assert_eq!(first, b"n,,\x01auth=Bearer eyJ.x.\x01\x01");
+        assert!(!format!("{sasl:?}").contains("eyJ"));
+        // Accepted: an empty answer ends it.
+        let (more, after) = next.next(b"").unwrap();
+        assert!(more.is_none() && !after.waiting());
+        // Refused: 0x01 goes back, and a further answer is the error.
+        let (_, next) = sasl.start();
+        let (more, after) = next.next(br#"{"status":"invalid_token"}"#).unwrap();
+        assert_eq!(more.unwrap(), [0x01]);
+        let e = after.next(b"").unwrap_err();
+        assert!(e.contains("invalid_token"), "{e}");
     }
 }

@@ -341,3 +341,222 @@ fn each_refusal_is_said_holds_the_lines_and_a_fixed_file_and_a_reload_deliver_th
     }
     agent.stop();
 }
+
+/// An unsecured JWT (`alg` none), as Kafka's default OAUTHBEARER
+/// validator takes them: subject `alice`, expiring `lifetime_s` from now
+/// (negative: expired).
+fn jwt(lifetime_s: i64) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    format!(
+        "{}.{}.",
+        b64(r#"{"alg":"none"}"#),
+        b64(&format!(
+            r#"{{"sub":"alice","iat":{},"exp":{}}}"#,
+            now.min(now + lifetime_s - 1),
+            now + lifetime_s
+        ))
+    )
+}
+
+/// An OAuth 2.0 token endpoint for the client credentials grant: it
+/// answers a client `sonde` with secret `s3cret` (HTTP Basic) with a token
+/// that lives `lifetime_s`, and counts the tokens it gave.
+struct TokenEndpoint {
+    url: String,
+    given: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    server: std::sync::Arc<tiny_http::Server>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TokenEndpoint {
+    fn start(lifetime_s: i64) -> TokenEndpoint {
+        use base64::Engine as _;
+        let server = std::sync::Arc::new(tiny_http::Server::http("127.0.0.1:0").unwrap());
+        let port = server.server_addr().to_ip().unwrap().port();
+        let given = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("sonde:s3cret")
+        );
+        let (s, g) = (
+            std::sync::Arc::clone(&server),
+            std::sync::Arc::clone(&given),
+        );
+        let thread = std::thread::spawn(move || {
+            for mut request in s.incoming_requests() {
+                let mut body = String::new();
+                std::io::Read::read_to_string(request.as_reader(), &mut body).unwrap();
+                let authorised = request
+                    .headers()
+                    .iter()
+                    .any(|h| h.field.equiv("Authorization") && h.value.as_str() == expected);
+                let response = if authorised && body.contains("grant_type=client_credentials") {
+                    g.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tiny_http::Response::from_string(format!(
+                        r#"{{"access_token":"{}","token_type":"bearer","expires_in":{lifetime_s}}}"#,
+                        jwt(lifetime_s)
+                    ))
+                } else {
+                    tiny_http::Response::from_string(r#"{"error":"invalid_client"}"#)
+                        .with_status_code(401)
+                };
+                let _ = request.respond(response);
+            }
+        });
+        TokenEndpoint {
+            url: format!("http://127.0.0.1:{port}/oauth2/token"),
+            given,
+            server,
+            thread: Some(thread),
+        }
+    }
+
+    fn given(&self) -> usize {
+        self.given.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for TokenEndpoint {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn oauthbearer_tokens_from_a_file_or_an_endpoint_deliver_and_sessions_are_renewed_in_place() {
+    let certs = Certs::new();
+    let Some(kafka) = or_skip(Kafka::start_secure(certs.dir.path())) else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let ca = certs.path("ca.pem");
+    let token = certs.path("token");
+    std::fs::write(&token, jwt(3600)).unwrap();
+    let expired = certs.path("expired-token");
+    std::fs::write(&expired, jwt(-60)).unwrap();
+    let secret = certs.path("client.secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let wrong_secret = certs.path("wrong.secret");
+    std::fs::write(&wrong_secret, "guess\n").unwrap();
+    // Tokens of 6 s, kept for 4.8 s: a run of 12 s needs new ones, and
+    // the broker (sessions of at most 3 s) asks every connection to
+    // authenticate again several times.
+    let endpoint = TokenEndpoint::start(6);
+    let tls = format!("tls = {{ ca_file = {ca:?} }}");
+    let broker = kafka.listener("SASL_SSL");
+    let mut sinks = String::new();
+    for (name, sasl) in [
+        ("file", format!("sasl = {{ mechanism = \"OAUTHBEARER\", token_file = {token:?} }}")),
+        (
+            "endpoint",
+            format!(
+                "sasl = {{ mechanism = \"OAUTHBEARER\", token_url = \"{}\", client_id = \"sonde\", client_secret_file = {secret:?} }}",
+                endpoint.url
+            ),
+        ),
+        ("expired", format!("sasl = {{ mechanism = \"OAUTHBEARER\", token_file = {expired:?} }}")),
+        (
+            "badclient",
+            format!(
+                "sasl = {{ mechanism = \"OAUTHBEARER\", token_url = \"{}\", client_id = \"sonde\", client_secret_file = {wrong_secret:?} }}",
+                endpoint.url
+            ),
+        ),
+    ] {
+        sinks.push_str(&sink(name, &broker, &format!("oauth-{name}"), &format!("{tls}\n{sasl}")));
+    }
+    // Topics made first: a topic the broker creates on first use is
+    // counted as a failed attempt, and every failure here must be zero.
+    for name in ["file", "endpoint", "expired", "badclient"] {
+        kafka.create_topic(&format!("oauth-{name}"), 1);
+    }
+    let mut agent = agent(logs.path(), &sinks);
+    let mut sent = write_lines(logs.path(), "oauth", 0..50);
+    let failures = |agent: &Agent| -> Vec<Option<f64>> {
+        let mut all = Vec::new();
+        for name in ["file", "endpoint"] {
+            for reason in ["connect", "timeout", "io", "tls", "auth"] {
+                all.push(agent.metric(&format!(
+                    "sonde_sink_failures_total{{sink=\"{name}\",reason=\"{reason}\"}}"
+                )));
+            }
+        }
+        all
+    };
+    // Once the first lines are in (a fresh broker's coordinator may still
+    // be loading at the first attempt), nothing may fail.
+    for name in ["file", "endpoint"] {
+        assert_eq!(
+            values(&kafka, &format!("oauth-{name}"), sent.len()),
+            sent,
+            "sink {name}"
+        );
+    }
+    let before = failures(&agent);
+    let started = std::time::Instant::now();
+    let mut i = 50;
+    // Lines for 12 s, a batch every 200 ms (waiting on the clock is the
+    // point here: sessions must run out while lines flow).
+    while started.elapsed() < Duration::from_secs(12) {
+        sent.extend(write_lines(logs.path(), "oauth", i..i + 50));
+        i += 50;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for name in ["file", "endpoint"] {
+        assert_eq!(
+            values(&kafka, &format!("oauth-{name}"), sent.len()),
+            sent,
+            "sink {name}"
+        );
+    }
+    assert_eq!(
+        failures(&agent),
+        before,
+        "every session renewed in place, no connection lost:\n{}",
+        agent.stderr()
+    );
+    assert!(
+        endpoint.given() >= 2,
+        "the token endpoint gave {} tokens in 12 s of 6 s tokens",
+        endpoint.given()
+    );
+    // The expired token is refused, said, and nothing is acknowledged;
+    // a renewed token file is read at the next attempt.
+    let series = "sonde_sink_failures_total{sink=\"expired\",reason=\"auth\"}";
+    assert!(agent.metric(series).unwrap() > 0.0);
+    assert_eq!(
+        agent.metric("sonde_sink_records_total{sink=\"expired\"}"),
+        Some(0.0)
+    );
+    let log = agent.stderr();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sink=expired") && l.contains("SASL OAUTHBEARER with")),
+        "{log}"
+    );
+    // A client the endpoint refuses: its answer is said.
+    assert!(
+        agent
+            .metric("sonde_sink_failures_total{sink=\"badclient\",reason=\"auth\"}")
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        log.lines().any(|l| l.contains("sink=badclient")
+            && l.contains("SASL credentials with")
+            && l.contains("answered 401: {\"error\":\"invalid_client\"}")),
+        "{log}"
+    );
+    std::fs::write(&expired, jwt(3600)).unwrap();
+    assert_eq!(values(&kafka, "oauth-expired", sent.len()), sent);
+    assert!(!log.contains("s3cret"));
+    agent.stop();
+}

@@ -47,6 +47,9 @@ pub enum Mechanism {
     /// `SCRAM-SHA-512`.
     #[serde(rename = "SCRAM-SHA-512")]
     ScramSha512,
+    /// `OAUTHBEARER`.
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
 }
 
 /// `sasl = { ... }`, as written.
@@ -60,6 +63,11 @@ pub(super) struct SaslOptions {
     /// Refused with its own message: a password never sits in the
     /// config.
     password: Option<serde::de::IgnoredAny>,
+    token_file: Option<PathBuf>,
+    token_url: Option<String>,
+    client_id: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    scope: Option<String>,
 }
 
 /// Where a secret is read from.
@@ -76,10 +84,37 @@ pub enum SecretSource {
 pub struct SaslSettings {
     /// The mechanism.
     pub mechanism: Mechanism,
-    /// The user.
-    pub username: String,
-    /// Where the password is.
-    pub password: SecretSource,
+    /// What it proves the client with.
+    pub credential: SaslCredential,
+}
+
+/// What a SASL mechanism proves the client with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SaslCredential {
+    /// PLAIN and SCRAM: a user and their password.
+    Password {
+        /// The user.
+        username: String,
+        /// Where the password is.
+        password: SecretSource,
+    },
+    /// OAUTHBEARER: a token (a JWT) in a file, which whoever renews it
+    /// rewrites (`token_file`).
+    TokenFile(PathBuf),
+    /// OAUTHBEARER: a token from an OAuth 2.0 token endpoint, with the
+    /// client credentials grant (RFC 6749 4.4), the client authenticated
+    /// with HTTP Basic (`token_url`, `client_id`, `client_secret_file`,
+    /// `scope`).
+    TokenEndpoint {
+        /// The endpoint.
+        url: String,
+        /// The client.
+        client_id: String,
+        /// Where its secret is.
+        client_secret: SecretSource,
+        /// The scope asked for, if any.
+        scope: Option<String>,
+    },
 }
 
 /// `tls` and `sasl`, validated.
@@ -150,16 +185,24 @@ pub fn check_host(s: &crate::descriptor::Sink) -> Result<(), ConfigError> {
         // parsed now; the agent builds it again at each connection.
         sonde_runtime::tls::client_config(tls).map_err(tls_error)?;
     }
-    if let Some(SaslSettings {
-        password: SecretSource::File(f),
-        ..
-    }) = &security.sasl
-    {
+    let file = match security.sasl.as_ref().map(|s| &s.credential) {
+        Some(SaslCredential::Password {
+            password: SecretSource::File(f),
+            ..
+        }) => Some(("sasl.password_file", f, "the password")),
+        Some(SaslCredential::TokenFile(f)) => Some(("sasl.token_file", f, "the token")),
+        Some(SaslCredential::TokenEndpoint {
+            client_secret: SecretSource::File(f),
+            ..
+        }) => Some(("sasl.client_secret_file", f, "the client's secret")),
+        _ => None,
+    };
+    if let Some((key, f, what)) = file {
         read_secret(f).map_err(|problem| {
             ConfigError::new(
-                "sasl.password_file",
+                key,
                 problem,
-                "write the password alone in a file the agent's user may read (mode 0600)",
+                format!("write {what} alone in a file the agent's user may read (mode 0600)"),
             )
         })?;
     }
@@ -197,6 +240,41 @@ fn check_sasl(o: &SaslOptions) -> Result<SaslSettings, ConfigError> {
             "write the password alone in a file the agent may read and give password_file = \"/etc/sonde/kafka.password\", or put it in an environment variable and give password_env = \"KAFKA_PASSWORD\"",
         ));
     }
+    let credential = if o.mechanism == Mechanism::OAuthBearer {
+        check_token(o)?
+    } else {
+        check_password(o)?
+    };
+    Ok(SaslSettings {
+        mechanism: o.mechanism,
+        credential,
+    })
+}
+
+/// A key of `sasl` that the mechanism does not take.
+fn not_for(key: &str, mechanism: &str, fix: &str) -> ConfigError {
+    ConfigError::new(
+        format!("sasl.{key}"),
+        format!("`sasl.{key}` does not apply to {mechanism}"),
+        fix,
+    )
+}
+
+fn check_password(o: &SaslOptions) -> Result<SaslCredential, ConfigError> {
+    let keys = [
+        ("token_file", o.token_file.is_some()),
+        ("token_url", o.token_url.is_some()),
+        ("client_id", o.client_id.is_some()),
+        ("client_secret_file", o.client_secret_file.is_some()),
+        ("scope", o.scope.is_some()),
+    ];
+    if let Some((key, _)) = keys.iter().find(|(_, set)| *set) {
+        return Err(not_for(
+            key,
+            "a user and password mechanism",
+            "remove it, or write mechanism = \"OAUTHBEARER\" for a token",
+        ));
+    }
     let username = match &o.username {
         Some(u) if !u.is_empty() => u.clone(),
         _ => {
@@ -207,36 +285,110 @@ fn check_sasl(o: &SaslOptions) -> Result<SaslSettings, ConfigError> {
             ))
         }
     };
-    let password = match (&o.password_file, &o.password_env) {
-        (Some(f), None) => SecretSource::File(f.clone()),
-        (None, Some(v)) if !v.is_empty() => SecretSource::Env(v.clone()),
-        (None, Some(_)) => {
-            return Err(ConfigError::new(
-                "sasl.password_env",
-                "`sasl.password_env` is empty",
-                "name the environment variable that holds the password, like password_env = \"KAFKA_PASSWORD\"",
-            ))
+    let password = secret_source(
+        o.password_file.as_ref(),
+        o.password_env.as_ref(),
+        "password",
+    )?;
+    Ok(SaslCredential::Password { username, password })
+}
+
+/// `{what}_file` or `{what}_env`, exactly one.
+fn secret_source(
+    file: Option<&PathBuf>,
+    env: Option<&String>,
+    what: &str,
+) -> Result<SecretSource, ConfigError> {
+    match (file, env) {
+        (Some(f), None) => Ok(SecretSource::File(f.clone())),
+        (None, Some(v)) if !v.is_empty() => Ok(SecretSource::Env(v.clone())),
+        (None, Some(_)) => Err(ConfigError::new(
+            format!("sasl.{what}_env"),
+            format!("`sasl.{what}_env` is empty"),
+            format!("name the environment variable that holds the {what}, like {what}_env = \"KAFKA_PASSWORD\""),
+        )),
+        (Some(_), Some(_)) => Err(ConfigError::new(
+            format!("sasl.{what}_env"),
+            format!("`sasl` has both `{what}_file` and `{what}_env`"),
+            "keep one of them",
+        )),
+        (None, None) => Err(ConfigError::new(
+            format!("sasl.{what}_file"),
+            format!("SASL needs a {what}, and sonde reads it from a file or the environment, never from the config"),
+            format!("write {what}_file = \"/etc/sonde/kafka.{what}\" or {what}_env = \"KAFKA_PASSWORD\" in `sasl`"),
+        )),
+    }
+}
+
+fn check_token(o: &SaslOptions) -> Result<SaslCredential, ConfigError> {
+    let keys = [
+        ("username", o.username.is_some()),
+        ("password_file", o.password_file.is_some()),
+        ("password_env", o.password_env.is_some()),
+    ];
+    if let Some((key, _)) = keys.iter().find(|(_, set)| *set) {
+        return Err(not_for(
+            key,
+            "OAUTHBEARER",
+            "remove it: OAUTHBEARER takes token_file, or token_url with client_id and client_secret_file",
+        ));
+    }
+    match (&o.token_file, &o.token_url) {
+        (Some(f), None) => {
+            for (key, set) in [
+                ("client_id", o.client_id.is_some()),
+                ("client_secret_file", o.client_secret_file.is_some()),
+                ("scope", o.scope.is_some()),
+            ] {
+                if set {
+                    return Err(not_for(key, "a token_file", "remove it, or replace token_file with token_url"));
+                }
+            }
+            Ok(SaslCredential::TokenFile(f.clone()))
         }
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::new(
-                "sasl.password_env",
-                "`sasl` has both `password_file` and `password_env`",
-                "keep one of them",
-            ))
+        (None, Some(url)) => {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(ConfigError::new(
+                    "sasl.token_url",
+                    format!("{url:?} is not an http:// or https:// URL"),
+                    "write the identity provider's token endpoint, like token_url = \"https://login.example.com/oauth2/token\"",
+                ));
+            }
+            let client_id = match &o.client_id {
+                Some(c) if !c.is_empty() => c.clone(),
+                _ => {
+                    return Err(ConfigError::new(
+                        "sasl.client_id",
+                        "a token_url needs `client_id`",
+                        "add client_id = \"sonde\" and client_secret_file = \"/etc/sonde/kafka-client.secret\" to `sasl`",
+                    ))
+                }
+            };
+            let Some(secret) = &o.client_secret_file else {
+                return Err(ConfigError::new(
+                    "sasl.client_secret_file",
+                    "a token_url needs `client_secret_file`, the client's secret alone in a file",
+                    "add client_secret_file = \"/etc/sonde/kafka-client.secret\" to `sasl`",
+                ));
+            };
+            Ok(SaslCredential::TokenEndpoint {
+                url: url.clone(),
+                client_id,
+                client_secret: SecretSource::File(secret.clone()),
+                scope: o.scope.clone().filter(|s| !s.is_empty()),
+            })
         }
-        (None, None) => {
-            return Err(ConfigError::new(
-                "sasl.password_file",
-                "SASL needs a password, and sonde reads it from a file or the environment, never from the config",
-                "write password_file = \"/etc/sonde/kafka.password\" or password_env = \"KAFKA_PASSWORD\" in `sasl`",
-            ))
-        }
-    };
-    Ok(SaslSettings {
-        mechanism: o.mechanism,
-        username,
-        password,
-    })
+        (Some(_), Some(_)) => Err(ConfigError::new(
+            "sasl.token_url",
+            "`sasl` has both `token_file` and `token_url`",
+            "keep one of them",
+        )),
+        (None, None) => Err(ConfigError::new(
+            "sasl.token_file",
+            "OAUTHBEARER needs a token: a file, or a token endpoint",
+            "write token_file = \"/run/secrets/kafka-token\", or token_url, client_id and client_secret_file, in `sasl`",
+        )),
+    }
 }
 
 /// The secret in `path`: the whole file without its final line break.
@@ -284,10 +436,21 @@ impl Security {
         let credentials = FileCredentials {
             security: self.clone(),
             tls: Mutex::new(None),
+            token: TokenCache::default(),
         };
-        // Said at start rather than at the first connection.
+        // Said at start rather than at the first connection: files and
+        // variables (a token endpoint is asked at the first connection,
+        // and its failures are retried like a broker's).
         credentials.tls().map_err(anyhow::Error::msg)?;
-        credentials.sasl().map_err(anyhow::Error::msg)?;
+        if let Some(SaslSettings {
+            credential: SaslCredential::Password { password, .. },
+            ..
+        }) = &self.sasl
+        {
+            password
+                .read()
+                .map_err(|e| anyhow::anyhow!("the SASL password: {e}"))?;
+        }
         Ok(Dial {
             client_id: client_id.to_string(),
             timeout,
@@ -305,9 +468,9 @@ impl Security {
             && self
                 .sasl
                 .as_ref()
-                .is_some_and(|s| s.mechanism == Mechanism::Plain)
+                .is_some_and(|s| matches!(s.mechanism, Mechanism::Plain | Mechanism::OAuthBearer))
         {
-            tracing::warn!(sink, "SASL PLAIN without tls sends the password in clear to every broker: add tls = {{}} (or tls = {{ ca_file = ... }})");
+            tracing::warn!(sink, "SASL PLAIN or OAUTHBEARER without tls sends the password or token in clear to every broker: add tls = {{}} (or tls = {{ ca_file = ... }})");
         }
     }
 
@@ -397,9 +560,15 @@ mod tests {
         );
         let sasl = s.sasl.clone().unwrap();
         assert_eq!(sasl.mechanism, Mechanism::ScramSha512);
-        assert_eq!(sasl.password, SecretSource::File(password.clone()));
+        let SaslCredential::Password {
+            password: source, ..
+        } = &sasl.credential
+        else {
+            panic!("{sasl:?}");
+        };
+        assert_eq!(source, &SecretSource::File(password.clone()));
         // The final line break is not part of the password.
-        assert_eq!(sasl.password.read().unwrap().expose(), "s3cret");
+        assert_eq!(source.read().unwrap().expose(), "s3cret");
         let dial = s.dial("sonde", Duration::from_secs(1)).unwrap();
         let tls = dial.credentials.tls().unwrap().unwrap();
         // Built once while the files stay as they are.
@@ -429,6 +598,73 @@ mod tests {
             format!("{e:#}").contains("SONDE_TEST_NO_SUCH_VARIABLE is not set"),
             "{e:#}"
         );
+    }
+
+    #[test]
+    fn oauthbearer_takes_a_token_file_or_an_endpoint_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "eyJ.x.\n").unwrap();
+        let s = security(&format!(
+            "sasl = {{ mechanism = \"OAUTHBEARER\", token_file = {token:?} }}\n"
+        ));
+        let sasl = s.sasl.clone().unwrap();
+        assert_eq!(sasl.credential, SaslCredential::TokenFile(token.clone()));
+        match s
+            .dial("sonde", Duration::from_secs(1))
+            .unwrap()
+            .credentials
+            .sasl()
+        {
+            Ok(Some(Sasl::OAuthBearer { token })) => assert_eq!(token.expose(), "eyJ.x."),
+            other => panic!("{other:?}"),
+        }
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cret").unwrap();
+        let s = security(&format!(
+            "sasl = {{ mechanism = \"OAUTHBEARER\", token_url = \"https://idp.example/token\", client_id = \"sonde\", client_secret_file = {secret:?}, scope = \"kafka\" }}\n"
+        ));
+        assert_eq!(
+            s.sasl.unwrap().credential,
+            SaslCredential::TokenEndpoint {
+                url: "https://idp.example/token".into(),
+                client_id: "sonde".into(),
+                client_secret: SecretSource::File(secret.clone()),
+                scope: Some("kafka".into()),
+            }
+        );
+        let oauth =
+            |rest: &str| error(&format!("sasl = {{ mechanism = \"OAUTHBEARER\"{rest} }}\n"));
+        assert_eq!(oauth("").0, "sinks[0].sasl.token_file");
+        assert_eq!(oauth(", username = \"u\"").0, "sinks[0].sasl.username");
+        assert_eq!(
+            oauth(&format!(
+                ", token_file = {token:?}, token_url = \"https://x\""
+            ))
+            .0,
+            "sinks[0].sasl.token_url"
+        );
+        assert_eq!(
+            oauth(", token_url = \"ftp://x\"").0,
+            "sinks[0].sasl.token_url"
+        );
+        assert_eq!(
+            oauth(", token_url = \"https://x\"").0,
+            "sinks[0].sasl.client_id"
+        );
+        assert_eq!(
+            oauth(", token_url = \"https://x\", client_id = \"c\"").0,
+            "sinks[0].sasl.client_secret_file"
+        );
+        let missing = dir.path().join("missing");
+        let (k, _, problem, _) = oauth(&format!(", token_file = {missing:?}"));
+        assert_eq!(k, "sinks[0].sasl.token_file");
+        assert!(problem.contains("cannot read"), "{problem}");
+        let (k, _, _, fix) = error(&format!(
+            "sasl = {{ mechanism = \"PLAIN\", username = \"u\", password_file = {secret:?}, token_file = {token:?} }}\n"
+        ));
+        assert_eq!(k, "sinks[0].sasl.token_file");
+        assert!(fix.contains("OAUTHBEARER"), "{fix}");
     }
 
     #[test]
@@ -508,6 +744,107 @@ type Stamp = Vec<Option<(std::time::SystemTime, u64)>>;
 pub struct FileCredentials {
     security: Security,
     tls: Mutex<Option<(Stamp, Arc<rustls::ClientConfig>)>>,
+    token: TokenCache,
+}
+
+/// The token of a token endpoint, kept until 80% of its life has passed
+/// (a minute when the endpoint does not say how long it lives).
+#[derive(Debug, Default)]
+struct TokenCache(Mutex<Option<(Secret, std::time::Instant)>>);
+
+/// How long a token of an endpoint that does not say is kept.
+const TOKEN_KEPT_UNSAID: Duration = Duration::from_secs(60);
+
+impl TokenCache {
+    fn get(&self, credential: &SaslCredential) -> Result<Secret, String> {
+        let SaslCredential::TokenEndpoint {
+            url,
+            client_id,
+            client_secret,
+            scope,
+        } = credential
+        else {
+            return Err("no token endpoint".into());
+        };
+        let mut cached = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((token, until)) = cached.as_ref() {
+            if std::time::Instant::now() < *until {
+                return Ok(token.clone());
+            }
+        }
+        let secret = client_secret
+            .read()
+            .map_err(|e| format!("the OAuth client secret: {e}"))?;
+        let (token, lifetime) = fetch_token(url, client_id, &secret, scope.as_deref())?;
+        let keep = lifetime.map_or(TOKEN_KEPT_UNSAID, |l| l.mul_f64(0.8));
+        *cached = Some((token.clone(), std::time::Instant::now() + keep));
+        Ok(token)
+    }
+}
+
+/// A token from the OAuth 2.0 endpoint `url` with the client credentials
+/// grant, and how long it lives if the endpoint says.
+fn fetch_token(
+    url: &str,
+    client_id: &str,
+    secret: &Secret,
+    scope: Option<&str>,
+) -> Result<(Secret, Option<Duration>), String> {
+    use base64::Engine as _;
+    // RFC 6749 2.3.1: each part form-encoded, then Basic.
+    let enc = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        enc(client_id),
+        enc(secret.expose())
+    ));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .user_agent(concat!("sonde/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into();
+    let mut form = vec![("grant_type", "client_credentials")];
+    if let Some(scope) = scope {
+        form.push(("scope", scope));
+    }
+    let mut answer = agent
+        .post(url)
+        .header("Authorization", &format!("Basic {basic}"))
+        .header("Accept", "application/json")
+        .send_form(form)
+        .map_err(|e| format!("the token endpoint {url}: {e}"))?;
+    let status = answer.status().as_u16();
+    let body = answer
+        .body_mut()
+        .with_config()
+        .limit(1 << 20)
+        .read_to_string()
+        .map_err(|e| format!("the token endpoint {url}: {e}"))?;
+    if status != 200 {
+        // An OAuth error body names the error, never the secret.
+        let said: String = body.chars().take(300).collect();
+        return Err(format!(
+            "the token endpoint {url} answered {status}: {said}"
+        ));
+    }
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        access_token: String,
+        expires_in: Option<f64>,
+    }
+    let a: Answer = serde_json::from_str(&body)
+        .map_err(|e| format!("the token endpoint {url} answered no access_token: {e}"))?;
+    if a.access_token.is_empty() {
+        return Err(format!(
+            "the token endpoint {url} answered an empty access_token"
+        ));
+    }
+    let lifetime = a
+        .expires_in
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64);
+    Ok((Secret::new(a.access_token), lifetime))
 }
 
 impl FileCredentials {
@@ -554,13 +891,26 @@ impl Credentials for FileCredentials {
         let Some(s) = &self.security.sasl else {
             return Ok(None);
         };
-        let password = s
-            .password
-            .read()
-            .map_err(|e| format!("the SASL password: {e}"))?;
-        let username = s.username.clone();
+        let (username, password) = match &s.credential {
+            SaslCredential::Password { username, password } => (
+                username.clone(),
+                password
+                    .read()
+                    .map_err(|e| format!("the SASL password: {e}"))?,
+            ),
+            SaslCredential::TokenFile(path) => {
+                let token = read_secret(path).map_err(|e| format!("the OAUTHBEARER token: {e}"))?;
+                return Ok(Some(Sasl::OAuthBearer { token }));
+            }
+            SaslCredential::TokenEndpoint { .. } => {
+                return self
+                    .token
+                    .get(&s.credential)
+                    .map(|token| Some(Sasl::OAuthBearer { token }));
+            }
+        };
         Ok(Some(match s.mechanism {
-            Mechanism::Plain => Sasl::Plain { username, password },
+            Mechanism::Plain | Mechanism::OAuthBearer => Sasl::Plain { username, password },
             Mechanism::ScramSha256 => Sasl::Scram {
                 hash: ScramHash::Sha256,
                 username,
