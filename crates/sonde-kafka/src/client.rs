@@ -483,6 +483,11 @@ pub struct Connection {
     session_lifetime: Option<Duration>,
     /// When to authenticate again (KIP-368): 85% into the session.
     reauth_at: Option<std::time::Instant>,
+    /// Until when the broker asked for no more requests (the
+    /// `throttle_time_ms` of its last answer, KIP-219).
+    throttled_until: Option<std::time::Instant>,
+    /// Throttle time of answers not yet taken by [`Connection::take_throttle`].
+    throttled: Duration,
     /// Where the SASL credentials of a new authentication come from.
     credentials: Arc<dyn Credentials>,
     produce_version: i16,
@@ -566,6 +571,8 @@ impl Connection {
             scratch: Vec::new(),
             session_lifetime: None,
             reauth_at: None,
+            throttled_until: None,
+            throttled: Duration::ZERO,
             credentials: Arc::clone(&dial.credentials),
         };
         // Under TLS 1.3 a broker that refuses the client's certificate
@@ -584,6 +591,30 @@ impl Connection {
     /// How long the broker keeps the SASL session (KIP-368), if it said.
     pub fn session_lifetime(&self) -> Option<Duration> {
         self.session_lifetime
+    }
+
+    /// Until when the broker asked this client to send nothing more (a
+    /// quota's `throttle_time_ms` in its last produce answer), if that is
+    /// still ahead. A broker that throttles answers at once and then
+    /// holds the connection's further requests (KIP-219): a client that
+    /// waits keeps its requests' timeouts for real delays.
+    pub fn throttled_until(&self) -> Option<std::time::Instant> {
+        self.throttled_until
+            .filter(|&t| t > std::time::Instant::now())
+    }
+
+    /// The throttle time the broker's answers asked for since the last
+    /// call, for the counters.
+    pub fn take_throttle(&mut self) -> Duration {
+        std::mem::take(&mut self.throttled)
+    }
+
+    fn note_throttle(&mut self, ms: i32) {
+        if ms > 0 {
+            let d = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            self.throttled += d;
+            self.throttled_until = Some(std::time::Instant::now() + d);
+        }
     }
 
     /// Authenticates again on this connection when the session the
@@ -1075,7 +1106,8 @@ impl Connection {
                 });
             }
         }
-        r.i32("throttle time")?;
+        let throttle = r.i32("throttle time")?;
+        self.note_throttle(throttle);
         Ok(out)
     }
 }

@@ -7,6 +7,7 @@
 //! it stale (a leader moved, a connection failed).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use crate::client::{Connection, Dial, Error};
 
@@ -32,7 +33,18 @@ pub struct Cluster {
     partitions: Vec<Vec<Partition>>,
     connections: HashMap<i32, Connection>,
     stale: bool,
+    /// When the metadata was last read.
+    refreshed_at: Option<Instant>,
+    /// How old the metadata may grow before it is read again, so that
+    /// partitions added and leaders moved are seen without an error.
+    max_age: Duration,
+    /// Time [`Cluster::produce`] waited for brokers that throttled.
+    throttled: Duration,
 }
+
+/// How old the metadata may grow by default: Kafka's own clients'
+/// `metadata.max.age.ms`.
+pub const METADATA_MAX_AGE: Duration = Duration::from_secs(300);
 
 impl Cluster {
     /// A cluster reached through `bootstrap` (`host:port` each), for
@@ -47,7 +59,21 @@ impl Cluster {
             partitions: Vec::new(),
             connections: HashMap::new(),
             stale: true,
+            refreshed_at: None,
+            max_age: METADATA_MAX_AGE,
+            throttled: Duration::ZERO,
         }
+    }
+
+    /// Reads the metadata again once it is `max_age` old.
+    pub fn set_max_age(&mut self, max_age: Duration) {
+        self.max_age = max_age;
+    }
+
+    /// Time [`Cluster::produce`] waited for throttling brokers since the
+    /// last call.
+    pub fn take_throttled(&mut self) -> Duration {
+        std::mem::take(&mut self.throttled)
     }
 
     /// The client id its connections give.
@@ -86,8 +112,18 @@ impl Cluster {
             .and_then(|p| p.leader)
     }
 
-    /// True when the metadata should be asked again before the next send.
+    /// True when the metadata should be asked again before the next send:
+    /// marked stale, or older than its maximum age.
     pub fn is_stale(&self) -> bool {
+        self.stale
+            || self
+                .refreshed_at
+                .is_none_or(|at| at.elapsed() >= self.max_age)
+    }
+
+    /// True when the metadata was marked stale (a leader moved, a
+    /// connection failed), not merely old.
+    pub fn is_marked_stale(&self) -> bool {
         self.stale
     }
 
@@ -198,6 +234,7 @@ impl Cluster {
         }
         self.stale = all.iter().any(Vec::is_empty);
         self.partitions = all;
+        self.refreshed_at = Some(Instant::now());
         Ok(())
     }
 
@@ -268,17 +305,25 @@ impl Cluster {
         request: &mut [u8],
         frame: crate::client::ProduceFrame,
     ) -> Result<i16, Error> {
-        if self.stale {
+        if self.is_stale() {
             self.refresh()?;
         }
         let node = self.leader_of(topic, partition).ok_or(Error::Broker {
             api: "Metadata",
             code: 5,
         })?;
+        let mut waited = Duration::ZERO;
         let sent = self.connection(node).and_then(|c| {
+            // A broker that throttled the last answer holds what comes
+            // before the time is up: wait here instead.
+            if let Some(until) = c.throttled_until() {
+                waited = until.saturating_duration_since(Instant::now());
+                std::thread::sleep(waited);
+            }
             c.send_produce(request, frame)?;
             c.recv_produce()
         });
+        self.throttled += waited;
         match sent {
             Ok(r) => Ok(r.first().map_or(0, |p| p.error)),
             Err(e) => {

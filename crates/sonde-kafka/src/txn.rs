@@ -94,6 +94,16 @@ impl Transactional {
         &self.cluster
     }
 
+    /// Time spent waiting for brokers that throttled, since the last call.
+    pub fn take_throttled(&mut self) -> Duration {
+        self.cluster.take_throttled()
+    }
+
+    /// Reads the metadata again once it is `max_age` old.
+    pub fn set_metadata_max_age(&mut self, max_age: Duration) {
+        self.cluster.set_max_age(max_age);
+    }
+
     /// True while a transaction is open.
     pub fn is_open(&self) -> bool {
         self.open.is_some()

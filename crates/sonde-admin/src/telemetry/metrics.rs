@@ -67,6 +67,8 @@ pub enum Source {
     HostUdp(&'static str),
     /// One sample per sink, labelled `sink`.
     Sink(fn(&SinkStats) -> u64),
+    /// One sample per sink, labelled `sink`, a fraction.
+    SinkFloat(fn(&SinkStats) -> f64),
     /// One sample per sink and [`sonde_sinks::sink::FailReason`], labelled `sink`
     /// and `reason`.
     SinkFailures,
@@ -284,6 +286,11 @@ pub const METRICS: &[Metric] = &[
         "sonde_sink_retries_total",
         "Failed attempts that were tried again.",
         Source::Sink(|s| s.retries.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_throttled_seconds_total",
+        "Time a sink held its requests because the backend throttled it (a Kafka quota's throttle_time_ms).",
+        Source::SinkFloat(|s| s.throttled_ms.load(Relaxed) as f64 / 1e3),
     ),
     counter(
         "sonde_sink_retry_after_waits_total",

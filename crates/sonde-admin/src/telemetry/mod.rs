@@ -145,6 +145,19 @@ impl Telemetry {
                         out.sample(&[("sink", &s.name)], Value::Int(get(s)));
                     }
                 }
+                Source::SinkFloat(get) => {
+                    for s in &sinks {
+                        // A whole number is written as one, in the text as
+                        // in the JSON.
+                        let v = get(s);
+                        let v = if v.fract() == 0.0 && (0.0..9e15).contains(&v) {
+                            Value::Int(v as u64)
+                        } else {
+                            Value::Float(v)
+                        };
+                        out.sample(&[("sink", &s.name)], v);
+                    }
+                }
                 Source::SinkFailures => {
                     for s in &sinks {
                         for r in FailReason::ALL {

@@ -112,8 +112,10 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         .security
         .dial("sonde", d.request_timeout)
         .with_context(|| format!("kafka sink {}", stats.name))?;
+    let mut cluster = Cluster::new(&k.brokers, &[&k.topic], dial);
+    cluster.set_max_age(k.metadata_max_age);
     let sender = Sender {
-        cluster: Cluster::new(&k.brokers, &[&k.topic], dial),
+        cluster,
         compressor,
         builder: BatchBuilder::new(),
         request: Vec::new(),
@@ -297,7 +299,11 @@ impl Sender {
         if self.pending.is_empty() || Instant::now() < self.next_try {
             return;
         }
-        if self.cluster.is_stale() && self.in_flight.is_empty() {
+        // Metadata marked stale waits for the requests in flight (their
+        // answers may say more); metadata merely old is read again at once
+        // (from a connection with nothing in flight).
+        if self.cluster.is_stale() && (self.in_flight.is_empty() || !self.cluster.is_marked_stale())
+        {
             if let Err(e) = self.cluster.refresh() {
                 self.failed(&e, "cannot read the topic's metadata");
                 return;
@@ -454,6 +460,15 @@ impl Sender {
             let _ = conn.set_read_timeout(limit);
         }
         let result = conn.recv_produce();
+        // A quota's throttle: nothing more is sent until it is over.
+        let throttled = conn.take_throttle();
+        if let Some(until) = conn.throttled_until() {
+            self.next_try = self.next_try.max(until);
+        }
+        self.stats.throttled_ms.fetch_add(
+            u64::try_from(throttled.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let code = match result {
             Ok(r) => r.first().map_or(0, |p| p.error),
             Err(e) => {

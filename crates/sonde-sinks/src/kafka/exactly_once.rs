@@ -118,6 +118,7 @@ fn create(k: &Settings, dial: &Dial, source: &SourceInfo) -> anyhow::Result<Tran
         CALL_TIMEOUT,
         dial.clone(),
     );
+    t.set_metadata_max_age(k.metadata_max_age);
     t.init().with_context(|| {
         format!(
             "initialising the kafka transactions of {} (is a broker of {} up?)",
@@ -481,12 +482,17 @@ impl Transactions {
             let end = self
                 .encoder
                 .fill(&mut self.builder, batch, start..range.end, limits, now);
-            match self.txn.produce(
+            let produced = self.txn.produce(
                 &self.k.topic,
                 self.partition,
                 &mut self.builder,
                 &mut self.compressor,
-            ) {
+            );
+            self.stats.throttled_ms.fetch_add(
+                u64::try_from(self.txn.take_throttled().as_millis()).unwrap_or(u64::MAX),
+                Relaxed,
+            );
+            match produced {
                 Ok(()) => {}
                 Err(ProduceError::TooLarge) if end - start > 1 => {
                     let mid = start + (end - start) / 2;

@@ -153,6 +153,7 @@ pub struct Records {
     cluster: Cluster,
     /// `metrics_topic`.
     topic: String,
+    stats: std::sync::Arc<crate::sink::SinkStats>,
     compressor: Compressor,
     builder: BatchBuilder,
     request: Vec<u8>,
@@ -191,12 +192,19 @@ fn send_error(e: &KafkaError) -> SendError {
 }
 
 impl Records {
-    fn new(k: &Settings, n: &NetSink) -> anyhow::Result<Self> {
+    fn new(
+        k: &Settings,
+        n: &NetSink,
+        stats: std::sync::Arc<crate::sink::SinkStats>,
+    ) -> anyhow::Result<Self> {
         let d = &n.delivery;
         let dial = k.security.dial("sonde", d.request_timeout)?;
+        let mut cluster = Cluster::new(&k.brokers, &[&k.metrics_topic], dial);
+        cluster.set_max_age(k.metadata_max_age);
         Ok(Records {
-            cluster: Cluster::new(&k.brokers, &[&k.metrics_topic], dial),
+            cluster,
             topic: k.metrics_topic.clone(),
+            stats,
             compressor: Compressor::new(n.compression)?,
             builder: BatchBuilder::new(),
             request: Vec::new(),
@@ -301,9 +309,16 @@ impl Records {
     /// the connection's error (the connection is then closed and the
     /// metadata asked again).
     fn attempt(&mut self, partition: i32, frame: ProduceFrame) -> Result<i16, SendError> {
-        self.cluster
+        let code = self
+            .cluster
             .produce(&self.topic, partition, &mut self.request, frame)
-            .map_err(|e| send_error(&e))
+            .map_err(|e| send_error(&e));
+        let throttled = self.cluster.take_throttled();
+        self.stats.throttled_ms.fetch_add(
+            u64::try_from(throttled.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        code
     }
 }
 
@@ -377,7 +392,7 @@ pub fn start(
     n: &NetSink,
     st: &mut Start<'_>,
 ) -> anyhow::Result<Running> {
-    let transport = Records::new(k, n)?;
+    let transport = Records::new(k, n, std::sync::Arc::clone(&st.stats))?;
     // The producer compresses record batches itself: the sender's bodies
     // stay as they are.
     let mut plain = s.clone();

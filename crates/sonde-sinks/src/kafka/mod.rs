@@ -38,7 +38,9 @@ use self::metrics::PointFormat;
 use serde::Deserialize;
 
 use crate::descriptor::{Buffer, Input, NonEmpty, Running, Sink, SinkType, Start, Transport};
+use sonde_config::units::HumanDuration;
 use sonde_config::ConfigError;
+use std::time::Duration;
 
 /// `type = "kafka"`: `brokers` and `topic` (required), `format`,
 /// `delivery`, `offsets_topic`, `metrics_topic`, `metrics_format`.
@@ -62,6 +64,7 @@ pub static TYPE: SinkType = SinkType {
         "metrics_format",
         "tls",
         "sasl",
+        "metadata_max_age",
     ],
     check,
     start,
@@ -111,6 +114,9 @@ pub struct Settings {
     pub metrics_format: PointFormat,
     /// `tls` and `sasl`.
     pub security: security::Security,
+    /// `metadata_max_age`: how old the cluster's metadata may grow before
+    /// it is read again (default 5 minutes, Kafka's own clients').
+    pub metadata_max_age: Duration,
 }
 
 /// A kafka sink's own keys, as written.
@@ -129,6 +135,7 @@ struct Options {
     metrics_format: PointFormat,
     tls: Option<security::TlsOptions>,
     sasl: Option<security::SaslOptions>,
+    metadata_max_age: Option<HumanDuration>,
 }
 
 /// The offsets topic when `offsets_topic` is not set.
@@ -197,6 +204,7 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         ("metrics_topic", "\"metrics\""),
         security::EXAMPLES[0],
         security::EXAMPLES[1],
+        ("metadata_max_age", "\"5m\""),
     ])?;
     if o.brokers.is_empty() {
         return Err(ConfigError::new(
@@ -254,6 +262,16 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         }
     }
     let security = security::check(o.tls.as_ref(), o.sasl.as_ref())?;
+    let metadata_max_age = o
+        .metadata_max_age
+        .map_or(sonde_kafka::cluster::METADATA_MAX_AGE, |d| d.0);
+    if metadata_max_age < Duration::from_secs(1) {
+        return Err(ConfigError::new(
+            "metadata_max_age",
+            "`metadata_max_age` under a second would ask the metadata before every request",
+            "write a duration of a second or more, like metadata_max_age = \"5m\"",
+        ));
+    }
     Ok(Settings {
         brokers: o.brokers,
         topic,
@@ -263,6 +281,7 @@ pub fn settings(s: &Sink) -> Result<Settings, ConfigError> {
         metrics_topic,
         metrics_format: o.metrics_format,
         security,
+        metadata_max_age,
     })
 }
 
@@ -337,6 +356,7 @@ mod tests {
                 metrics_topic: "logs".into(),
                 metrics_format: PointFormat::Json,
                 security: Default::default(),
+                metadata_max_age: Duration::from_secs(300),
             }
         );
         assert!(!s.exclusive_logs);

@@ -138,6 +138,9 @@ pub struct SinkStats {
     pub bytes_sent: AtomicU64,
     /// Attempts that failed and were tried again.
     pub retries: AtomicU64,
+    /// Milliseconds the backend asked the sink to hold its requests
+    /// (Kafka's quota `throttle_time_ms`), which it did.
+    pub throttled_ms: AtomicU64,
     /// Retries the backend's `Retry-After` put off longer than the
     /// backoff would have.
     pub retry_after_waits: AtomicU64,
@@ -170,6 +173,7 @@ impl SinkStats {
             bytes_raw: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            throttled_ms: AtomicU64::new(0),
             retry_after_waits: AtomicU64::new(0),
             failures: std::array::from_fn(|_| AtomicU64::new(0)),
             queue_batches: AtomicU64::new(0),

@@ -1684,6 +1684,45 @@ impl Kafka {
         self.spawn();
     }
 
+    /// Sets the produce quota of the clients with id `client_id` to
+    /// `bytes_per_second`, with Kafka's own `kafka-configs` tool (the
+    /// `ConfigCommand` class of the broker's jars), as an operator would.
+    pub fn set_producer_quota(&self, client_id: &str, bytes_per_second: u64) {
+        let var = |name: &str| {
+            self.proc
+                .env
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("the broker's {name} is not known"))
+        };
+        let mut classpath = var("SONDE_KAFKA_LIBS");
+        classpath.push("/*");
+        let out = Command::new(var("JAVA"))
+            .arg("-cp")
+            .arg(classpath)
+            .args([
+                "kafka.admin.ConfigCommand",
+                "--bootstrap-server",
+                &self.bootstrap(),
+                "--alter",
+                "--add-config",
+                &format!("producer_byte_rate={bytes_per_second}"),
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                client_id,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "setting a quota: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// A client configuration with `bootstrap.servers` set to this broker.
     pub fn client_config(&self) -> rdkafka::ClientConfig {
         let mut config = rdkafka::ClientConfig::new();
