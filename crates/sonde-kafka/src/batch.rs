@@ -365,10 +365,13 @@ pub struct DecodedRecord {
     pub timestamp_ms: i64,
     /// Its key.
     pub key: Option<Vec<u8>>,
-    /// Its value.
+    /// Its value (empty when null).
     pub value: Vec<u8>,
-    /// Its headers.
-    pub headers: Vec<(String, Vec<u8>)>,
+    /// The value is null (a tombstone), which Kafka tells apart from an
+    /// empty one; [`BatchBuilder`] writes none, other producers do.
+    pub null_value: bool,
+    /// Its headers: key and value, `None` for a null value.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// A batch read back by [`decode`].
@@ -453,19 +456,25 @@ pub fn decode(batch: &[u8]) -> Result<Decoded, Malformed> {
         let ts_delta = b.varint("timestamp delta")?;
         let offset_delta = b.varint("offset delta")?;
         let key = nullable_bytes(&mut b, "key")?;
-        let value = nullable_bytes(&mut b, "value")?.unwrap_or_default();
+        let value = nullable_bytes(&mut b, "value")?;
         let n = b.varint("header count")?;
         let mut headers = Vec::new();
         for _ in 0..n.max(0) {
             let k = nullable_bytes(&mut b, "header key")?.unwrap_or_default();
-            let v = nullable_bytes(&mut b, "header value")?.unwrap_or_default();
+            let v = nullable_bytes(&mut b, "header value")?;
             headers.push((String::from_utf8_lossy(&k).into_owned(), v));
+        }
+        // The record's length covers its fields exactly, as the Java
+        // client checks.
+        if !b.rest().is_empty() {
+            return Err(Malformed("bytes after a record's headers"));
         }
         out.push(DecodedRecord {
             offset_delta,
             timestamp_ms: base_timestamp.wrapping_add(ts_delta),
             key,
-            value,
+            null_value: value.is_none(),
+            value: value.unwrap_or_default(),
             headers,
         });
     }
@@ -566,7 +575,10 @@ mod tests {
                 prop_assert_eq!(r.timestamp_ms, *ts);
                 prop_assert_eq!(&r.key, key);
                 prop_assert_eq!(&r.value, value);
-                prop_assert_eq!(&r.headers, headers);
+                prop_assert!(!r.null_value);
+                let want: Vec<(String, Option<Vec<u8>>)> =
+                    headers.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+                prop_assert_eq!(&r.headers, &want);
             }
             prop_assert_eq!(got.max_timestamp, records.iter().map(|r| r.0).max().unwrap());
         }
@@ -619,6 +631,33 @@ mod tests {
             Producer::NONE,
         );
         assert_eq!(got.records[0].value, noise);
+    }
+
+    #[test]
+    fn a_record_longer_than_its_fields_is_malformed() {
+        let mut b = BatchBuilder::new();
+        b.push_value(1, b"hello");
+        let mut out = Vec::new();
+        b.finish(
+            &mut Compressor::new(Compression::None).unwrap(),
+            Producer::NONE,
+            &mut out,
+        )
+        .unwrap();
+        // The record's length (a one-byte varint right after the header)
+        // one more, a byte more after its headers, and the batch's length
+        // and CRC made right again.
+        assert_eq!(out[HEADER_BYTES], 2 * (out.len() - HEADER_BYTES - 1) as u8);
+        out[HEADER_BYTES] += 2;
+        out.push(0);
+        let length = (out.len() - 12) as i32;
+        set_i32(&mut out, 8, length);
+        let crc = crc32c::crc32c(&out[CRC_FROM..]);
+        out[CRC_FROM - 4..CRC_FROM].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            decode(&out),
+            Err(Malformed("bytes after a record's headers"))
+        );
     }
 
     #[test]
