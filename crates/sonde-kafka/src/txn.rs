@@ -244,8 +244,16 @@ impl Transactional {
     }
 
     fn end(&mut self, commit: bool) -> Result<(), Error> {
-        if self.open.is_none() {
-            return Ok(());
+        match &self.open {
+            None => return Ok(()),
+            // No partition was added (the first add failed): the
+            // coordinator has no transaction to end, and would answer
+            // `INVALID_TXN_STATE`.
+            Some(added) if added.is_empty() => {
+                self.open = None;
+                return Ok(());
+            }
+            Some(_) => {}
         }
         let producer = self.producer()?;
         let id = self.id.clone();
