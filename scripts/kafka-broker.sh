@@ -49,6 +49,14 @@
 # CERT_DIR/wrong-name.pem, a certificate for another host). Brokers talk
 # to each other over PLAINTEXT.
 #
+# With SONDE_KAFKA_CLUSTER="NODE_ID VOTERS CLUSTER_ID" (VOTERS as
+# `1@127.0.0.1:PORT,2@127.0.0.1:PORT,3@127.0.0.1:PORT`), prepare writes
+# one node of a cluster of that many nodes, each a broker and a
+# controller: its node id, the shared quorum, and a replication factor of
+# 3 with min.insync.replicas 2 for new topics and the internal ones
+# (Kafka's production defaults); every node is formatted with the same
+# cluster id.
+#
 # Environment: SONDE_KAFKA_LIBS, the broker's jars (default
 # target/kafka/libs-4.1.0, where scripts/install-kafka.sh puts them);
 # SONDE_KAFKA_HEAP, the JVM's maximum heap (default 1g; the tests run
@@ -133,10 +141,17 @@ prepare() {
     listeners+=",SSL://127.0.0.1:$ssl_port,MTLS://127.0.0.1:$mtls_port,SASL_SSL://127.0.0.1:$sasl_port,WRONGNAME://127.0.0.1:$wrong_port"
     protocols+=",SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL,WRONGNAME:SSL"
   fi
+  local node=1 voters="1@127.0.0.1:$controller_port" cluster_id="" replicas=1 min_isr=1
+  if [ -n "${SONDE_KAFKA_CLUSTER:-}" ]; then
+    read -r node voters cluster_id <<<"$SONDE_KAFKA_CLUSTER"
+    [ -n "$cluster_id" ] || { echo "kafka-broker: SONDE_KAFKA_CLUSTER needs NODE_ID VOTERS CLUSTER_ID" >&2; exit 2; }
+    replicas=3
+    min_isr=2
+  fi
   cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$controller_port
+node.id=$node
+controller.quorum.voters=$voters
 listeners=$listeners,CONTROLLER://127.0.0.1:$controller_port
 advertised.listeners=$listeners
 listener.security.protocol.map=$protocols
@@ -144,15 +159,15 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/data
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
+default.replication.factor=$replicas
+min.insync.replicas=$min_isr
+offsets.topic.replication.factor=$replicas
 offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$replicas
+transaction.state.log.min.isr=$min_isr
 transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$replicas
+share.coordinator.state.topic.min.isr=$min_isr
 group.initial.rebalance.delay.ms=0
 broker.session.timeout.ms=4000
 broker.heartbeat.interval.ms=500
@@ -196,7 +211,7 @@ LOG
       scram=(--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'
         --add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]')
     fi
-    "$java" "${jvm[@]}" kafka.tools.StorageTool format --cluster-id "$(cluster_ids 1)" \
+    "$java" "${jvm[@]}" kafka.tools.StorageTool format --cluster-id "${cluster_id:-$(cluster_ids 1)}" \
       --config "$dir/server.properties" "${scram[@]}" ||
       { echo "kafka-broker: formatting $dir/data failed" >&2; exit 1; }
   fi

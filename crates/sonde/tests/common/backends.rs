@@ -168,6 +168,8 @@ struct Process {
     child: Option<Child>,
     /// Exit statuses that count as a clean stop after SIGTERM.
     clean_exit: fn(ExitStatus) -> bool,
+    /// How long a start may take.
+    start_deadline: Duration,
 }
 
 /// The servers running now, by pid, with their temp dirs. A server held in
@@ -226,6 +228,7 @@ impl Process {
             log,
             child: None,
             clean_exit: |s| s.success(),
+            start_deadline: START_DEADLINE,
         }
     }
 
@@ -235,7 +238,13 @@ impl Process {
 
     /// Spawns the server (log appended, so a restart keeps the earlier run's
     /// lines) and polls `ready` until it returns true or the deadline passes.
-    fn spawn_and_wait(&mut self, mut ready: impl FnMut() -> bool) {
+    fn spawn_and_wait(&mut self, ready: impl FnMut() -> bool) {
+        self.spawn();
+        self.wait_ready(std::time::Instant::now(), ready);
+    }
+
+    /// Spawns the server (log appended) without waiting for it.
+    fn spawn(&mut self) {
         assert!(self.child.is_none(), "{} is already running", self.name);
         let log = OpenOptions::new()
             .create(true)
@@ -253,8 +262,12 @@ impl Process {
             .unwrap_or_else(|e| panic!("spawning {}: {e}", self.program.display()));
         register(&child, self.dir.path());
         self.child = Some(child);
-        let started = std::time::Instant::now();
-        let deadline = started + START_DEADLINE;
+    }
+
+    /// Polls `ready` until it returns true or [`START_DEADLINE`] after
+    /// `started` passes; panics with the log tail if the server exits.
+    fn wait_ready(&mut self, started: std::time::Instant, mut ready: impl FnMut() -> bool) {
+        let deadline = started + self.start_deadline;
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 if let Some(c) = self.child.take() {
@@ -279,8 +292,9 @@ impl Process {
             if std::time::Instant::now() > deadline {
                 self.kill();
                 panic!(
-                    "{} not ready after {START_DEADLINE:?}; log tail:\n{}",
+                    "{} not ready after {:?}; log tail:\n{}",
                     self.name,
+                    self.start_deadline,
                     self.log_tail(40)
                 );
             }
@@ -1508,6 +1522,12 @@ pub type KafkaProducer = rdkafka::producer::BaseProducer<Deliveries>;
 pub struct Kafka {
     proc: Process,
     port: u16,
+    /// Its node id (1 alone, 1 to N in a [`KafkaCluster`]).
+    node: i32,
+    /// Every node's address, for clients of a [`KafkaCluster`].
+    all: Option<String>,
+    /// The replication factor of the topics it creates.
+    replicas: i32,
     /// With [`Kafka::start_secure`]: the SSL, MTLS, SASL_SSL and
     /// WRONGNAME listeners' ports.
     secure: Option<[u16; 4]>,
@@ -1627,12 +1647,41 @@ impl Kafka {
         // `run` execs the JVM, which exits with 128 + 15 once its shutdown
         // hooks (Kafka's orderly shutdown) have run after SIGTERM.
         proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
-        let mut kafka = Kafka { proc, port, secure };
+        let mut kafka = Kafka {
+            proc,
+            port,
+            node: 1,
+            all: None,
+            replicas: 1,
+            secure,
+        };
         kafka.spawn();
         Ok(kafka)
     }
 
     fn spawn(&mut self) {
+        let started = std::time::Instant::now();
+        let before = self.start_process();
+        self.wait_started(started, before);
+    }
+
+    /// Starts the JVM; returns how many starts its log shows already.
+    fn start_process(&mut self) -> usize {
+        let before = self.started_lines();
+        self.proc.spawn();
+        before
+    }
+
+    fn started_lines(&self) -> usize {
+        std::fs::read_to_string(&self.proc.log)
+            .unwrap_or_default()
+            .matches("Kafka Server started")
+            .count()
+    }
+
+    /// Waits until this run logged its start and the metadata lists the
+    /// node at its address.
+    fn wait_started(&mut self, started: std::time::Instant, before: usize) {
         let log = self.proc.log.clone();
         // The log is appended across restarts: wait for this run's line.
         let started_lines = || {
@@ -1641,10 +1690,10 @@ impl Kafka {
                 .matches("Kafka Server started")
                 .count()
         };
-        let before = started_lines();
         let bootstrap = self.bootstrap();
-        self.proc.spawn_and_wait(|| {
-            started_lines() > before && broker_listed(&bootstrap, Duration::from_secs(2))
+        let node = self.node;
+        self.proc.wait_ready(started, || {
+            started_lines() > before && broker_listed(&bootstrap, node, Duration::from_secs(2))
         });
     }
 
@@ -1726,7 +1775,10 @@ impl Kafka {
     /// A client configuration with `bootstrap.servers` set to this broker.
     pub fn client_config(&self) -> rdkafka::ClientConfig {
         let mut config = rdkafka::ClientConfig::new();
-        config.set("bootstrap.servers", self.bootstrap());
+        config.set(
+            "bootstrap.servers",
+            self.all.clone().unwrap_or_else(|| self.bootstrap()),
+        );
         config
     }
 
@@ -1743,7 +1795,7 @@ impl Kafka {
         let admin: AdminClient<rdkafka::client::DefaultClientContext> =
             self.client_config().create().unwrap();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(self.replicas));
         for (k, v) in settings {
             new = new.set(k, v);
         }
@@ -1766,7 +1818,9 @@ impl Kafka {
                 let t = metadata.topics().iter().find(|t| t.name() == topic)?;
                 let ready = t.error().is_none()
                     && t.partitions().len() == usize::try_from(partitions).unwrap()
-                    && t.partitions().iter().all(|p| p.leader() == 1);
+                    && t.partitions().iter().all(|p| {
+                        p.leader() >= 0 && p.isr().len() == usize::try_from(self.replicas).unwrap()
+                    });
                 ready.then_some(())
             },
         );
@@ -1925,9 +1979,192 @@ pub fn flush(producer: &KafkaProducer) {
         .unwrap_or_else(|e| panic!("flushing the producer: {e}"));
 }
 
+/// A cluster of Kafka nodes, each a broker and a controller of one
+/// quorum (`scripts/kafka-broker.sh`, `SONDE_KAFKA_CLUSTER`), with a
+/// replication factor of 3 and `min.insync.replicas` 2: what production
+/// runs. Each node is a [`Kafka`] whose clients bootstrap from them all.
+pub struct KafkaCluster {
+    pub nodes: Vec<Kafka>,
+}
+
+impl KafkaCluster {
+    /// Prepares `n` nodes on free loopback ports with one cluster id,
+    /// starts them all (a node waits for the quorum, so none is ready
+    /// before the others run) and waits until each is listed.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] as [`Kafka::start`].
+    pub fn start(n: usize) -> Result<KafkaCluster, Unavailable> {
+        let libs = match std::env::var_os("SONDE_KAFKA_LIBS") {
+            Some(p) => PathBuf::from(p),
+            None => PathBuf::from(KAFKA_LIBS_DEFAULT),
+        };
+        let broker_jar = libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"));
+        if !broker_jar.is_file() {
+            return Err(Unavailable {
+                server: "Kafka",
+                looked_for: vec![broker_jar],
+                remedy: "install it with scripts/install-kafka.sh".into(),
+            });
+        }
+        let java = find_binary("Java", "openjdk-17-jdk-headless", "/usr/bin/java", "java")?;
+        let mut taken = Vec::new();
+        let mut port = || loop {
+            let p = free_port();
+            if !taken.contains(&p) {
+                taken.push(p);
+                break p;
+            }
+        };
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (port(), port())).collect();
+        let voters: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
+            .collect();
+        let voters = voters.join(",");
+        let all: Vec<String> = ports
+            .iter()
+            .map(|(p, _)| format!("127.0.0.1:{p}"))
+            .collect();
+        let all = all.join(",");
+        let cluster_id = {
+            let out = Command::new(KAFKA_BROKER_SCRIPT)
+                .args(["cluster-id"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let mut nodes = Vec::new();
+        for (i, (port, controller)) in ports.iter().enumerate() {
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("sonde-kafka-{}-", i + 1))
+                .tempdir()
+                .unwrap();
+            let dir_arg = dir.path().display().to_string();
+            let mut proc = Process::new("Kafka", PathBuf::from(KAFKA_BROKER_SCRIPT), dir);
+            proc.env = vec![
+                ("SONDE_KAFKA_LIBS", libs.clone().into_os_string()),
+                ("SONDE_KAFKA_HEAP", KAFKA_HEAP.into()),
+                ("JAVA", java.clone().into_os_string()),
+                (
+                    "SONDE_KAFKA_CLUSTER",
+                    format!("{} {voters} {cluster_id}", i + 1).into(),
+                ),
+            ];
+            proc.run_to_completion(&[
+                "prepare".to_string(),
+                dir_arg.clone(),
+                port.to_string(),
+                controller.to_string(),
+            ]);
+            proc.args = vec!["run".to_string(), dir_arg];
+            proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
+            // Three JVMs starting at once on a small machine, each waiting
+            // for the quorum.
+            proc.start_deadline = Duration::from_secs(120);
+            nodes.push(Kafka {
+                proc,
+                port: *port,
+                node: i32::try_from(i + 1).unwrap(),
+                all: Some(all.clone()),
+                replicas: 3,
+                secure: None,
+            });
+        }
+        let started = std::time::Instant::now();
+        let before: Vec<usize> = nodes.iter_mut().map(Kafka::start_process).collect();
+        for (k, before) in nodes.iter_mut().zip(before) {
+            k.wait_started(started, before);
+        }
+        Ok(KafkaCluster { nodes })
+    }
+
+    /// Starts every node that is down, together (a node alone waits for
+    /// the quorum), and waits until each is listed.
+    pub fn restart_stopped(&mut self) {
+        let started = std::time::Instant::now();
+        let before: Vec<Option<usize>> = self
+            .nodes
+            .iter_mut()
+            .map(|k| k.proc.child.is_none().then(|| k.start_process()))
+            .collect();
+        for (k, before) in self.nodes.iter_mut().zip(before) {
+            if let Some(before) = before {
+                k.wait_started(started, before);
+            }
+        }
+    }
+
+    /// Every node's address, for `brokers`.
+    pub fn bootstrap(&self) -> Vec<String> {
+        self.nodes.iter().map(Kafka::bootstrap).collect()
+    }
+
+    /// Node `id` (from 1).
+    pub fn node(&mut self, id: i32) -> &mut Kafka {
+        &mut self.nodes[usize::try_from(id - 1).unwrap()]
+    }
+
+    /// A node that runs, for the clients' calls.
+    pub fn any(&self) -> &Kafka {
+        self.nodes
+            .iter()
+            .find(|k| k.proc.child.is_some())
+            .expect("a running node")
+    }
+
+    /// The node id of the leader of `topic`'s `partition`, once it has
+    /// one whose in-sync replicas number `isr` at least.
+    pub fn leader(&self, topic: &str, partition: i32, isr: usize) -> i32 {
+        self.leader_when(topic, partition, |_, in_sync| in_sync >= isr)
+    }
+
+    /// The node id of the leader of `topic`'s `partition`, once `ready`
+    /// holds for it and the number of in-sync replicas.
+    pub fn leader_when(
+        &self,
+        topic: &str,
+        partition: i32,
+        ready: impl Fn(i32, usize) -> bool,
+    ) -> i32 {
+        use rdkafka::consumer::Consumer;
+        let consumer = self.any().consumer(Isolation::ReadUncommitted);
+        wait_for(
+            &format!("a leader of {topic}/{partition} as the test waits for"),
+            START_DEADLINE,
+            || {
+                let metadata = consumer
+                    .fetch_metadata(Some(topic), Duration::from_secs(2))
+                    .ok()?;
+                let t = metadata.topics().iter().find(|t| t.name() == topic)?;
+                let p = t.partitions().iter().find(|p| p.id() == partition)?;
+                (p.leader() >= 0 && ready(p.leader(), p.isr().len())).then_some(p.leader())
+            },
+        )
+    }
+
+    /// Adds partitions to `topic` until it has `total`.
+    pub fn add_partitions(&self, topic: &str, total: usize) {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            self.any().client_config().create().unwrap();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let results =
+            block_on(admin.create_partitions([&NewPartitions::new(topic, total)], &options))
+                .unwrap_or_else(|e| panic!("adding partitions to {topic}: {e}"));
+        for r in results {
+            if let Err((name, code)) = r {
+                panic!("adding partitions to {name}: {code}");
+            }
+        }
+    }
+}
+
 /// Whether a metadata request to `bootstrap` answers within `timeout` and
 /// lists broker 1 at that address.
-fn broker_listed(bootstrap: &str, timeout: Duration) -> bool {
+fn broker_listed(bootstrap: &str, node: i32, timeout: Duration) -> bool {
     use rdkafka::producer::Producer;
     if TcpStream::connect(bootstrap).is_err() {
         return false;
@@ -1944,7 +2181,7 @@ fn broker_listed(bootstrap: &str, timeout: Duration) -> bool {
     metadata
         .brokers()
         .iter()
-        .any(|b| b.id() == 1 && format!("{}:{}", b.host(), b.port()) == bootstrap)
+        .any(|b| b.id() == node && format!("{}:{}", b.host(), b.port()) == bootstrap)
 }
 
 /// Runs a future to completion on the current thread, parking between
