@@ -9,6 +9,7 @@
 #       [--kill-rate 16MB] [--follow active|rotated] [--rotate rename|copytruncate]
 #   scripts/bench-logs.sh --steady 10MB [--steady-total 600MB] [--files 20] [--idle-files 9980]
 #       [--sink blackhole] [--compression lz4] [--agents "sonde rsyslog"]
+#   scripts/bench-logs.sh --security "plain tls scram" [--agents sonde] [--compression lz4]
 #   either with [--delivery at_least_once|exactly_once] [--port 19092] [--keep-dir]
 #       [--multiline REGEX] [--format lines|cri]
 #
@@ -72,6 +73,14 @@
 # --line-bytes) and has sonde read them with format = "cri", shipping the
 # line alone; rsyslog has no reader of the format and is skipped.
 #
+# --security (throughput runs) lists how sonde connects, each a row of
+# the same run: plain (the default), tls (TLS to the broker's SSL
+# listener, the CA from a file) and scram (SCRAM-SHA-512 over TLS to its
+# SASL_SSL listener). Other than plain, the broker gets those listeners
+# (scripts/kafka-broker.sh, SONDE_KAFKA_SECURE, on --port + 2 to + 5) and
+# certificates openssl makes in the work directory; the checker reads
+# over plaintext. rsyslog runs plain only.
+#
 # --delivery is the sonde sink's delivery mode; with exactly_once the
 # checker reads read_committed, as the mode's promise is stated (rsyslog
 # has no such mode: its runs are the same either way).
@@ -113,6 +122,7 @@ format=lines
 steady=
 steady_total=600MB
 idle_files=0
+securities=plain
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) install=1 ;;
@@ -122,6 +132,7 @@ while [ $# -gt 0 ]; do
     --files) files=$2; shift ;;
     --line-bytes) line_bytes=$2; shift ;;
     --port) port=$2; shift ;;
+    --security) securities=$2; shift ;;
     --kill) kills=$2; shift ;;
     --kill-total) kill_total=$2; shift ;;
     --kill-rate) kill_rate=$2; shift ;;
@@ -288,7 +299,7 @@ agent_rsyslog_start() {
 
 # agent_sonde_prepare RUN_DIR LOG_DIR TOPIC COMPRESSION
 agent_sonde_prepare() {
-  local run=$1 logs=$2 topic=$3 compression=$4
+  local run=$1 logs=$2 topic=$3 compression=$4 security=${5:-plain}
   [ -x "$SONDE_BIN" ] || { echo "no sonde binary at $SONDE_BIN (cargo build -p sonde, or set SONDE_BIN)"; return 1; }
   local include
   include=$(follow_paths "$logs" | sed 's/.*/"&"/' | paste -sd, -)
@@ -322,16 +333,30 @@ type = "blackhole"
 inputs = ["app"]
 TOML
   else
+    local broker="127.0.0.1:$port" keys=""
+    case "$security" in
+      plain) ;;
+      tls)
+        broker="127.0.0.1:$((port + 2))"
+        keys="tls = { ca_file = \"$certs/ca.pem\" }" ;;
+      scram)
+        broker="127.0.0.1:$((port + 4))"
+        printf 'alice-secret\n' >"$run/password"
+        keys="tls = { ca_file = \"$certs/ca.pem\" }
+sasl = { mechanism = \"SCRAM-SHA-512\", username = \"alice\", password_file = \"$run/password\" }" ;;
+      *) echo "unknown --security $security (plain, tls or scram)"; return 1 ;;
+    esac
     cat >>"$run/sonde.toml" <<TOML
 [[sinks]]
 name = "kafka"
 type = "kafka"
 inputs = ["app"]
-brokers = ["127.0.0.1:$port"]
+brokers = ["$broker"]
 topic = "$topic"
 format = "raw"
 compression = "$compression"
 delivery = "$delivery"
+$keys
 TOML
   fi
   local out
@@ -363,17 +388,41 @@ stop_agent() {
   fi
 }
 
+# Certificates for the TLS and SASL_SSL listeners: a CA and the broker's
+# certificate for 127.0.0.1 (key first, then the certificate: Kafka's PEM
+# keystore).
+certs="$work/certs"
+if [ "$securities" != plain ]; then
+  mkdir -p "$certs"
+  (
+    cd "$certs"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout ca.key -out ca.pem -days 2 -subj /CN=bench-ca 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+      -keyout broker.key -out broker.csr -subj /CN=127.0.0.1 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+    openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+      -out broker.crt -days 2 -extfile san.ext 2>/dev/null
+    cat broker.key broker.crt >broker.pem
+    cp broker.pem wrong-name.pem
+  ) || { echo "bench-logs: making certificates with openssl failed" >&2; exit 1; }
+  export SONDE_KAFKA_SECURE="$certs $((port + 2)) $((port + 3)) $((port + 4)) $((port + 5))"
+fi
 [ "$sink" = blackhole ] || "$root/scripts/kafka-broker.sh" start "$broker_dir" "$port"
 
 # throughput AGENT COMPRESSION: one run; appends a row to $work/results.
 throughput() {
-  local agent=$1 compression=$2
-  local run="$work/$agent-$compression" topic="bench-$agent-$compression"
+  local agent=$1 compression=$2 security=${3:-plain}
+  local run="$work/$agent-$compression-$security" topic="bench-$agent-$compression-$security"
   mkdir -p "$run"
   "$logwrite" --dir "$run/logs" --files "$files" --line-bytes "$line_bytes" --total "$total" \
     --format "$format" --summary "$run/summary.json" >/dev/null 2>"$run/write.log"
   local why
-  if ! why=$("agent_${agent}_prepare" "$run" "$run/logs" "$topic" "$compression"); then
+  if [ "$security" != plain ] && [ "$agent" != sonde ]; then
+    echo "bench-logs: skipping $agent with $security: plain only" >&2
+    return 0
+  fi
+  if ! why=$("agent_${agent}_prepare" "$run" "$run/logs" "$topic" "$compression" "$security"); then
     echo "bench-logs: skipping $agent: $why" >&2
     return 0
   fi
@@ -418,7 +467,7 @@ throughput() {
   mbs=n/a
   [ "$secs" = n/a ] || mbs=$(echo "scale=1; $bytes / $secs / 1000000" | bc)
   cpugb=$(echo "scale=2; $cpu / ($bytes / 1000000000)" | bc)
-  printf '%-8s %-5s %8s %8s %8s %9s %10s %8s %6s\n' "$agent" "${sink/kafka/$compression}" "$secs" "$mbs" "$cpu" "$cpugb" "$rss" "$lost" "$dup" >>"$work/results"
+  printf '%-8s %-5s %-6s %8s %8s %8s %9s %10s %8s %6s\n' "$agent" "${sink/kafka/$compression}" "$security" "$secs" "$mbs" "$cpu" "$cpugb" "$rss" "$lost" "$dup" >>"$work/results"
   tail -1 "$work/results" >&2
 }
 
@@ -559,9 +608,11 @@ elif [ -n "$kills" ]; then
   printf '%-8s %6s %10s %10s %10s %8s %12s %14s\n' agent kills expected lost duplicated follow rotate delivery >"$work/results"
   for agent in $agents; do killrun "$agent"; done
 else
-  printf '%-8s %-5s %8s %8s %8s %9s %10s %8s %6s\n' agent codec seconds MB/s CPU-s CPU-s/GB peakRSS-MB lost dup >"$work/results"
+  printf '%-8s %-5s %-6s %8s %8s %8s %9s %10s %8s %6s\n' agent codec link seconds MB/s CPU-s CPU-s/GB peakRSS-MB lost dup >"$work/results"
   for compression in $compressions; do
-    for agent in $agents; do throughput "$agent" "$compression"; done
+    for security in $securities; do
+      for agent in $agents; do throughput "$agent" "$compression" "$security"; done
+    done
   done
 fi
 [ -n "${RSYSLOG_VERSION:-}" ] && echo "$RSYSLOG_VERSION" >&2
