@@ -431,6 +431,16 @@ fn server_name(addr: &str) -> Result<ServerName<'static>, Error> {
     })
 }
 
+/// SASL credentials that could not be had (a secret unreadable, a token
+/// endpoint refusing), as the connection's error.
+fn credentials_error(addr: &str, reason: String) -> Error {
+    Error::Auth {
+        mechanism: "credentials",
+        addr: addr.to_string(),
+        reason,
+    }
+}
+
 /// Takes the rustls error out of an I/O error of a TLS stream, as the
 /// connection's error.
 fn tls_error(addr: &str, e: io::Error) -> Error {
@@ -513,11 +523,10 @@ impl Connection {
             addr: addr.to_string(),
             reason,
         })?;
-        let sasl = dial.credentials.sasl().map_err(|reason| Error::Auth {
-            mechanism: "credentials",
-            addr: addr.to_string(),
-            reason,
-        })?;
+        let sasl = dial
+            .credentials
+            .sasl()
+            .map_err(|reason| credentials_error(addr, reason))?;
         let mut last = io::Error::new(
             io::ErrorKind::NotFound,
             format!("{addr} resolves to nothing"),
@@ -630,11 +639,10 @@ impl Connection {
             return Ok(());
         }
         self.reauth_at = None;
-        let sasl = self.credentials.sasl().map_err(|reason| Error::Auth {
-            mechanism: "credentials",
-            addr: self.addr.clone(),
-            reason,
-        })?;
+        let sasl = self
+            .credentials
+            .sasl()
+            .map_err(|reason| credentials_error(&self.addr, reason))?;
         match sasl {
             Some(sasl) => self.authenticate(&sasl),
             None => Ok(()),

@@ -147,15 +147,7 @@ impl Telemetry {
                 }
                 Source::SinkFloat(get) => {
                     for s in &sinks {
-                        // A whole number is written as one, in the text as
-                        // in the JSON.
-                        let v = get(s);
-                        let v = if v.fract() == 0.0 && (0.0..9e15).contains(&v) {
-                            Value::Int(v as u64)
-                        } else {
-                            Value::Float(v)
-                        };
-                        out.sample(&[("sink", &s.name)], v);
+                        out.sample(&[("sink", &s.name)], Value::Float(get(s)));
                     }
                 }
                 Source::SinkFailures => {
@@ -247,6 +239,11 @@ impl Emit for Json {
             .collect();
         let value = match value {
             Value::Int(v) => serde_json::Value::from(v),
+            // A whole number as one (`0`, not `0.0`), as the text
+            // exposition writes it.
+            Value::Float(v) if v.fract() == 0.0 && (0.0..9e15).contains(&v) => {
+                serde_json::Value::from(v as u64)
+            }
             Value::Float(v) => serde_json::Value::from(v),
         };
         if let Some(samples) = self.0.last_mut().and_then(|m| m["samples"].as_array_mut()) {

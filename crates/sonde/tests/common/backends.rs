@@ -1579,26 +1579,7 @@ impl Kafka {
     }
 
     fn start_with(certs: Option<&Path>) -> Result<Kafka, Unavailable> {
-        let libs = match std::env::var_os("SONDE_KAFKA_LIBS") {
-            Some(p) => PathBuf::from(p),
-            None => PathBuf::from(KAFKA_LIBS_DEFAULT),
-        };
-        let broker_jar = libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"));
-        if !broker_jar.is_file() {
-            return Err(Unavailable {
-                server: "Kafka",
-                looked_for: vec![broker_jar],
-                remedy: "install it with scripts/install-kafka.sh (a JDK, Maven and Maven \
-                         Central needed) and set SONDE_KAFKA_LIBS to the directory it \
-                         prints, or leave SONDE_KAFKA_LIBS unset for its default output"
-                    .into(),
-            });
-        }
-        let java = find_binary("Java", "openjdk-17-jdk-headless", "/usr/bin/java", "java")?;
-        let dir = tempfile::Builder::new()
-            .prefix("sonde-kafka-")
-            .tempdir()
-            .unwrap();
+        let (libs, java) = kafka_install()?;
         let port = free_port();
         let controller_port = loop {
             let p = free_port();
@@ -1606,13 +1587,7 @@ impl Kafka {
                 break p;
             }
         };
-        let dir_arg = dir.path().display().to_string();
-        let mut proc = Process::new("Kafka", PathBuf::from(KAFKA_BROKER_SCRIPT), dir);
-        proc.env = vec![
-            ("SONDE_KAFKA_LIBS", libs.into_os_string()),
-            ("SONDE_KAFKA_HEAP", KAFKA_HEAP.into()),
-            ("JAVA", java.into_os_string()),
-        ];
+        let mut proc = broker_process("sonde-kafka-", &libs, &java);
         let secure = certs.map(|certs| {
             let mut ports = [0u16; 4];
             for i in 0..4 {
@@ -1637,16 +1612,7 @@ impl Kafka {
             ));
             ports
         });
-        proc.run_to_completion(&[
-            "prepare".to_string(),
-            dir_arg.clone(),
-            port.to_string(),
-            controller_port.to_string(),
-        ]);
-        proc.args = vec!["run".to_string(), dir_arg];
-        // `run` execs the JVM, which exits with 128 + 15 once its shutdown
-        // hooks (Kafka's orderly shutdown) have run after SIGTERM.
-        proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
+        prepare_broker(&mut proc, port, controller_port);
         let mut kafka = Kafka {
             proc,
             port,
@@ -1979,6 +1945,58 @@ pub fn flush(producer: &KafkaProducer) {
         .unwrap_or_else(|e| panic!("flushing the producer: {e}"));
 }
 
+/// The broker's jars (`$SONDE_KAFKA_LIBS`, else [`KAFKA_LIBS_DEFAULT`])
+/// and `java`, or why a broker cannot run here.
+fn kafka_install() -> Result<(PathBuf, PathBuf), Unavailable> {
+    let libs = match std::env::var_os("SONDE_KAFKA_LIBS") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(KAFKA_LIBS_DEFAULT),
+    };
+    let broker_jar = libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"));
+    if !broker_jar.is_file() {
+        return Err(Unavailable {
+            server: "Kafka",
+            looked_for: vec![broker_jar],
+            remedy: "install it with scripts/install-kafka.sh (a JDK, Maven and Maven \
+                     Central needed) and set SONDE_KAFKA_LIBS to the directory it \
+                     prints, or leave SONDE_KAFKA_LIBS unset for its default output"
+                .into(),
+        });
+    }
+    let java = find_binary("Java", "openjdk-17-jdk-headless", "/usr/bin/java", "java")?;
+    Ok((libs, java))
+}
+
+/// A broker's process in a new temp dir named from `prefix`, with the
+/// environment `scripts/kafka-broker.sh` takes; not prepared yet.
+fn broker_process(prefix: &str, libs: &Path, java: &Path) -> Process {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let mut proc = Process::new("Kafka", PathBuf::from(KAFKA_BROKER_SCRIPT), dir);
+    proc.env = vec![
+        ("SONDE_KAFKA_LIBS", libs.as_os_str().to_owned()),
+        ("SONDE_KAFKA_HEAP", KAFKA_HEAP.into()),
+        ("JAVA", java.as_os_str().to_owned()),
+    ];
+    proc
+}
+
+/// Has `scripts/kafka-broker.sh prepare` write the broker's settings on
+/// `port` and `controller_port` and format its data dir, and makes `run`
+/// the process's command.
+fn prepare_broker(proc: &mut Process, port: u16, controller_port: u16) {
+    let dir_arg = proc.dir.path().display().to_string();
+    proc.run_to_completion(&[
+        "prepare".to_string(),
+        dir_arg.clone(),
+        port.to_string(),
+        controller_port.to_string(),
+    ]);
+    proc.args = vec!["run".to_string(), dir_arg];
+    // `run` execs the JVM, which exits with 128 + 15 once its shutdown
+    // hooks (Kafka's orderly shutdown) have run after SIGTERM.
+    proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
+}
+
 /// A cluster of Kafka nodes, each a broker and a controller of one
 /// quorum (`scripts/kafka-broker.sh`, `SONDE_KAFKA_CLUSTER`), with a
 /// replication factor of 3 and `min.insync.replicas` 2: what production
@@ -1996,19 +2014,7 @@ impl KafkaCluster {
     ///
     /// [`Unavailable`] as [`Kafka::start`].
     pub fn start(n: usize) -> Result<KafkaCluster, Unavailable> {
-        let libs = match std::env::var_os("SONDE_KAFKA_LIBS") {
-            Some(p) => PathBuf::from(p),
-            None => PathBuf::from(KAFKA_LIBS_DEFAULT),
-        };
-        let broker_jar = libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"));
-        if !broker_jar.is_file() {
-            return Err(Unavailable {
-                server: "Kafka",
-                looked_for: vec![broker_jar],
-                remedy: "install it with scripts/install-kafka.sh".into(),
-            });
-        }
-        let java = find_binary("Java", "openjdk-17-jdk-headless", "/usr/bin/java", "java")?;
+        let (libs, java) = kafka_install()?;
         let mut taken = Vec::new();
         let mut port = || loop {
             let p = free_port();
@@ -2038,29 +2044,12 @@ impl KafkaCluster {
         };
         let mut nodes = Vec::new();
         for (i, (port, controller)) in ports.iter().enumerate() {
-            let dir = tempfile::Builder::new()
-                .prefix(&format!("sonde-kafka-{}-", i + 1))
-                .tempdir()
-                .unwrap();
-            let dir_arg = dir.path().display().to_string();
-            let mut proc = Process::new("Kafka", PathBuf::from(KAFKA_BROKER_SCRIPT), dir);
-            proc.env = vec![
-                ("SONDE_KAFKA_LIBS", libs.clone().into_os_string()),
-                ("SONDE_KAFKA_HEAP", KAFKA_HEAP.into()),
-                ("JAVA", java.clone().into_os_string()),
-                (
-                    "SONDE_KAFKA_CLUSTER",
-                    format!("{} {voters} {cluster_id}", i + 1).into(),
-                ),
-            ];
-            proc.run_to_completion(&[
-                "prepare".to_string(),
-                dir_arg.clone(),
-                port.to_string(),
-                controller.to_string(),
-            ]);
-            proc.args = vec!["run".to_string(), dir_arg];
-            proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
+            let mut proc = broker_process(&format!("sonde-kafka-{}-", i + 1), &libs, &java);
+            proc.env.push((
+                "SONDE_KAFKA_CLUSTER",
+                format!("{} {voters} {cluster_id}", i + 1).into(),
+            ));
+            prepare_broker(&mut proc, *port, *controller);
             // Three JVMs starting at once on a small machine, each waiting
             // for the quorum.
             proc.start_deadline = Duration::from_secs(120);
