@@ -3,8 +3,9 @@
 //! line left out is reported lost, exactly that one; a line sent twice is
 //! reported duplicated and fails `--exactly-once`.
 //!
-//! The broker is started with `scripts/kafka-broker.sh` (the jars from
-//! `SONDE_KAFKA_LIBS` or `target/kafka/libs-4.1.0`). Without the jars or
+//! The broker is started with `scripts/kafka-broker.sh`: Kafka
+//! `SONDE_KAFKA_VERSION` (default 4.1.0), the jars from `SONDE_KAFKA_LIBS`
+//! or `target/kafka/libs-VERSION`. Without the jars or
 //! Java the test prints why and returns, unless `SONDE_REQUIRE_BACKENDS=1`.
 
 use std::path::{Path, PathBuf};
@@ -23,14 +24,19 @@ struct Broker {
 
 impl Broker {
     fn start() -> Option<Broker> {
+        let version = std::env::var("SONDE_KAFKA_VERSION")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "4.1.0".to_string());
         let libs = std::env::var_os("SONDE_KAFKA_LIBS")
+            .filter(|p| !p.is_empty())
             .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(ROOT).join("target/kafka/libs-4.1.0"));
+            .unwrap_or_else(|| Path::new(ROOT).join(format!("target/kafka/libs-{version}")));
         let java = Command::new("java").arg("-version").output().is_ok();
-        if !libs.join("kafka_2.13-4.1.0.jar").is_file() || !java {
+        if !libs.join(format!("kafka_2.13-{version}.jar")).is_file() || !java {
             let why = format!(
-                "Kafka is not installed (no kafka_2.13-4.1.0.jar in {} or no java); \
-                 run scripts/install-kafka.sh",
+                "Kafka is not installed (no kafka_2.13-{version}.jar in {} or no java); \
+                 run scripts/install-kafka.sh {version}",
                 libs.display()
             );
             assert!(
@@ -55,6 +61,7 @@ impl Broker {
             .args(["start", &dir.path().display().to_string()])
             .args([port.to_string(), controller.to_string()])
             .env("SONDE_KAFKA_LIBS", &libs)
+            .env("SONDE_KAFKA_VERSION", &version)
             .status()
             .unwrap();
         assert!(status.success(), "scripts/kafka-broker.sh start failed");

@@ -1427,13 +1427,55 @@ pub fn unix_now() -> i64 {
         .as_secs() as i64
 }
 
-/// The Kafka version `scripts/install-kafka.sh` installs (its libs
-/// directory is named after it).
-pub const KAFKA_VERSION: &str = "4.1.0";
+/// The Kafka version the tests run against unless `SONDE_KAFKA_VERSION`
+/// names another (`scripts/test` runs the Kafka suites against 3.9.2 and
+/// 2.8.2 too).
+pub const KAFKA_VERSION_DEFAULT: &str = "4.1.0";
 
-/// Where `scripts/install-kafka.sh` puts the broker's jars by default.
-const KAFKA_LIBS_DEFAULT: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/kafka/libs-4.1.0");
+/// Where `scripts/install-kafka.sh VERSION` puts the broker's jars:
+/// `libs-VERSION` in this directory.
+const KAFKA_LIBS_PARENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/kafka");
+
+/// The Kafka version under test: `SONDE_KAFKA_VERSION`, else
+/// [`KAFKA_VERSION_DEFAULT`].
+pub fn kafka_version() -> String {
+    std::env::var("SONDE_KAFKA_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| KAFKA_VERSION_DEFAULT.to_string())
+}
+
+/// Whether the Kafka under test is `major.minor` or newer.
+pub fn kafka_at_least(major: u32, minor: u32) -> bool {
+    let version = kafka_version();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let ours = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    ours >= (major, minor)
+}
+
+/// The broker's jars: `SONDE_KAFKA_LIBS`, else where
+/// `scripts/install-kafka.sh` puts the version under test.
+pub fn kafka_libs() -> PathBuf {
+    match std::env::var_os("SONDE_KAFKA_LIBS") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(KAFKA_LIBS_PARENT).join(format!("libs-{}", kafka_version())),
+    }
+}
+
+/// Says that a check does not run against the Kafka under test, which
+/// is older than `major.minor`, and why; true when it is (the test skips
+/// that check). A skip that `SONDE_REQUIRE_BACKENDS=1` allows: the broker
+/// is there, it lacks what the check needs.
+pub fn kafka_older_than(major: u32, minor: u32, why: &str) -> bool {
+    if kafka_at_least(major, minor) {
+        return false;
+    }
+    eprintln!(
+        "SKIPPED for Kafka {} (older than {major}.{minor}): {why}",
+        kafka_version()
+    );
+    true
+}
 
 /// The script that writes the broker's settings, formats its storage and
 /// runs it: the one recipe for the tests, the benchmarks and the
@@ -1513,14 +1555,21 @@ impl rdkafka::producer::ProducerContext for Deliveries {
 /// A producer whose context counts acknowledgements and failures.
 pub type KafkaProducer = rdkafka::producer::BaseProducer<Deliveries>;
 
-/// A single-node Kafka broker (KRaft combined mode: broker and controller in
-/// one JVM, `node.id=1`) from the jars `scripts/install-kafka.sh` installs,
-/// set up and run by `scripts/kafka-broker.sh` ([`KAFKA_BROKER_SCRIPT`]),
-/// which holds its settings and says why each is set (every replication
-/// factor and min ISR 1, the internal topics with one partition, a 4 s
-/// broker session).
+/// A single-node Kafka broker of the version under test
+/// ([`kafka_version`]: KRaft combined mode from 3.0 on, broker and
+/// controller in one JVM, `node.id=1`; before 3.0 `broker.id=1` and a
+/// ZooKeeper of its own) from the jars `scripts/install-kafka.sh`
+/// installs, set up and run by `scripts/kafka-broker.sh`
+/// ([`KAFKA_BROKER_SCRIPT`]), which holds its settings and says why each
+/// is set (every replication factor and min ISR 1, the internal topics
+/// with one partition, a 4 s broker session).
 pub struct Kafka {
+    /// The broker's JVM: what [`Kafka::stop`] and [`Kafka::kill`] stop.
+    /// Dropped before `zookeeper`, so the broker never outlives it.
     proc: Process,
+    /// Before Kafka 3.0: ZooKeeper's JVM, which runs until the handle is
+    /// dropped (a stopped or killed broker's restart needs it).
+    zookeeper: Option<Process>,
     port: u16,
     /// Its node id (1 alone, 1 to N in a [`KafkaCluster`]).
     node: i32,
@@ -1547,13 +1596,16 @@ impl Kafka {
     /// free loopback ports, and format its data dir; then runs the broker
     /// as this test's child (`scripts/kafka-broker.sh run`, which becomes
     /// the JVM) and waits until a metadata request through the client lists
-    /// broker 1 at its address.
+    /// broker 1 at its address. Before Kafka 3.0 the second port is
+    /// ZooKeeper's, which runs first as another child
+    /// (`scripts/kafka-broker.sh zookeeper`) until the handle is dropped.
     ///
     /// # Errors
     ///
     /// [`Unavailable`] when `java` (Debian package
     /// `openjdk-17-jdk-headless`) or the broker's jars (`$SONDE_KAFKA_LIBS`,
-    /// else `target/kafka/libs-4.1.0`) are missing. Panics with the log
+    /// else `target/kafka/libs-$SONDE_KAFKA_VERSION`, default
+    /// `target/kafka/libs-4.1.0`) are missing. Panics with the log
     /// tail if formatting fails or the broker does not become ready.
     pub fn start() -> Result<Kafka, Unavailable> {
         Kafka::start_with(None)
@@ -1612,9 +1664,30 @@ impl Kafka {
             ));
             ports
         });
+        // Before 3.0 the second port is ZooKeeper's, and ZooKeeper runs
+        // first (`scripts/kafka-broker.sh zookeeper`, which execs its JVM),
+        // ready once it answers `ruok`: `prepare` stores the SCRAM users in
+        // it, and the broker registers there.
+        let zookeeper = (!kafka_at_least(3, 0)).then(|| {
+            let zk_dir = tempfile::Builder::new()
+                .prefix("sonde-zookeeper-")
+                .tempdir()
+                .unwrap();
+            let zk_dir_arg = zk_dir.path().display().to_string();
+            let mut zk = Process::new("ZooKeeper", PathBuf::from(KAFKA_BROKER_SCRIPT), zk_dir);
+            zk.env = proc.env.clone();
+            zk.args = vec![
+                "zookeeper".to_string(),
+                zk_dir_arg,
+                controller_port.to_string(),
+            ];
+            zk.spawn_and_wait(|| zookeeper_ok(controller_port));
+            zk
+        });
         prepare_broker(&mut proc, port, controller_port);
         let mut kafka = Kafka {
             proc,
+            zookeeper,
             port,
             node: 1,
             all: None,
@@ -1639,10 +1712,7 @@ impl Kafka {
     }
 
     fn started_lines(&self) -> usize {
-        std::fs::read_to_string(&self.proc.log)
-            .unwrap_or_default()
-            .matches("Kafka Server started")
-            .count()
+        kafka_starts(&self.proc.log)
     }
 
     /// Waits until this run logged its start and the metadata lists the
@@ -1650,12 +1720,7 @@ impl Kafka {
     fn wait_started(&mut self, started: std::time::Instant, before: usize) {
         let log = self.proc.log.clone();
         // The log is appended across restarts: wait for this run's line.
-        let started_lines = || {
-            std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .matches("Kafka Server started")
-                .count()
-        };
+        let started_lines = || kafka_starts(&log);
         let bootstrap = self.bootstrap();
         let node = self.node;
         self.proc.wait_ready(started, || {
@@ -1945,22 +2010,21 @@ pub fn flush(producer: &KafkaProducer) {
         .unwrap_or_else(|e| panic!("flushing the producer: {e}"));
 }
 
-/// The broker's jars (`$SONDE_KAFKA_LIBS`, else [`KAFKA_LIBS_DEFAULT`])
-/// and `java`, or why a broker cannot run here.
+/// The jars of the Kafka version under test ([`kafka_libs`]) and a
+/// Java to run them, or why the tests cannot have them.
 fn kafka_install() -> Result<(PathBuf, PathBuf), Unavailable> {
-    let libs = match std::env::var_os("SONDE_KAFKA_LIBS") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(KAFKA_LIBS_DEFAULT),
-    };
-    let broker_jar = libs.join(format!("kafka_2.13-{KAFKA_VERSION}.jar"));
+    let version = kafka_version();
+    let libs = kafka_libs();
+    let broker_jar = libs.join(format!("kafka_2.13-{version}.jar"));
     if !broker_jar.is_file() {
         return Err(Unavailable {
             server: "Kafka",
             looked_for: vec![broker_jar],
-            remedy: "install it with scripts/install-kafka.sh (a JDK, Maven and Maven \
-                     Central needed) and set SONDE_KAFKA_LIBS to the directory it \
-                     prints, or leave SONDE_KAFKA_LIBS unset for its default output"
-                .into(),
+            remedy: format!(
+                "install it with scripts/install-kafka.sh {version} (a JDK, Maven and \
+                 Maven Central needed) and set SONDE_KAFKA_LIBS to the directory it \
+                 prints, or leave SONDE_KAFKA_LIBS unset for its default output"
+            ),
         });
     }
     let java = find_binary("Java", "openjdk-17-jdk-headless", "/usr/bin/java", "java")?;
@@ -1974,6 +2038,7 @@ fn broker_process(prefix: &str, libs: &Path, java: &Path) -> Process {
     let mut proc = Process::new("Kafka", PathBuf::from(KAFKA_BROKER_SCRIPT), dir);
     proc.env = vec![
         ("SONDE_KAFKA_LIBS", libs.as_os_str().to_owned()),
+        ("SONDE_KAFKA_VERSION", kafka_version().into()),
         ("SONDE_KAFKA_HEAP", KAFKA_HEAP.into()),
         ("JAVA", java.as_os_str().to_owned()),
     ];
@@ -2055,6 +2120,7 @@ impl KafkaCluster {
             proc.start_deadline = Duration::from_secs(120);
             nodes.push(Kafka {
                 proc,
+                zookeeper: None,
                 port: *port,
                 node: i32::try_from(i + 1).unwrap(),
                 all: Some(all.clone()),
@@ -2171,6 +2237,28 @@ fn broker_listed(bootstrap: &str, node: i32, timeout: Duration) -> bool {
         .brokers()
         .iter()
         .any(|b| b.id() == node && format!("{}:{}", b.host(), b.port()) == bootstrap)
+}
+
+/// The starts a broker's log shows: KRaft's "Kafka Server started", or
+/// before 3.0 the ZooKeeper-mode server's "[KafkaServer id=N] started".
+fn kafka_starts(log: &Path) -> usize {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    log.matches("Kafka Server started").count()
+        + log
+            .lines()
+            .filter(|l| l.contains("[KafkaServer id=") && l.contains("] started ("))
+            .count()
+}
+
+/// Whether ZooKeeper on 127.0.0.1:`port` answers `ruok` with `imok`.
+fn zookeeper_ok(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut answer = String::new();
+    conn.write_all(b"ruok").is_ok() && conn.read_to_string(&mut answer).is_ok() && answer == "imok"
 }
 
 /// Runs a future to completion on the current thread, parking between
