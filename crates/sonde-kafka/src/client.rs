@@ -71,9 +71,11 @@ pub enum Error {
     Malformed(#[from] Malformed),
     /// The broker does not serve a version sonde speaks.
     #[error(
-        "the broker serves {api} versions {min} to {max}; sonde speaks {want_min} to {want_max}"
+        "the broker ({release}, by its ApiVersions) serves {api} versions {min} to {max}; sonde speaks {want_min} to {want_max}"
     )]
     Unsupported {
+        /// The broker's release, as far as its ApiVersions tell.
+        release: crate::versions::Release,
         /// The API.
         api: &'static str,
         /// The broker's lowest version.
@@ -941,7 +943,7 @@ impl Connection {
             .iter()
             .find(|(k, _, _)| *k == api)
             .map(|&(_, min, max)| (min, max));
-        pick(name, broker, ours)
+        pick(name, broker, ours, &self.apis)
     }
 
     /// A producer id and epoch for an idempotent producer
@@ -1121,11 +1123,17 @@ impl Connection {
 }
 
 /// The highest version both sides speak.
-fn pick(api: &'static str, broker: Option<(i16, i16)>, ours: (i16, i16)) -> Result<i16, Error> {
+fn pick(
+    api: &'static str,
+    broker: Option<(i16, i16)>,
+    ours: (i16, i16),
+    apis: &[(i16, i16, i16)],
+) -> Result<i16, Error> {
     let (min, max) = broker.unwrap_or((-1, -1));
     let v = max.min(ours.1);
     if v < ours.0 || v < min {
         return Err(Error::Unsupported {
+            release: crate::versions::Release::of(apis),
             api,
             min,
             max,
@@ -1142,15 +1150,26 @@ mod tests {
 
     #[test]
     fn the_highest_common_version_is_picked_or_the_gap_is_named() {
-        assert_eq!(pick("Produce", Some((0, 11)), (3, 8)).unwrap(), 8);
-        assert_eq!(pick("Produce", Some((3, 5)), (3, 8)).unwrap(), 5);
-        let e = pick("Produce", Some((0, 2)), (3, 8)).unwrap_err();
+        assert_eq!(pick("Produce", Some((0, 11)), (3, 8), &[]).unwrap(), 8);
+        assert_eq!(pick("Produce", Some((3, 5)), (3, 8), &[]).unwrap(), 5);
+        // What the agent logs when it first connects to a Kafka 0.10.2.
+        let old = [(0, 0, 2), (1, 0, 3), (3, 0, 2), (9, 0, 2), (18, 0, 0)];
+        let e = pick("Produce", Some((0, 2)), (3, 8), &old).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "the broker serves Produce versions 0 to 2; sonde speaks 3 to 8"
+            "the broker (Kafka 0.10.2, by its ApiVersions) serves Produce versions 0 to 2; \
+             sonde speaks 3 to 8"
         );
-        assert!(pick("Metadata", Some((9, 12)), (4, 8)).is_err());
-        assert!(pick("Metadata", None, (4, 8)).is_err());
+        // A broker newer than any sonde knows that dropped Produce 8.
+        let new = [(0, 9, 14), (1, 4, 19), (18, 0, 5)];
+        let e = pick("Produce", Some((9, 14)), (3, 8), &new).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("the broker (Kafka 4.1 or newer, by its"),
+            "{e}"
+        );
+        assert!(pick("Metadata", Some((9, 12)), (4, 8), &[]).is_err());
+        assert!(pick("Metadata", None, (4, 8), &[]).is_err());
     }
 
     #[test]

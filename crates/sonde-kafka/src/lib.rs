@@ -21,6 +21,7 @@
 //! * [`sasl`]: SASL PLAIN and SCRAM-SHA-256/512;
 //! * [`txn`]: a transactional producer (coordinator, producer id,
 //!   partitions added, commit and abort);
+//! * [`versions`]: the Kafka release a broker's ApiVersions answer tells;
 //! * [`wire`]: the protocol's primitive types.
 //!
 //! Non-flexible request versions (Produce 3 to 8, Metadata 4 to 8, Fetch
@@ -34,6 +35,7 @@ pub mod cluster;
 pub mod read;
 pub mod sasl;
 pub mod txn;
+pub mod versions;
 pub mod wire;
 
 pub use batch::{BatchBuilder, Compressor, Producer};
