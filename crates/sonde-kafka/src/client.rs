@@ -477,6 +477,11 @@ fn describe_tls(e: &rustls::Error) -> String {
             | AlertDescription::CertificateUnknown
             | AlertDescription::UnknownCA,
         ) => "the broker refused the client's certificate (set tls.cert_file and tls.key_file to one its CA signed)".into(),
+        // Kafka before 3.0 (Java's TLS 1.3 of its time) answers a client
+        // certificate it refuses with a record sealed under keys the
+        // client no longer reads with, not with an alert: this is what
+        // rustls reports then (checked against 2.8.2, kafka_security.rs).
+        rustls::Error::DecryptError => "the broker's answer could not be decrypted, which is how a broker before Kafka 3.0 says it refused the client's certificate (set tls.cert_file and tls.key_file to one its CA signed)".into(),
         other => other.to_string(),
     }
 }

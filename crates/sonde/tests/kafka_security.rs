@@ -19,7 +19,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::backends::{kafka_older_than, or_skip, Isolation, Kafka};
+use common::backends::{or_skip, Isolation, Kafka};
 use common::{wait_for, Agent};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -303,17 +303,6 @@ fn each_refusal_is_said_holds_the_lines_and_a_fixed_file_and_a_reload_deliver_th
         wait_for(&format!("{series} > 0"), TIMEOUT, || {
             agent.metric(&series).filter(|v| *v > 0.0)
         });
-        if *name == "client"
-            && kafka_older_than(
-                3,
-                0,
-                "what the agent says of a refused client certificate: Kafka 2.8 \
-                 answers it with a record rustls cannot decrypt (\"cannot decrypt \
-                 peer's message\") rather than a TLS alert",
-            )
-        {
-            continue;
-        }
         let log = agent.stderr();
         assert!(
             log.lines()

@@ -1462,21 +1462,6 @@ pub fn kafka_libs() -> PathBuf {
     }
 }
 
-/// Says that a check does not run against the Kafka under test, which
-/// is older than `major.minor`, and why; true when it is (the test skips
-/// that check). A skip that `SONDE_REQUIRE_BACKENDS=1` allows: the broker
-/// is there, it lacks what the check needs.
-pub fn kafka_older_than(major: u32, minor: u32, why: &str) -> bool {
-    if kafka_at_least(major, minor) {
-        return false;
-    }
-    eprintln!(
-        "SKIPPED for Kafka {} (older than {major}.{minor}): {why}",
-        kafka_version()
-    );
-    true
-}
-
 /// The script that writes the broker's settings, formats its storage and
 /// runs it: the one recipe for the tests, the benchmarks and the
 /// quickstart.
