@@ -56,12 +56,29 @@ pub fn statsd_receiver(port: u16) -> String {
     format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\n")
 }
 
-/// A free loopback port (UDP and TCP both free at the time of asking).
+/// A free loopback port (UDP and TCP both free at the time of asking),
+/// below the kernel's ephemeral range (32768 and up): a port the kernel
+/// handed out would be free only until it gives it to an outgoing
+/// connection, and a cluster's JVMs open many between the asking and
+/// their bind. Each call of a test process takes the next port from a
+/// start of its own, so two of its tests are never given the same one.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 32_768 - LOW;
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let next = NEXT.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        AtomicU32::new(std::process::id().wrapping_mul(7_919).wrapping_add(nanos) % SPAN)
+    });
     loop {
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = u.local_addr().unwrap().port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let port = u16::try_from(LOW + next.fetch_add(1, Ordering::Relaxed) % SPAN).unwrap();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
             return port;
         }
     }
