@@ -1836,6 +1836,14 @@ impl Kafka {
                     && t.partitions().len() == usize::try_from(partitions).unwrap()
                     && t.partitions().iter().all(|p| {
                         p.leader() >= 0 && p.isr().len() == usize::try_from(self.replicas).unwrap()
+                    })
+                    // A KRaft broker names itself leader in its metadata a
+                    // moment before its log is open (a produce then gets
+                    // NOT_LEADER_OR_FOLLOWER): its offsets answer only then.
+                    && t.partitions().iter().all(|p| {
+                        consumer
+                            .fetch_watermarks(topic, p.id(), Duration::from_secs(2))
+                            .is_ok()
                     });
                 ready.then_some(())
             },
