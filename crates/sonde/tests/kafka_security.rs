@@ -16,75 +16,13 @@
 mod common;
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use common::backends::{or_skip, Isolation, Kafka};
+use common::backends::{or_skip, Isolation, Kafka, KafkaCerts};
 use common::{wait_for, Agent};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The certificates of the test, as PEM files.
-struct Certs {
-    dir: tempfile::TempDir,
-}
-
-impl Certs {
-    /// A CA; the broker's certificate for 127.0.0.1 and one for
-    /// `kafka.invalid`, both with their key first (Kafka's PEM keystore);
-    /// a client certificate the CA signed; another CA that signed nothing
-    /// the broker shows.
-    fn new() -> Certs {
-        let dir = tempfile::tempdir().unwrap();
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca = rcgen::CertificateParams::new(Vec::new()).unwrap();
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "sonde test CA");
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca, ca_key);
-        let leaf = |names: Vec<String>, path: &str, separate_key: bool| {
-            let key = rcgen::KeyPair::generate().unwrap();
-            let cert = rcgen::CertificateParams::new(names)
-                .unwrap()
-                .signed_by(&key, &issuer)
-                .unwrap();
-            if separate_key {
-                std::fs::write(dir.path().join(format!("{path}.pem")), cert.pem()).unwrap();
-                std::fs::write(dir.path().join(format!("{path}.key")), key.serialize_pem())
-                    .unwrap();
-            } else {
-                std::fs::write(
-                    dir.path().join(format!("{path}.pem")),
-                    format!("{}{}", key.serialize_pem(), cert.pem()),
-                )
-                .unwrap();
-            }
-        };
-        leaf(
-            vec!["127.0.0.1".into(), "localhost".into()],
-            "broker",
-            false,
-        );
-        leaf(vec!["kafka.invalid".into()], "wrong-name", false);
-        leaf(vec!["sonde-agent".into()], "client", true);
-        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
-        let other_key = rcgen::KeyPair::generate().unwrap();
-        let mut other = rcgen::CertificateParams::new(Vec::new()).unwrap();
-        other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        std::fs::write(
-            dir.path().join("other-ca.pem"),
-            other.self_signed(&other_key).unwrap().pem(),
-        )
-        .unwrap();
-        std::fs::write(dir.path().join("good-password"), "alice-secret\n").unwrap();
-        Certs { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
 
 /// A sink of `type = "kafka"` on `brokers` writing to `topic`, with
 /// `security` keys.
@@ -130,8 +68,8 @@ fn values(kafka: &Kafka, topic: &str, at_least: usize) -> Vec<String> {
 
 #[test]
 fn every_tls_and_sasl_setting_delivers_every_line_once() {
-    let certs = Certs::new();
-    let Some(kafka) = or_skip(Kafka::start_secure(certs.dir.path())) else {
+    let certs = KafkaCerts::new();
+    let Some(kafka) = or_skip(Kafka::start_secure(certs.dir())) else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -244,8 +182,8 @@ fn every_tls_and_sasl_setting_delivers_every_line_once() {
 
 #[test]
 fn each_refusal_is_said_holds_the_lines_and_a_fixed_file_and_a_reload_deliver_them() {
-    let certs = Certs::new();
-    let Some(kafka) = or_skip(Kafka::start_secure(certs.dir.path())) else {
+    let certs = KafkaCerts::new();
+    let Some(kafka) = or_skip(Kafka::start_secure(certs.dir())) else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
@@ -432,8 +370,8 @@ impl Drop for TokenEndpoint {
 
 #[test]
 fn oauthbearer_tokens_from_a_file_or_an_endpoint_deliver_and_sessions_are_renewed_in_place() {
-    let certs = Certs::new();
-    let Some(kafka) = or_skip(Kafka::start_secure(certs.dir.path())) else {
+    let certs = KafkaCerts::new();
+    let Some(kafka) = or_skip(Kafka::start_secure(certs.dir())) else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();

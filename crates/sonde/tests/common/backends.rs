@@ -2055,6 +2055,78 @@ fn prepare_broker(proc: &mut Process, port: u16, controller_port: u16) {
     proc.clean_exit = |s| s.success() || s.code() == Some(128 + libc::SIGTERM);
 }
 
+/// The certificates of a broker of [`Kafka::start_secure`] or a cluster
+/// of [`KafkaCluster::start_secure`], as PEM files in a temp dir (the
+/// files `scripts/kafka-broker.sh` reads from `SONDE_KAFKA_SECURE`'s
+/// directory, and the client's).
+pub struct KafkaCerts {
+    dir: tempfile::TempDir,
+}
+
+impl KafkaCerts {
+    /// A CA; the broker's certificate for 127.0.0.1 and one for
+    /// `kafka.invalid`, both with their key first (Kafka's PEM keystore);
+    /// a client certificate the CA signed; another CA that signed nothing
+    /// the broker shows.
+    pub fn new() -> KafkaCerts {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "sonde test CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let leaf = |names: Vec<String>, path: &str, separate_key: bool| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = rcgen::CertificateParams::new(names)
+                .unwrap()
+                .signed_by(&key, &issuer)
+                .unwrap();
+            if separate_key {
+                std::fs::write(dir.path().join(format!("{path}.pem")), cert.pem()).unwrap();
+                std::fs::write(dir.path().join(format!("{path}.key")), key.serialize_pem())
+                    .unwrap();
+            } else {
+                std::fs::write(
+                    dir.path().join(format!("{path}.pem")),
+                    format!("{}{}", key.serialize_pem(), cert.pem()),
+                )
+                .unwrap();
+            }
+        };
+        leaf(
+            vec!["127.0.0.1".into(), "localhost".into()],
+            "broker",
+            false,
+        );
+        leaf(vec!["kafka.invalid".into()], "wrong-name", false);
+        leaf(vec!["sonde-agent".into()], "client", true);
+        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
+        let other_key = rcgen::KeyPair::generate().unwrap();
+        let mut other = rcgen::CertificateParams::new(Vec::new()).unwrap();
+        other.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        std::fs::write(
+            dir.path().join("other-ca.pem"),
+            other.self_signed(&other_key).unwrap().pem(),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("good-password"), "alice-secret\n").unwrap();
+        KafkaCerts { dir }
+    }
+
+    /// A file of the directory (`ca.pem`, `client.pem`, `client.key`,
+    /// `other-ca.pem`, `good-password`) or one to make there.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The directory, for `SONDE_KAFKA_SECURE`.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 /// A cluster of Kafka nodes, each a broker and a controller of one
 /// quorum (`scripts/kafka-broker.sh`, `SONDE_KAFKA_CLUSTER`), with a
 /// replication factor of 3 and `min.insync.replicas` 2: what production
@@ -2072,6 +2144,27 @@ impl KafkaCluster {
     ///
     /// [`Unavailable`] as [`Kafka::start`].
     pub fn start(n: usize) -> Result<KafkaCluster, Unavailable> {
+        KafkaCluster::start_with(n, None)
+    }
+
+    /// [`KafkaCluster::start`] with every node's TLS and SASL listeners
+    /// of [`Kafka::start_secure`] beside its plaintext one, all with the
+    /// certificates in `certs` ([`KafkaCerts`]) and the same SCRAM users.
+    ///
+    /// # Errors
+    ///
+    /// [`Unavailable`] as [`Kafka::start`].
+    pub fn start_secure(n: usize, certs: &Path) -> Result<KafkaCluster, Unavailable> {
+        KafkaCluster::start_with(n, Some(certs))
+    }
+
+    /// `host:port` of listener `name` of every node of
+    /// [`KafkaCluster::start_secure`] (see [`Kafka::listener`]).
+    pub fn listener(&self, name: &str) -> Vec<String> {
+        self.nodes.iter().map(|k| k.listener(name)).collect()
+    }
+
+    fn start_with(n: usize, certs: Option<&Path>) -> Result<KafkaCluster, Unavailable> {
         let (libs, java) = kafka_install()?;
         let mut taken = Vec::new();
         let mut port = || loop {
@@ -2082,6 +2175,9 @@ impl KafkaCluster {
             }
         };
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (port(), port())).collect();
+        let secure: Vec<Option<[u16; 4]>> = (0..n)
+            .map(|_| certs.map(|_| [port(), port(), port(), port()]))
+            .collect();
         let voters: Vec<String> = ports
             .iter()
             .enumerate()
@@ -2107,6 +2203,12 @@ impl KafkaCluster {
                 "SONDE_KAFKA_CLUSTER",
                 format!("{} {voters} {cluster_id}", i + 1).into(),
             ));
+            if let (Some(certs), Some(p)) = (certs, secure[i]) {
+                proc.env.push((
+                    "SONDE_KAFKA_SECURE",
+                    format!("{} {} {} {} {}", certs.display(), p[0], p[1], p[2], p[3]).into(),
+                ));
+            }
             prepare_broker(&mut proc, *port, *controller);
             // Three JVMs starting at once on a small machine, each waiting
             // for the quorum.
@@ -2118,7 +2220,7 @@ impl KafkaCluster {
                 node: i32::try_from(i + 1).unwrap(),
                 all: Some(all.clone()),
                 replicas: 3,
-                secure: None,
+                secure: secure[i],
             });
         }
         let started = std::time::Instant::now();
