@@ -79,20 +79,15 @@ pub enum SecretSource {
     Env(String),
 }
 
-/// `sasl`, validated.
+/// `sasl`, validated: the mechanism with what it proves the client with,
+/// so that no mechanism holds a credential it cannot use.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SaslSettings {
-    /// The mechanism.
-    pub mechanism: Mechanism,
-    /// What it proves the client with.
-    pub credential: SaslCredential,
-}
-
-/// What a SASL mechanism proves the client with.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SaslCredential {
-    /// PLAIN and SCRAM: a user and their password.
+pub enum SaslSettings {
+    /// PLAIN (`hash` `None`) or SCRAM with `hash`: a user and their
+    /// password.
     Password {
+        /// SCRAM's hash; `None` for PLAIN.
+        hash: Option<ScramHash>,
         /// The user.
         username: String,
         /// Where the password is.
@@ -101,20 +96,23 @@ pub enum SaslCredential {
     /// OAUTHBEARER: a token (a JWT) in a file, which whoever renews it
     /// rewrites (`token_file`).
     TokenFile(PathBuf),
-    /// OAUTHBEARER: a token from an OAuth 2.0 token endpoint, with the
-    /// client credentials grant (RFC 6749 4.4), the client authenticated
-    /// with HTTP Basic (`token_url`, `client_id`, `client_secret_file`,
-    /// `scope`).
-    TokenEndpoint {
-        /// The endpoint.
-        url: String,
-        /// The client.
-        client_id: String,
-        /// Where its secret is.
-        client_secret: SecretSource,
-        /// The scope asked for, if any.
-        scope: Option<String>,
-    },
+    /// OAUTHBEARER: a token from an OAuth 2.0 token endpoint.
+    TokenEndpoint(TokenEndpoint),
+}
+
+/// An OAuth 2.0 token endpoint asked with the client credentials grant
+/// (RFC 6749 4.4), the client authenticated with HTTP Basic
+/// (`token_url`, `client_id`, `client_secret_file`, `scope`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenEndpoint {
+    /// The endpoint.
+    pub url: String,
+    /// The client.
+    pub client_id: String,
+    /// Where its secret is.
+    pub client_secret: SecretSource,
+    /// The scope asked for, if any.
+    pub scope: Option<String>,
 }
 
 /// `tls` and `sasl`, validated.
@@ -185,16 +183,16 @@ pub fn check_host(s: &crate::descriptor::Sink) -> Result<(), ConfigError> {
         // parsed now; the agent builds it again at each connection.
         sonde_runtime::tls::client_config(tls).map_err(tls_error)?;
     }
-    let file = match security.sasl.as_ref().map(|s| &s.credential) {
-        Some(SaslCredential::Password {
+    let file = match &security.sasl {
+        Some(SaslSettings::Password {
             password: SecretSource::File(f),
             ..
         }) => Some(("sasl.password_file", f, "the password")),
-        Some(SaslCredential::TokenFile(f)) => Some(("sasl.token_file", f, "the token")),
-        Some(SaslCredential::TokenEndpoint {
+        Some(SaslSettings::TokenFile(f)) => Some(("sasl.token_file", f, "the token")),
+        Some(SaslSettings::TokenEndpoint(TokenEndpoint {
             client_secret: SecretSource::File(f),
             ..
-        }) => Some(("sasl.client_secret_file", f, "the client's secret")),
+        })) => Some(("sasl.client_secret_file", f, "the client's secret")),
         _ => None,
     };
     if let Some((key, f, what)) = file {
@@ -240,15 +238,12 @@ fn check_sasl(o: &SaslOptions) -> Result<SaslSettings, ConfigError> {
             "write the password alone in a file the agent may read and give password_file = \"/etc/sonde/kafka.password\", or put it in an environment variable and give password_env = \"KAFKA_PASSWORD\"",
         ));
     }
-    let credential = if o.mechanism == Mechanism::OAuthBearer {
-        check_token(o)?
-    } else {
-        check_password(o)?
-    };
-    Ok(SaslSettings {
-        mechanism: o.mechanism,
-        credential,
-    })
+    match o.mechanism {
+        Mechanism::Plain => check_password(o, None),
+        Mechanism::ScramSha256 => check_password(o, Some(ScramHash::Sha256)),
+        Mechanism::ScramSha512 => check_password(o, Some(ScramHash::Sha512)),
+        Mechanism::OAuthBearer => check_token(o),
+    }
 }
 
 /// A key of `sasl` that the mechanism does not take.
@@ -260,7 +255,7 @@ fn not_for(key: &str, mechanism: &str, fix: &str) -> ConfigError {
     )
 }
 
-fn check_password(o: &SaslOptions) -> Result<SaslCredential, ConfigError> {
+fn check_password(o: &SaslOptions, hash: Option<ScramHash>) -> Result<SaslSettings, ConfigError> {
     let keys = [
         ("token_file", o.token_file.is_some()),
         ("token_url", o.token_url.is_some()),
@@ -290,7 +285,11 @@ fn check_password(o: &SaslOptions) -> Result<SaslCredential, ConfigError> {
         o.password_env.as_ref(),
         "password",
     )?;
-    Ok(SaslCredential::Password { username, password })
+    Ok(SaslSettings::Password {
+        hash,
+        username,
+        password,
+    })
 }
 
 /// `{what}_file` or `{what}_env`, exactly one.
@@ -320,7 +319,7 @@ fn secret_source(
     }
 }
 
-fn check_token(o: &SaslOptions) -> Result<SaslCredential, ConfigError> {
+fn check_token(o: &SaslOptions) -> Result<SaslSettings, ConfigError> {
     let keys = [
         ("username", o.username.is_some()),
         ("password_file", o.password_file.is_some()),
@@ -344,7 +343,7 @@ fn check_token(o: &SaslOptions) -> Result<SaslCredential, ConfigError> {
                     return Err(not_for(key, "a token_file", "remove it, or replace token_file with token_url"));
                 }
             }
-            Ok(SaslCredential::TokenFile(f.clone()))
+            Ok(SaslSettings::TokenFile(f.clone()))
         }
         (None, Some(url)) => {
             if !(url.starts_with("https://") || url.starts_with("http://")) {
@@ -371,12 +370,12 @@ fn check_token(o: &SaslOptions) -> Result<SaslCredential, ConfigError> {
                     "add client_secret_file = \"/etc/sonde/kafka-client.secret\" to `sasl`",
                 ));
             };
-            Ok(SaslCredential::TokenEndpoint {
+            Ok(SaslSettings::TokenEndpoint(TokenEndpoint {
                 url: url.clone(),
                 client_id,
                 client_secret: SecretSource::File(secret.clone()),
                 scope: o.scope.clone().filter(|s| !s.is_empty()),
-            })
+            }))
         }
         (Some(_), Some(_)) => Err(ConfigError::new(
             "sasl.token_url",
@@ -442,11 +441,7 @@ impl Security {
         // variables (a token endpoint is asked at the first connection,
         // and its failures are retried like a broker's).
         credentials.tls().map_err(anyhow::Error::msg)?;
-        if let Some(SaslSettings {
-            credential: SaslCredential::Password { password, .. },
-            ..
-        }) = &self.sasl
-        {
+        if let Some(SaslSettings::Password { password, .. }) = &self.sasl {
             password
                 .read()
                 .map_err(|e| anyhow::anyhow!("the SASL password: {e}"))?;
@@ -468,7 +463,7 @@ impl Security {
             && self
                 .sasl
                 .as_ref()
-                .is_some_and(|s| matches!(s.mechanism, Mechanism::Plain | Mechanism::OAuthBearer))
+                .is_some_and(|s| !matches!(s, SaslSettings::Password { hash: Some(_), .. }))
         {
             tracing::warn!(sink, "SASL PLAIN or OAUTHBEARER without tls sends the password or token in clear to every broker: add tls = {{}} (or tls = {{ ca_file = ... }})");
         }
@@ -559,10 +554,11 @@ mod tests {
             })
         );
         let sasl = s.sasl.clone().unwrap();
-        assert_eq!(sasl.mechanism, Mechanism::ScramSha512);
-        let SaslCredential::Password {
-            password: source, ..
-        } = &sasl.credential
+        let SaslSettings::Password {
+            hash: Some(ScramHash::Sha512),
+            password: source,
+            ..
+        } = &sasl
         else {
             panic!("{sasl:?}");
         };
@@ -608,8 +604,7 @@ mod tests {
         let s = security(&format!(
             "sasl = {{ mechanism = \"OAUTHBEARER\", token_file = {token:?} }}\n"
         ));
-        let sasl = s.sasl.clone().unwrap();
-        assert_eq!(sasl.credential, SaslCredential::TokenFile(token.clone()));
+        assert_eq!(s.sasl, Some(SaslSettings::TokenFile(token.clone())));
         match s
             .dial("sonde", Duration::from_secs(1))
             .unwrap()
@@ -625,13 +620,13 @@ mod tests {
             "sasl = {{ mechanism = \"OAUTHBEARER\", token_url = \"https://idp.example/token\", client_id = \"sonde\", client_secret_file = {secret:?}, scope = \"kafka\" }}\n"
         ));
         assert_eq!(
-            s.sasl.unwrap().credential,
-            SaslCredential::TokenEndpoint {
+            s.sasl,
+            Some(SaslSettings::TokenEndpoint(TokenEndpoint {
                 url: "https://idp.example/token".into(),
                 client_id: "sonde".into(),
                 client_secret: SecretSource::File(secret.clone()),
                 scope: Some("kafka".into()),
-            }
+            }))
         );
         let oauth =
             |rest: &str| error(&format!("sasl = {{ mechanism = \"OAUTHBEARER\"{rest} }}\n"));
@@ -756,16 +751,13 @@ struct TokenCache(Mutex<Option<(Secret, std::time::Instant)>>);
 const TOKEN_KEPT_UNSAID: Duration = Duration::from_secs(60);
 
 impl TokenCache {
-    fn get(&self, credential: &SaslCredential) -> Result<Secret, String> {
-        let SaslCredential::TokenEndpoint {
+    fn get(&self, endpoint: &TokenEndpoint) -> Result<Secret, String> {
+        let TokenEndpoint {
             url,
             client_id,
             client_secret,
             scope,
-        } = credential
-        else {
-            return Err("no token endpoint".into());
-        };
+        } = endpoint;
         let mut cached = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((token, until)) = cached.as_ref() {
             if std::time::Instant::now() < *until {
@@ -891,36 +883,33 @@ impl Credentials for FileCredentials {
         let Some(s) = &self.security.sasl else {
             return Ok(None);
         };
-        let (username, password) = match &s.credential {
-            SaslCredential::Password { username, password } => (
-                username.clone(),
-                password
+        match s {
+            SaslSettings::Password {
+                hash,
+                username,
+                password,
+            } => {
+                let username = username.clone();
+                let password = password
                     .read()
-                    .map_err(|e| format!("the SASL password: {e}"))?,
-            ),
-            SaslCredential::TokenFile(path) => {
+                    .map_err(|e| format!("the SASL password: {e}"))?;
+                Ok(Some(match *hash {
+                    None => Sasl::Plain { username, password },
+                    Some(hash) => Sasl::Scram {
+                        hash,
+                        username,
+                        password,
+                    },
+                }))
+            }
+            SaslSettings::TokenFile(path) => {
                 let token = read_secret(path).map_err(|e| format!("the OAUTHBEARER token: {e}"))?;
-                return Ok(Some(Sasl::OAuthBearer { token }));
+                Ok(Some(Sasl::OAuthBearer { token }))
             }
-            SaslCredential::TokenEndpoint { .. } => {
-                return self
-                    .token
-                    .get(&s.credential)
-                    .map(|token| Some(Sasl::OAuthBearer { token }));
-            }
-        };
-        Ok(Some(match s.mechanism {
-            Mechanism::Plain | Mechanism::OAuthBearer => Sasl::Plain { username, password },
-            Mechanism::ScramSha256 => Sasl::Scram {
-                hash: ScramHash::Sha256,
-                username,
-                password,
-            },
-            Mechanism::ScramSha512 => Sasl::Scram {
-                hash: ScramHash::Sha512,
-                username,
-                password,
-            },
-        }))
+            SaslSettings::TokenEndpoint(endpoint) => self
+                .token
+                .get(endpoint)
+                .map(|token| Some(Sasl::OAuthBearer { token })),
+        }
     }
 }
