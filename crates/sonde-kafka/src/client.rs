@@ -943,12 +943,7 @@ impl Connection {
         api: i16,
         ours: (i16, i16),
     ) -> Result<i16, Error> {
-        let broker = self
-            .apis
-            .iter()
-            .find(|(k, _, _)| *k == api)
-            .map(|&(_, min, max)| (min, max));
-        pick(name, broker, ours, &self.apis)
+        pick(name, api, ours, &self.apis)
     }
 
     /// A producer id and epoch for an idempotent producer
@@ -1127,14 +1122,18 @@ impl Connection {
     }
 }
 
-/// The highest version both sides speak.
+/// The highest version of API `key` (named `api`) both sides speak, the
+/// broker's from its ApiVersions answer `apis` (`(key, min, max)`).
 fn pick(
     api: &'static str,
-    broker: Option<(i16, i16)>,
+    key: i16,
     ours: (i16, i16),
     apis: &[(i16, i16, i16)],
 ) -> Result<i16, Error> {
-    let (min, max) = broker.unwrap_or((-1, -1));
+    let (min, max) = apis
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map_or((-1, -1), |&(_, min, max)| (min, max));
     let v = max.min(ours.1);
     if v < ours.0 || v < min {
         return Err(Error::Unsupported {
@@ -1155,11 +1154,11 @@ mod tests {
 
     #[test]
     fn the_highest_common_version_is_picked_or_the_gap_is_named() {
-        assert_eq!(pick("Produce", Some((0, 11)), (3, 8), &[]).unwrap(), 8);
-        assert_eq!(pick("Produce", Some((3, 5)), (3, 8), &[]).unwrap(), 5);
+        assert_eq!(pick("Produce", 0, (3, 8), &[(0, 0, 11)]).unwrap(), 8);
+        assert_eq!(pick("Produce", 0, (3, 8), &[(0, 3, 5)]).unwrap(), 5);
         // What the agent logs when it first connects to a Kafka 0.10.2.
         let old = [(0, 0, 2), (1, 0, 3), (3, 0, 2), (9, 0, 2), (18, 0, 0)];
-        let e = pick("Produce", Some((0, 2)), (3, 8), &old).unwrap_err();
+        let e = pick("Produce", 0, (3, 8), &old).unwrap_err();
         assert_eq!(
             e.to_string(),
             "the broker (Kafka 0.10.2, by its ApiVersions) serves Produce versions 0 to 2; \
@@ -1167,14 +1166,14 @@ mod tests {
         );
         // A broker newer than any sonde knows that dropped Produce 8.
         let new = [(0, 9, 14), (1, 4, 19), (18, 0, 5)];
-        let e = pick("Produce", Some((9, 14)), (3, 8), &new).unwrap_err();
+        let e = pick("Produce", 0, (3, 8), &new).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("the broker (Kafka 4.1 or newer, by its"),
             "{e}"
         );
-        assert!(pick("Metadata", Some((9, 12)), (4, 8), &[]).is_err());
-        assert!(pick("Metadata", None, (4, 8), &[]).is_err());
+        assert!(pick("Metadata", 3, (4, 8), &[(3, 9, 12)]).is_err());
+        assert!(pick("Metadata", 3, (4, 8), &[]).is_err());
     }
 
     #[test]
