@@ -1617,36 +1617,13 @@ impl Kafka {
 
     fn start_with(certs: Option<&Path>) -> Result<Kafka, Unavailable> {
         let (libs, java) = kafka_install()?;
+        // free_port never hands out a port twice in a test process.
         let port = free_port();
-        let controller_port = loop {
-            let p = free_port();
-            if p != port {
-                break p;
-            }
-        };
+        let controller_port = free_port();
         let mut proc = broker_process("sonde-kafka-", &libs, &java);
         let secure = certs.map(|certs| {
-            let mut ports = [0u16; 4];
-            for i in 0..4 {
-                ports[i] = loop {
-                    let p = free_port();
-                    if p != port && p != controller_port && !ports[..i].contains(&p) {
-                        break p;
-                    }
-                };
-            }
-            proc.env.push((
-                "SONDE_KAFKA_SECURE",
-                format!(
-                    "{} {} {} {} {}",
-                    certs.display(),
-                    ports[0],
-                    ports[1],
-                    ports[2],
-                    ports[3]
-                )
-                .into(),
-            ));
+            let ports = std::array::from_fn(|_| free_port());
+            proc.env.push(secure_env(certs, ports));
             ports
         });
         // Before 3.0 the second port is ZooKeeper's, and ZooKeeper runs
@@ -2038,6 +2015,15 @@ fn broker_process(prefix: &str, libs: &Path, java: &Path) -> Process {
     proc
 }
 
+/// `SONDE_KAFKA_SECURE` for `scripts/kafka-broker.sh`: the certificates'
+/// directory and the SSL, MTLS, SASL_SSL and WRONGNAME listeners' ports.
+fn secure_env(certs: &Path, p: [u16; 4]) -> (&'static str, std::ffi::OsString) {
+    (
+        "SONDE_KAFKA_SECURE",
+        format!("{} {} {} {} {}", certs.display(), p[0], p[1], p[2], p[3]).into(),
+    )
+}
+
 /// Has `scripts/kafka-broker.sh prepare` write the broker's settings on
 /// `port` and `controller_port` and format its data dir, and makes `run`
 /// the process's command.
@@ -2166,17 +2152,10 @@ impl KafkaCluster {
 
     fn start_with(n: usize, certs: Option<&Path>) -> Result<KafkaCluster, Unavailable> {
         let (libs, java) = kafka_install()?;
-        let mut taken = Vec::new();
-        let mut port = || loop {
-            let p = free_port();
-            if !taken.contains(&p) {
-                taken.push(p);
-                break p;
-            }
-        };
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (port(), port())).collect();
+        // free_port never hands out a port twice in a test process.
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let secure: Vec<Option<[u16; 4]>> = (0..n)
-            .map(|_| certs.map(|_| [port(), port(), port(), port()]))
+            .map(|_| certs.map(|_| std::array::from_fn(|_| free_port())))
             .collect();
         let voters: Vec<String> = ports
             .iter()
@@ -2204,10 +2183,7 @@ impl KafkaCluster {
                 format!("{} {voters} {cluster_id}", i + 1).into(),
             ));
             if let (Some(certs), Some(p)) = (certs, secure[i]) {
-                proc.env.push((
-                    "SONDE_KAFKA_SECURE",
-                    format!("{} {} {} {} {}", certs.display(), p[0], p[1], p[2], p[3]).into(),
-                ));
+                proc.env.push(secure_env(certs, p));
             }
             prepare_broker(&mut proc, *port, *controller);
             // Three JVMs starting at once on a small machine, each waiting
