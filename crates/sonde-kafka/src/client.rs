@@ -42,6 +42,11 @@ const API_END_TXN: i16 = 26;
 const API_SASL_HANDSHAKE: i16 = 17;
 const API_SASL_AUTHENTICATE: i16 = 36;
 
+/// How long after a re-authentication began the next may begin: a broker
+/// refuses one within a second of the last, as measured when the request
+/// reaches it (hence the margin).
+const MIN_REAUTH_GAP: Duration = Duration::from_millis(1100);
+
 /// The versions sonde speaks: the non-flexible ones, which Kafka 1.0 to
 /// 4.x all serve (4.0 dropped Produce 0 to 2 and Metadata 0 to 3).
 const PRODUCE_VERSIONS: (i16, i16) = (3, 8);
@@ -500,6 +505,12 @@ pub struct Connection {
     session_lifetime: Option<Duration>,
     /// When to authenticate again (KIP-368): 85% into the session.
     reauth_at: Option<std::time::Instant>,
+    /// When the session the broker gave ends.
+    session_ends: Option<std::time::Instant>,
+    /// When the last re-authentication began: a broker refuses one that
+    /// begins within a second of the last, and closes the connection if
+    /// the session has run out meanwhile.
+    reauth_began: Option<std::time::Instant>,
     /// Until when the broker asked for no more requests (the
     /// `throttle_time_ms` of its last answer, KIP-219).
     throttled_until: Option<std::time::Instant>,
@@ -587,6 +598,8 @@ impl Connection {
             scratch: Vec::new(),
             session_lifetime: None,
             reauth_at: None,
+            session_ends: None,
+            reauth_began: None,
             throttled_until: None,
             throttled: Duration::ZERO,
             credentials: Arc::clone(&dial.credentials),
@@ -638,14 +651,28 @@ impl Connection {
     /// (a token refreshed meanwhile); only with nothing in flight. A
     /// connection whose produce requests never leave it idle is closed by
     /// the broker at the session's end instead, and opened again.
+    ///
+    /// A broker refuses a re-authentication begun within a second of the
+    /// last one ([`MIN_REAUTH_GAP`]). A session shorter than that (a token
+    /// near its expiry) is renewed when the second is over; a request due
+    /// after the session ended and before then waits for it, as the broker
+    /// closes a connection that sends anything but a new authentication
+    /// on an ended session.
     fn reauthenticate_if_due(&mut self) -> Result<(), Error> {
-        if self
-            .reauth_at
-            .is_none_or(|at| std::time::Instant::now() < at)
-        {
+        let now = std::time::Instant::now();
+        if self.reauth_at.is_none_or(|at| now < at) {
             return Ok(());
         }
+        if let Some(allowed) = self.reauth_began.map(|b| b + MIN_REAUTH_GAP) {
+            if now < allowed {
+                if self.session_ends.is_some_and(|end| now < end) {
+                    return Ok(());
+                }
+                std::thread::sleep(allowed - now);
+            }
+        }
         self.reauth_at = None;
+        self.reauth_began = Some(std::time::Instant::now());
         let sasl = self
             .credentials
             .sasl()
@@ -693,6 +720,7 @@ impl Connection {
             API_SASL_AUTHENTICATE,
             SASL_AUTHENTICATE_VERSIONS,
         )?;
+        let began = std::time::Instant::now();
         let (mut message, mut exchange) = sasl.start();
         loop {
             let body = self.call(API_SASL_AUTHENTICATE, v, |buf| {
@@ -730,9 +758,8 @@ impl Connection {
                         .ok()
                         .filter(|&ms| ms > 0)
                         .map(Duration::from_millis);
-                    self.reauth_at = self
-                        .session_lifetime
-                        .map(|l| std::time::Instant::now() + l.mul_f64(0.85));
+                    self.session_ends = self.session_lifetime.map(|l| began + l);
+                    self.reauth_at = self.session_lifetime.map(|l| began + l.mul_f64(0.85));
                     return Ok(());
                 }
             }

@@ -725,6 +725,33 @@ mod tests {
         ));
         assert_eq!(k, "sinks[0].sasl.username");
     }
+
+    #[test]
+    fn a_jwt_tells_its_expiry_and_other_tokens_none() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = |claims: &str| format!("{}.{}.sig", b64(r#"{"alg":"none"}"#), b64(claims));
+        let at = |secs: f64| std::time::UNIX_EPOCH + Duration::from_secs_f64(secs);
+        assert_eq!(
+            jwt_expiry(&jwt(r#"{"sub":"a","exp":1700000000}"#)),
+            Some(at(1.7e9))
+        );
+        assert_eq!(
+            jwt_expiry(&jwt(r#"{"exp":1700000000.5}"#)),
+            Some(at(1_700_000_000.5))
+        );
+        for not in [
+            jwt(r#"{"sub":"a"}"#),
+            jwt(r#"{"exp":-5}"#),
+            jwt(r#"{"exp":"soon"}"#),
+            "opaque-token".to_string(),
+            "a.b".to_string(),
+            format!("x.{}.y.z", b64(r#"{"exp":1}"#)),
+            "a.!!!.c".to_string(),
+        ] {
+            assert_eq!(jwt_expiry(&not), None, "{not}");
+        }
+    }
 }
 
 /// When a file was last changed, and its size: a changed stamp means the
@@ -743,7 +770,11 @@ pub struct FileCredentials {
 }
 
 /// The token of a token endpoint, kept until 80% of its life has passed
-/// (a minute when the endpoint does not say how long it lives).
+/// (a minute when the endpoint does not say how long it lives). Its life
+/// is the shorter of the endpoint's `expires_in` and, for a JWT, its `exp`
+/// claim: `expires_in` is rounded and counted from an unknown moment, and
+/// a token handed out near its end gives sessions too short to renew in
+/// place.
 #[derive(Debug, Default)]
 struct TokenCache(Mutex<Option<(Secret, std::time::Instant)>>);
 
@@ -767,11 +798,41 @@ impl TokenCache {
         let secret = client_secret
             .read()
             .map_err(|e| format!("the OAuth client secret: {e}"))?;
-        let (token, lifetime) = fetch_token(url, client_id, &secret, scope.as_deref())?;
+        let (token, said) = fetch_token(url, client_id, &secret, scope.as_deref())?;
+        let claimed = jwt_expiry(token.expose()).map(|exp| {
+            exp.duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        });
+        let lifetime = match (said, claimed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let keep = lifetime.map_or(TOKEN_KEPT_UNSAID, |l| l.mul_f64(0.8));
         *cached = Some((token.clone(), std::time::Instant::now() + keep));
         Ok(token)
     }
+}
+
+/// When the JWT `token` expires, by its `exp` claim (RFC 7519 4.1.4);
+/// `None` for a token that is not a JWT or has no `exp`.
+fn jwt_expiry(token: &str) -> Option<std::time::SystemTime> {
+    use base64::Engine as _;
+    let mut parts = token.split('.');
+    let (_, payload) = (parts.next()?, parts.next()?);
+    parts.next()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        exp: Option<f64>,
+    }
+    let exp = serde_json::from_slice::<Claims>(&bytes).ok()?.exp?;
+    let exp = Duration::try_from_secs_f64(exp).ok()?;
+    std::time::UNIX_EPOCH.checked_add(exp)
 }
 
 /// A token from the OAuth 2.0 endpoint `url` with the client credentials
