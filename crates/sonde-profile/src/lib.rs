@@ -9,6 +9,7 @@ pub mod cost;
 pub mod flamegraph;
 pub mod model;
 pub mod module;
+pub mod otlp;
 pub mod perf;
 pub mod pprof;
 pub mod record;
