@@ -19,6 +19,9 @@ pub use units::{HostPort, HumanDuration, HumanSize, Listen, UnitError};
 /// The name `inputs` gives the metric windows, so no source may take it.
 pub const METRICS_INPUT: &str = "metrics";
 
+/// The name `inputs` gives the profiler's periods, so no source may take it.
+pub const PROFILES_INPUT: &str = "profiles";
+
 /// The fix for an `agent.data_dir` the agent cannot make or write.
 pub const DATA_DIR_FIX: &str = "make it writable by the user sonde runs as (e.g. `sudo install -d -o sonde /var/lib/sonde`), or set agent.data_dir to a directory it can write";
 

@@ -17,7 +17,7 @@
 //!   thread as the semantic conventions name them: `process.pid`,
 //!   `process.executable.name`, `thread.id`, `thread.name`, and
 //!   `container.id` and `k8s.pod.uid` when the process runs in one;
-//! - every [`Function`] becomes one `Function` (its name) and one
+//! - every [`Function`](crate::model::Function) becomes one `Function` (its name) and one
 //!   `Location` with a single `Line` calling it, in the `Mapping` of its
 //!   module (one per distinct module), so a location is fixed by its
 //!   function, as in [`crate::pprof`];
@@ -618,6 +618,7 @@ pub fn decode_samples(bytes: &[u8]) -> Result<Vec<DecodedSample>, String> {
                     }
                     out.push(DecodedSample {
                         host: host.clone(),
+                        start_ns: p.time_unix_nano,
                         frames,
                         attributes,
                         count: sample.values.first().copied().unwrap_or(0),
@@ -634,6 +635,8 @@ pub fn decode_samples(bytes: &[u8]) -> Result<Vec<DecodedSample>, String> {
 pub struct DecodedSample {
     /// The resource's `host.name`.
     pub host: String,
+    /// When its profile's period started, Unix nanoseconds.
+    pub start_ns: u64,
     /// Function names, leaf first.
     pub frames: Vec<String>,
     /// The sample's attributes, as written.
@@ -713,24 +716,28 @@ mod tests {
             vec![
                 DecodedSample {
                     host: "a".into(),
+                    start_ns: 1_700_000_000_000_000_000,
                     frames: frames(&["entry_SYSCALL_64", "main"]),
                     attributes: attrs("1", "11", "worker", &[]),
                     count: 2,
                 },
                 DecodedSample {
                     host: "a".into(),
+                    start_ns: 1_700_000_000_000_000_000,
                     frames: frames(&["memcpy", "work", "main"]),
                     attributes: attrs("1", "12", "worker", &[]),
                     count: 3,
                 },
                 DecodedSample {
                     host: "a".into(),
+                    start_ns: 1_700_000_000_000_000_000,
                     frames: frames(&["memcpy", "work", "main"]),
                     attributes: attrs("1", "11", "worker", &[]),
                     count: 5,
                 },
                 DecodedSample {
                     host: "default-host".into(),
+                    start_ns: 1_700_000_000_000_000_000,
                     frames: frames(&["work", "main"]),
                     attributes: attrs(
                         "2",

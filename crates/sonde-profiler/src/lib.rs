@@ -11,6 +11,14 @@
 //! them, and at each period's end symbolises and writes the period. On
 //! stop it writes the partial period and exits.
 //!
+//! # Sinks
+//!
+//! Each period's profile, once stored, also goes to every [`Output`] of
+//! [`Settings::outputs`] (the sinks whose `inputs` name `"profiles"`),
+//! shared, never copied, through each sink's bounded channel: a sink that
+//! cannot keep up has the period dropped and counted on its side, and the
+//! profiler never waits. A period with no samples goes nowhere.
+//!
 //! # A profile that cannot be written
 //!
 //! A period whose profile cannot be stored (a full, read-only or removed
@@ -39,7 +47,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sonde_profile::store::Store;
-use sonde_profile::{OpenError, Profiler};
+use sonde_profile::{OpenError, Profile, Profiler};
 
 use sonde_runtime::data_dir::{DataDirErrors, What};
 
@@ -57,6 +65,19 @@ pub struct Settings {
     pub host: String,
     /// Where a profile that cannot be written is counted and said.
     pub data_dir: Arc<DataDirErrors>,
+    /// The sinks that take each period's profile.
+    pub outputs: Vec<Arc<dyn Output>>,
+}
+
+/// Where the profiler sends each period's profile besides the store: a
+/// sink's end of its channel.
+pub trait Output: Send + Sync + std::fmt::Debug {
+    /// The sink's name, as on `/metrics`.
+    fn name(&self) -> &str;
+
+    /// Queues `profile` without blocking; a full queue drops it and
+    /// counts it.
+    fn send(&self, profile: Arc<Profile>);
 }
 
 /// The profiler's counters for `/metrics`.
@@ -195,6 +216,12 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
             stats.modules.store(held.modules as u64, Relaxed);
             stats.symbol_cache_entries.store(held.names as u64, Relaxed);
             store(settings, stats, &profile);
+            if !profile.stacks.is_empty() && !settings.outputs.is_empty() {
+                let profile = Arc::new(profile);
+                for o in &settings.outputs {
+                    o.send(Arc::clone(&profile));
+                }
+            }
             stats
                 .cpu_ns
                 .store(sonde_runtime::sys::thread_cpu_ns(), Relaxed);
@@ -258,6 +285,7 @@ mod tests {
             ),
             host: "h".into(),
             data_dir: Arc::default(),
+            outputs: Vec::new(),
         };
         let stats = ProfilerStats::default();
         let period = |start_s: u64| {

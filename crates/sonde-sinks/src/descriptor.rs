@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use sonde_config::error::quoted_after;
-use sonde_config::{ConfigError, METRICS_INPUT};
+use sonde_config::{ConfigError, METRICS_INPUT, PROFILES_INPUT};
 use sonde_encode::compress::Compression;
 use sonde_log_sources::{LogInput, SourceInfo};
 
@@ -38,6 +38,8 @@ pub enum Input {
     Metrics,
     /// The lines of log sources.
     Logs,
+    /// The profiler's periods.
+    Profiles,
 }
 
 /// One entry of a sink's `inputs`, validated.
@@ -47,6 +49,8 @@ pub enum SinkInput {
     Metrics,
     /// The lines of the `[[logs]]` source of this name.
     Logs(String),
+    /// `"profiles"`: each period's profile from `[profiler]`.
+    Profiles,
 }
 
 impl SinkInput {
@@ -55,6 +59,7 @@ impl SinkInput {
         match self {
             SinkInput::Metrics => Input::Metrics,
             SinkInput::Logs(_) => Input::Logs,
+            SinkInput::Profiles => Input::Profiles,
         }
     }
 }
@@ -65,6 +70,7 @@ impl fmt::Display for SinkInput {
         match self {
             SinkInput::Metrics => f.write_str(METRICS_INPUT),
             SinkInput::Logs(name) => f.write_str(name),
+            SinkInput::Profiles => f.write_str(PROFILES_INPUT),
         }
     }
 }
@@ -152,6 +158,8 @@ pub struct Running {
     /// `metrics` gets none: the agent drops this handle and its window
     /// thread, if any, ends.
     pub windows: Option<SinkHandle>,
+    /// Where the profiler sends each period, when it takes `profiles`.
+    pub profiles: Option<crate::profiles::ProfileHandle>,
     /// Its end for each log source of [`Start::sources`], by source name.
     pub logs: Vec<(String, LogInput)>,
     /// Its threads; each ends once the sink's inputs are dropped and what it
@@ -184,6 +192,7 @@ impl From<(SinkHandle, JoinHandle<()>)> for Running {
     fn from((windows, thread): (SinkHandle, JoinHandle<()>)) -> Self {
         Running {
             windows: Some(windows),
+            profiles: None,
             logs: Vec::new(),
             threads: vec![thread],
         }
@@ -276,11 +285,16 @@ impl Sink {
         self.inputs.contains(&SinkInput::Metrics)
     }
 
+    /// True when the profiler sends it each period.
+    pub fn takes_profiles(&self) -> bool {
+        self.inputs.contains(&SinkInput::Profiles)
+    }
+
     /// The names of the log sources it takes, in `inputs` order.
     pub fn log_sources(&self) -> impl Iterator<Item = &str> {
         self.inputs.iter().filter_map(|i| match i {
             SinkInput::Logs(name) => Some(name.as_str()),
-            SinkInput::Metrics => None,
+            SinkInput::Metrics | SinkInput::Profiles => None,
         })
     }
 

@@ -8,7 +8,9 @@
 //!   memory and disk buffers ([`sender::disk`]) of the network sinks;
 //! * [`logs`]: the log sinks, which acknowledge each batch once
 //!   delivered: local (file, console), HTTP (direct or through a disk
-//!   buffer) and the blackhole.
+//!   buffer) and the blackhole;
+//! * [`profiles`]: the profiler's periods, one request each, through the
+//!   same sender as metric windows.
 //! * [`descriptor`]: what a sink type is ([`descriptor::SinkType`]: what it
 //!   accepts, its keys and how they are checked, how it starts) and what a
 //!   configured sink is; [`registry`]: every type, and the checks of
@@ -35,6 +37,7 @@
 pub mod descriptor;
 pub mod logs;
 pub mod net;
+pub mod profiles;
 pub mod registry;
 pub mod sender;
 pub mod sink;

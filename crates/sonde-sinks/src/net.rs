@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::logs::buffered;
 use crate::logs::deliver::{self, HttpLogs, LogEncoder};
+use crate::profiles::{ProfileEncoder, ProfileHandle, Profiles};
 use crate::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
 use crate::sink::SinkStats;
 use anyhow::Context;
@@ -446,4 +447,61 @@ pub(super) fn settings(s: &Sink) -> anyhow::Result<&NetSink> {
     s.net
         .as_ref()
         .with_context(|| format!("sink type {} has no network settings", s.kind.name))
+}
+
+/// The directory of a sink's disk buffer of profiles, under its own.
+pub const PROFILE_BUFFER: &str = "profiles";
+
+/// Starts the profile side of network sink `s`: a sender of its own whose
+/// requests (one per period, encoded by `encoder`) go to `url` (its `url`
+/// unless given) over HTTP, through a buffer of the sink's kind (a disk
+/// buffer in [`PROFILE_BUFFER`] below the sink's directory), with its
+/// compression and backoff.
+pub(super) fn start_profiles<E: ProfileEncoder>(
+    s: &Sink,
+    encoder: E,
+    url: Option<&str>,
+    st: &Start<'_>,
+    running: &mut Running,
+) -> anyhow::Result<()> {
+    let transport = http(s, encoder.content_type(), url)?;
+    start_profiles_over(s, encoder, transport, url, st, running)
+}
+
+/// [`start_profiles`] over a transport of the sink type's own.
+pub(super) fn start_profiles_over<E: ProfileEncoder, T: sender::Transport>(
+    s: &Sink,
+    encoder: E,
+    transport: T,
+    target: Option<&str>,
+    st: &Start<'_>,
+    running: &mut Running,
+) -> anyhow::Result<()> {
+    let n = settings(s)?;
+    let stats = Arc::clone(&st.stats);
+    let buffer = match &n.buffer {
+        Buffer::Disk {
+            dir,
+            max_size,
+            sync,
+        } => Buffer::Disk {
+            dir: dir.join(PROFILE_BUFFER),
+            max_size: *max_size,
+            sync: *sync,
+        },
+        memory => memory.clone(),
+    };
+    let queue = open_queue(&s.name, &buffer, &stats, &st.data_dir)?;
+    tracing::info!(sink = %s.name, target = %target.unwrap_or(&n.target), compression = n.compression.name(), "sink sending profiles");
+    let (tx, thread) = sender::spawn_batcher(
+        Profiles::new(encoder),
+        n.compression,
+        transport,
+        queue,
+        n.delivery,
+        Arc::clone(&stats),
+    )?;
+    running.profiles = Some(ProfileHandle::new(tx, stats));
+    running.threads.push(thread);
+    Ok(())
 }

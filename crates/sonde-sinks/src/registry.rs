@@ -18,8 +18,8 @@ pub use crate::descriptor::{
     Transport,
 };
 pub use crate::net::{BufferSection, NetSinkSection};
-use sonde_config::METRICS_INPUT;
 use sonde_config::{AgentSection, ConfigError, Source};
+use sonde_config::{METRICS_INPUT, PROFILES_INPUT};
 
 /// Every sink type, by the name `type` gives it.
 pub static REGISTRY: &[&SinkType] = &[
@@ -253,6 +253,8 @@ fn inputs(kind: &SinkType, value: Option<&toml::Value>) -> Result<Vec<SinkInput>
         }
         seen.push(if name == METRICS_INPUT {
             SinkInput::Metrics
+        } else if name == PROFILES_INPUT {
+            SinkInput::Profiles
         } else {
             SinkInput::Logs(name.to_string())
         });

@@ -330,6 +330,7 @@ fn retire(r: RunningReceiver, telemetry: &Telemetry) {
 /// them), its ends for the log sources it takes, and what the agent keeps.
 struct Started {
     windows: Option<SinkHandle>,
+    profiles: Option<sonde_sinks::profiles::ProfileHandle>,
     logs: Vec<(String, LogInput)>,
     running: RunningSink,
 }
@@ -370,8 +371,18 @@ fn start_sink(
         // Dropping the handle ends the sink's window thread, if it has one.
         None
     };
+    let profiles = if s.takes_profiles() {
+        Some(
+            running
+                .profiles
+                .with_context(|| format!("sink {} started without its profile input", s.name))?,
+        )
+    } else {
+        None
+    };
     Ok(Started {
         windows,
+        profiles,
         logs: running.logs,
         running: RunningSink {
             config: s.clone(),
@@ -504,7 +515,11 @@ fn wait_ready(sources: &mut [RunningSource], config: &Config) {
 /// Starts the host profiler when `[profiler]` asks for it. Without
 /// perf-event permission it logs once, with what to change, and the agent
 /// goes on without it.
-fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_profiler::Running> {
+fn start_profiler(
+    config: &Config,
+    telemetry: &Telemetry,
+    outputs: Vec<Arc<dyn sonde_profiler::Output>>,
+) -> Option<sonde_profiler::Running> {
     let p = config.profiler.as_ref()?;
     let store = sonde_profile::store::Store::new(
         sonde_profile::store::dir(&config.agent.data_dir),
@@ -519,6 +534,7 @@ fn start_profiler(config: &Config, telemetry: &Telemetry) -> Option<sonde_profil
         store,
         host: agent_host(config),
         data_dir: Arc::clone(&telemetry.data_dir),
+        outputs,
     };
     match sonde_profiler::spawn(settings, Arc::clone(&telemetry.profiler)) {
         Ok(running) => {
@@ -616,6 +632,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let infos = source_infos(&config);
     let host = agent_host(&config);
     let mut handles: Vec<Box<dyn flusher::Output>> = Vec::new();
+    let mut profile_outputs: Vec<Arc<dyn sonde_profiler::Output>> = Vec::new();
     let mut sinks = Vec::new();
     let mut log_inputs = Vec::new();
     for (i, s) in config.sinks.iter().enumerate() {
@@ -634,6 +651,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
             started
                 .windows
                 .map(|h| Box::new(h) as Box<dyn flusher::Output>),
+        );
+        profile_outputs.extend(
+            started
+                .profiles
+                .map(|h| Arc::new(h) as Arc<dyn sonde_profiler::Output>),
         );
         log_inputs.extend(started.logs);
         sinks.push(started.running);
@@ -655,7 +677,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     for (r, socks) in bound {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
-    let profiler = start_profiler(&config, &telemetry);
+    let profiler = start_profiler(&config, &telemetry, profile_outputs);
     // Removes the admin site's socket file when dropped, as `run` returns.
     let _serving = http::serve(
         admin_site
@@ -733,14 +755,15 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     if let Some(e) = events_source {
         e.stop();
     }
+    // Writes the partial period and sends it to the sinks that take
+    // profiles, then lets go of them.
+    if let Some(p) = profiler {
+        p.stop();
+    }
     for s in sinks {
         for t in s.threads {
             let _ = t.join();
         }
-    }
-    // Writes the partial period.
-    if let Some(p) = profiler {
-        p.stop();
     }
     tracing::info!("stopped");
     Ok(())
@@ -777,8 +800,10 @@ fn reload(
         tracing::warn!("SIGHUP: changes to [profiler] apply at the next start");
     }
     // Sinks whose type does not reload stay as they are, and so do sinks
-    // that take log sources (the sources keep running with them).
-    let changes = |s: &Sink| s.kind.reloads && s.log_sources().next().is_none();
+    // that take log sources (the sources keep running with them) or the
+    // profiler's periods (its outputs are fixed when it starts).
+    let changes =
+        |s: &Sink| s.kind.reloads && s.log_sources().next().is_none() && !s.takes_profiles();
     let fixed =
         |c: &Config| -> Vec<Sink> { c.sinks.iter().filter(|s| !changes(s)).cloned().collect() };
     let (fixed_old, fixed_new) = (fixed(old), fixed(new));

@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -2159,4 +2160,207 @@ fn exports_of_two_hosts_merge_into_one_view_with_each_hosts_totals() {
             text.1
         );
     }
+}
+
+/// Samples per (pid, leaf function) of `profile`.
+fn leaf_counts(profile: &sonde_profile::Profile) -> BTreeMap<(u32, String), u64> {
+    let mut out = BTreeMap::new();
+    for s in &profile.stacks {
+        let pid = profile.processes[s.process as usize].pid;
+        let leaf = s.frames.last().map_or(String::new(), |&f| {
+            profile.functions[f as usize].name.clone()
+        });
+        *out.entry((pid, leaf)).or_insert(0) += s.count;
+    }
+    out
+}
+
+#[test]
+fn each_period_goes_through_the_opentelemetry_collector_with_the_samples_of_the_local_store() {
+    let _cpu = exclusive();
+    // The Collector forwards what its OTLP receiver takes to this server.
+    let forwarded = common::http_server::Server::start(0, 200);
+    let Some(col) = common::backends::or_skip(
+        common::backends::OtelCollector::start_with_profiles(forwarded.port),
+    ) else {
+        return;
+    };
+    let p = programs();
+    let outside = Program::burner(&p.burn_fp);
+    let inside = Program::burner(&p.burn_nofp);
+    let cgroup = ContainerCgroup::create();
+    if let Some(c) = &cgroup {
+        fs::write(c.procs(), inside.pid().to_string()).unwrap();
+    } else {
+        eprintln!("no writable cgroup2 hierarchy (needs root): container.id is not checked");
+    }
+    let agent = common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"fleet-a\"\n\n\
+             [profiler]\nfrequency = 99\nperiod = \"1s\"\n\n\
+             [[sinks]]\ntype = \"otlp_http\"\nurl = \"{}\"\ninputs = [\"profiles\"]\n",
+            dir.join("data").display(),
+            col.metrics_url()
+        )
+    });
+    let pids = [outside.pid(), inside.pid()];
+    let decoded = || -> Vec<sonde_profile::otlp::DecodedSample> {
+        forwarded
+            .accepted()
+            .iter()
+            .flat_map(|g| sonde_profile::otlp::decode_samples(&g.body).unwrap())
+            .collect()
+    };
+    // Three periods in which both burners were sampled.
+    let samples = wait_for(
+        "three periods of both burners through the Collector",
+        WAIT,
+        || {
+            let got = decoded();
+            let periods: std::collections::BTreeSet<u64> = got
+                .iter()
+                .filter(|s| {
+                    pids.iter().all(|&pid| {
+                        got.iter().any(|o| {
+                            o.start_ns == s.start_ns
+                                && o.attributes
+                                    .contains(&("process.pid".into(), pid.to_string()))
+                        })
+                    })
+                })
+                .map(|s| s.start_ns)
+                .collect();
+            (periods.len() >= 3).then_some(got)
+        },
+    );
+    assert!(
+        agent
+            .metric("sonde_sink_profiles_total{sink=\"otlp_http\"}")
+            .unwrap()
+            >= 3.0,
+        "{}",
+        agent.stderr()
+    );
+    // Each period as the Collector passed it on equals the local store's
+    // view of it, function for function, process for process.
+    let store = sonde_profile::store::Store::reader(&agent.path("data"));
+    let starts: std::collections::BTreeSet<u64> = samples.iter().map(|s| s.start_ns).collect();
+    for &start in &starts {
+        let mut sent: BTreeMap<(u32, String), u64> = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.start_ns == start) {
+            let pid = s
+                .attributes
+                .iter()
+                .find(|(k, _)| k == "process.pid")
+                .map(|(_, v)| v.parse().unwrap())
+                .unwrap();
+            *sent.entry((pid, s.frames[0].clone())).or_insert(0) += s.count as u64;
+        }
+        let (local, files) = store
+            .read(start / 1_000_000_000, start / 1_000_000_000 + 1)
+            .unwrap();
+        assert_eq!(files, 1, "period {start}");
+        assert_eq!(sent, leaf_counts(&local), "period {start}");
+    }
+    // The attributes the semantic conventions name.
+    assert!(samples.iter().all(|s| s.host == "fleet-a"));
+    let attribute = |s: &sonde_profile::otlp::DecodedSample, key: &str| {
+        s.attributes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    for (pid, program) in [(outside.pid(), &p.burn_fp), (inside.pid(), &p.burn_nofp)] {
+        let mine: Vec<_> = samples
+            .iter()
+            .filter(|s| attribute(s, "process.pid") == Some(pid.to_string()))
+            .collect();
+        assert!(!mine.is_empty());
+        let name = program.file_name().unwrap().to_str().unwrap();
+        for s in &mine {
+            assert_eq!(
+                attribute(s, "process.executable.name").as_deref(),
+                Some(name)
+            );
+            assert_eq!(attribute(s, "thread.name").as_deref(), Some(name));
+            assert!(attribute(s, "thread.id").is_some());
+            let container = attribute(s, "container.id");
+            let pod = attribute(s, "k8s.pod.uid");
+            match (&cgroup, pid == inside.pid()) {
+                (Some(c), true) => {
+                    assert_eq!(container.as_deref(), Some(c.id.as_str()));
+                    assert_eq!(pod.as_deref(), Some(c.pod.as_str()));
+                }
+                _ => assert_eq!((container, pod), (None, None)),
+            }
+        }
+    }
+    // The Collector's own view: its debug exporter printed the profiles
+    // with the period's sample type.
+    let log = col.log();
+    assert!(log.contains("process.executable.name"), "{log}");
+    drop(inside);
+    drop(outside);
+}
+
+#[test]
+fn periods_wait_in_the_disk_buffer_through_an_outage_and_a_kill_and_arrive_once() {
+    let _cpu = exclusive();
+    let server = common::http_server::Server::start(0, 503);
+    let burner = Program::burner(&programs().burn_fp);
+    let mut agent = common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n\
+             [profiler]\nfrequency = 19\nperiod = \"1s\"\n\n\
+             [[sinks]]\ntype = \"otlp_http\"\nurl = \"http://127.0.0.1:{}/v1/metrics\"\ninputs = [\"profiles\"]\n\
+             buffer = {{ type = \"disk\" }}\nretry_max_backoff = \"500ms\"\n",
+            dir.join("data").display(),
+            server.port
+        )
+    });
+    // The backend refuses (503): the periods queue on disk.
+    wait_for("three periods in the disk buffer", WAIT, || {
+        (agent.metric("sonde_sink_queue_batches{sink=\"otlp_http\"}")? >= 3.0).then_some(())
+    });
+    agent.kill();
+    let stored: Vec<u64> = sonde_profile::store::Store::reader(&agent.path("data"))
+        .list()
+        .unwrap()
+        .iter()
+        .map(|e| e.start_s)
+        .collect();
+    assert!(stored.len() >= 3, "{stored:?}");
+    assert!(
+        agent.path("data/buffers/otlp_http/profiles").is_dir(),
+        "no disk buffer of profiles"
+    );
+    server
+        .status
+        .store(200, std::sync::atomic::Ordering::SeqCst);
+    agent.start_again();
+    let starts = || -> BTreeMap<u64, usize> {
+        let mut n = BTreeMap::new();
+        for g in server.accepted() {
+            let samples = sonde_profile::otlp::decode_samples(&g.body).unwrap();
+            let period: std::collections::BTreeSet<u64> =
+                samples.iter().map(|s| s.start_ns / 1_000_000_000).collect();
+            assert_eq!(period.len(), 1, "one period per request");
+            *n.entry(*period.first().unwrap()).or_insert(0) += 1;
+        }
+        n
+    };
+    // Every period stored before the kill arrives, once.
+    let got = wait_for("every stored period delivered", WAIT, || {
+        let got = starts();
+        stored.iter().all(|s| got.contains_key(s)).then_some(got)
+    });
+    for s in &stored {
+        assert_eq!(got[s], 1, "period {s} arrived {} times: {got:?}", got[s]);
+    }
+    let log = agent.stderr();
+    assert!(
+        log.contains("disk buffer kept requests from the last run"),
+        "{log}"
+    );
+    drop(burner);
 }

@@ -497,7 +497,7 @@ fn sigterm_drops_and_counts_what_a_memory_buffer_could_not_deliver() {
     // Every point the flusher produced (the file sink's record) is in it.
     let produced = agent.points().len();
     assert!(
-        line.contains(&format!("points={produced}")),
+        line.contains(&format!("lost={produced} points")),
         "{line} vs {produced} points"
     );
 }

@@ -347,6 +347,16 @@ pub const METRICS: &[Metric] = &[
         "Log records a sink let go undelivered, by reason.",
         Source::SinkDrops(|s| &s.dropped_records),
     ),
+    counter(
+        "sonde_sink_profiles_total",
+        "The profiler's periods a sink delivered (accepted by its backend).",
+        Source::Sink(|s| s.profiles.load(Relaxed)),
+    ),
+    counter(
+        "sonde_sink_dropped_profiles_total",
+        "The profiler's periods a sink let go undelivered, by reason.",
+        Source::SinkDrops(|s| &s.dropped_profiles),
+    ),
     // Log sources.
     gauge(
         "sonde_log_files_watched",

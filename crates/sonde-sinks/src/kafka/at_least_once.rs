@@ -142,6 +142,7 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
         .context("starting the kafka sink's thread")?;
     Ok(Running {
         windows: None,
+        profiles: None,
         logs,
         threads: vec![thread],
     })

@@ -249,6 +249,7 @@ pub fn start(k: &Settings, net: &NetSink, st: &mut Start<'_>) -> anyhow::Result<
     }
     Ok(Running {
         windows: None,
+        profiles: None,
         logs,
         threads,
     })

@@ -316,6 +316,7 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let mut running = match k.mode {
         _ if st.sources.is_empty() => Running {
             windows: None,
+            profiles: None,
             logs: Vec::new(),
             threads: Vec::new(),
         },

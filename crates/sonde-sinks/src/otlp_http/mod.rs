@@ -1,9 +1,11 @@
-//! `otlp_http`: OTLP/HTTP metrics to `url`, and log records to the logs
-//! endpoint beside it.
+//! `otlp_http`: OTLP/HTTP metrics to `url`, and log records and the
+//! profiler's periods to the logs and profiles endpoints beside it.
 
 mod logs;
+mod profiles;
 
 pub use logs::{OtlpLogs, OTEL_NAMES};
+pub use profiles::OtlpProfiles;
 
 use sonde_encode::otlp::Otlp;
 
@@ -16,16 +18,17 @@ use sonde_config::ConfigError;
 /// `type = "otlp_http"`: `url` is the metrics endpoint
 /// (`http://HOST:4318/v1/metrics`); `logs_url`, default `url` with its
 /// final `/v1/metrics` made `/v1/logs` (or `url` itself when it does not
-/// end so), the logs endpoint.
+/// end so), the logs endpoint; `profiles_url`, likewise with
+/// `/v1development/profiles`, the profiles endpoint.
 pub static TYPE: SinkType = SinkType {
     name: "otlp_http",
-    accepts: &[Input::Metrics, Input::Logs],
+    accepts: &[Input::Metrics, Input::Logs, Input::Profiles],
     transport: Transport::Http,
     // The OTLP specification requires receivers to take gzip; zstd only
     // some do.
     compressions: &["gzip", "zstd", "none"],
     headers: &[],
-    keys: &["logs_url"],
+    keys: &["logs_url", "profiles_url"],
     check,
     start,
     reloads: true,
@@ -38,42 +41,69 @@ pub static TYPE: SinkType = SinkType {
 struct Options {
     /// The logs endpoint, when not beside the metrics one.
     logs_url: Option<NonEmpty>,
+    /// The profiles endpoint, when not beside the metrics one.
+    profiles_url: Option<NonEmpty>,
 }
 
-const EXAMPLES: &[(&str, &str)] = &[("logs_url", "\"http://127.0.0.1:4318/v1/logs\"")];
+const EXAMPLES: &[(&str, &str)] = &[
+    ("logs_url", "\"http://127.0.0.1:4318/v1/logs\""),
+    (
+        "profiles_url",
+        "\"http://127.0.0.1:4318/v1development/profiles\"",
+    ),
+];
 
 fn check(s: &mut Sink) -> Result<(), ConfigError> {
     let o: Options = s.typed(EXAMPLES)?;
-    if let Some(url) = o.logs_url.as_deref() {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(ConfigError::new(
-                "logs_url",
-                format!("{url:?} is not an HTTP URL"),
-                "start it with http:// or https://",
-            ));
+    for (key, url) in [("logs_url", &o.logs_url), ("profiles_url", &o.profiles_url)] {
+        if let Some(url) = url.as_deref() {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::new(
+                    key,
+                    format!("{url:?} is not an HTTP URL"),
+                    "start it with http:// or https://",
+                ));
+            }
         }
     }
     Ok(())
 }
 
-/// Where the log records of sink `s`, with options `o`, go.
-fn logs_url(o: &Options, s: &Sink) -> Option<String> {
-    if let Some(url) = &o.logs_url {
+/// Where sink `s` sends what goes to the endpoint at `path` beside its
+/// metrics one (`/v1/logs`), unless `set` says.
+fn beside(set: Option<&NonEmpty>, s: &Sink, path: &str) -> Option<String> {
+    if let Some(url) = set {
         return Some(url.0.clone());
     }
     let url = &s.net.as_ref()?.target;
     Some(match url.strip_suffix("/v1/metrics") {
-        Some(base) => format!("{base}/v1/logs"),
+        Some(base) => format!("{base}{path}"),
         None => url.clone(),
     })
+}
+
+/// Where the log records of sink `s`, with options `o`, go.
+fn logs_url(o: &Options, s: &Sink) -> Option<String> {
+    beside(o.logs_url.as_ref(), s, "/v1/logs")
+}
+
+/// Where the profiles of sink `s`, with options `o`, go.
+fn profiles_url(o: &Options, s: &Sink) -> Option<String> {
+    beside(o.profiles_url.as_ref(), s, "/v1development/profiles")
 }
 
 fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let e = Otlp::new().with_resource([("host.name", st.host.to_string())]);
     let mut running = net::start(s, e, st)?;
+    let o: Options = s.typed(EXAMPLES)?;
     if !st.sources.is_empty() {
-        let url = logs_url(&s.typed(EXAMPLES)?, s);
+        let url = logs_url(&o, s);
         net::start_logs(s, OtlpLogs::default(), url.as_deref(), st, &mut running)?;
+    }
+    if s.takes_profiles() {
+        let url = profiles_url(&o, s);
+        let encoder = OtlpProfiles::new(st.host);
+        net::start_profiles(s, encoder, url.as_deref(), st, &mut running)?;
     }
     Ok(running)
 }

@@ -65,6 +65,9 @@ pub enum Unit {
     Points,
     /// Log records (`sonde_sink_records_total`, `dropped_records`).
     Records,
+    /// The profiler's periods (`sonde_sink_profiles_total`,
+    /// `dropped_profiles`).
+    Profiles,
 }
 
 impl Unit {
@@ -77,24 +80,38 @@ impl Unit {
             Unit::Records => {
                 stats.records.fetch_add(u64::from(r.points), Relaxed);
             }
+            Unit::Profiles => {
+                stats.profiles.fetch_add(u64::from(r.points), Relaxed);
+            }
         }
         stats.bytes_raw.fetch_add(u64::from(r.raw_bytes), Relaxed);
         stats.bytes_sent.fetch_add(r.body.len() as u64, Relaxed);
     }
 
     fn dropped(self, stats: &SinkStats, why: SinkDrop, n: u32) {
+        self.count_drop(stats, why, 1, u64::from(n));
+    }
+
+    /// Counts `batches` requests holding `n` of this unit dropped for
+    /// `why` (log records and profiles are counted without requests).
+    pub fn count_drop(self, stats: &SinkStats, why: SinkDrop, batches: u64, n: u64) {
         match self {
-            Unit::Points => stats.count_drop(why, 1, u64::from(n)),
+            Unit::Points => stats.count_drop(why, batches, n),
             Unit::Records => {
-                stats.dropped_records[why as usize].fetch_add(u64::from(n), Relaxed);
+                stats.dropped_records[why as usize].fetch_add(n, Relaxed);
+            }
+            Unit::Profiles => {
+                stats.dropped_profiles[why as usize].fetch_add(n, Relaxed);
             }
         }
     }
 
-    fn name(self) -> &'static str {
+    /// The unit's name in log lines.
+    pub fn name(self) -> &'static str {
         match self {
             Unit::Points => "points",
             Unit::Records => "log records",
+            Unit::Profiles => "profiles",
         }
     }
 }

@@ -1,12 +1,15 @@
 //! Senders: the runtime of every network sink (HTTP and TCP backends).
 //!
-//! A sender is one thread per sink owning an encoder
-//! ([`sonde_encode::BatchEncoder`]), a [`Compression`], a [`Transport`] and
-//! a [`Queue`]. The flusher drives it by handing it windows through a
-//! [`SinkHandle`], which never blocks. The sender cuts each window into
-//! requests of at most `max_batch_points` points and `max_batch_bytes`
-//! bytes, compresses each, appends it to its queue, and delivers the queue
-//! oldest first, one request at a time, so a backend sees windows in order.
+//! A sender is one thread per sink and input owning a [`Batcher`] (for
+//! metric windows, an encoder ([`sonde_encode::BatchEncoder`]) in
+//! [`Points`]; for the profiler's periods, a profile encoder), a
+//! [`Compression`], a [`Transport`] and a [`Queue`]. The flusher (or the
+//! profiler) drives it by handing it what it made through a bounded
+//! channel, which never blocks. The sender cuts each window into requests
+//! of at most `max_batch_points` points and `max_batch_bytes` bytes (a
+//! profile is one request), compresses each, appends it to its queue, and
+//! delivers the queue oldest first, one request at a time, so a backend
+//! sees windows in order.
 //!
 //! # Delivery
 //!
@@ -44,14 +47,14 @@ pub mod transport;
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sonde_aggregate::Batch;
 use sonde_encode::compress::Compression;
-use sonde_encode::BatchEncoder;
+use sonde_encode::{BatchEncoder, Half};
 
 pub use attempt::{Attempt, Outgoing, Split, SplitFn, Unit};
 pub use queue::{Dropped, Queue, Request};
@@ -137,6 +140,71 @@ impl Backoff {
     }
 }
 
+/// What a sender takes from its channel and how it cuts that into
+/// request bodies.
+pub trait Batcher: Send + 'static {
+    /// What arrives on the channel: a metric window, a period's profile.
+    type Item: Send + Sync + 'static;
+    /// What the requests' contents are counted in on `/metrics`.
+    const UNIT: Unit;
+
+    /// Adds `item` to the partial body, calling `seal` each time the body
+    /// reaches `limits` (the sender then finishes and queues it).
+    fn take(&mut self, item: &Self::Item, limits: &Delivery, seal: &mut dyn FnMut(&mut Self));
+
+    /// Units (points, profiles) in the partial body.
+    fn pending(&self) -> usize;
+
+    /// Appends the finished body to `out` and empties the partial one.
+    fn finish(&mut self, out: &mut Vec<u8>);
+
+    /// The body's `Content-Type`, for HTTP sinks.
+    fn content_type(&self) -> &'static str;
+
+    /// Cuts a finished body in two for a backend that refused it as too
+    /// large ([`BatchEncoder::split`]); `None` when it cannot be.
+    fn split(body: &[u8]) -> Option<[Half; 2]>
+    where
+        Self: Sized;
+}
+
+/// Metric windows through `E`: each window's points in requests of at
+/// most `max_batch_points` points and `max_batch_bytes` bytes.
+#[derive(Debug)]
+pub struct Points<E>(pub E);
+
+impl<E: BatchEncoder> Batcher for Points<E> {
+    type Item = Batch;
+    const UNIT: Unit = Unit::Points;
+
+    fn take(&mut self, batch: &Batch, limits: &Delivery, seal: &mut dyn FnMut(&mut Self)) {
+        for p in batch.points() {
+            self.0.push(&p);
+            if self.0.points() >= limits.max_batch_points
+                || self.0.bytes() >= limits.max_batch_bytes
+            {
+                seal(self);
+            }
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.0.points()
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        self.0.finish(out);
+    }
+
+    fn content_type(&self) -> &'static str {
+        self.0.content_type()
+    }
+
+    fn split(body: &[u8]) -> Option<[Half; 2]> {
+        E::split(body)
+    }
+}
+
 /// Starts a sender thread for one sink; the returned handle goes to the
 /// flusher. The thread ends after the handle is dropped and its grace
 /// period is over.
@@ -152,32 +220,69 @@ pub fn spawn<E: BatchEncoder, T: Transport>(
     delivery: Delivery,
     stats: Arc<SinkStats>,
 ) -> io::Result<(SinkHandle, JoinHandle<()>)> {
-    let (tx, rx) = sync_channel::<Arc<Batch>>(QUEUE_BATCHES);
-    let sender = Sender {
-        encoder,
+    let (tx, thread) = spawn_batcher(
+        Points(encoder),
         compression,
         transport,
         queue,
         delivery,
-        backoff: Backoff::new(delivery.backoff_min, delivery.backoff_max),
-        split: Split::new(E::split, compression),
-        stats: Arc::clone(&stats),
-        partial_since: None,
-        next_try: Instant::now(),
-        raw: Vec::new(),
+        Arc::clone(&stats),
+    )?;
+    Ok((SinkHandle::new(tx, stats), thread))
+}
+
+/// A started sender: the end of its channel and its thread.
+pub type Started<I> = (SyncSender<Arc<I>>, JoinHandle<()>);
+
+/// Starts a sender thread taking what `batcher` cuts into requests; the
+/// thread ends after every end of the returned channel is dropped and
+/// its grace period is over.
+///
+/// # Errors
+///
+/// When the thread cannot be spawned.
+pub fn spawn_batcher<B: Batcher, T: Transport>(
+    batcher: B,
+    compression: Compression,
+    transport: T,
+    queue: Box<dyn Queue>,
+    delivery: Delivery,
+    stats: Arc<SinkStats>,
+) -> io::Result<Started<B::Item>> {
+    let (tx, rx) = sync_channel::<Arc<B::Item>>(QUEUE_BATCHES);
+    let sender = Sender {
+        batcher,
+        out: Out {
+            compression,
+            transport,
+            queue,
+            delivery,
+            backoff: Backoff::new(delivery.backoff_min, delivery.backoff_max),
+            split: Split::new(B::split, compression),
+            stats: Arc::clone(&stats),
+            partial_since: None,
+            next_try: Instant::now(),
+            raw: Vec::new(),
+            unit: B::UNIT,
+        },
     };
-    sender.publish_queue();
+    sender.out.publish_queue();
     let thread = std::thread::Builder::new()
         .name(format!("sink {}", stats.name))
         .spawn(move || {
             sonde_runtime::priority::enter_background();
             sender.run(&rx)
         })?;
-    Ok((SinkHandle::new(tx, stats), thread))
+    Ok((tx, thread))
 }
 
-struct Sender<E, T> {
-    encoder: E,
+struct Sender<B, T> {
+    batcher: B,
+    out: Out<T>,
+}
+
+/// Everything of a sender but its batcher: what it queues and delivers.
+struct Out<T> {
     compression: Compression,
     transport: T,
     queue: Box<dyn Queue>,
@@ -186,61 +291,74 @@ struct Sender<E, T> {
     /// The pieces of a request the backend found too large.
     split: Split,
     stats: Arc<SinkStats>,
-    /// When the first point of the partial request was pushed.
+    /// When the first unit of the partial request was taken.
     partial_since: Option<Instant>,
     /// No attempt before this (backoff).
     next_try: Instant,
     raw: Vec<u8>,
+    unit: Unit,
 }
 
-impl<E: BatchEncoder, T: Transport> Sender<E, T> {
-    fn run(mut self, rx: &Receiver<Arc<Batch>>) {
+impl<B: Batcher, T: Transport> Sender<B, T> {
+    fn run(mut self, rx: &Receiver<Arc<B::Item>>) {
         loop {
-            let wait = self.wait(Instant::now());
+            let wait = self.out.wait(Instant::now());
             match rx.recv_timeout(wait) {
-                Ok(b) => self.take(&b),
+                Ok(item) => self.take(&item),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             self.seal_if_old();
             self.deliver(rx, None);
         }
-        self.seal();
-        let deadline = Instant::now() + self.delivery.shutdown_grace;
-        self.transport.stop_by(deadline);
-        while !self.queue.is_empty() && Instant::now() < deadline {
-            let wait = self.next_try.saturating_duration_since(Instant::now());
+        self.out.seal(&mut self.batcher);
+        let deadline = Instant::now() + self.out.delivery.shutdown_grace;
+        self.out.transport.stop_by(deadline);
+        while !self.out.queue.is_empty() && Instant::now() < deadline {
+            let wait = self.out.next_try.saturating_duration_since(Instant::now());
             std::thread::sleep(wait.min(deadline.saturating_duration_since(Instant::now())));
             self.deliver(rx, Some(deadline));
         }
-        let mut lost = self.queue.volatile();
-        let kept = self.queue.len() as u64 - lost.batches;
-        if kept == 0 && self.split.active() {
-            // The head, lost with the rest, went partly in pieces that
-            // are counted as delivered (or dropped) already.
-            lost.points = lost.points.saturating_sub(self.split.done());
+        self.out.stop();
+    }
+
+    /// Cuts what arrived into requests.
+    fn take(&mut self, item: &B::Item) {
+        let out = &mut self.out;
+        let limits = out.delivery;
+        self.batcher.take(item, &limits, &mut |b| out.seal(b));
+        if self.batcher.pending() > 0 && self.out.partial_since.is_none() {
+            self.out.partial_since = Some(Instant::now());
         }
-        if kept > 0 {
-            tracing::info!(
-                sink = %self.stats.name,
-                requests = kept,
-                points = self.queue.points() - lost.points,
-                "stopping with requests in the disk buffer; they are sent after the next start"
-            );
-        }
-        if lost.batches > 0 {
-            tracing::warn!(
-                sink = %self.stats.name,
-                requests = lost.batches,
-                points = lost.points,
-                "stopping with undelivered requests in memory; they are dropped"
-            );
-            self.stats
-                .count_drop(SinkDrop::Shutdown, lost.batches, lost.points);
+        if self.out.delivery.max_batch_age.is_zero() {
+            self.out.seal(&mut self.batcher);
         }
     }
 
-    /// How long to wait for the next window before there is work to do.
+    fn seal_if_old(&mut self) {
+        if self
+            .out
+            .partial_since
+            .is_some_and(|t| t.elapsed() >= self.out.delivery.max_batch_age)
+        {
+            self.out.seal(&mut self.batcher);
+        }
+    }
+
+    /// Sends queued requests, oldest first, until the queue is empty or an
+    /// attempt fails; takes what arrives between requests so the channel
+    /// never fills while a backlog drains.
+    fn deliver(&mut self, rx: &Receiver<Arc<B::Item>>, deadline: Option<Instant>) {
+        while self.out.deliver_one(deadline) {
+            while let Ok(item) = rx.try_recv() {
+                self.take(&item);
+            }
+        }
+    }
+}
+
+impl<T: Transport> Out<T> {
+    /// How long to wait for the next item before there is work to do.
     fn wait(&self, now: Instant) -> Duration {
         let mut wait = Duration::from_secs(3600);
         if let Some(since) = self.partial_since {
@@ -252,47 +370,24 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
         wait
     }
 
-    /// Encodes a window into requests.
-    fn take(&mut self, batch: &Batch) {
-        for p in batch.points() {
-            self.encoder.push(&p);
-            if self.partial_since.is_none() {
-                self.partial_since = Some(Instant::now());
-            }
-            if self.encoder.points() >= self.delivery.max_batch_points
-                || self.encoder.bytes() >= self.delivery.max_batch_bytes
-            {
-                self.seal();
-            }
-        }
-        if self.delivery.max_batch_age.is_zero() {
-            self.seal();
-        }
+    /// Counts `batches` requests holding `units` dropped for `why`.
+    fn count_drop(&self, why: SinkDrop, batches: u64, units: u64) {
+        self.unit.count_drop(&self.stats, why, batches, units);
     }
 
-    fn seal_if_old(&mut self) {
-        if self
-            .partial_since
-            .is_some_and(|t| t.elapsed() >= self.delivery.max_batch_age)
-        {
-            self.seal();
-        }
-    }
-
-    /// Finishes the partial request and queues it.
-    fn seal(&mut self) {
+    /// Finishes the partial request of `batcher` and queues it.
+    fn seal<B: Batcher>(&mut self, batcher: &mut B) {
         self.partial_since = None;
-        let points = self.encoder.points() as u32;
+        let points = batcher.pending() as u32;
         if points == 0 {
             return;
         }
         self.raw.clear();
-        self.encoder.finish(&mut self.raw);
+        batcher.finish(&mut self.raw);
         let mut body = Vec::with_capacity(self.raw.len() / 4);
         if let Err(e) = self.compression.compress(&self.raw, &mut body) {
             self.stats.failures[FailReason::Encode as usize].fetch_add(1, Relaxed);
-            self.stats
-                .count_drop(SinkDrop::Rejected, 1, u64::from(points));
+            self.count_drop(SinkDrop::Rejected, 1, u64::from(points));
             tracing::error!(sink = %self.stats.name, error = %e, "cannot compress a request; dropped");
             return;
         }
@@ -310,20 +405,18 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
                     self.split.clear();
                 }
                 if d.batches > 0 {
-                    self.stats
-                        .count_drop(SinkDrop::BufferFull, d.batches, d.points);
+                    self.count_drop(SinkDrop::BufferFull, d.batches, d.points);
                     tracing::warn!(
                         sink = %self.stats.name,
                         requests = d.batches,
-                        points = d.points,
+                        dropped = %format!("{} {}", d.points, self.unit.name()),
                         "buffer full: dropped the oldest requests"
                     );
                 }
             }
             Err(e) => {
                 self.stats.failures[FailReason::Buffer as usize].fetch_add(1, Relaxed);
-                self.stats
-                    .count_drop(SinkDrop::BufferError, 1, u64::from(points));
+                self.count_drop(SinkDrop::BufferError, 1, u64::from(points));
                 tracing::error!(sink = %self.stats.name, error = %e, "cannot write to the disk buffer; request dropped");
             }
         }
@@ -345,18 +438,17 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
         self.stats.queue_bytes.store(self.queue.bytes(), Relaxed);
     }
 
-    /// Sends queued requests, oldest first, until the queue is empty or an
-    /// attempt fails; takes new windows between requests so the flusher's
-    /// queue never fills while a backlog drains.
-    fn deliver(&mut self, rx: &Receiver<Arc<Batch>>, deadline: Option<Instant>) {
+    /// Sends the queue's oldest request unless it waits for its backoff or
+    /// the `deadline` passed; true when the next may be sent at once.
+    fn deliver_one(&mut self, deadline: Option<Instant>) -> bool {
         loop {
             let now = Instant::now();
             if now < self.next_try || deadline.is_some_and(|d| now >= d) {
-                return;
+                return false;
             }
             let front = match self.queue.front() {
                 Ok(Some(r)) => r,
-                Ok(None) => return,
+                Ok(None) => return false,
                 Err(e) => {
                     self.stats.failures[FailReason::Buffer as usize].fetch_add(1, Relaxed);
                     tracing::error!(sink = %self.stats.name, error = %e, "cannot read the disk buffer; skipping a request");
@@ -364,9 +456,9 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
                         // The buffer cannot even record the skip: wait
                         // rather than spin.
                         self.next_try = now + self.backoff.next_delay();
-                        return;
+                        return false;
                     }
-                    self.stats.count_drop(SinkDrop::BufferError, 1, 0);
+                    self.count_drop(SinkDrop::BufferError, 1, 0);
                     continue;
                 }
             };
@@ -376,18 +468,16 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
                 &mut self.split,
                 &mut self.backoff,
                 &self.stats,
-                Unit::Points,
+                self.unit,
             ) {
                 Attempt::Delivered | Attempt::Refused => self.pop(),
                 Attempt::Partial => {}
                 Attempt::Retry(delay) => {
                     self.next_try = Instant::now() + delay;
-                    return;
+                    return false;
                 }
             }
-            while let Ok(b) = rx.try_recv() {
-                self.take(&b);
-            }
+            return true;
         }
     }
 
@@ -397,6 +487,36 @@ impl<E: BatchEncoder, T: Transport> Sender<E, T> {
             tracing::error!(sink = %self.stats.name, error = %e, "cannot record a delivery in the disk buffer");
         }
         self.publish_queue();
+    }
+
+    /// After the grace period: says what stays on disk for the next start
+    /// and counts what a memory buffer loses.
+    fn stop(&mut self) {
+        let mut lost = self.queue.volatile();
+        let kept = self.queue.len() as u64 - lost.batches;
+        if kept == 0 && self.split.active() {
+            // The head, lost with the rest, went partly in pieces that
+            // are counted as delivered (or dropped) already.
+            lost.points = lost.points.saturating_sub(self.split.done());
+        }
+        let unit = self.unit.name();
+        if kept > 0 {
+            tracing::info!(
+                sink = %self.stats.name,
+                requests = kept,
+                kept = %format!("{} {unit}", self.queue.points() - lost.points),
+                "stopping with requests in the disk buffer; they are sent after the next start"
+            );
+        }
+        if lost.batches > 0 {
+            tracing::warn!(
+                sink = %self.stats.name,
+                requests = lost.batches,
+                lost = %format!("{} {unit}", lost.points),
+                "stopping with undelivered requests in memory; they are dropped"
+            );
+            self.count_drop(SinkDrop::Shutdown, lost.batches, lost.points);
+        }
     }
 }
 

@@ -126,6 +126,10 @@ pub struct SinkStats {
     pub records: AtomicU64,
     /// Log records dropped, by [`SinkDrop`].
     pub dropped_records: [AtomicU64; SINK_DROPS],
+    /// The profiler's periods delivered (accepted by the backend).
+    pub profiles: AtomicU64,
+    /// The profiler's periods dropped, by [`SinkDrop`].
+    pub dropped_profiles: [AtomicU64; SINK_DROPS],
     /// Write errors of the local sinks (console, file).
     pub errors: AtomicU64,
     /// Batches dropped, by [`SinkDrop`].
@@ -167,6 +171,8 @@ impl SinkStats {
             points: AtomicU64::new(0),
             records: AtomicU64::new(0),
             dropped_records: std::array::from_fn(|_| AtomicU64::new(0)),
+            profiles: AtomicU64::new(0),
+            dropped_profiles: std::array::from_fn(|_| AtomicU64::new(0)),
             errors: AtomicU64::new(0),
             dropped_batches: std::array::from_fn(|_| AtomicU64::new(0)),
             dropped_points: std::array::from_fn(|_| AtomicU64::new(0)),

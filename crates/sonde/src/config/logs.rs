@@ -186,6 +186,12 @@ fn check_name(name: &str) -> Result<(), (String, String)> {
             "give the source another name, like name = \"app\"".into(),
         ));
     }
+    if name == sonde_config::PROFILES_INPUT {
+        return Err((
+            format!("{name:?} is what `inputs` calls the profiler's periods"),
+            "give the source another name, like name = \"app\"".into(),
+        ));
+    }
     if name == EVENTS_SOURCE {
         return Err((
             format!("{name:?} is what `inputs` calls the DogStatsD events of the statsd receivers"),

@@ -220,7 +220,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         sinks: &file.sinks,
         receivers: &file.receivers,
     };
-    routes(src, registry, tables, &logs, &sinks)?;
+    routes(src, registry, tables, &logs, &sinks, profiler.is_some())?;
     let histograms = histograms::check(src, &file.histograms)?;
     let aggregate = AggregateConfig {
         interval: agent.interval.get_ref().0,
@@ -268,6 +268,7 @@ fn routes(
     file: Tables<'_>,
     logs: &[LogSource],
     sinks: &[Sink],
+    profiler: bool,
 ) -> Result<(), ConfigError> {
     use sonde_sinks::registry::{accepting, place, Input};
     // Errors about an entry of `inputs` are at its line, or at the sink's
@@ -326,15 +327,27 @@ fn routes(
                     let fix = if logs.is_empty() {
                         "write \"metrics\", or add a [[logs]] source of this name".to_string()
                     } else {
-                        format!("write \"metrics\" or one of {}", source_names())
+                        format!(
+                            "write \"metrics\", \"profiles\" or one of {}",
+                            source_names()
+                        )
                     };
                     return Err(at(
                         i,
                         entry(i, j),
-                        format!("{name:?} is neither \"metrics\" nor a [[logs]] source"),
+                        format!("{name:?} is not \"metrics\", \"profiles\" or a [[logs]] source"),
                         fix,
                     ));
                 }
+            }
+            if *input == SinkInput::Profiles && !profiler {
+                return Err(at(
+                    i,
+                    entry(i, j),
+                    "\"profiles\" takes the profiler's periods, and there is no [profiler]".into(),
+                    "add a [profiler] section (docs/PROFILING.md), or remove it from `inputs`"
+                        .into(),
+                ));
             }
             let kind = input.kind();
             if !sink.kind.accepts.contains(&kind) {
@@ -351,6 +364,13 @@ fn routes(
                         format!(
                             "list the log sources it takes, like inputs = [\"app\"]; metrics go to {}",
                             accepting(registry, Input::Metrics)
+                        ),
+                    ),
+                    Input::Profiles => (
+                        "profiles".to_string(),
+                        format!(
+                            "send them to a sink of a type that takes profiles ({}), or remove \"profiles\" from `inputs`",
+                            accepting(registry, Input::Profiles)
                         ),
                     ),
                 };

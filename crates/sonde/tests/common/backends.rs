@@ -1036,6 +1036,20 @@ impl OtelCollector {
     /// [`Unavailable`] when the binary is not there; it names the script
     /// that builds it.
     pub fn start() -> Result<OtelCollector, Unavailable> {
+        Self::launch(None)
+    }
+
+    /// [`OtelCollector::start`] with profiles too: the
+    /// `service.profilesSupport` feature gate on, and a profiles pipeline
+    /// from the OTLP receiver to the debug exporter and to an OTLP/HTTP
+    /// exporter that forwards every request to
+    /// `http://127.0.0.1:{forward_port}/v1development/profiles` (the debug
+    /// exporter does not print stacks).
+    pub fn start_with_profiles(forward_port: u16) -> Result<OtelCollector, Unavailable> {
+        Self::launch(Some(forward_port))
+    }
+
+    fn launch(profiles: Option<u16>) -> Result<OtelCollector, Unavailable> {
         let program = match std::env::var_os("SONDE_OTELCOL") {
             Some(p) => PathBuf::from(p),
             None => PathBuf::from(OTELCOL_DEFAULT),
@@ -1055,6 +1069,15 @@ impl OtelCollector {
             .tempdir()
             .unwrap();
         let port = free_port();
+        let (forward, pipeline) = match profiles {
+            None => (String::new(), ""),
+            Some(to) => (
+                format!(
+                    "  otlphttp:\n    endpoint: http://127.0.0.1:{to}\n    retry_on_failure:\n      enabled: false\n"
+                ),
+                "    profiles:\n      receivers: [otlp]\n      exporters: [debug, otlphttp]\n",
+            ),
+        };
         let config = format!(
             r#"receivers:
   otlp:
@@ -1066,7 +1089,7 @@ exporters:
     verbosity: detailed
     sampling_initial: 1000000
     sampling_thereafter: 1
-service:
+{forward}service:
   telemetry:
     metrics:
       level: none
@@ -1082,12 +1105,16 @@ service:
     logs:
       receivers: [otlp]
       exporters: [debug]
-"#
+{pipeline}"#
         );
         let config_path = dir.path().join("otelcol.yaml");
         std::fs::write(&config_path, config).unwrap();
         let mut proc = Process::new("otelcol", program, dir);
         proc.args = vec![format!("--config=file:{}", config_path.display())];
+        if profiles.is_some() {
+            proc.args
+                .push("--feature-gates=service.profilesSupport".into());
+        }
         let mut col = OtelCollector { proc, port };
         col.spawn();
         Ok(col)

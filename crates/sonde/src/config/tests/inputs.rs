@@ -64,7 +64,11 @@ fn an_input_that_names_nothing_lists_what_exists() {
     let e = app_err("[[sinks]]\ntype = \"both\"\ninputs = [\"ap\"]\n");
     assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[0]", Some(6)));
     assert!(e.problem.contains("\"ap\""), "{e}");
-    assert!(e.fix.contains("\"metrics\" or one of \"app\""), "{e}");
+    assert!(
+        e.fix
+            .contains("\"metrics\", \"profiles\" or one of \"app\""),
+        "{e}"
+    );
     // Without sources, the fix says how to add one.
     let e = err(&format!("{MIN}inputs = [\"metric\"]\n"));
     assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[0]", Some(6)));

@@ -61,3 +61,28 @@ fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
         .to_string()
         .contains("frequncy"));
 }
+
+#[test]
+fn profiles_go_to_sinks_that_take_them_and_need_a_profiler() {
+    let sink = "[[sinks]]\ntype = \"otlp_http\"\nurl = \"http://127.0.0.1:4318/v1/metrics\"\ninputs = [\"profiles\"]\n";
+    let c = parse(&format!("[profiler]\n{sink}")).unwrap();
+    assert_eq!(c.sinks[0].inputs, [SinkInput::Profiles]);
+    assert!(c.sinks[0].takes_profiles() && !c.sinks[0].takes_metrics());
+    assert_eq!(c.sinks[0].log_sources().count(), 0);
+    // Without a profiler, nothing would come.
+    let e = err("[[logs]]\nname = \"app\"\ninclude = [\"/l/*.log\"]\n[[sinks]]\ntype = \"otlp_http\"\nurl = \"http://127.0.0.1:4318/v1/metrics\"\ninputs = [\"app\", \"profiles\"]\n");
+    assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[1]", Some(7)));
+    assert!(e.problem.contains("no [profiler]"), "{e}");
+    // A type that does not take them names those that do.
+    let e = err("[profiler]\n[[sinks]]\ntype = \"influxdb\"\nurl = \"http://127.0.0.1:8086/write\"\ndatabase = \"d\"\ninputs = [\"profiles\"]\n");
+    assert_eq!((e.key.as_str(), e.line), ("sinks[0].inputs[0]", Some(6)));
+    assert!(
+        e.problem.contains("influxdb sinks do not take profiles"),
+        "{e}"
+    );
+    assert!(e.fix.contains("\"otlp_http\""), "{e}");
+    // No log source may take the name.
+    let e = err("[[logs]]\nname = \"profiles\"\ninclude = [\"/l/*.log\"]\n");
+    assert_eq!(e.key, "logs[0].name");
+    assert!(e.problem.contains("the profiler's periods"), "{e}");
+}
