@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub mod backends;
 pub mod browser;
+pub mod clickhouse;
 pub mod http_server;
 
 pub use serde_json::Value as Json;
