@@ -43,6 +43,7 @@ pub mod sender;
 pub mod sink;
 
 pub mod blackhole;
+pub mod clickhouse;
 pub mod console;
 pub mod file;
 pub mod graphite;

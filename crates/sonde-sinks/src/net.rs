@@ -465,14 +465,18 @@ pub(super) fn start_profiles<E: ProfileEncoder>(
     running: &mut Running,
 ) -> anyhow::Result<()> {
     let transport = http(s, encoder.content_type(), url)?;
-    start_profiles_over(s, encoder, transport, url, st, running)
+    let compression = settings(s)?.compression;
+    start_profiles_over(s, encoder, transport, compression, url, st, running)
 }
 
-/// [`start_profiles`] over a transport of the sink type's own.
+/// [`start_profiles`] over a transport of the sink type's own, the
+/// sender compressing each request with `compression` (none where the
+/// encoder compresses the parts itself).
 pub(super) fn start_profiles_over<E: ProfileEncoder, T: sender::Transport>(
     s: &Sink,
     encoder: E,
     transport: T,
+    compression: Compression,
     target: Option<&str>,
     st: &Start<'_>,
     running: &mut Running,
@@ -495,7 +499,7 @@ pub(super) fn start_profiles_over<E: ProfileEncoder, T: sender::Transport>(
     tracing::info!(sink = %s.name, target = %target.unwrap_or(&n.target), compression = n.compression.name(), "sink sending profiles");
     let (tx, thread) = sender::spawn_batcher(
         Profiles::new(encoder),
-        n.compression,
+        compression,
         transport,
         queue,
         n.delivery,

@@ -34,6 +34,7 @@ pub static REGISTRY: &[&SinkType] = &[
     &crate::tcp::TYPE,
     &crate::blackhole::TYPE,
     &crate::kafka::TYPE,
+    &crate::clickhouse::TYPE,
 ];
 
 /// The sink type called `name`.

@@ -252,6 +252,19 @@ enum ProfileCommand {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Print the ClickHouse statements that create the tables of a
+    /// `clickhouse` sink, for a DBA who creates them by hand: on one
+    /// server, or with --cluster on every shard with `Distributed` tables
+    /// over them.
+    Schema {
+        /// The database of the tables.
+        #[arg(long, default_value = "sonde")]
+        database: String,
+        /// The cluster of the server's `remote_servers` to create them on
+        /// (`ON CLUSTER`, `ReplicatedReplacingMergeTree`, `Distributed`).
+        #[arg(long)]
+        cluster: Option<String>,
+    },
 }
 
 /// Runs `sonde profile`, `sonde profile diff` or `sonde profile merge`.
@@ -287,6 +300,17 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
                 profile.hosts().len()
             );
             return show(profile, out, written, &store, None, title);
+        }
+        Some(ProfileCommand::Schema { database, cluster }) => {
+            use sonde_sinks::clickhouse::schema;
+            let statements = match cluster {
+                None => schema::single(database),
+                Some(c) => schema::cluster(database, c),
+            };
+            for s in statements {
+                println!("{s};\n");
+            }
+            return Ok(());
         }
         None => {}
     }

@@ -2364,3 +2364,93 @@ fn periods_wait_in_the_disk_buffer_through_an_outage_and_a_kill_and_arrive_once(
     );
     drop(burner);
 }
+
+/// Samples per (period start in seconds, pid, leaf function) in the
+/// `clickhouse` sink's tables, each sample row counted once however many
+/// times it was written.
+fn clickhouse_leaf_counts(
+    ch: &common::clickhouse::ClickHouse,
+) -> BTreeMap<u64, BTreeMap<(u32, String), u64>> {
+    let text = ch.query(
+        "SELECT toUInt32(period) AS p, pid, frames[length(frames)] AS leaf, sum(n) FROM \
+         (SELECT period, host, pid, thread, stack_id, any(samples) AS n FROM sonde.profile_samples \
+          GROUP BY period, host, pid, thread, stack_id) AS samples \
+         ALL INNER JOIN (SELECT stack_id, any(frames) AS frames FROM sonde.profile_stacks GROUP BY stack_id) AS stacks \
+         USING stack_id GROUP BY p, pid, leaf FORMAT TabSeparated",
+    );
+    let mut out: BTreeMap<u64, BTreeMap<(u32, String), u64>> = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        out.entry(f[0].parse().unwrap()).or_default().insert(
+            (f[1].parse().unwrap(), f[2].to_string()),
+            f[3].parse().unwrap(),
+        );
+    }
+    out
+}
+
+#[test]
+fn each_period_lands_in_clickhouse_once_through_an_outage_and_a_kill() {
+    let Some(mut ch) = common::backends::or_skip(common::clickhouse::ClickHouse::start()) else {
+        return;
+    };
+    let burner = Program::burner(&programs().burn_fp);
+    let mut agent = common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"fleet-a\"\n\n\
+             [profiler]\nfrequency = 19\nperiod = \"1s\"\n\n\
+             [[sinks]]\ntype = \"clickhouse\"\nurl = \"{}\"\ninputs = [\"profiles\"]\n\
+             buffer = {{ type = \"disk\" }}\nretry_max_backoff = \"500ms\"\n",
+            dir.join("data").display(),
+            ch.http_url()
+        )
+    });
+    let delivered = |agent: &common::Agent| {
+        agent
+            .metric("sonde_sink_profiles_total{sink=\"clickhouse\"}")
+            .unwrap_or(0.0)
+    };
+    wait_for("three periods in ClickHouse", WAIT, || {
+        (delivered(&agent) >= 3.0).then_some(())
+    });
+    // The tables the sink made, with one row per thread name: the
+    // burner's one thread is one row per stack and period.
+    let tables = ch.query("SELECT name FROM system.tables WHERE database = 'sonde' ORDER BY name");
+    assert_eq!(tables, "profile_samples\nprofile_stacks\n");
+    // ClickHouse away for three periods, and the agent killed in the
+    // middle: the periods wait in the disk buffer.
+    ch.stop();
+    let before = delivered(&agent);
+    wait_for("periods queued while ClickHouse is down", WAIT, || {
+        (agent.metric("sonde_sink_queue_batches{sink=\"clickhouse\"}")? >= 2.0).then_some(())
+    });
+    agent.kill();
+    agent.start_again();
+    wait_for("a period queued after the restart", WAIT, || {
+        (agent.metric("sonde_sink_queue_batches{sink=\"clickhouse\"}")? >= 2.0).then_some(())
+    });
+    ch.restart();
+    let store = sonde_profile::store::Store::reader(&agent.path("data"));
+    // Every period the agent stored is in ClickHouse, with its samples.
+    let got = wait_for("every stored period in ClickHouse", WAIT, || {
+        let stored: Vec<u64> = store.list().unwrap().iter().map(|e| e.start_s).collect();
+        let got = clickhouse_leaf_counts(&ch);
+        // The newest period may be on its way.
+        stored[..stored.len() - 1]
+            .iter()
+            .all(|s| got.contains_key(s))
+            .then_some(got)
+    });
+    assert!(before >= 3.0);
+    let stored: Vec<u64> = store.list().unwrap().iter().map(|e| e.start_s).collect();
+    for s in stored.iter().filter(|s| got.contains_key(s)) {
+        let (local, _) = store.read(*s, s + 1).unwrap();
+        assert_eq!(got[s], leaf_counts(&local), "period {s}");
+    }
+    let log = agent.stderr();
+    assert!(
+        log.contains("disk buffer kept requests from the last run"),
+        "{log}"
+    );
+    drop(burner);
+}

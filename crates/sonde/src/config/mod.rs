@@ -362,7 +362,12 @@ fn routes(
                     Input::Metrics => (
                         "metric windows".to_string(),
                         format!(
-                            "list the log sources it takes, like inputs = [\"app\"]; metrics go to {}",
+                            "{}; metrics go to {}",
+                            if sink.kind.accepts.contains(&Input::Logs) {
+                                "list the log sources it takes, like inputs = [\"app\"]"
+                            } else {
+                                "write inputs = [\"profiles\"]"
+                            },
                             accepting(registry, Input::Metrics)
                         ),
                     ),
