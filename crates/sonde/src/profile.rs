@@ -102,6 +102,11 @@ struct StoreArgs {
     /// embedded defaults' /var/lib/sonde).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Read the fleet's profiles from the tables `clickhouse` sinks write,
+    /// `clickhouse://HOST:PORT/DATABASE` (with --since): the views are
+    /// computed there.
+    #[arg(long, value_name = "URI", conflicts_with = "data_dir")]
+    store: Option<String>,
 }
 
 impl StoreArgs {
@@ -292,6 +297,7 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
             let store = StoreArgs {
                 config: config.clone(),
                 data_dir: None,
+                store: None,
             };
             let profile = merge(files, &select.select()?)?;
             let title = format!(
@@ -319,6 +325,9 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
         let until = args.until.unwrap_or(Duration::ZERO);
         if until >= since {
             bail!("--until must be more recent (shorter ago) than --since");
+        }
+        if let Some(uri) = &args.store.store {
+            return fleet(uri, Ago { since, until }, args);
         }
         let profile = select.apply(args.store.read(Ago { since, until })?);
         let title = format!(
@@ -365,6 +374,62 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
         Some(stats),
         title,
     )
+}
+
+/// `sonde profile --store clickhouse://...`: the top table computed in
+/// ClickHouse, and the flame graph, folded stacks and pprof from the
+/// span's stacks aggregated there.
+fn fleet(uri: &str, span: Ago, args: &ProfileArgs) -> anyhow::Result<()> {
+    use sonde_sinks::clickhouse::store::{Filter, FleetStore};
+    let fleet = FleetStore::open(uri)?;
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let (from_s, until_s) = span.bounds(now_s);
+    let s = &args.select;
+    let filter = Filter {
+        from_s,
+        until_s,
+        hosts: s.hosts.clone(),
+        pids: s.pids.clone(),
+        thread: s.thread.clone(),
+        containers: s.containers.clone(),
+    };
+    let out = &args.out;
+    if out.by.iter().any(|r| *r != Root::Host) {
+        bail!("the fleet store sums each stack over processes and threads: --by takes only host there");
+    }
+    eprintln!("reading {span} from {}", fleet.describe());
+    let files = &args.files;
+    if files.pprof.is_some() || files.folded.is_some() || out.flamegraph.is_some() {
+        let profile = fleet.profile(&filter, !out.by.is_empty())?;
+        let title = format!(
+            "sonde profile: {} samples of the fleet from {} s to {} s ago",
+            profile.samples(),
+            span.since.as_secs(),
+            span.until.as_secs()
+        );
+        write_files(&profile, out, files, title)?;
+    }
+    let mut top = fleet.top(&filter, Some(out.top))?;
+    views::price_top(&mut top, &out.prices(&args.store)?);
+    if out.json {
+        println!("{}", serde_json::to_string(&top)?);
+    } else {
+        let per_sample = if top.samples == 0 {
+            0.0
+        } else {
+            top.functions.iter().map(|r| r.self_cpu_s).sum::<f64>()
+                / top
+                    .functions
+                    .iter()
+                    .map(|r| r.self_samples)
+                    .sum::<u64>()
+                    .max(1) as f64
+        };
+        print!("{}", views::top_text(&top, per_sample));
+    }
+    Ok(())
 }
 
 /// The exports merged, each named by its host label or else its file,
@@ -416,21 +481,7 @@ fn show(
     stats: Option<Stats>,
     title: String,
 ) -> anyhow::Result<()> {
-    if let Some(path) = &files.pprof {
-        write(path, &pprof::encode(&profile))?;
-    }
-    if let Some(path) = &files.folded {
-        write(path, views::folded(&profile.rooted(&out.by)).as_bytes())?;
-    }
-    if let Some(path) = &out.flamegraph {
-        let options = flamegraph::Options {
-            title,
-            roots: out.by.clone(),
-            layout: out.layout,
-            ..Default::default()
-        };
-        write(path, flamegraph::render(&profile, &options).as_bytes())?;
-    }
+    write_files(&profile, out, files, title)?;
     let mut top = views::top(&profile, Some(out.top));
     views::price_top(&mut top, &out.prices(store)?);
     if out.json {
@@ -446,6 +497,31 @@ fn show(
                 stats.lost
             );
         }
+    }
+    Ok(())
+}
+
+/// Writes the pprof, folded stacks and flame graph asked for.
+fn write_files(
+    profile: &Profile,
+    out: &Output,
+    files: &Files,
+    title: String,
+) -> anyhow::Result<()> {
+    if let Some(path) = &files.pprof {
+        write(path, &pprof::encode(profile))?;
+    }
+    if let Some(path) = &files.folded {
+        write(path, views::folded(&profile.rooted(&out.by)).as_bytes())?;
+    }
+    if let Some(path) = &out.flamegraph {
+        let options = flamegraph::Options {
+            title,
+            roots: out.by.clone(),
+            layout: out.layout,
+            ..Default::default()
+        };
+        write(path, flamegraph::render(profile, &options).as_bytes())?;
     }
     Ok(())
 }

@@ -2454,3 +2454,149 @@ fn each_period_lands_in_clickhouse_once_through_an_outage_and_a_kill() {
     );
     drop(burner);
 }
+
+/// The numbers of a TabSeparated answer, row by row, for comparing two
+/// engines' answers: integers exactly, fractions to 1e-9.
+fn same_answer(a: &str, b: &str) -> bool {
+    let rows = |t: &str| -> Vec<Vec<String>> {
+        let mut r: Vec<Vec<String>> = t
+            .lines()
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect();
+        r.sort();
+        r
+    };
+    let (a, b) = (rows(a), rows(b));
+    a.len() == b.len()
+        && a.iter().zip(&b).all(|(x, y)| {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|(p, q)| {
+                    p == q
+                        || match (p.parse::<f64>(), q.parse::<f64>()) {
+                            (Ok(p), Ok(q)) => (p - q).abs() <= 1e-9 * p.abs().max(q.abs()),
+                            _ => false,
+                        }
+                })
+        })
+}
+
+#[test]
+fn the_fleet_store_answers_as_the_local_store_and_the_current_engine_agrees() {
+    let _cpu = exclusive();
+    let Some(ch) = common::backends::or_skip(common::clickhouse::ClickHouse::start()) else {
+        return;
+    };
+    let Some(chdb) = common::backends::or_skip(common::clickhouse::Chdb::find()) else {
+        return;
+    };
+    let p = programs();
+    let one = Program::burner(&p.burn_fp);
+    let two = Program::burner(&p.burn_nofp);
+    let mut agent = common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"fleet-a\"\n\n\
+             [profiler]\nfrequency = 99\nperiod = \"1s\"\n\n\
+             [[sinks]]\ntype = \"clickhouse\"\nurl = \"{}\"\ninputs = [\"profiles\"]\n",
+            dir.join("data").display(),
+            ch.http_url()
+        )
+    });
+    wait_for("three periods in ClickHouse", WAIT, || {
+        (agent.metric("sonde_sink_profiles_total{sink=\"clickhouse\"}")? >= 3.0).then_some(())
+    });
+    // Stopped, the agent has sent its last period: both stores hold the
+    // same periods from here on.
+    agent.stop();
+    let pid = one.pid().to_string();
+    drop(one);
+    drop(two);
+    let data = agent.path("data");
+    let data = data.to_str().unwrap();
+    let uri = format!(
+        "clickhouse://{}/sonde",
+        ch.http_url().trim_start_matches("http://")
+    );
+    let store = |extra: &[&str]| {
+        let mut args = vec!["--since", "10m", "--store", &uri];
+        args.extend_from_slice(extra);
+        profile_json(&args)
+    };
+    let local = |extra: &[&str]| {
+        let mut args = vec!["--since", "10m", "--data-dir", data];
+        args.extend_from_slice(extra);
+        profile_json(&args)
+    };
+    // The top table, sample for sample, whole and narrowed.
+    for extra in [
+        &[][..],
+        &["--pid", &pid],
+        &["--host", "fleet-a"],
+        &["--thread", "^burn_n"],
+    ] {
+        let (fleet, here) = (store(extra), local(extra));
+        assert_eq!(fleet["samples"], here["samples"], "{extra:?}");
+        assert_eq!(fleet["hosts"], here["hosts"], "{extra:?}");
+        let rows = |top: &Json| -> BTreeMap<(String, String), (u64, u64)> {
+            top["functions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        (
+                            r["function"].as_str().unwrap().into(),
+                            r["module"].as_str().unwrap().into(),
+                        ),
+                        (u64_of(&r["self_samples"]), u64_of(&r["total_samples"])),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(rows(&fleet), rows(&here), "{extra:?}");
+        assert!(u64_of(&here["samples"]) > 0, "{extra:?}: {here}");
+    }
+    assert_eq!(u64_of(&store(&["--host", "fleet-b"])["samples"]), 0);
+    // Folded stacks from the stacks aggregated in ClickHouse.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("fleet.txt"), dir.path().join("local.txt"));
+    store(&["--folded", a.to_str().unwrap()]);
+    local(&["--folded", b.to_str().unwrap()]);
+    let folded = |path: &Path| -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for line in fs::read_to_string(path).unwrap().lines() {
+            let (stack, n) = line.rsplit_once(' ').unwrap();
+            *out.entry(stack.to_string()).or_insert(0) += n.parse::<u64>().unwrap();
+        }
+        out
+    };
+    assert_eq!(folded(&a), folded(&b));
+    // Every statement of the views on the current engine, on the same
+    // rows, answers as on 18.16.
+    let fleet = sonde_sinks::clickhouse::store::FleetStore::open(&uri).unwrap();
+    let filter = sonde_sinks::clickhouse::store::Filter {
+        from_s: 0,
+        until_s: u32::MAX.into(),
+        ..Default::default()
+    };
+    let mut setup: Vec<String> = sonde_sinks::clickhouse::schema::single("sonde");
+    for table in ["profile_stacks", "profile_samples"] {
+        let values = ch.query(&format!("SELECT * FROM sonde.{table} FORMAT Values"));
+        setup.push(format!("INSERT INTO sonde.{table} VALUES {values}"));
+    }
+    let setup: Vec<&str> = setup.iter().map(String::as_str).collect();
+    for sql in [
+        fleet.top_sql(&filter),
+        fleet.span_sql(&filter),
+        fleet.stacks_sql(&filter, true),
+    ] {
+        let old = ch.query(&sql);
+        let current = chdb
+            .query(&setup, &sql)
+            .unwrap_or_else(|e| panic!("chDB: {e}\n{sql}"));
+        assert!(!old.is_empty(), "{sql}");
+        assert!(
+            same_answer(&old, &current),
+            "ClickHouse 18.16 and the current engine differ (the current one is right):\n{sql}\n18.16:\n{old}\ncurrent:\n{current}"
+        );
+    }
+}

@@ -6,6 +6,7 @@
 
 pub mod rows;
 pub mod schema;
+pub mod store;
 
 use std::time::Instant;
 

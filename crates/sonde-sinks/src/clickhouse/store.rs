@@ -1,0 +1,540 @@
+//! Reading what `clickhouse` sinks wrote: the fleet's views, computed in
+//! ClickHouse. A top table is one `GROUP BY` over the samples of the span
+//! joined to their stacks' frames, returning one row per function; a
+//! flame graph (and folded stacks, pprof) fetches the span's stacks
+//! aggregated over hosts and periods, never sample rows. Nothing reads a
+//! day of a fleet's rows into the process.
+//!
+//! Each sample row is counted once however often a retry wrote it: the
+//! first step of every query groups the rows by their key (period, host,
+//! pid, thread, stack) and takes `any(samples)`. The queries run on
+//! ClickHouse 18.16 and on the current engine alike (the tests run each
+//! on both): `ALL INNER JOIN` of aliased subqueries, a right side
+//! deduplicated by its key, no functions newer than 18.16.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use sonde_profile::model::{Function, HostSamples, Process, Profile, ProfileBuilder};
+use sonde_profile::views::{Costs, Row, Top};
+
+/// A `clickhouse://HOST[:PORT]/DATABASE` store (`clickhouses://` for
+/// HTTPS): the server's HTTP interface (port 8123 by default, 8443 over
+/// TLS) and the sink's database (default `sonde`).
+#[derive(Debug, Clone)]
+pub struct FleetStore {
+    base: String,
+    db: String,
+    agent: ureq::Agent,
+}
+
+/// Which samples a view reads: a span of periods and the filters of
+/// `sonde profile` (each list empty for all).
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Periods starting at or after this, Unix seconds.
+    pub from_s: u64,
+    /// Periods starting before this, Unix seconds.
+    pub until_s: u64,
+    /// Only these hosts.
+    pub hosts: Vec<String>,
+    /// Only these processes.
+    pub pids: Vec<u32>,
+    /// Only threads whose name matches this (RE2, ClickHouse's `match`).
+    pub thread: Option<String>,
+    /// Only the processes of these containers (an id's prefix, or a pod's
+    /// uid).
+    pub containers: Vec<String>,
+}
+
+/// A string as a ClickHouse literal.
+fn literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+impl Filter {
+    /// The filter as a `WHERE` condition on `profile_samples`.
+    fn condition(&self) -> String {
+        let mut c = format!(
+            "period >= toDateTime({}) AND period < toDateTime({})",
+            self.from_s, self.until_s
+        );
+        let list = |items: Vec<String>| items.join(", ");
+        if !self.hosts.is_empty() {
+            let _ = write!(
+                c,
+                " AND host IN ({})",
+                list(self.hosts.iter().map(|h| literal(h)).collect())
+            );
+        }
+        if !self.pids.is_empty() {
+            let _ = write!(
+                c,
+                " AND pid IN ({})",
+                list(self.pids.iter().map(u32::to_string).collect())
+            );
+        }
+        if let Some(t) = &self.thread {
+            let _ = write!(c, " AND match(thread, {})", literal(t));
+        }
+        if !self.containers.is_empty() {
+            let any: Vec<String> = self
+                .containers
+                .iter()
+                .filter(|id| !id.is_empty())
+                .map(|id| {
+                    format!(
+                        "(container != '' AND startsWith(container, {0})) OR pod = {0}",
+                        literal(id)
+                    )
+                })
+                .collect();
+            let _ = write!(
+                c,
+                " AND ({})",
+                if any.is_empty() {
+                    "0".into()
+                } else {
+                    any.join(" OR ")
+                }
+            );
+        }
+        c
+    }
+}
+
+/// Why a view could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URI is not `clickhouse://HOST[:PORT]/DATABASE`.
+    #[error("{0}")]
+    Uri(String),
+    /// The server could not be asked, or refused the query.
+    #[error("ClickHouse at {base}: {message}")]
+    Query {
+        /// The server's HTTP interface.
+        base: String,
+        /// What failed, with the server's message.
+        message: String,
+    },
+    /// The answer was not what the query asks for.
+    #[error("ClickHouse at {base} answered a row this version of sonde cannot read: {row:?}")]
+    Answer {
+        /// The server's HTTP interface.
+        base: String,
+        /// The row.
+        row: String,
+    },
+}
+
+impl FleetStore {
+    /// The store `uri` names.
+    ///
+    /// # Errors
+    ///
+    /// A URI of another scheme, without a host, or with a database that
+    /// is not a plain identifier.
+    pub fn open(uri: &str) -> Result<FleetStore, StoreError> {
+        let (scheme, port, rest) = if let Some(r) = uri.strip_prefix("clickhouse://") {
+            ("http", 8123, r)
+        } else if let Some(r) = uri.strip_prefix("clickhouses://") {
+            ("https", 8443, r)
+        } else {
+            return Err(StoreError::Uri(format!(
+                "{uri:?} is not a store: write clickhouse://HOST:PORT/DATABASE (clickhouses:// for HTTPS)"
+            )));
+        };
+        let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
+        let db = if db.is_empty() {
+            "sonde"
+        } else {
+            db.trim_end_matches('/')
+        };
+        if authority.is_empty() {
+            return Err(StoreError::Uri(format!("{uri:?} names no host")));
+        }
+        if !db.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(StoreError::Uri(format!(
+                "{db:?} in {uri:?} is not a plain ClickHouse database name"
+            )));
+        }
+        let authority = if authority.contains(':') && !authority.ends_with(']') {
+            authority.to_string()
+        } else {
+            format!("{authority}:{port}")
+        };
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(120)))
+            .http_status_as_error(false)
+            .user_agent(concat!("sonde/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Ok(FleetStore {
+            base: format!("{scheme}://{authority}"),
+            db: db.to_string(),
+            agent,
+        })
+    }
+
+    /// The server's HTTP interface and the database, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} database {}", self.base, self.db)
+    }
+
+    /// The answer to `sql` in TabSeparated.
+    ///
+    /// # Errors
+    ///
+    /// The server cannot be reached or refuses the query.
+    pub fn query(&self, sql: &str) -> Result<String, StoreError> {
+        let failed = |message: String| StoreError::Query {
+            base: self.base.clone(),
+            message,
+        };
+        let mut answer = self
+            .agent
+            .post(&format!("{}/", self.base))
+            .send(sql)
+            .map_err(|e| failed(e.to_string()))?;
+        let status = answer.status().as_u16();
+        let body = answer
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string()
+            .map_err(|e| failed(e.to_string()))?;
+        if status != 200 {
+            return Err(failed(format!("HTTP {status}: {}", body.trim())));
+        }
+        Ok(body)
+    }
+
+    /// The statement [`FleetStore::top`] runs: per function, its self and
+    /// total samples and CPU-seconds.
+    pub fn top_sql(&self, filter: &Filter) -> String {
+        let db = &self.db;
+        let cond = filter.condition();
+        format!(
+            "SELECT f, m, sum(c * leaf) AS self, sum(c) AS total, sum(cpu * leaf) AS self_cpu, sum(cpu) AS total_cpu \
+             FROM (SELECT stack_id, sum(n) AS c, sum(n / frequency) AS cpu FROM \
+               (SELECT period, host, pid, thread, stack_id, any(samples) AS n, any(frequency) AS frequency \
+                FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
+               GROUP BY stack_id) AS per_stack \
+             ALL INNER JOIN \
+               (SELECT stack_id, f, m, max(i = length(fr)) AS leaf FROM \
+                 (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
+                  WHERE stack_id IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
+                ARRAY JOIN fr AS f, mo AS m, arrayEnumerate(fr) AS i GROUP BY stack_id, f, m) AS frames \
+             USING stack_id GROUP BY f, m \
+             ORDER BY self DESC, total DESC, f, m FORMAT TabSeparated"
+        )
+    }
+
+    /// The statement of the span's samples per host, and its first period
+    /// and end.
+    pub fn span_sql(&self, filter: &Filter) -> String {
+        let db = &self.db;
+        let cond = filter.condition();
+        format!(
+            "SELECT host, sum(n), toUInt32(min(period)), toUInt64(max(toUInt64(period) * 1000 + duration_ms)) FROM \
+               (SELECT period, host, pid, thread, stack_id, any(samples) AS n, any(duration_ms) AS duration_ms \
+                FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
+             GROUP BY host ORDER BY host FORMAT TabSeparated"
+        )
+    }
+
+    /// The statement [`FleetStore::profile`] runs: the span's stacks, their
+    /// frames and samples, per host with `by_host`.
+    pub fn stacks_sql(&self, filter: &Filter, by_host: bool) -> String {
+        let db = &self.db;
+        let cond = filter.condition();
+        let host = if by_host { "host" } else { "''" };
+        format!(
+            "SELECT h, c, fr, mo FROM \
+               (SELECT {host} AS h, stack_id, sum(n) AS c FROM \
+                 (SELECT period, host, pid, thread, stack_id, any(samples) AS n \
+                  FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
+                GROUP BY h, stack_id) AS per_stack \
+             ALL INNER JOIN \
+               (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
+                WHERE stack_id IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
+             USING stack_id ORDER BY h, c DESC FORMAT TabSeparated"
+        )
+    }
+
+    fn bad_row(&self, row: &str) -> StoreError {
+        StoreError::Answer {
+            base: self.base.clone(),
+            row: row.chars().take(200).collect(),
+        }
+    }
+
+    /// The span's hosts with their samples, and the span's start and
+    /// length in nanoseconds (zero without samples).
+    fn span(&self, filter: &Filter) -> Result<(Vec<HostSamples>, u64, u64), StoreError> {
+        let text = self.query(&self.span_sql(filter))?;
+        let mut hosts = Vec::new();
+        let (mut start_s, mut end_ms) = (u64::MAX, 0u64);
+        for line in text.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [host, samples, first, end] = f[..] else {
+                return Err(self.bad_row(line));
+            };
+            let num = |s: &str| s.parse::<u64>().map_err(|_| self.bad_row(line));
+            hosts.push(HostSamples {
+                host: unescape(host),
+                samples: num(samples)?,
+            });
+            start_s = start_s.min(num(first)?);
+            end_ms = end_ms.max(num(end)?);
+        }
+        if hosts.is_empty() {
+            return Ok((hosts, 0, 0));
+        }
+        let start_ns = start_s * 1_000_000_000;
+        Ok((
+            hosts,
+            start_ns,
+            (end_ms * 1_000_000).saturating_sub(start_ns),
+        ))
+    }
+
+    /// The top table of the span's samples that `filter` keeps: the `n`
+    /// functions with the most self samples (all with `None`), computed in
+    /// ClickHouse.
+    ///
+    /// # Errors
+    ///
+    /// The server cannot be reached, refuses the query or answers rows
+    /// that are not the query's.
+    pub fn top(&self, filter: &Filter, n: Option<usize>) -> Result<Top, StoreError> {
+        let (hosts, _, duration_ns) = self.span(filter)?;
+        let samples: u64 = hosts.iter().map(|h| h.samples).sum();
+        let mut functions = Vec::new();
+        let share = |x: u64| {
+            if samples == 0 {
+                0.0
+            } else {
+                x as f64 / samples as f64
+            }
+        };
+        let sql = match n {
+            Some(n) => self.top_sql(filter).replace(
+                " FORMAT TabSeparated",
+                &format!(" LIMIT {n} FORMAT TabSeparated"),
+            ),
+            None => self.top_sql(filter),
+        };
+        for line in self.query(&sql)?.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [function, module, s, t, s_cpu, t_cpu] = f[..] else {
+                return Err(self.bad_row(line));
+            };
+            let int = |x: &str| x.parse::<u64>().map_err(|_| self.bad_row(line));
+            let float = |x: &str| x.parse::<f64>().map_err(|_| self.bad_row(line));
+            let (s, t) = (int(s)?, int(t)?);
+            functions.push(Row {
+                function: unescape(function),
+                module: unescape(module),
+                self_share: share(s),
+                total: share(t),
+                self_samples: s,
+                total_samples: t,
+                self_cpu_s: float(s_cpu)?,
+                total_cpu_s: float(t_cpu)?,
+                costs: Costs::default(),
+            });
+        }
+        Ok(Top {
+            samples,
+            duration_s: duration_ns as f64 / 1e9,
+            currency: None,
+            hosts,
+            functions,
+        })
+    }
+
+    /// The span's stacks that `filter` keeps, summed over periods,
+    /// processes and threads (and hosts, unless `by_host`), as a profile
+    /// for the flame graph, folded stacks and pprof: one process per host,
+    /// named after it.
+    ///
+    /// # Errors
+    ///
+    /// As [`FleetStore::top`].
+    pub fn profile(&self, filter: &Filter, by_host: bool) -> Result<Profile, StoreError> {
+        let (hosts, start_ns, duration_ns) = self.span(filter)?;
+        let frequency = self
+            .query(&format!(
+                "SELECT any(frequency) FROM {}.profile_samples WHERE {} FORMAT TabSeparated",
+                self.db,
+                filter.condition()
+            ))?
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        let mut b = ProfileBuilder::new(frequency, start_ns, duration_ns);
+        let one_host = match hosts.as_slice() {
+            [one] => one.host.clone(),
+            _ => String::new(),
+        };
+        let mut frames = Vec::new();
+        for line in self.query(&self.stacks_sql(filter, by_host))?.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [host, count, names, modules] = f[..] else {
+                return Err(self.bad_row(line));
+            };
+            let count: u64 = count.parse().map_err(|_| self.bad_row(line))?;
+            let names = array(names).ok_or_else(|| self.bad_row(line))?;
+            let modules = array(modules).ok_or_else(|| self.bad_row(line))?;
+            frames.clear();
+            frames.extend(
+                names
+                    .into_iter()
+                    .zip(modules)
+                    .map(|(name, module)| Function { name, module }),
+            );
+            let host = if by_host {
+                unescape(host)
+            } else {
+                one_host.clone()
+            };
+            let process = Process {
+                name: host.clone(),
+                host,
+                ..Process::default()
+            };
+            b.add(&process, &frames, count);
+        }
+        Ok(b.finish())
+    }
+}
+
+/// A TabSeparated field, unescaped.
+fn unescape(field: &str) -> String {
+    if !field.contains('\\') {
+        return field.to_string();
+    }
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('0') => out.push('\0'),
+            Some('b') => out.push('\u{8}'),
+            Some('f') => out.push('\u{c}'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// A TabSeparated `Array(String)`: `['a','b\'c']` (its strings quoted
+/// and escaped once, by the array).
+fn array(field: &str) -> Option<Vec<String>> {
+    let inner = field.strip_prefix('[')?.strip_suffix(']')?;
+    let mut out = Vec::new();
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                let mut s = String::new();
+                loop {
+                    match chars.next()? {
+                        '\\' => {
+                            let e = chars.next()?;
+                            s.push(match e {
+                                't' => '\t',
+                                'n' => '\n',
+                                'r' => '\r',
+                                '0' => '\0',
+                                other => other,
+                            });
+                        }
+                        '\'' => break,
+                        c => s.push(c),
+                    }
+                }
+                out.push(s);
+            }
+            ',' => {}
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_uri_names_the_server_and_database() {
+        let s = FleetStore::open("clickhouse://ch.example/fleet").unwrap();
+        assert_eq!(s.describe(), "http://ch.example:8123 database fleet");
+        let s = FleetStore::open("clickhouse://127.0.0.1:18123").unwrap();
+        assert_eq!(s.describe(), "http://127.0.0.1:18123 database sonde");
+        let s = FleetStore::open("clickhouses://ch:9443/sonde/").unwrap();
+        assert_eq!(s.describe(), "https://ch:9443 database sonde");
+        for bad in [
+            "http://ch:8123/sonde",
+            "clickhouse:///sonde",
+            "clickhouse://ch/so;de",
+        ] {
+            assert!(FleetStore::open(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn literals_and_tab_separated_arrays_round_trip() {
+        assert_eq!(literal(r"a'b\c"), r"'a\'b\\c'");
+        assert_eq!(
+            array(r"['main','it\'s','tab\there','back\\slash']").unwrap(),
+            ["main", "it's", "tab\there", "back\\slash"]
+        );
+        assert_eq!(array("[]").unwrap(), Vec::<String>::new());
+        assert_eq!(array("['open"), None);
+        assert_eq!(unescape(r"a\tb\\c"), "a\tb\\c");
+    }
+
+    #[test]
+    fn a_filter_names_each_criterion() {
+        let f = Filter {
+            from_s: 10,
+            until_s: 20,
+            hosts: vec!["web-1".into(), "o'brien".into()],
+            pids: vec![7],
+            thread: Some("^worker".into()),
+            containers: vec!["abc".into()],
+        };
+        let c = f.condition();
+        assert!(
+            c.starts_with("period >= toDateTime(10) AND period < toDateTime(20)"),
+            "{c}"
+        );
+        assert!(c.contains(r"host IN ('web-1', 'o\'brien')"), "{c}");
+        assert!(c.contains("pid IN (7)"), "{c}");
+        assert!(c.contains("match(thread, '^worker')"), "{c}");
+        assert!(
+            c.contains("startsWith(container, 'abc')) OR pod = 'abc'"),
+            "{c}"
+        );
+    }
+}
