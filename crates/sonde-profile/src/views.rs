@@ -249,27 +249,40 @@ pub fn price_diff(diff: &mut Diff, prices: &Prices) {
 /// How each function's share changed from `base` to `new`, the `n`
 /// largest changes (all with `None`).
 pub fn diff(base: &Profile, new: &Profile, n: Option<usize>) -> Diff {
-    let (nb, nn) = (base.samples(), new.samples());
-    let (pb, pn) = (base.seconds_per_sample(), new.seconds_per_sample());
-    let cb = counts(base);
-    let cn = counts(new);
-    let keys: HashSet<&Function> = cb.keys().chain(cn.keys()).copied().collect();
+    diff_tops(&top(base, None), &top(new, None), n)
+}
+
+/// [`diff`] of two whole top tables (every function, as [`top`] with
+/// `None` gives them, or as a store computes them).
+pub fn diff_tops(base: &Top, new: &Top, n: Option<usize>) -> Diff {
+    let (nb, nn) = (base.samples, new.samples);
+    let by_function = |t: &'_ Top| -> HashMap<(String, String), Row> {
+        t.functions
+            .iter()
+            .map(|r| ((r.function.clone(), r.module.clone()), r.clone()))
+            .collect()
+    };
+    let (cb, cn) = (by_function(base), by_function(new));
+    let keys: HashSet<&(String, String)> = cb.keys().chain(cn.keys()).collect();
     let mut functions: Vec<DiffRow> = keys
         .into_iter()
-        .map(|f| {
-            let (sb, tb) = cb.get(f).copied().unwrap_or_default();
-            let (sn, tn) = cn.get(f).copied().unwrap_or_default();
+        .map(|key| {
+            let (b, n) = (cb.get(key), cn.get(key));
+            let get = |r: Option<&Row>, f: fn(&Row) -> u64| r.map_or(0, f);
+            let cpu = |r: Option<&Row>| r.map_or(0.0, |r| r.self_cpu_s);
+            let (sb, tb) = (get(b, |r| r.self_samples), get(b, |r| r.total_samples));
+            let (sn, tn) = (get(n, |r| r.self_samples), get(n, |r| r.total_samples));
             let (self_base, self_new) = (share(sb, nb), share(sn, nn));
             DiffRow {
-                function: f.name.clone(),
-                module: f.module.clone(),
+                function: key.0.clone(),
+                module: key.1.clone(),
                 self_base,
                 self_new,
                 delta: self_new - self_base,
                 total_base: share(tb, nb),
                 total_new: share(tn, nn),
-                self_cpu_s_base: sb as f64 * pb,
-                self_cpu_s_new: sn as f64 * pn,
+                self_cpu_s_base: cpu(b),
+                self_cpu_s_new: cpu(n),
                 delta_cost_per_year: None,
                 delta_co2_kg_per_year: None,
             }
@@ -287,11 +300,11 @@ pub fn diff(base: &Profile, new: &Profile, n: Option<usize>) -> Diff {
     Diff {
         samples_base: nb,
         samples: nn,
-        duration_s: new.duration_ns as f64 / 1e9,
-        duration_base_s: base.duration_ns as f64 / 1e9,
+        duration_s: new.duration_s,
+        duration_base_s: base.duration_s,
         currency: None,
-        hosts_base: base.hosts(),
-        hosts: new.hosts(),
+        hosts_base: base.hosts.clone(),
+        hosts: new.hosts.clone(),
         functions,
     }
 }

@@ -15,6 +15,7 @@ use sonde_profile::cost::{Price, Prices};
 use sonde_profile::select::Select;
 use sonde_profile::store::{self, Ago, Store};
 use sonde_profile::{flamegraph, pprof, views, Profile, Profiler, Root};
+use sonde_sinks::clickhouse::store::{Filter, FleetStore};
 
 /// Arguments of `sonde profile`.
 #[derive(Args)]
@@ -282,6 +283,14 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
             out,
             store,
         }) => {
+            if let Some(uri) = &store.store {
+                let range = |what: &str| {
+                    Ago::parse(what).map_err(|e| {
+                        anyhow::anyhow!("{e}: with --store, diff compares two ranges like 20m..10m")
+                    })
+                };
+                return fleet_diff(uri, range(base)?, range(new)?, select, out, store);
+            }
             let select = select.select()?;
             let base = select.apply(read_either(base, store)?);
             let new = select.apply(read_either(new, store)?);
@@ -380,21 +389,8 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
 /// ClickHouse, and the flame graph, folded stacks and pprof from the
 /// span's stacks aggregated there.
 fn fleet(uri: &str, span: Ago, args: &ProfileArgs) -> anyhow::Result<()> {
-    use sonde_sinks::clickhouse::store::{Filter, FleetStore};
     let fleet = FleetStore::open(uri)?;
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs();
-    let (from_s, until_s) = span.bounds(now_s);
-    let s = &args.select;
-    let filter = Filter {
-        from_s,
-        until_s,
-        hosts: s.hosts.clone(),
-        pids: s.pids.clone(),
-        thread: s.thread.clone(),
-        containers: s.containers.clone(),
-    };
+    let filter = fleet_filter(span, &args.select)?;
     let out = &args.out;
     if out.by.iter().any(|r| *r != Root::Host) {
         bail!("the fleet store sums each stack over processes and threads: --by takes only host there");
@@ -428,6 +424,65 @@ fn fleet(uri: &str, span: Ago, args: &ProfileArgs) -> anyhow::Result<()> {
                     .max(1) as f64
         };
         print!("{}", views::top_text(&top, per_sample));
+    }
+    Ok(())
+}
+
+/// The samples of `span` that `select` keeps, in a fleet store.
+fn fleet_filter(span: Ago, s: &SelectArgs) -> anyhow::Result<Filter> {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let (from_s, until_s) = span.bounds(now_s);
+    Ok(Filter {
+        from_s,
+        until_s,
+        hosts: s.hosts.clone(),
+        pids: s.pids.clone(),
+        thread: s.thread.clone(),
+        containers: s.containers.clone(),
+    })
+}
+
+/// `sonde profile diff BASE NEW --store clickhouse://...`: each range's
+/// per-function samples computed in ClickHouse, compared here; a
+/// differential flame graph from each range's stacks aggregated there.
+fn fleet_diff(
+    uri: &str,
+    base: Ago,
+    new: Ago,
+    select: &SelectArgs,
+    out: &Output,
+    store: &StoreArgs,
+) -> anyhow::Result<()> {
+    let fleet = FleetStore::open(uri)?;
+    if out.by.iter().any(|r| *r != Root::Host) {
+        bail!("the fleet store sums each stack over processes and threads: --by takes only host there");
+    }
+    let (fb, fnew) = (fleet_filter(base, select)?, fleet_filter(new, select)?);
+    eprintln!("comparing {base} with {new} in {}", fleet.describe());
+    if let Some(path) = &out.flamegraph {
+        let by_host = !out.by.is_empty();
+        let (b, n) = (fleet.profile(&fb, by_host)?, fleet.profile(&fnew, by_host)?);
+        let options = flamegraph::Options {
+            title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
+                .to_string(),
+            roots: out.by.clone(),
+            layout: out.layout,
+            ..Default::default()
+        };
+        write(path, flamegraph::render_diff(&b, &n, &options).as_bytes())?;
+    }
+    let mut d = views::diff_tops(
+        &fleet.top(&fb, None)?,
+        &fleet.top(&fnew, None)?,
+        Some(out.top),
+    );
+    views::price_diff(&mut d, &out.prices(store)?);
+    if out.json {
+        println!("{}", serde_json::to_string(&d)?);
+    } else {
+        print!("{}", views::diff_text(&d));
     }
     Ok(())
 }

@@ -2570,6 +2570,55 @@ fn the_fleet_store_answers_as_the_local_store_and_the_current_engine_agrees() {
         out
     };
     assert_eq!(folded(&a), folded(&b));
+    // A diff of two halves of the stored periods: the same as the local
+    // store's, function for function.
+    let starts: Vec<u64> = sonde_profile::store::Store::reader(&agent.path("data"))
+        .list()
+        .unwrap()
+        .iter()
+        .map(|e| e.start_s)
+        .collect();
+    let mid = starts[starts.len() / 2];
+    let (first, end) = (starts[0], starts[starts.len() - 1] + 1);
+    let local_store = sonde_profile::store::Store::reader(&agent.path("data"));
+    let here = sonde_profile::views::diff(
+        &local_store.read(first, mid).unwrap().0,
+        &local_store.read(mid, end).unwrap().0,
+        None,
+    );
+    let fleet = sonde_sinks::clickhouse::store::FleetStore::open(&uri).unwrap();
+    let span = |from_s, until_s| sonde_sinks::clickhouse::store::Filter {
+        from_s,
+        until_s,
+        ..Default::default()
+    };
+    let there = sonde_profile::views::diff_tops(
+        &fleet.top(&span(first, mid), None).unwrap(),
+        &fleet.top(&span(mid, end), None).unwrap(),
+        None,
+    );
+    let rows = |d: &sonde_profile::views::Diff| -> BTreeMap<(String, String), (f64, f64)> {
+        d.functions
+            .iter()
+            .map(|r| {
+                (
+                    (r.function.clone(), r.module.clone()),
+                    (r.self_base, r.self_new),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        (there.samples_base, there.samples),
+        (here.samples_base, here.samples)
+    );
+    assert_eq!(rows(&there), rows(&here));
+    let (ok, stdout, stderr) = sonde(&[
+        "profile", "diff", "10m..5s", "5s..0s", "--store", &uri, "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let d: Json = serde_json::from_str(&stdout).unwrap();
+    assert!(u64_of(&d["samples_base"]) > 0, "{d}");
     // Every statement of the views on the current engine, on the same
     // rows, answers as on 18.16.
     let fleet = sonde_sinks::clickhouse::store::FleetStore::open(&uri).unwrap();
