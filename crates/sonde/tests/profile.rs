@@ -2649,3 +2649,138 @@ fn the_fleet_store_answers_as_the_local_store_and_the_current_engine_agrees() {
         );
     }
 }
+
+#[test]
+fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
+    let _cpu = exclusive();
+    let Some(cluster) = common::backends::or_skip(common::clickhouse::ClickHouseCluster::start(2))
+    else {
+        return;
+    };
+    // What `sonde profile schema --cluster sonde` prints, on each shard
+    // by hand (ON CLUSTER needs ZooKeeper) and without replication.
+    for statement in sonde_sinks::clickhouse::schema::cluster("sonde", "sonde") {
+        let local = statement.replace(" ON CLUSTER sonde", "");
+        let local = regex::Regex::new(r"ReplicatedReplacingMergeTree\([^)]*\)")
+            .unwrap()
+            .replace(&local, "ReplacingMergeTree()")
+            .into_owned();
+        cluster.on_each(&local);
+    }
+    let p = programs();
+    let burners = [Program::burner(&p.burn_fp), Program::burner(&p.burn_nofp)];
+    let servers = cluster.servers();
+    let mut agents: Vec<common::Agent> = (0..3)
+        .map(|i| {
+            let url = servers[i % 2].http_url();
+            common::Agent::start_config(|admin, dir| {
+                format!(
+                    "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"fleet-{i}\"\n\n\
+                     [profiler]\nfrequency = 19\nperiod = \"1s\"\n\n\
+                     [[sinks]]\ntype = \"clickhouse\"\nurl = \"{url}\"\ninputs = [\"profiles\"]\ncreate_tables = false\n",
+                    dir.join("data").display()
+                )
+            })
+        })
+        .collect();
+    for agent in &agents {
+        wait_for("three periods of each agent", WAIT, || {
+            (agent.metric("sonde_sink_profiles_total{sink=\"clickhouse\"}")? >= 3.0).then_some(())
+        });
+    }
+    for agent in &mut agents {
+        agent.stop();
+    }
+    drop(burners);
+    // Distributed inserts are passed on to the shards in the background.
+    let total = |server: &common::clickhouse::ClickHouse, table: &str| -> u64 {
+        server
+            .query(&format!(
+                "SELECT count() FROM sonde.{table} FORMAT TabSeparated"
+            ))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    wait_for("every row on its shard", WAIT, || {
+        let local: u64 = servers
+            .iter()
+            .map(|s| total(s, "profile_samples_local"))
+            .sum();
+        (local > 0 && local == total(&servers[0], "profile_samples")).then_some(())
+    });
+    for s in servers {
+        assert!(
+            total(s, "profile_samples_local") > 0,
+            "a shard without samples"
+        );
+    }
+    let uri = format!(
+        "clickhouse://{}/sonde",
+        servers[1].http_url().trim_start_matches("http://")
+    );
+    let rows = |top: &Json| -> BTreeMap<(String, String), u64> {
+        top["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    (
+                        r["function"].as_str().unwrap().into(),
+                        r["module"].as_str().unwrap().into(),
+                    ),
+                    u64_of(&r["self_samples"]),
+                )
+            })
+            .collect()
+    };
+    let local = |i: usize| {
+        let data = agents[i].path("data");
+        profile_json(&["--since", "10m", "--data-dir", data.to_str().unwrap()])
+    };
+    // The fleet's top table is the sum of the three local ones, sample
+    // for sample; each host's is its agent's.
+    let fleet = profile_json(&["--since", "10m", "--store", &uri]);
+    let mut sum: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut samples = 0;
+    for i in 0..3 {
+        let here = local(i);
+        samples += u64_of(&here["samples"]);
+        for (k, v) in rows(&here) {
+            *sum.entry(k).or_insert(0) += v;
+        }
+        let host = format!("fleet-{i}");
+        let there = profile_json(&["--since", "10m", "--store", &uri, "--host", &host]);
+        assert_eq!(there["samples"], here["samples"], "{host}");
+        assert_eq!(rows(&there), rows(&here), "{host}");
+        assert_eq!(there["hosts"][0]["host"], host.as_str());
+    }
+    assert_eq!(u64_of(&fleet["samples"]), samples);
+    assert_eq!(rows(&fleet), sum);
+    assert_eq!(
+        fleet["hosts"].as_array().unwrap().len(),
+        3,
+        "{}",
+        fleet["hosts"]
+    );
+    // The flame graph rooted at hosts has one root per host.
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("fleet.txt");
+    profile_json(&[
+        "--since",
+        "10m",
+        "--store",
+        &uri,
+        "--by",
+        "host",
+        "--folded",
+        folded.to_str().unwrap(),
+    ]);
+    let roots: std::collections::BTreeSet<String> = fs::read_to_string(&folded)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(';').next().unwrap().to_string())
+        .collect();
+    assert_eq!(roots.len(), 3, "{roots:?}");
+}

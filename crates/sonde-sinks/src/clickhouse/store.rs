@@ -10,7 +10,10 @@
 //! pid, thread, stack) and takes `any(samples)`. The queries run on
 //! ClickHouse 18.16 and on the current engine alike (the tests run each
 //! on both): `ALL INNER JOIN` of aliased subqueries, a right side
-//! deduplicated by its key, no functions newer than 18.16.
+//! deduplicated by its key, no functions newer than 18.16. They read a
+//! `Distributed` table as they read a local one: the outer query joins on
+//! the server asked, and the stacks' `IN` is `GLOBAL` (its set is built
+//! once there and sent to the shards, as a `Distributed` table needs).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -233,7 +236,7 @@ impl FleetStore {
              ALL INNER JOIN \
                (SELECT stack_id, f, m, max(i = length(fr)) AS leaf FROM \
                  (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
-                  WHERE stack_id IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
+                  WHERE stack_id GLOBAL IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
                 ARRAY JOIN fr AS f, mo AS m, arrayEnumerate(fr) AS i GROUP BY stack_id, f, m) AS frames \
              USING stack_id GROUP BY f, m \
              ORDER BY self DESC, total DESC, f, m FORMAT TabSeparated"
@@ -267,7 +270,7 @@ impl FleetStore {
                 GROUP BY h, stack_id) AS per_stack \
              ALL INNER JOIN \
                (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
-                WHERE stack_id IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
+                WHERE stack_id GLOBAL IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
              USING stack_id ORDER BY h, c DESC FORMAT TabSeparated"
         )
     }
