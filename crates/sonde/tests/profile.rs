@@ -2659,13 +2659,10 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
     };
     // What `sonde profile schema --cluster sonde` prints, on each shard
     // by hand (ON CLUSTER needs ZooKeeper) and without replication.
+    let replicated = regex::Regex::new(r"ReplicatedReplacingMergeTree\([^)]*\)").unwrap();
     for statement in sonde_sinks::clickhouse::schema::cluster("sonde", "sonde") {
         let local = statement.replace(" ON CLUSTER sonde", "");
-        let local = regex::Regex::new(r"ReplicatedReplacingMergeTree\([^)]*\)")
-            .unwrap()
-            .replace(&local, "ReplacingMergeTree()")
-            .into_owned();
-        cluster.on_each(&local);
+        cluster.on_each(&replicated.replace(&local, "ReplacingMergeTree()"));
     }
     let p = programs();
     let burners = [Program::burner(&p.burn_fp), Program::burner(&p.burn_nofp)];
