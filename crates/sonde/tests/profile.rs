@@ -2391,6 +2391,8 @@ fn clickhouse_leaf_counts(
 
 #[test]
 fn each_period_lands_in_clickhouse_once_through_an_outage_and_a_kill() {
+    // Its burner would count in another test's share of the CPU.
+    let _cpu = exclusive();
     let Some(mut ch) = common::backends::or_skip(common::clickhouse::ClickHouse::start()) else {
         return;
     };
