@@ -2691,7 +2691,31 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
         agent.stop();
     }
     drop(burners);
-    // Distributed inserts are passed on to the shards in the background.
+    // An insert into a Distributed table is acknowledged once queued on
+    // the server that took it, and reaches its shard in the background:
+    // wait until the shards hold every sample the agents stored.
+    let stored: u64 = (0..3)
+        .map(|i| {
+            let data = agents[i].path("data");
+            u64_of(
+                &profile_json(&["--since", "10m", "--data-dir", data.to_str().unwrap()])["samples"],
+            )
+        })
+        .sum();
+    let on_shards = |server: &common::clickhouse::ClickHouse| -> u64 {
+        server
+            .query(
+                "SELECT sum(n) FROM (SELECT period, host, pid, thread, stack_id, any(samples) AS n \
+                 FROM sonde.profile_samples_local GROUP BY period, host, pid, thread, stack_id) \
+                 FORMAT TabSeparated",
+            )
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    wait_for("every stored sample on its shard", WAIT, || {
+        (servers.iter().map(on_shards).sum::<u64>() == stored).then_some(())
+    });
     let total = |server: &common::clickhouse::ClickHouse, table: &str| -> u64 {
         server
             .query(&format!(
@@ -2701,13 +2725,6 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
             .parse()
             .unwrap()
     };
-    wait_for("every row on its shard", WAIT, || {
-        let local: u64 = servers
-            .iter()
-            .map(|s| total(s, "profile_samples_local"))
-            .sum();
-        (local > 0 && local == total(&servers[0], "profile_samples")).then_some(())
-    });
     for s in servers {
         assert!(
             total(s, "profile_samples_local") > 0,
