@@ -464,14 +464,7 @@ fn fleet_diff(
     if let Some(path) = &out.flamegraph {
         let by_host = !out.by.is_empty();
         let (b, n) = (fleet.profile(&fb, by_host)?, fleet.profile(&fnew, by_host)?);
-        let options = flamegraph::Options {
-            title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
-                .to_string(),
-            roots: out.by.clone(),
-            layout: out.layout,
-            ..Default::default()
-        };
-        write(path, flamegraph::render_diff(&b, &n, &options).as_bytes())?;
+        write_diff_flamegraph(path, &b, &n, out)?;
     }
     let mut d = views::diff_tops(
         &fleet.top(&fb, None)?,
@@ -595,17 +588,7 @@ fn read_either(what: &str, store: &StoreArgs) -> anyhow::Result<Profile> {
 
 fn diff(base: &Profile, new: &Profile, out: &Output, prices: &Prices) -> anyhow::Result<()> {
     if let Some(path) = &out.flamegraph {
-        let options = flamegraph::Options {
-            title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
-                .to_string(),
-            roots: out.by.clone(),
-            layout: out.layout,
-            ..Default::default()
-        };
-        write(
-            path,
-            flamegraph::render_diff(base, new, &options).as_bytes(),
-        )?;
+        write_diff_flamegraph(path, base, new, out)?;
     }
     let mut d = views::diff(base, new, Some(out.top));
     views::price_diff(&mut d, prices);
@@ -615,6 +598,26 @@ fn diff(base: &Profile, new: &Profile, out: &Output, prices: &Prices) -> anyhow:
         print!("{}", views::diff_text(&d));
     }
     Ok(())
+}
+
+/// Writes the differential flame graph of `base` and `new` to `path`.
+fn write_diff_flamegraph(
+    path: &Path,
+    base: &Profile,
+    new: &Profile,
+    out: &Output,
+) -> anyhow::Result<()> {
+    let options = flamegraph::Options {
+        title: "sonde profile diff: red grew, blue shrank (widths from the new profile)"
+            .to_string(),
+        roots: out.by.clone(),
+        layout: out.layout,
+        ..Default::default()
+    };
+    write(
+        path,
+        flamegraph::render_diff(base, new, &options).as_bytes(),
+    )
 }
 
 fn read_profile(path: &Path) -> anyhow::Result<Profile> {

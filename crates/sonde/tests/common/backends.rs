@@ -1162,35 +1162,7 @@ exporters:
     /// and /proc/net/tcp{,6}.
     pub fn listening(&self) -> Vec<String> {
         let pid = self.proc.child.as_ref().expect("collector running").id();
-        let inodes: std::collections::HashSet<String> =
-            std::fs::read_dir(format!("/proc/{pid}/fd"))
-                .unwrap()
-                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter_map(|l| {
-                    let l = l.to_string_lossy().into_owned();
-                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
-                })
-                .collect();
-        let mut out = Vec::new();
-        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            let text = std::fs::read_to_string(table).unwrap_or_default();
-            for line in text.lines().skip(1) {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                // local_address, st (0A = LISTEN), inode.
-                if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
-                    let (ip, port) = f[1].split_once(':').unwrap();
-                    let port = u16::from_str_radix(port, 16).unwrap();
-                    let ip = if ip.len() == 8 {
-                        let n = u32::from_str_radix(ip, 16).unwrap();
-                        std::net::Ipv4Addr::from(n.swap_bytes()).to_string()
-                    } else {
-                        format!("[{ip}]")
-                    };
-                    out.push(format!("{ip}:{port}"));
-                }
-            }
-        }
-        out
+        super::clickhouse::listening(pid)
     }
 
     /// Every number data point received so far, in arrival order.
