@@ -41,7 +41,9 @@ const JAVA_SOURCE: &str = concat!(
 struct Java {
     java: PathBuf,
     classpath: String,
-    dir: tempfile::TempDir,
+    /// Cargo's scratch directory for this crate's tests: a static is never
+    /// dropped, so a temporary directory here would outlive every run.
+    dir: PathBuf,
 }
 
 /// `name` in `preferred`, else on `PATH`.
@@ -74,16 +76,14 @@ fn compile() -> Result<Java, String> {
     };
     let java = find_binary("/usr/bin/java", "java").ok_or_else(|| missing("java"))?;
     let javac = find_binary("/usr/bin/javac", "javac").ok_or_else(|| missing("javac"))?;
-    let dir = tempfile::Builder::new()
-        .prefix("sonde-kafka-golden-")
-        .tempdir()
-        .unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kafka-golden");
+    std::fs::create_dir_all(&dir).unwrap();
     let jars = format!("{}/*", libs.display());
     let out = Command::new(javac)
         .arg("-cp")
         .arg(&jars)
         .arg("-d")
-        .arg(dir.path())
+        .arg(&dir)
         .arg(JAVA_SOURCE)
         .output()
         .unwrap();
@@ -94,7 +94,7 @@ fn compile() -> Result<Java, String> {
     );
     Ok(Java {
         java,
-        classpath: format!("{jars}:{}", dir.path().display()),
+        classpath: format!("{jars}:{}", dir.display()),
         dir,
     })
 }
@@ -117,7 +117,7 @@ fn java() -> Option<&'static Java> {
 
 impl Java {
     fn run(&self, mode: &str, input_name: &str, input: &[u8]) -> Vec<u8> {
-        let path = self.dir.path().join(input_name);
+        let path = self.dir.join(input_name);
         std::fs::write(&path, input).unwrap();
         let out = Command::new(&self.java)
             .args(["-Xmx512m", "-XX:+UseSerialGC", "-cp", &self.classpath])
