@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use sonde_encode::record::RecordMeta;
 use sonde_logs::container::{self, ContainerPath, Format, Stream};
+use sonde_logs::identity::FileId;
 use sonde_logs::{Checkpoints, FileKey, Line, LineSink, Origin};
 
 /// What every record of a source carries besides its line.
@@ -32,6 +33,9 @@ pub struct LogLine<'a> {
     pub path: &'a str,
     /// The file offset of the line's first byte.
     pub offset: u64,
+    /// Its file's device and inode; `None` for a record not read from a
+    /// file.
+    pub file: Option<FileId>,
     /// What a record not read from a file (a DogStatsD event) says about
     /// itself; `None` for lines of files.
     pub meta: Option<&'a RecordMeta>,
@@ -202,6 +206,7 @@ impl LogBatch {
                 bytes: &self.parts.data[s.at..s.end()],
                 path: &self.parts.paths[s.path as usize],
                 offset: s.offset,
+                file: self.parts.keys[s.path as usize].map(|(_, id)| id),
                 meta: self.parts.metas.get(i),
                 container: self.parts.path_fields.get(s.path as usize).map(|f| {
                     let time = &self.parts.data[s.end()..s.end() + usize::from(s.time_len)];
@@ -268,7 +273,8 @@ impl LogBatch {
         );
         let keys = &self.parts.keys;
         self.parts.spans.retain(|s| {
-            let floor = keys[s.path as usize].and_then(|k| floors.iter().find(|(f, _)| *f == k));
+            let floor =
+                keys[s.path as usize].and_then(|(k, _)| floors.iter().find(|(f, _)| *f == k));
             floor.is_none_or(|&(_, at)| s.offset >= at)
         });
     }
@@ -302,8 +308,8 @@ struct Parts {
     /// Where each line is in `data`, and its file.
     spans: Vec<Span>,
     paths: Vec<Arc<str>>,
-    /// The file of each entry of `paths`.
-    keys: Vec<Option<FileKey>>,
+    /// The file of each entry of `paths`, in this run and across runs.
+    keys: Vec<Option<(FileKey, FileId)>>,
     /// For a container source, what each entry of `paths` says about its
     /// container; empty otherwise.
     path_fields: Vec<PathFields>,
@@ -420,7 +426,7 @@ impl BatchBuilder {
                     .push(fields.map(|(k, v)| (k, Box::from(v))).collect());
             }
             c.paths.push(path);
-            c.keys.push(Some(origin.key));
+            c.keys.push(Some((origin.key, origin.file)));
             c.last = Some(origin.key);
         }
         c.spans.push(Span::line(

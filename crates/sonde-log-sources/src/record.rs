@@ -57,17 +57,53 @@ pub fn json(out: &mut Vec<u8>, source: &SourceInfo, line: &LogLine<'_>) {
     if let Some(c) = &line.container {
         container_keys(out, c);
     }
-    for (k, v) in &source.fields {
-        let taken = meta
-            .is_some_and(|m| k == "timestamp" || m.attributes.iter().any(|(a, _)| a == k))
-            || (line.container.is_some() && container::RECORD_KEYS.contains(&k.as_str()));
-        if FIXED.contains(&k.as_str()) || taken {
-            continue;
-        }
+    for (k, v) in own_fields(source, line) {
         key(out, k);
         string(out, v);
     }
     out.push(b'}');
+}
+
+/// The source's fields that `line`'s record keeps: those whose keys
+/// neither the record's fixed keys ([`FIXED`]) nor its own keys (a
+/// meta's `timestamp` and attributes, a container record's keys) take.
+fn own_fields<'a>(
+    source: &'a SourceInfo,
+    line: &'a LogLine<'_>,
+) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    source.fields.iter().filter_map(move |(k, v)| {
+        let taken = line
+            .meta
+            .is_some_and(|m| k == "timestamp" || m.attributes.iter().any(|(a, _)| a == k))
+            || (line.container.is_some() && container::RECORD_KEYS.contains(&k.as_str()));
+        (!FIXED.contains(&k.as_str()) && !taken).then_some((k.as_str(), v.as_str()))
+    })
+}
+
+/// Hands `f` each key a record of `line` has after `source`, in the order
+/// [`json`] writes them, with its value as text (a number in decimal, a
+/// list comma-joined): for stores whose fields are strings.
+pub fn text_fields(source: &SourceInfo, line: &LogLine<'_>, mut f: impl FnMut(&str, &str)) {
+    if let Some(m) = line.meta {
+        f("timestamp", &m.timestamp.to_string());
+        for (k, v) in &m.attributes {
+            f(k, &v.to_text());
+        }
+    }
+    if let Some(c) = &line.container {
+        if !c.time.is_empty() {
+            f("time", c.time);
+        }
+        if let Some(s) = c.stream {
+            f("stream", s.as_str());
+        }
+        for (k, v) in c.path_fields {
+            f(k, v);
+        }
+    }
+    for (k, v) in own_fields(source, line) {
+        f(k, v);
+    }
 }
 
 /// A container record's time, stream and path fields, each after a comma.
@@ -122,6 +158,37 @@ fn string(out: &mut Vec<u8>, s: &str) {
 mod tests {
     use super::*;
 
+    /// Asserts that [`text_fields`] hands out the keys [`json`] writes
+    /// after `source`, with their values as text (compared sorted: the
+    /// parsed object is).
+    fn text_fields_follow_json(src: &SourceInfo, line: &LogLine<'_>) {
+        let mut out = Vec::new();
+        json(&mut out, src, line);
+        let parsed: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&out).unwrap();
+        let want: Vec<(String, String)> = parsed
+            .into_iter()
+            .filter(|(k, _)| !FIXED.contains(&k.as_str()))
+            .map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => s,
+                    serde_json::Value::Array(a) => a
+                        .iter()
+                        .map(|e| e.as_str().unwrap().to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    other => other.to_string(),
+                };
+                (k, text)
+            })
+            .collect();
+        let mut got = Vec::new();
+        text_fields(src, line, |k, v| got.push((k.to_string(), v.to_string())));
+        got.sort();
+        assert!(!got.is_empty());
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn a_record_holds_the_line_its_origin_and_the_fields() {
         let src = SourceInfo {
@@ -136,6 +203,7 @@ mod tests {
             bytes: b"say \"hi\"\t\xff!\n  at x",
             path: "/var/log/a.log",
             offset: 42,
+            file: None,
             meta: None,
             container: None,
         };
@@ -148,6 +216,7 @@ mod tests {
         );
         let parsed: serde_json::Value = serde_json::from_slice(&out[7..]).unwrap();
         assert_eq!(parsed["message"], "say \"hi\"\t\u{fffd}!\n  at x");
+        text_fields_follow_json(&src, &line);
     }
 
     #[test]
@@ -179,6 +248,7 @@ mod tests {
             bytes: b"on /var\nand /tmp",
             path: "",
             offset: 0,
+            file: None,
             meta: Some(&meta),
             container: None,
         };
@@ -190,6 +260,7 @@ mod tests {
              \"timestamp\":1700000000,\"type\":\"event\",\"title\":\"disk \\\"full\\\"\",\"n\":-3,\
              \"tags\":[\"env:prod\",\"blue\"],\"dc\":\"eu\"}"
         );
+        text_fields_follow_json(&src, &line);
         let no_host = RecordMeta {
             host: None,
             ..meta.clone()
@@ -221,6 +292,7 @@ mod tests {
             bytes: b"GET / 200",
             path: "/var/log/pods/shop_web-0_0b2c/nginx/0.log",
             offset: 7,
+            file: None,
             meta: None,
             container: Some(ContainerLine {
                 time: "2024-05-06T07:08:09.123456789Z",
@@ -238,6 +310,7 @@ mod tests {
              \"namespace\":\"shop\",\"pod_name\":\"web-0\",\"pod_uid\":\"0b2c\",\
              \"container_name\":\"nginx\",\"cluster\":\"eu-1\"}"
         );
+        text_fields_follow_json(&src, &line);
         // A line that did not parse keeps its path's fields alone.
         let raw = LogLine {
             container: Some(ContainerLine {

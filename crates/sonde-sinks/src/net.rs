@@ -392,6 +392,22 @@ pub(super) fn start_logs(
     running: &mut Running,
 ) -> anyhow::Result<()> {
     let n = settings(s)?;
+    let transport = http(s, encoder.content_type(), url)?;
+    start_logs_over(s, encoder, transport, url.unwrap_or(&n.target), st, running)
+}
+
+/// Starts the log side of network sink `s` over `transport`, which sends
+/// each request (compressed with the sink's compression) to `target`:
+/// [`start_logs`] for a transport of the sink's own.
+pub(super) fn start_logs_over<T: sender::Transport>(
+    s: &Sink,
+    encoder: impl LogEncoder,
+    transport: T,
+    target: &str,
+    st: &Start<'_>,
+    running: &mut Running,
+) -> anyhow::Result<()> {
+    let n = settings(s)?;
     let logs = HttpLogs {
         compression: n.compression,
         max_records: n.delivery.max_batch_points,
@@ -399,8 +415,6 @@ pub(super) fn start_logs(
         backoff_min: n.delivery.backoff_min,
         backoff_max: n.delivery.backoff_max,
     };
-    let transport = http(s, encoder.content_type(), url)?;
-    let target = url.unwrap_or(&n.target);
     tracing::info!(sink = %s.name, target = %target, compression = n.compression.name(), "sink sending log records");
     let stats = Arc::clone(&st.stats);
     let (tx, thread) = match &n.buffer {

@@ -440,3 +440,94 @@ fn a_low_soft_limit_on_descriptors_is_raised_so_that_every_file_opens() {
     assert!(log.contains("open files limit raised"), "{log}");
     assert!(!log.contains("cannot open"), "{log}");
 }
+
+/// The lines of source `app` in ClickHouse, each record once however
+/// often it was written (`LIMIT 1 BY` its id), with the rows as
+/// written: `(distinct messages in order, rows)`; `None` before the sink
+/// made its table.
+fn clickhouse_lines(ch: &common::clickhouse::ClickHouse) -> Option<(Vec<String>, u64)> {
+    let text = ch
+        .try_query(
+            "SELECT message FROM (SELECT message FROM sonde.logs \
+             WHERE source = 'app' LIMIT 1 BY host, source, id) ORDER BY message FORMAT TabSeparated",
+        )
+        .ok()?;
+    let rows = ch.query("SELECT count() FROM sonde.logs");
+    Some((
+        text.lines().map(str::to_string).collect(),
+        rows.trim().parse().unwrap(),
+    ))
+}
+
+/// `line {n:06}` for each `n` in `range`, as [`append`] writes them.
+fn lines(range: std::ops::Range<u32>) -> Vec<String> {
+    range.map(|n| format!("line {n:06}")).collect()
+}
+
+#[test]
+fn every_record_lands_in_clickhouse_once_through_an_outage_a_kill_and_a_second_reader() {
+    let Some(mut ch) = common::backends::or_skip(common::clickhouse::ClickHouse::start()) else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("a.log");
+    append(&log, 0, 200);
+    let include = format!("{}/*.log*", logs.path().display());
+    let url = ch.http_url();
+    let config = |admin: u16, dir: &Path| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"web-1\"\n\n\
+             [[logs]]\nname = \"app\"\ninclude = [\"{include}\"]\nrescan_interval = \"500ms\"\n\
+             fields = {{ env = \"test\" }}\n\n\
+             [[sinks]]\ntype = \"clickhouse\"\nurl = \"{url}\"\ninputs = [\"app\"]\n\
+             buffer = {{ type = \"disk\" }}\nretry_max_backoff = \"500ms\"\n",
+            dir.join("data").display(),
+        )
+    };
+    let mut agent = Agent::start_config(config);
+    wait_for("200 lines in ClickHouse", TIMEOUT, || {
+        (clickhouse_lines(&ch)?.0.len() == 200).then_some(())
+    });
+    // A row: the record, where it comes from and its fields.
+    let row = ch.query(
+        "SELECT host, source, file, file_offset, message, field_keys, field_values, \
+         time > now() - 600 FROM sonde.logs WHERE file_offset = 12 FORMAT TabSeparated",
+    );
+    assert_eq!(
+        row,
+        format!(
+            "web-1\tapp\t{}\t12\tline 000001\t['env']\t['test']\t1\n",
+            log.display()
+        )
+    );
+    // ClickHouse away: new lines wait in the disk buffer, acknowledged to
+    // the source; the agent is killed and started again meanwhile, and
+    // the file rotates.
+    ch.stop();
+    append(&log, 200, 300);
+    wait_for("100 records in the disk buffer", TIMEOUT, || {
+        (agent.metric("sonde_sink_log_buffer_records{sink=\"clickhouse\"}")? >= 100.0).then_some(())
+    });
+    agent.kill();
+    std::fs::rename(&log, logs.path().join("a.log.1")).unwrap();
+    append(&log, 300, 400);
+    agent.start_again();
+    ch.restart();
+    wait_for("400 lines in ClickHouse", TIMEOUT, || {
+        (clickhouse_lines(&ch)?.0.len() == 400).then_some(())
+    });
+    assert_eq!(clickhouse_lines(&ch).unwrap().0, lines(0..400));
+    agent.stop();
+    // A second agent without checkpoints reads both files again from the
+    // start: every row is written twice, every record is still once.
+    let mut again = Agent::start_config(config);
+    let got = wait_for("every line written again", TIMEOUT, || {
+        let (got, rows) = clickhouse_lines(&ch)?;
+        (rows >= 800).then_some(got)
+    });
+    assert_eq!(got, lines(0..400));
+    // After a merge, the table itself holds each record once.
+    ch.query("OPTIMIZE TABLE sonde.logs FINAL");
+    assert_eq!(ch.query("SELECT count() FROM sonde.logs"), "400\n");
+    again.stop();
+}

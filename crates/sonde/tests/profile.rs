@@ -2418,7 +2418,7 @@ fn each_period_lands_in_clickhouse_once_through_an_outage_and_a_kill() {
     // The tables the sink made, with one row per thread name: the
     // burner's one thread is one row per stack and period.
     let tables = ch.query("SELECT name FROM system.tables WHERE database = 'sonde' ORDER BY name");
-    assert_eq!(tables, "profile_samples\nprofile_stacks\n");
+    assert_eq!(tables, "logs\nprofile_samples\nprofile_stacks\n");
     // ClickHouse away for three periods, and the agent killed in the
     // middle: the periods wait in the disk buffer.
     ch.stop();

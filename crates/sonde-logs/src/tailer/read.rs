@@ -75,6 +75,7 @@ impl PollCtx<'_> {
         let origin = Origin {
             key: w.key,
             path: &w.path,
+            file: w.id,
         };
         let now = self.now;
         let join = self.join;
@@ -212,6 +213,7 @@ impl PollCtx<'_> {
         let origin = Origin {
             key: w.key,
             path: &w.path,
+            file: w.id,
         };
         let mut hand = Hand {
             counters: self.counters,
@@ -233,6 +235,7 @@ impl PollCtx<'_> {
         let origin = Origin {
             key: w.key,
             path: &w.path,
+            file: w.id,
         };
         let mut hand = self.hand(sink);
         let joining = &mut w.joining;

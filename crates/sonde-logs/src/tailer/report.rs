@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::container;
+use crate::identity::FileId;
 use crate::lines::Line;
 
 /// A directory or file that [`Tailer::rescan`](crate::Tailer::rescan) could
@@ -56,6 +57,9 @@ pub struct Origin<'a> {
     pub key: FileKey,
     /// The path the file was last seen at.
     pub path: &'a Path,
+    /// Its device and inode: with a line's offset, what names the line
+    /// across restarts and renames (a sink that deduplicates by it).
+    pub file: FileId,
 }
 
 /// Receives the lines a [`Tailer`](crate::Tailer) reads: the tailer drives,

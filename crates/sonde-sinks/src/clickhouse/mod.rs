@@ -1,9 +1,14 @@
-//! `clickhouse`: the profiler's periods into ClickHouse tables
-//! ([`schema`]), over its HTTP interface: each period one request of the
-//! sink's sender (queued, buffered in memory or on disk, retried), which
-//! its transport writes as one `INSERT ... FORMAT RowBinary` per
-//! table, the stacks first.
+//! `clickhouse`: the profiler's periods and log records into ClickHouse
+//! tables ([`schema`]), over its HTTP interface. Each period is one
+//! request of the sink's sender (queued, buffered in memory or on disk,
+//! retried), which its transport writes as one `INSERT ... FORMAT
+//! RowBinary` per table, the stacks first. Log records go in requests of
+//! `logs` rows ([`logs`]) as the other HTTP log sinks send theirs
+//! (`crate::logs`): a batch is acknowledged to its source once
+//! ClickHouse has inserted every row of it (or, with a disk buffer, once
+//! it is stored there).
 
+pub mod logs;
 pub mod rows;
 pub mod schema;
 pub mod store;
@@ -17,7 +22,7 @@ use sonde_profile::Profile;
 use crate::descriptor::{Input, NonEmpty, Running, Sink, SinkType, Start, Transport};
 use crate::net;
 use crate::profiles::ProfileEncoder;
-use crate::sender::{self, Http, SendError};
+use crate::sender::{self, Http, SendError, Transport as _};
 use sonde_config::ConfigError;
 
 /// `type = "clickhouse"`: `url` is the server's HTTP interface
@@ -25,7 +30,7 @@ use sonde_config::ConfigError;
 /// created at the first request unless `create_tables = false`.
 pub static TYPE: SinkType = SinkType {
     name: "clickhouse",
-    accepts: &[Input::Profiles],
+    accepts: &[Input::Profiles, Input::Logs],
     transport: Transport::Http,
     // ClickHouse 18.16 decodes gzip and deflate request bodies.
     compressions: &["gzip", "none"],
@@ -73,26 +78,44 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
     let o: Options = s.typed(EXAMPLES)?;
     let n = net::settings(s)?;
     let db = database(&o).to_string();
-    let transport = ClickHouseHttp::new(s, &db, o.create_tables.unwrap_or(true))?;
+    let create = o.create_tables.unwrap_or(true);
+    let target = format!("{} database {db}", n.target);
     let mut running = Running {
         windows: None,
         profiles: None,
         logs: Vec::new(),
         threads: Vec::new(),
     };
-    let encoder = ChProfiles {
-        rows: rows::Rows::new(st.host),
-        compression: n.compression,
-    };
-    net::start_profiles_over(
-        s,
-        encoder,
-        transport,
-        Compression::None,
-        Some(&format!("{} database {db}", n.target)),
-        st,
-        &mut running,
-    )?;
+    if s.takes_profiles() {
+        let encoder = ChProfiles {
+            rows: rows::Rows::new(st.host),
+            compression: n.compression,
+        };
+        net::start_profiles_over(
+            s,
+            encoder,
+            ClickHouseHttp::new(s, &db, create)?,
+            Compression::None,
+            Some(&target),
+            st,
+            &mut running,
+        )?;
+    }
+    if s.log_sources().next().is_some() {
+        let insert = insert(s, &db, schema::LOGS, n.compression.content_encoding())?;
+        let transport = ClickHouseLogs {
+            insert,
+            create: create.then(|| Create::new(s, &db)).transpose()?,
+        };
+        net::start_logs_over(
+            s,
+            logs::ChLogs::default(),
+            transport,
+            &target,
+            st,
+            &mut running,
+        )?;
+    }
     Ok(running)
 }
 
@@ -161,54 +184,113 @@ fn parts(body: &[u8]) -> Result<Vec<Part<'_>>, String> {
     Ok(out)
 }
 
+/// The POST of sink `s` that runs `INSERT INTO {db}.{table} FORMAT
+/// RowBinary` on bodies of `encoding` (`None`: plain).
+fn insert(s: &Sink, db: &str, table: &str, encoding: Option<&str>) -> anyhow::Result<Http> {
+    let n = net::settings(s)?;
+    let query = format!("INSERT INTO {db}.{table} FORMAT RowBinary");
+    let url = format!(
+        "{}/?query={}",
+        n.target.trim_end_matches('/'),
+        encode_query(&query)
+    );
+    Ok(Http::new(
+        url,
+        headers(s, encoding)?,
+        n.delivery.request_timeout,
+    ))
+}
+
+/// The headers of sink `s`'s requests with bodies of `encoding`.
+fn headers(s: &Sink, encoding: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
+    let n = net::settings(s)?;
+    let mut h = vec![(
+        "Content-Type".to_string(),
+        "application/octet-stream".to_string(),
+    )];
+    if let Some(e) = encoding {
+        h.push(("Content-Encoding".into(), e.into()));
+    }
+    h.extend(n.headers.iter().cloned());
+    Ok(h)
+}
+
+/// The `CREATE ... IF NOT EXISTS` statements still to run, and where: run
+/// before the first insert, and again from the one that failed.
+struct Create {
+    http: Http,
+    statements: Vec<String>,
+}
+
+impl Create {
+    fn new(s: &Sink, db: &str) -> anyhow::Result<Create> {
+        let n = net::settings(s)?;
+        Ok(Create {
+            http: Http::new(
+                format!("{}/", n.target.trim_end_matches('/')),
+                headers(s, None)?,
+                n.delivery.request_timeout,
+            ),
+            statements: schema::single(db),
+        })
+    }
+
+    /// Runs the statements not run yet; `Ok` once all have run.
+    fn run(slot: &mut Option<Create>) -> Result<(), SendError> {
+        if let Some(c) = slot {
+            while let Some(first) = c.statements.first() {
+                c.http.send(first.as_bytes())?;
+                c.statements.remove(0);
+            }
+            *slot = None;
+        }
+        Ok(())
+    }
+}
+
 /// Writes each part of a request into its table with one POST, and
 /// creates the tables first when asked.
 struct ClickHouseHttp {
     /// Per table, the POSTs of its compressed parts and of its plain ones.
     inserts: Vec<(Http, Http)>,
-    /// `CREATE ... IF NOT EXISTS` statements still to run, and where: run
-    /// before the first insert, and again from the one that failed.
-    create: Option<(Http, Vec<String>)>,
+    create: Option<Create>,
 }
 
 impl ClickHouseHttp {
     fn new(s: &Sink, db: &str, create_tables: bool) -> anyhow::Result<Self> {
         let n = net::settings(s)?;
-        let base = n.target.trim_end_matches('/');
-        let timeout = n.delivery.request_timeout;
-        let headers = |encoding: Option<&str>| {
-            let mut h = vec![(
-                "Content-Type".to_string(),
-                "application/octet-stream".to_string(),
-            )];
-            if let Some(e) = encoding {
-                h.push(("Content-Encoding".into(), e.into()));
-            }
-            h.extend(n.headers.iter().cloned());
-            h
-        };
         let inserts = schema::TABLES
             .iter()
             .map(|table| {
-                let query = format!("INSERT INTO {db}.{table} FORMAT RowBinary");
-                let url = format!("{base}/?query={}", encode_query(&query));
-                (
-                    Http::new(
-                        url.clone(),
-                        headers(n.compression.content_encoding()),
-                        timeout,
-                    ),
-                    Http::new(url, headers(None), timeout),
-                )
+                Ok((
+                    insert(s, db, table, n.compression.content_encoding())?,
+                    insert(s, db, table, None)?,
+                ))
             })
-            .collect();
-        let create = create_tables.then(|| {
-            (
-                Http::new(format!("{base}/"), headers(None), timeout),
-                schema::single(db),
-            )
-        });
+            .collect::<anyhow::Result<_>>()?;
+        let create = create_tables.then(|| Create::new(s, db)).transpose()?;
         Ok(ClickHouseHttp { inserts, create })
+    }
+}
+
+/// Writes a request of log records into `logs` with one POST, and
+/// creates the tables first when asked.
+struct ClickHouseLogs {
+    insert: Http,
+    create: Option<Create>,
+}
+
+impl sender::Transport for ClickHouseLogs {
+    fn send(&mut self, body: &[u8]) -> Result<(), SendError> {
+        Create::run(&mut self.create)?;
+        self.insert.send(body)
+    }
+
+    fn stop_by(&mut self, deadline: Instant) {
+        self.insert.stop_by(deadline);
+        if let Some(c) = &mut self.create {
+            c.http.stop_by(deadline);
+        }
     }
 }
 
@@ -219,13 +301,7 @@ fn encode_query(s: &str) -> String {
 
 impl sender::Transport for ClickHouseHttp {
     fn send(&mut self, body: &[u8]) -> Result<(), SendError> {
-        if let Some((http, statements)) = &mut self.create {
-            while let Some(first) = statements.first() {
-                http.send(first.as_bytes())?;
-                statements.remove(0);
-            }
-            self.create = None;
-        }
+        Create::run(&mut self.create)?;
         let parts =
             parts(body).map_err(|e| SendError::new(crate::sink::FailReason::Rejected, e))?;
         for (table, compressed, part) in parts {
@@ -244,8 +320,8 @@ impl sender::Transport for ClickHouseHttp {
             a.stop_by(deadline);
             b.stop_by(deadline);
         }
-        if let Some((http, _)) = &mut self.create {
-            http.stop_by(deadline);
+        if let Some(c) = &mut self.create {
+            c.http.stop_by(deadline);
         }
     }
 }

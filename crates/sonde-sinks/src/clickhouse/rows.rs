@@ -138,12 +138,12 @@ impl Rows {
     }
 }
 
-fn put_u64(out: &mut Vec<u8>, v: u64) {
+pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
 /// LEB128, as RowBinary writes lengths.
-fn put_len(out: &mut Vec<u8>, mut n: usize) {
+pub(super) fn put_len(out: &mut Vec<u8>, mut n: usize) {
     loop {
         let byte = (n & 0x7f) as u8;
         n >>= 7;
@@ -155,7 +155,7 @@ fn put_len(out: &mut Vec<u8>, mut n: usize) {
     }
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_len(out, s.len());
     out.extend_from_slice(s.as_bytes());
 }

@@ -14,14 +14,26 @@
 //! merge keeps one of each, and the views read a sample's count with
 //! `any()` per key until then: a retry never counts twice.
 //!
+//! Log records take one table, `logs`: a row per record with its time
+//! (its own, or when the agent took it), host, source, file, offset,
+//! text and fields (two arrays, keys and values, as 18.16 has no `Map`),
+//! and an id that names the record across retries and restarts
+//! ([`super::logs::record_id`]). It is a `ReplacingMergeTree` ordered by
+//! host, source and id, partitioned by day: a record written twice
+//! collapses into one, and a query reads each once with `LIMIT 1 BY
+//! host, source, id` (or `FINAL`) until the merge.
+//!
 //! For a cluster ([`cluster`]), each table is created `ON CLUSTER` on
 //! every shard with a `Distributed` table over it: samples are sharded by
 //! host (a host's retries land on the shard that has the first copy, and
 //! a view of one host reads one shard), stacks by their id (every host's
 //! copy of a stack lands on one shard and collapses there).
 
-/// The tables' names, in the order the DDL creates them.
+/// The profile tables' names, in the order the DDL creates them.
 pub const TABLES: [&str; 2] = ["profile_stacks", "profile_samples"];
+
+/// The log records' table.
+pub const LOGS: &str = "logs";
 
 /// The columns of `profile_stacks`, as [`super::rows`] writes them.
 const STACKS: &str = "stack_id UInt64, frames Array(String), modules Array(String)";
@@ -30,6 +42,13 @@ const STACKS: &str = "stack_id UInt64, frames Array(String), modules Array(Strin
 const SAMPLES: &str = "period DateTime, duration_ms UInt32, frequency UInt16, host String, \
      pid UInt32, process String, thread String, container String, pod String, \
      stack_id UInt64, samples UInt32";
+
+/// The columns of `logs`, as [`super::logs`] writes them.
+const LOG_COLUMNS: &str = "time DateTime, host String, source String, file String, \
+     file_offset UInt64, id UInt64, message String, \
+     field_keys Array(String), field_values Array(String)";
+
+const LOGS_KEY: &str = "PARTITION BY toYYYYMMDD(time) ORDER BY (host, source, id)";
 
 const SAMPLES_KEY: &str =
     "PARTITION BY toYYYYMMDD(period) ORDER BY (period, host, pid, thread, stack_id)";
@@ -46,6 +65,10 @@ pub fn single(db: &str) -> Vec<String> {
         format!(
             "CREATE TABLE IF NOT EXISTS {db}.profile_samples ({SAMPLES}) \
              ENGINE = ReplacingMergeTree() {SAMPLES_KEY}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.logs ({LOG_COLUMNS}) \
+             ENGINE = ReplacingMergeTree() {LOGS_KEY}"
         ),
     ]
 }
@@ -71,12 +94,21 @@ pub fn cluster(db: &str, cluster: &str) -> Vec<String> {
             replicated("profile_samples")
         ),
         format!(
+            "CREATE TABLE IF NOT EXISTS {db}.logs_local ON CLUSTER {cluster} ({LOG_COLUMNS}) \
+             ENGINE = {} {LOGS_KEY}",
+            replicated("logs")
+        ),
+        format!(
             "CREATE TABLE IF NOT EXISTS {db}.profile_stacks ON CLUSTER {cluster} AS {db}.profile_stacks_local \
              ENGINE = Distributed({cluster}, {db}, profile_stacks_local, stack_id)"
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {db}.profile_samples ON CLUSTER {cluster} AS {db}.profile_samples_local \
              ENGINE = Distributed({cluster}, {db}, profile_samples_local, cityHash64(host))"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.logs ON CLUSTER {cluster} AS {db}.logs_local \
+             ENGINE = Distributed({cluster}, {db}, logs_local, cityHash64(host))"
         ),
     ]
 }

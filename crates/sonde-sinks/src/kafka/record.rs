@@ -169,6 +169,7 @@ mod tests {
             bytes: b"GET / 200",
             path: "/var/log/a.log",
             offset: 7,
+            file: None,
             meta: None,
             container: None,
         };
@@ -191,6 +192,7 @@ mod tests {
             bytes: b"say \"hi\"\t\xff!",
             path: "/var/log/a.log",
             offset: 42,
+            file: None,
             meta: None,
             container: None,
         };
@@ -219,6 +221,7 @@ mod tests {
             bytes: b"down",
             path: "",
             offset: 0,
+            file: None,
             meta: Some(&meta),
             container: None,
         };
