@@ -2667,7 +2667,15 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
         cluster.on_each(&replicated.replace(&local, "ReplacingMergeTree()"));
     }
     let p = programs();
+    // Two burners (one in a container where cgroup2 is writable) with a
+    // known split that swaps halfway, and two named threads.
+    let container = ContainerCgroup::create();
     let burners = [Program::burner(&p.burn_fp), Program::burner(&p.burn_nofp)];
+    if let Some(c) = &container {
+        fs::write(c.procs(), burners[0].pid().to_string()).unwrap();
+    }
+    let threads = Program::start(&p.threads, &[BURNER_SECONDS]);
+    threads.wait_line("a running");
     let servers = cluster.servers();
     let mut agents: Vec<common::Agent> = (0..3)
         .map(|i| {
@@ -2682,15 +2690,44 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
             })
         })
         .collect();
+    let periods =
+        |agent: &common::Agent| agent.metric("sonde_sink_profiles_total{sink=\"clickhouse\"}");
     for agent in &agents {
         wait_for("three periods of each agent", WAIT, || {
-            (agent.metric("sonde_sink_profiles_total{sink=\"clickhouse\"}")? >= 3.0).then_some(())
+            (periods(agent)? >= 3.0).then_some(())
+        });
+    }
+    // Phase 2: hot 30%, cold 70%. The periods before the signal are the
+    // diff's base, those after the switch printed its new side.
+    let now_s = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let switch_from = now_s().floor() as u64;
+    for b in &burners {
+        let status = Command::new("kill")
+            .args(["-USR1", &b.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    for b in &burners {
+        b.wait_line("phase 2");
+    }
+    let switch_until = now_s().ceil() as u64;
+    let before: Vec<f64> = agents.iter().map(|a| periods(a).unwrap()).collect();
+    for (agent, before) in agents.iter().zip(before) {
+        wait_for("three periods of each agent after the switch", WAIT, || {
+            (periods(agent)? >= before + 4.0).then_some(())
         });
     }
     for agent in &mut agents {
         agent.stop();
     }
     drop(burners);
+    drop(threads);
     // An insert into a Distributed table is acknowledged once queued on
     // the server that took it, and reaches its shard in the background:
     // wait until the shards hold every sample the agents stored.
@@ -2799,4 +2836,133 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
         .map(|l| l.split(';').next().unwrap().to_string())
         .collect();
     assert_eq!(roots.len(), 3, "{roots:?}");
+
+    // --thread and --container narrow the fleet as they narrow each host.
+    let mut narrowings = vec![vec!["--thread".to_string(), "^spin-a$".to_string()]];
+    match &container {
+        Some(c) => narrowings.push(vec!["--container".to_string(), c.id.clone()]),
+        None => eprintln!("--container not checked: no writable cgroup2 hierarchy (needs root)"),
+    }
+    for extra in &narrowings {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut args = vec!["--since", "10m", "--store", &uri];
+        args.extend_from_slice(&extra);
+        let fleet_narrowed = profile_json(&args);
+        let (mut sum, mut samples) = (BTreeMap::new(), 0);
+        for agent in &agents {
+            let data = agent.path("data");
+            let mut args = vec!["--since", "10m", "--data-dir", data.to_str().unwrap()];
+            args.extend_from_slice(&extra);
+            let here = profile_json(&args);
+            samples += u64_of(&here["samples"]);
+            for (k, v) in rows(&here) {
+                *sum.entry(k).or_insert(0) += v;
+            }
+        }
+        assert!(samples > 0, "{extra:?}");
+        assert!(samples < u64_of(&fleet["samples"]), "{extra:?}");
+        assert_eq!(u64_of(&fleet_narrowed["samples"]), samples, "{extra:?}");
+        assert_eq!(rows(&fleet_narrowed), sum, "{extra:?}");
+    }
+
+    // A diff across the switch: hot shrank and cold grew in both burners,
+    // and each side holds the hosts' samples of its periods.
+    let stores: Vec<sonde_profile::store::Store> = agents
+        .iter()
+        .map(|a| sonde_profile::store::Store::reader(&a.path("data")))
+        .collect();
+    let starts: Vec<u64> = stores
+        .iter()
+        .flat_map(|s| s.list().unwrap().into_iter().map(|e| e.start_s))
+        .collect();
+    let first = *starts.iter().min().unwrap();
+    let end = starts.iter().max().unwrap() + 1;
+    assert!(first < switch_from && switch_until < end);
+    let local_samples = |from: u64, until: u64| -> u64 {
+        stores
+            .iter()
+            .map(|s| {
+                let (p, _) = s.read(from, until).unwrap();
+                p.stacks.iter().map(|st| st.count).sum::<u64>()
+            })
+            .sum()
+    };
+    let fleet_store = sonde_sinks::clickhouse::store::FleetStore::open(&uri).unwrap();
+    let span = |from_s, until_s| sonde_sinks::clickhouse::store::Filter {
+        from_s,
+        until_s,
+        ..Default::default()
+    };
+    let diff = sonde_profile::views::diff_tops(
+        &fleet_store.top(&span(first, switch_from), None).unwrap(),
+        &fleet_store.top(&span(switch_until, end), None).unwrap(),
+        None,
+    );
+    assert_eq!(diff.samples_base, local_samples(first, switch_from));
+    assert_eq!(diff.samples, local_samples(switch_until, end));
+    assert_eq!(diff.hosts.len(), 3);
+    // However busy the host (the burners' share of it), hot's part of
+    // its burner's samples goes from 70% to 30%.
+    for burner in [&p.burn_fp, &p.burn_nofp] {
+        let row = |function: &str| {
+            diff.functions
+                .iter()
+                .find(|r| r.function == function && Path::new(&r.module) == burner.as_path())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "no {function} of {} in {:?}",
+                        burner.display(),
+                        diff.functions
+                    )
+                })
+        };
+        let (hot, cold) = (row("hot"), row("cold"));
+        assert!(hot.delta < 0.0 && cold.delta > 0.0, "{hot:?} {cold:?}");
+        let before = hot.self_base / (hot.self_base + cold.self_base);
+        let after = hot.self_new / (hot.self_new + cold.self_new);
+        assert!(
+            before > 0.55 && after < 0.45,
+            "hot of {}: {before:.2} of its burner before, {after:.2} after",
+            burner.display()
+        );
+    }
+
+    // Cost a year: the formula of docs/PROFILING.md on the fleet's
+    // samples, over the fleet's span.
+    let priced = profile_json(&[
+        "--since",
+        "10m",
+        "--store",
+        &uri,
+        "--core-cost-per-hour",
+        "0.10 USD",
+    ]);
+    assert_eq!(priced["currency"], "USD");
+    let year = 365.25 * 86_400.0 / f64_of(&priced["duration_s"]);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    let mut cpu_here: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for i in 0..3 {
+        for r in local(i)["functions"].as_array().unwrap() {
+            let key = (
+                r["function"].as_str().unwrap().to_string(),
+                r["module"].as_str().unwrap().to_string(),
+            );
+            *cpu_here.entry(key).or_insert(0.0) += f64_of(&r["self_cpu_s"]);
+        }
+    }
+    for r in priced["functions"].as_array().unwrap() {
+        let key = (
+            r["function"].as_str().unwrap().to_string(),
+            r["module"].as_str().unwrap().to_string(),
+        );
+        let cpu_s = f64_of(&r["self_cpu_s"]);
+        assert!(
+            close(cpu_s, cpu_here[&key]),
+            "{key:?}: {cpu_s} CPU-s, the hosts {}",
+            cpu_here[&key]
+        );
+        let cost = f64_of(&r["self_cost"]);
+        assert!(close(cost, cpu_s / 3600.0 * 0.10), "{r}");
+        assert!(close(f64_of(&r["self_cost_per_year"]), cost * year), "{r}");
+    }
 }
