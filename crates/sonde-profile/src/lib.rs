@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod cgroup;
+pub mod classes;
 pub mod collect;
 pub mod cost;
 pub mod flamegraph;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use sonde::config::HumanDuration;
+use sonde_profile::classes::{self, Classifier};
 use sonde_profile::collect::Stats;
 use sonde_profile::cost::{Price, Prices};
 use sonde_profile::select::Select;
@@ -184,9 +185,60 @@ struct Output {
     /// function's CO2 a year. Default: the `[profiler]` key of --config.
     #[arg(long, value_name = "GRAMS")]
     co2_grams_per_core_hour: Option<f64>,
+    /// Print the hot-spot classes (compression, allocation, page faults,
+    /// system calls, ...) instead of the top functions: each class's
+    /// share, CPU-seconds and cost a year, its top functions and
+    /// processes, and its remedy; with `diff`, how each class changed.
+    /// The rules of --config's `[[profiler.classes]]` come first.
+    #[arg(long)]
+    classes: bool,
 }
 
 impl Output {
+    /// The shipped class rules after those of `[[profiler.classes]]` in
+    /// --config.
+    fn classifier(&self, store: &StoreArgs) -> anyhow::Result<Classifier> {
+        let rules = match &store.config {
+            Some(c) => sonde::client::read_config(c)?
+                .profiler
+                .map(|p| p.classes)
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        Ok(Classifier::with(&rules)?)
+    }
+
+    /// Prints the classes of `profile`.
+    fn print_classes(&self, profile: &Profile, store: &StoreArgs) -> anyhow::Result<()> {
+        let c = classes::classes(profile, &self.classifier(store)?, &self.prices(store)?, 5);
+        if self.json {
+            println!("{}", serde_json::to_string(&c)?);
+        } else {
+            print!("{}", classes::classes_text(&c));
+        }
+        Ok(())
+    }
+
+    /// Prints how the classes changed from `base` to `new`.
+    fn print_class_diff(
+        &self,
+        base: &Profile,
+        new: &Profile,
+        store: &StoreArgs,
+    ) -> anyhow::Result<()> {
+        let (classifier, prices) = (self.classifier(store)?, self.prices(store)?);
+        let d = classes::diff(
+            &classes::classes(base, &classifier, &prices, 5),
+            &classes::classes(new, &classifier, &prices, 5),
+        );
+        if self.json {
+            println!("{}", serde_json::to_string(&d)?);
+        } else {
+            print!("{}", classes::diff_text(&d));
+        }
+        Ok(())
+    }
+
     /// The prices of the flags, else of `[profiler]` in --config.
     fn prices(&self, store: &StoreArgs) -> anyhow::Result<Prices> {
         let configured = match &store.config {
@@ -294,6 +346,12 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
             let select = select.select()?;
             let base = select.apply(read_either(base, store)?);
             let new = select.apply(read_either(new, store)?);
+            if out.classes {
+                if let Some(path) = &out.flamegraph {
+                    write_diff_flamegraph(path, &base, &new, out)?;
+                }
+                return out.print_class_diff(&base, &new, store);
+            }
             return diff(&base, &new, out, &out.prices(store)?);
         }
         Some(ProfileCommand::Merge {
@@ -407,6 +465,11 @@ fn fleet(uri: &str, span: Ago, args: &ProfileArgs) -> anyhow::Result<()> {
         );
         write_files(&profile, out, files, title)?;
     }
+    if out.classes {
+        // The classes of the span's stacks as ClickHouse sums them: one
+        // row per distinct stack and host, never the rows of each period.
+        return out.print_classes(&fleet.profile(&filter, true)?, &args.store);
+    }
     let mut top = fleet.top(&filter, Some(out.top))?;
     views::price_top(&mut top, &out.prices(&args.store)?);
     if out.json {
@@ -461,6 +524,10 @@ fn fleet_diff(
     }
     let (fb, fnew) = (fleet_filter(base, select)?, fleet_filter(new, select)?);
     eprintln!("comparing {base} with {new} in {}", fleet.describe());
+    if out.classes {
+        let (b, n) = (fleet.profile(&fb, true)?, fleet.profile(&fnew, true)?);
+        return out.print_class_diff(&b, &n, store);
+    }
     if let Some(path) = &out.flamegraph {
         let by_host = !out.by.is_empty();
         let (b, n) = (fleet.profile(&fb, by_host)?, fleet.profile(&fnew, by_host)?);
@@ -530,6 +597,9 @@ fn show(
     title: String,
 ) -> anyhow::Result<()> {
     write_files(&profile, out, files, title)?;
+    if out.classes {
+        return out.print_classes(&profile, store);
+    }
     let mut top = views::top(&profile, Some(out.top));
     views::price_top(&mut top, &out.prices(store)?);
     if out.json {

@@ -41,6 +41,9 @@ struct Programs {
     spawner: PathBuf,
     /// threads.c: threads "spin-a" and "spin-b" in spin_a and spin_b.
     threads: PathBuf,
+    /// classes.c: a set split of CPU time over zlib, malloc, page
+    /// faults, system calls and a plain loop.
+    classes: PathBuf,
 }
 
 fn programs() -> &'static Programs {
@@ -56,12 +59,22 @@ fn programs() -> &'static Programs {
             shortburn: build(&dir, "shortburn.c", "shortburn", "-fno-omit-frame-pointer"),
             spawner: build(&dir, "spawner.c", "spawner", "-fno-omit-frame-pointer"),
             threads: build(&dir, "threads.c", "threads", "-fno-omit-frame-pointer"),
+            classes: build_linked(&dir, "classes.c", "classes", &["-lz"]),
         }
     })
 }
 
 /// Compiles tests/profile/`source` to `dir`/`name`.
 fn build(dir: &Path, source: &str, name: &str, frame_pointers: &str) -> PathBuf {
+    compile(dir, source, name, frame_pointers, &[])
+}
+
+/// [`build`] with frame pointers, linked with `libs`.
+fn build_linked(dir: &Path, source: &str, name: &str, libs: &[&str]) -> PathBuf {
+    compile(dir, source, name, "-fno-omit-frame-pointer", libs)
+}
+
+fn compile(dir: &Path, source: &str, name: &str, frame_pointers: &str, libs: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/profile")
         .join(source);
@@ -69,7 +82,8 @@ fn build(dir: &Path, source: &str, name: &str, frame_pointers: &str) -> PathBuf 
         let mut cc = Command::new("cc");
         cc.args(["-O2", "-g", frame_pointers, "-o"])
             .arg(tmp)
-            .arg(&src);
+            .arg(&src)
+            .args(libs);
         cc
     })
 }
@@ -2965,4 +2979,118 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
         assert!(close(cost, cpu_s / 3600.0 * 0.10), "{r}");
         assert!(close(f64_of(&r["self_cost_per_year"]), cost * year), "{r}");
     }
+}
+
+/// The classes of a `--classes --json` view, by name: (share, samples).
+fn class_shares(view: &Json) -> BTreeMap<String, (f64, u64)> {
+    view["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["class"].as_str().unwrap().to_string(),
+                (f64_of(&c["share"]), u64_of(&c["samples"])),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn each_class_takes_the_share_of_cpu_its_work_took_and_a_config_rule_adds_a_class() {
+    let _cpu = exclusive();
+    let p = programs();
+    // 30% zlib, 20% malloc churn, 20% page faults, 10% one-byte writes,
+    // 20% a plain loop, in CPU time; it prints what each really took.
+    let w = Program::start(&p.classes, &["9", "30,20,20,10,20"]);
+    w.wait_line("running");
+    let pid = w.pid().to_string();
+    let view = |extra: &[&str]| {
+        let mut args = vec![
+            "--duration",
+            "3s",
+            "--frequency",
+            "299",
+            "--pid",
+            &pid,
+            "--classes",
+        ];
+        args.extend_from_slice(extra);
+        profile_json(&args)
+    };
+    let shipped = view(&[]);
+    // A rule of the user's own: the plain loop is "arithmetic".
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.toml");
+    fs::write(
+        &config,
+        "[profiler]\n\n[[profiler.classes]]\nclass = \"arithmetic\"\nfunction = \"^do_plain$\"\n\
+         remedy = \"a better algorithm\"\n",
+    )
+    .unwrap();
+    let own = view(&["--config", config.to_str().unwrap()]);
+    // What each activity took over the whole run (the split is the same
+    // every 20 ms round, so over any 3 s of it).
+    let took: BTreeMap<String, f64> = wait_for("the workload's report", WAIT, || {
+        let mut got = BTreeMap::new();
+        while let Ok(line) = w.lines.try_recv() {
+            let (name, secs) = line.split_once(' ').unwrap();
+            got.insert(name.to_string(), secs.parse::<f64>().unwrap());
+        }
+        (got.len() == 5).then_some(got)
+    });
+    let all: f64 = took.values().sum();
+    let took = |a: &str| took[a] / all;
+
+    let samples = u64_of(&shipped["samples"]);
+    assert!(samples >= 150, "{samples} samples: the host is too busy");
+    let classes = class_shares(&shipped);
+    let share = |c: &str| classes.get(c).map_or(0.0, |s| s.0);
+    // Within three standard errors of a share of `samples`, plus 4 points
+    // for the loops around each activity's calls (the caller's own frames
+    // are in no class) and the wrappers not classified.
+    let close = |what: &str, got: f64, want: f64| {
+        let sigma = (want * (1.0 - want) / samples as f64).sqrt();
+        assert!(
+            (got - want).abs() <= 3.0 * sigma + 0.04,
+            "{what}: {got:.3} of the samples, its work took {want:.3} of the CPU ({samples} samples): {shipped}"
+        );
+    };
+    close("compression", share("compression"), took("deflate"));
+    close("allocation", share("allocation"), took("churn"));
+    // Giving the pages back is a system call (madvise): page faults and
+    // system calls together are the two activities, each the larger part
+    // of its own.
+    close(
+        "page faults and system calls",
+        share("page_faults") + share("syscalls"),
+        took("fault") + took("write"),
+    );
+    assert!(share("page_faults") >= 0.5 * took("fault"), "{shipped}");
+    assert!(share("syscalls") >= 0.5 * took("write"), "{shipped}");
+    close("unclassified", share("unclassified"), took("plain"));
+    let rows = shipped["classes"].as_array().unwrap();
+    let row = |name: &str| rows.iter().find(|c| c["class"] == name).unwrap();
+    assert_eq!(row("unclassified")["functions"][0]["name"], "do_plain");
+    assert_eq!(rows.last().unwrap()["class"], "unclassified");
+    assert!(row("compression")["remedy"]
+        .as_str()
+        .unwrap()
+        .contains("zlib-ng"));
+    assert_eq!(row("allocation")["processes"][0]["name"], "classes");
+    assert!(row("compression").get("cost_per_year").is_none());
+    // The config's class takes the loop out of unclassified.
+    let own = class_shares(&own);
+    let arithmetic = own.get("arithmetic").map_or(0.0, |s| s.0);
+    let n = own.values().map(|s| s.1).sum::<u64>() as f64;
+    let sigma = (took("plain") * (1.0 - took("plain")) / n).sqrt();
+    assert!(
+        (arithmetic - took("plain")).abs() <= 3.0 * sigma + 0.04,
+        "arithmetic {arithmetic:.3}, the loop took {:.3}: {own:?}",
+        took("plain")
+    );
+    assert!(
+        own.get("unclassified").map_or(0.0, |s| s.0) < 0.1,
+        "{own:?}"
+    );
 }

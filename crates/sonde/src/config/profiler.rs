@@ -8,6 +8,7 @@ use toml::Spanned;
 
 use super::error::{ConfigError, Source};
 use super::units::{HumanDuration, HumanSize};
+use sonde_profile::classes::{Classifier, RuleDef};
 use sonde_profile::cost::Prices;
 
 fn yes() -> bool {
@@ -58,6 +59,11 @@ pub struct ProfilerSection {
     /// add each function's emissions. Default unset.
     #[serde(default)]
     pub co2_grams_per_core_hour: Option<Spanned<f64>>,
+    /// `[[profiler.classes]]`: rules that put frames in hot-spot classes,
+    /// tried before the shipped ones (docs/PROFILING.md, "What to do
+    /// about it").
+    #[serde(default)]
+    pub classes: Vec<Spanned<RuleDef>>,
 }
 
 /// A validated `[profiler]`.
@@ -73,6 +79,8 @@ pub struct Profiler {
     pub max_bytes: u64,
     /// What a core-hour costs and emits, for the views.
     pub prices: Prices,
+    /// The config's hot-spot class rules, each checked to compile.
+    pub classes: Vec<RuleDef>,
 }
 
 /// Validates `[profiler]`: `None` when the profiler is off.
@@ -142,6 +150,17 @@ pub(crate) fn check(
         Some(g) => Some(*g.get_ref()),
         None => None,
     };
+    for rule in &p.classes {
+        if let Err(e) = Classifier::with(std::slice::from_ref(rule.get_ref())) {
+            return Err(src.error(
+                rule.span(),
+                "profiler.classes",
+                e.to_string(),
+                "write a class name and a `function` or `module` regular expression, like \
+                 { class = \"compression\", function = \"^my_codec_\" }",
+            ));
+        }
+    }
     Ok(Some(Profiler {
         frequency,
         period,
@@ -151,5 +170,6 @@ pub(crate) fn check(
             core_cost_per_hour,
             co2_grams_per_core_hour,
         },
+        classes: p.classes.iter().map(|r| r.get_ref().clone()).collect(),
     }))
 }

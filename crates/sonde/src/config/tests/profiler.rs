@@ -14,6 +14,7 @@ fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
             retention: Duration::from_secs(24 * 3600),
             max_bytes: 256 << 20,
             prices: Default::default(),
+            classes: Vec::new(),
         })
     );
     let priced =
@@ -53,10 +54,28 @@ fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
             "profiler.co2_grams_per_core_hour",
             2,
         ),
+        (
+            "[profiler]\n[[profiler.classes]]\nclass = \"x\"\nfunction = \"(\"\n",
+            "profiler.classes",
+            2,
+        ),
+        (
+            "[profiler]\n[[profiler.classes]]\nclass = \"x\"\n",
+            "profiler.classes",
+            2,
+        ),
     ] {
         let e = err(text);
         assert_eq!((e.key.as_str(), e.line), (key, Some(line)), "{text}");
     }
+    let rules = parse("[profiler]\n[[profiler.classes]]\nclass = \"templating\"\nfunction = \"^render_\"\nremedy = \"cache pages\"\n")
+        .unwrap()
+        .profiler
+        .unwrap()
+        .classes;
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].class, "templating");
+    assert_eq!(rules[0].remedy.as_deref(), Some("cache pages"));
     assert!(err("[profiler]\nfrequncy = 19\n")
         .to_string()
         .contains("frequncy"));
