@@ -2,7 +2,8 @@
 //! `.eh_frame`, frame pointers, Go symbol names in `.symtab`) and a Java
 //! program whose hot code is JIT-compiled (no file mapping, named from the
 //! perf map `jcmd PID Compiler.perfmap` writes). The programs are in
-//! `tests/profile_runtimes/`; each test is skipped, saying why, when its
+//! `tests/profile_runtimes/`, with a Go and a Python program for the
+//! hot-spot classes; each test is skipped, saying why, when its
 //! toolchain is not on PATH.
 
 mod common;
@@ -588,4 +589,109 @@ fn a_node_programs_compiled_functions_are_named_from_its_perf_map() {
         entry >= 0.8,
         "Builtins_JSEntry is on {entry} of the stacks; {context}"
     );
+}
+
+/// `sonde profile --classes --json` of the program `command` starts (it
+/// prints "ready" once running), for 3 s with `--pid`: each class's share
+/// by name, and the view.
+fn classes_of(
+    command: &mut Command,
+    dir: &Path,
+) -> (std::collections::BTreeMap<String, f64>, Json) {
+    let _serial = one_at_a_time();
+    let program = Program::start(command, dir.join("program.stderr"));
+    program.wait_line("ready", WAIT);
+    let pid = program.pid().to_string();
+    let view = Profiling::start(
+        dir,
+        &["--duration", "3s", "--pid", &pid, "--classes", "--json"],
+    )
+    .json();
+    let samples = view["samples"].as_u64().unwrap();
+    assert!(
+        samples >= MIN_SAMPLES,
+        "{samples} samples, want at least {MIN_SAMPLES}: {view}"
+    );
+    let shares = view["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["class"].as_str().unwrap().to_string(),
+                c["share"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    (shares, view)
+}
+
+#[test]
+fn a_go_programs_slice_growth_is_allocation_gc_and_page_faults() {
+    if !have(&["go"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("grow");
+    let mut build = Command::new("go");
+    build
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(source("grow.go"))
+        .current_dir(dir.path())
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOWORK", "off")
+        .env("GOPROXY", "off")
+        .env("GOPATH", dir.path().join("gopath"));
+    if std::env::var_os("HOME").is_none() && std::env::var_os("XDG_CACHE_HOME").is_none() {
+        build.env("GOCACHE", dir.path().join("gocache"));
+    }
+    run("go build", &mut build);
+    let (shares, view) = classes_of(Command::new(&bin).arg("15"), dir.path());
+    let share = |c: &str| shares.get(c).copied().unwrap_or(0.0);
+    // The loop itself is a few instructions per append; most of the rest
+    // is growslice, mallocgc and the copy of each growth, the collector,
+    // and the faults of pages the runtime gave back to the kernel and
+    // takes again (a page fault inside growslice is a page fault).
+    let memory = share("allocation") + share("gc") + share("page_faults");
+    assert!(
+        memory >= 0.5 && share("allocation") >= 0.15,
+        "allocation {:.2}, gc {:.2}, page faults {:.2}: {view}",
+        share("allocation"),
+        share("gc"),
+        share("page_faults")
+    );
+    let allocation = view["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["class"] == "allocation")
+        .unwrap();
+    let functions: Vec<&str> = allocation["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        functions
+            .iter()
+            .any(|f| f.starts_with("runtime.growslice") || f.starts_with("runtime.mallocgc")),
+        "{functions:?}"
+    );
+}
+
+#[test]
+fn a_python_programs_zlib_calls_are_compression() {
+    if !have(&["python3"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (shares, view) = classes_of(
+        Command::new("python3").arg(source("compress.py")).arg("15"),
+        dir.path(),
+    );
+    let compression = shares.get("compression").copied().unwrap_or(0.0);
+    assert!(compression >= 0.6, "compression {compression:.2}: {view}");
 }
