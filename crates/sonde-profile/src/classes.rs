@@ -26,7 +26,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::{per_year, Prices};
-use crate::model::Profile;
+use crate::model::{Profile, ProfileBuilder};
 
 /// The class name that matches a frame without classifying it.
 pub const NONE: &str = "none";
@@ -181,6 +181,31 @@ impl Classifier {
                 })
             })
             .collect()
+    }
+}
+
+impl Classifier {
+    /// The stacks of `profile` in class `name` ([`UNCLASSIFIED`] for those
+    /// of none), whole: shares of the result are of the class's samples.
+    /// `None` when no class has that name.
+    pub fn keep(&self, profile: &Profile, name: &str) -> Option<Profile> {
+        let wanted = match self.classes.iter().position(|c| c.name == name) {
+            Some(i) => Some(i),
+            None if name == UNCLASSIFIED => None,
+            None => return None,
+        };
+        let decided = self.stacks(profile);
+        let mut out = ProfileBuilder::new(profile.frequency, profile.start_ns, profile.duration_ns);
+        for (stack, class) in profile.stacks.iter().zip(decided) {
+            if class.map(|(c, _)| c) == wanted {
+                out.add(
+                    &profile.processes[stack.process as usize],
+                    stack.frames.iter().map(|&f| profile.function(f)),
+                    stack.count,
+                );
+            }
+        }
+        Some(out.finish())
     }
 }
 
@@ -541,7 +566,7 @@ pub fn diff_text(d: &ClassesDiff) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Function, Process, ProfileBuilder};
+    use crate::model::{Function, Process};
 
     fn class_of(c: &Classifier, function: &str, module: &str) -> Option<String> {
         c.frame(function, module)
@@ -768,6 +793,13 @@ mod tests {
         assert!((ser.cost_per_year.unwrap() - year).abs() < 1e-12);
         assert_eq!(c.currency.as_deref(), Some("USD"));
         assert!(c.classes[3].remedy.is_empty());
+        // One class's stacks, whole.
+        let shipped = Classifier::shipped();
+        let alloc = shipped.keep(&profile, "allocation").unwrap();
+        assert_eq!(alloc.samples(), 20);
+        assert_eq!(alloc.stacks[0].frames.len(), 3);
+        assert_eq!(shipped.keep(&profile, UNCLASSIFIED).unwrap().samples(), 40);
+        assert!(shipped.keep(&profile, "nonsense").is_none());
         let text = classes_text(&c);
         assert!(
             text.contains("serialization") && text.contains("USD/year"),

@@ -192,6 +192,10 @@ struct Output {
     /// The rules of --config's `[[profiler.classes]]` come first.
     #[arg(long)]
     classes: bool,
+    /// Keep only the samples of one hot-spot class (see --classes; or
+    /// `unclassified`), their stacks whole, for every view and file.
+    #[arg(long, value_name = "CLASS")]
+    class: Option<String>,
 }
 
 impl Output {
@@ -206,6 +210,26 @@ impl Output {
             None => Vec::new(),
         };
         Ok(Classifier::with(&rules)?)
+    }
+
+    /// `profile` cut to the class of --class, if given.
+    fn only_class(&self, profile: Profile, store: &StoreArgs) -> anyhow::Result<Profile> {
+        let Some(name) = &self.class else {
+            return Ok(profile);
+        };
+        let classifier = self.classifier(store)?;
+        classifier.keep(&profile, name).ok_or_else(|| {
+            let names: Vec<&str> = classifier
+                .classes()
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            anyhow::anyhow!(
+                "--class {name}: no such class; the classes are {}, and {}",
+                names.join(", "),
+                classes::UNCLASSIFIED
+            )
+        })
     }
 
     /// Prints the classes of `profile`.
@@ -346,13 +370,7 @@ pub fn profile(args: &ProfileArgs) -> anyhow::Result<()> {
             let select = select.select()?;
             let base = select.apply(read_either(base, store)?);
             let new = select.apply(read_either(new, store)?);
-            if out.classes {
-                if let Some(path) = &out.flamegraph {
-                    write_diff_flamegraph(path, &base, &new, out)?;
-                }
-                return out.print_class_diff(&base, &new, store);
-            }
-            return diff(&base, &new, out, &out.prices(store)?);
+            return class_or_plain_diff(base, new, out, store);
         }
         Some(ProfileCommand::Merge {
             files,
@@ -465,10 +483,17 @@ fn fleet(uri: &str, span: Ago, args: &ProfileArgs) -> anyhow::Result<()> {
         );
         write_files(&profile, out, files, title)?;
     }
-    if out.classes {
-        // The classes of the span's stacks as ClickHouse sums them: one
-        // row per distinct stack and host, never the rows of each period.
-        return out.print_classes(&fleet.profile(&filter, true)?, &args.store);
+    if out.classes || out.class.is_some() {
+        // The span's stacks as ClickHouse sums them (one row per distinct
+        // stack and host, never the rows of each period), classified here.
+        let profile = fleet.profile(&filter, true)?;
+        let title = format!(
+            "sonde profile: {} samples of the fleet from {} s to {} s ago",
+            profile.samples(),
+            span.since.as_secs(),
+            span.until.as_secs()
+        );
+        return show(profile, out, files, &args.store, None, title);
     }
     let mut top = fleet.top(&filter, Some(out.top))?;
     views::price_top(&mut top, &out.prices(&args.store)?);
@@ -524,9 +549,9 @@ fn fleet_diff(
     }
     let (fb, fnew) = (fleet_filter(base, select)?, fleet_filter(new, select)?);
     eprintln!("comparing {base} with {new} in {}", fleet.describe());
-    if out.classes {
+    if out.classes || out.class.is_some() {
         let (b, n) = (fleet.profile(&fb, true)?, fleet.profile(&fnew, true)?);
-        return out.print_class_diff(&b, &n, store);
+        return class_or_plain_diff(b, n, out, store);
     }
     if let Some(path) = &out.flamegraph {
         let by_host = !out.by.is_empty();
@@ -587,6 +612,24 @@ fn merge(files: &[PathBuf], select: &Select) -> anyhow::Result<Profile> {
     Ok(merged.map(|(m, _)| m).unwrap_or_default())
 }
 
+/// The diff of `base` and `new` (each cut to --class, if given): of the
+/// classes with --classes, else of the functions.
+fn class_or_plain_diff(
+    base: Profile,
+    new: Profile,
+    out: &Output,
+    store: &StoreArgs,
+) -> anyhow::Result<()> {
+    let (base, new) = (out.only_class(base, store)?, out.only_class(new, store)?);
+    if out.classes {
+        if let Some(path) = &out.flamegraph {
+            write_diff_flamegraph(path, &base, &new, out)?;
+        }
+        return out.print_class_diff(&base, &new, store);
+    }
+    diff(&base, &new, out, &out.prices(store)?)
+}
+
 /// Writes the files asked for and prints the top table.
 fn show(
     profile: Profile,
@@ -596,6 +639,7 @@ fn show(
     stats: Option<Stats>,
     title: String,
 ) -> anyhow::Result<()> {
+    let profile = out.only_class(profile, store)?;
     write_files(&profile, out, files, title)?;
     if out.classes {
         return out.print_classes(&profile, store);

@@ -3018,9 +3018,27 @@ fn each_class_takes_the_share_of_cpu_its_work_took_and_a_config_rule_adds_a_clas
         args.extend_from_slice(extra);
         profile_json(&args)
     };
-    let shipped = view(&[]);
-    // A rule of the user's own: the plain loop is "arithmetic".
     let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("classes.pb.gz");
+    let shipped = view(&["--pprof", export.to_str().unwrap()]);
+    // The export read back gives the same classes, and --class keeps one
+    // class's stacks for the table.
+    let export = export.to_str().unwrap();
+    let merged = profile_json(&["merge", export, "--classes"]);
+    assert_eq!(class_shares(&merged), class_shares(&shipped));
+    let allocation = profile_json(&["merge", export, "--class", "allocation"]);
+    assert_eq!(
+        u64_of(&allocation["samples"]),
+        class_shares(&shipped)["allocation"].1
+    );
+    let leaves = self_by_function(&allocation);
+    assert!(
+        leaves.contains_key("_int_malloc") || leaves.contains_key("malloc"),
+        "{allocation}"
+    );
+    let (ok, _, stderr) = sonde(&["profile", "merge", export, "--class", "nonsense"]);
+    assert!(!ok && stderr.contains("no such class"), "{stderr}");
+    // A rule of the user's own: the plain loop is "arithmetic".
     let config = dir.path().join("sonde.toml");
     fs::write(
         &config,
