@@ -3112,3 +3112,63 @@ fn each_class_takes_the_share_of_cpu_its_work_took_and_a_config_rule_adds_a_clas
         "{own:?}"
     );
 }
+
+#[test]
+fn a_class_diff_shows_what_grew_after_the_workload_changed() {
+    let _cpu = exclusive();
+    // Phase 1: 10% zlib, 40% the plain loop; phase 2: 50% zlib, 10% the
+    // loop; the other three the same.
+    let w = Program::start(
+        &programs().classes,
+        &["30", "10,20,20,10,40", "50,20,10,10,10"],
+    );
+    w.wait_line("running");
+    let pid = w.pid().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let phase = |name: &str| {
+        let file = dir.path().join(name);
+        let top = profile_json(&[
+            "--duration",
+            "2s",
+            "--frequency",
+            "299",
+            "--pid",
+            &pid,
+            "--pprof",
+            file.to_str().unwrap(),
+        ]);
+        let samples = u64_of(&top["samples"]);
+        assert!(samples >= 100, "{samples} samples: the host is too busy");
+        file
+    };
+    let before = phase("before.pb.gz");
+    let status = Command::new("kill").args(["-USR1", &pid]).status().unwrap();
+    assert!(status.success());
+    w.wait_line("phase 2");
+    let after = phase("after.pb.gz");
+    drop(w);
+    let (ok, stdout, stderr) = sonde(&[
+        "profile",
+        "diff",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--classes",
+        "--json",
+        "--core-cost-per-hour",
+        "0.10 USD",
+    ]);
+    assert!(ok, "{stderr}");
+    let d: Json = serde_json::from_str(&stdout).unwrap();
+    let rows = d["classes"].as_array().unwrap();
+    let delta = |class: &str| {
+        rows.iter()
+            .find(|r| r["class"] == class)
+            .map_or(0.0, |r| f64_of(&r["delta"]))
+    };
+    // Largest change first: zlib's 40 points.
+    assert_eq!(rows[0]["class"], "compression", "{d}");
+    assert!(delta("compression") > 0.25, "{d}");
+    assert!(delta("unclassified") < -0.15, "{d}");
+    assert!(delta("page_faults") < 0.0, "{d}");
+    assert!(f64_of(&rows[0]["delta_cost_per_year"]) > 0.0, "{d}");
+}

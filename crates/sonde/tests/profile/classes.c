@@ -17,10 +17,14 @@
  * printed on exit: the test compares the classes with what each activity
  * really took.
  *
- * usage: classes SECONDS SHARES   (SHARES: five percentages, "30,20,20,10,20")
- * prints "running" once calibrated, then at exit one line per activity:
- * "NAME CPU_SECONDS". */
+ * usage: classes SECONDS SHARES [SHARES2]
+ *   (SHARES: five percentages, "30,20,20,10,20"; after SIGUSR1 the split
+ *   is SHARES2)
+ * prints "running" once calibrated, "phase 2" once the split changed,
+ * then at exit one line per activity: "NAME CPU_SECONDS" (of the whole
+ * run). */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,21 @@ static unsigned char *region;
 static int devnull;
 static volatile unsigned long sink;
 static unsigned long rng = 88172645463325252UL;
+static volatile sig_atomic_t swapped;
+
+static void on_usr1(int sig) {
+    (void)sig;
+    swapped = 1;
+}
+
+/* Reads five comma-separated percentages into `share`. */
+static void parse_shares(char *p, double *share) {
+    for (int i = 0; i < ACTIVITIES; i++) {
+        share[i] = strtod(p, &p) / 100.0;
+        if (*p == ',')
+            p++;
+    }
+}
 
 static unsigned long next(void) {
     rng ^= rng << 13;
@@ -116,13 +135,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     double secs = atof(argv[1]);
-    double share[ACTIVITIES];
-    char *p = argv[2];
-    for (int i = 0; i < ACTIVITIES; i++) {
-        share[i] = strtod(p, &p) / 100.0;
-        if (*p == ',')
-            p++;
-    }
+    double share[ACTIVITIES], share2[ACTIVITIES];
+    parse_shares(argv[2], share);
+    parse_shares(argc > 3 ? argv[3] : argv[2], share2);
+    signal(SIGUSR1, on_usr1);
     for (size_t i = 0; i < sizeof input; i++)
         input[i] = (next() % 16) + 'a'; /* compressible, not trivially */
     region = mmap(NULL, FAULT_REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -146,7 +162,14 @@ int main(int argc, char **argv) {
 
     double took[ACTIVITIES] = {0};
     double start = wall_now();
+    int phase = 1;
     while (wall_now() - start < secs) {
+        if (swapped && phase == 1) {
+            phase = 2;
+            memcpy(share, share2, sizeof share);
+            printf("phase 2\n");
+            fflush(stdout);
+        }
         for (int a = 0; a < ACTIVITIES; a++) {
             /* The units that make this activity's share of a round;
              * fractions carried by chance so that small shares hold. */
