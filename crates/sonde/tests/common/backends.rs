@@ -1646,6 +1646,9 @@ impl Kafka {
             zk
         });
         prepare_broker(&mut proc, port, controller_port);
+        // A JVM's start takes 5 s on a quiet machine and over 30 s on a
+        // loaded one (seen with both cores busy compiling).
+        proc.start_deadline = Duration::from_secs(90);
         let mut kafka = Kafka {
             proc,
             zookeeper,
