@@ -9,6 +9,7 @@ use toml::Spanned;
 use super::error::{ConfigError, Source};
 use super::units::{HumanDuration, HumanSize};
 use sonde_profile::cost::Prices;
+use sonde_sinks::clickhouse::store::FleetStore;
 
 fn yes() -> bool {
     true
@@ -58,6 +59,13 @@ pub struct ProfilerSection {
     /// add each function's emissions. Default unset.
     #[serde(default)]
     pub co2_grams_per_core_hour: Option<Spanned<f64>>,
+    /// A fleet store, `"clickhouse://HOST[:PORT]/DATABASE"`
+    /// (`clickhouses://` for HTTPS), that the admin site's `/profiles`
+    /// page and `/api/profiles/` read instead of this host's profiles.
+    /// The profiler still samples this host and keeps its own store.
+    /// Default unset.
+    #[serde(default)]
+    pub store: Option<Spanned<String>>,
 }
 
 /// A validated `[profiler]`.
@@ -73,6 +81,9 @@ pub struct Profiler {
     pub max_bytes: u64,
     /// What a core-hour costs and emits, for the views.
     pub prices: Prices,
+    /// The fleet store the admin site's profiles come from, a URI
+    /// [`FleetStore::open`] takes; `None` for this host's own store.
+    pub store: Option<String>,
 }
 
 /// Validates `[profiler]`: `None` when the profiler is off.
@@ -142,6 +153,20 @@ pub(crate) fn check(
         Some(g) => Some(*g.get_ref()),
         None => None,
     };
+    let store = match &p.store {
+        Some(uri) => {
+            FleetStore::open(uri.get_ref()).map_err(|e| {
+                src.error(
+                    uri.span(),
+                    "profiler.store",
+                    e.to_string(),
+                    "write clickhouse://HOST:PORT/DATABASE, like \"clickhouse://ch.example:8123/sonde\" (clickhouses:// for HTTPS), or leave it out for this host's profiles",
+                )
+            })?;
+            Some(uri.get_ref().clone())
+        }
+        None => None,
+    };
     Ok(Some(Profiler {
         frequency,
         period,
@@ -151,5 +176,6 @@ pub(crate) fn check(
             core_cost_per_hour,
             co2_grams_per_core_hour,
         },
+        store,
     }))
 }
