@@ -2942,6 +2942,26 @@ fn the_admin_site_answers_from_the_fleet_store_and_its_page_shows_the_fleet_in_c
             "fleet-{i}"
         );
     }
+    // process= keeps one command's processes on every host, as the local
+    // stores' filter does.
+    let burn_fp = p.burn_fp.file_name().unwrap().to_str().unwrap();
+    let select = sonde_profile::select::Select {
+        processes: vec![burn_fp.to_string()],
+        ..Default::default()
+    };
+    let kept: u64 = agents
+        .iter()
+        .map(|a| {
+            let store = sonde_profile::store::Store::reader(&a.path("data"));
+            let (profile, _) = store.read(0, u64::from(u32::MAX)).unwrap();
+            select.apply(profile).samples()
+        })
+        .sum();
+    let (_, narrowed) = api(&format!(
+        "/api/profiles/top?range=10m..0s&process={burn_fp}"
+    ));
+    assert!(kept > 0);
+    assert_eq!(u64_of(&narrowed["samples"]), kept, "{narrowed}");
     // The fleet's cost a year: its CPU-seconds (each sample 1/19 s, as
     // on each host) over the fleet's span, a year at that rate.
     assert_eq!(fleet["currency"], "USD", "{fleet}");
