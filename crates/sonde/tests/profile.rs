@@ -2942,6 +2942,47 @@ fn the_admin_site_answers_from_the_fleet_store_and_its_page_shows_the_fleet_in_c
             "fleet-{i}"
         );
     }
+    // A diff of the range with itself: the fleet's samples on both sides,
+    // nothing changed; and its graph, the processes and pprof answer.
+    let (status, diff) = api("/api/profiles/diff?base=10m..0s&new=10m..0s&top=5");
+    assert_eq!(status, 200, "{diff}");
+    assert_eq!(diff["samples"], fleet["samples"]);
+    assert_eq!(diff["samples_base"], fleet["samples"]);
+    assert!(
+        diff["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| f64_of(&r["delta"]) == 0.0),
+        "{diff}"
+    );
+    for (path, content_type) in [
+        (
+            "/api/profiles/diff/flamegraph?base=10m..0s&new=5m..0s&by=host",
+            "image/svg+xml",
+        ),
+        (
+            "/api/profiles/pprof?range=10m..0s",
+            "application/octet-stream",
+        ),
+    ] {
+        let (status, got, body) = admin_request("GET", viewer.admin, path);
+        assert_eq!((status, got.as_str()), (200, content_type), "{path}");
+        assert!(body.len() > 100, "{path}");
+    }
+    let (_, processes) = api("/api/profiles/processes?range=10m..0s");
+    let burner_hosts: std::collections::BTreeSet<&str> = processes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "burn_fp")
+        .map(|p| p["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        burner_hosts.into_iter().collect::<Vec<_>>(),
+        ["fleet-0", "fleet-1"],
+        "{processes}"
+    );
     // process= keeps one command's processes on every host, as the local
     // stores' filter does.
     let burn_fp = p.burn_fp.file_name().unwrap().to_str().unwrap();
