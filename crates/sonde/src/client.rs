@@ -364,6 +364,7 @@ mod tests {
             telemetry: Arc::default(),
             profiles: sonde_profile::store::Store::reader(&dir.join("data")),
             prices: Default::default(),
+            fleet: None,
             auth: None,
             tls: Some(sonde_admin::http::Tls::load(&c, &k).unwrap()),
         };
@@ -470,6 +471,7 @@ mod tests {
             telemetry: Arc::default(),
             profiles: sonde_profile::store::Store::reader(&dir.path().join("data")),
             prices: Default::default(),
+            fleet: None,
             auth: Some(token),
             tls: None,
         };

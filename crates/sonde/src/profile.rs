@@ -527,6 +527,7 @@ fn fleet_filter(span: Ago, s: &SelectArgs) -> anyhow::Result<Filter> {
         until_s,
         hosts: s.hosts.clone(),
         pids: s.pids.clone(),
+        processes: Vec::new(),
         thread: s.thread.clone(),
         containers: s.containers.clone(),
     })

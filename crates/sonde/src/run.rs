@@ -616,6 +616,14 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                 .as_ref()
                 .map(|p| p.prices.clone())
                 .unwrap_or_default(),
+            fleet: match config.profiler.as_ref().and_then(|p| p.store.as_deref()) {
+                // Checked when the config was loaded.
+                Some(uri) => Some(
+                    sonde_sinks::clickhouse::store::FleetStore::open(uri)
+                        .with_context(|| format!("profiler.store {uri:?}"))?,
+                ),
+                None => None,
+            },
         };
         admin_site = Some((l, Site::Admin(Arc::new(admin))));
     }

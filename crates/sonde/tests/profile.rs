@@ -3172,3 +3172,353 @@ fn a_class_diff_shows_what_grew_after_the_workload_changed() {
     assert!(delta("page_faults") < 0.0, "{d}");
     assert!(f64_of(&rows[0]["delta_cost_per_year"]) > 0.0, "{d}");
 }
+
+/// Self samples and CPU-seconds by (function, module) of a top table.
+fn self_rows(top: &Json) -> BTreeMap<(String, String), (u64, f64)> {
+    top["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                (
+                    r["function"].as_str().unwrap().into(),
+                    r["module"].as_str().unwrap().into(),
+                ),
+                (u64_of(&r["self_samples"]), f64_of(&r["self_cpu_s"])),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_admin_site_answers_from_the_fleet_store_and_its_page_shows_the_fleet_in_chromium() {
+    let _cpu = exclusive();
+    let Some(mut ch) = common::backends::or_skip(common::clickhouse::ClickHouse::start()) else {
+        return;
+    };
+    let chromium = common::browser::chromium();
+    let p = programs();
+    let burners = [Program::burner(&p.burn_fp), Program::burner(&p.burn_nofp)];
+    let url = ch.http_url();
+    // Two hosts and the page's agent: four profilers on a small machine
+    // shared with other tests already take a while to store a period.
+    let mut agents: Vec<common::Agent> = (0..2)
+        .map(|i| {
+            common::Agent::start_config(|admin, dir| {
+                format!(
+                    "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"fleet-{i}\"\n\n\
+                     [profiler]\nfrequency = 19\nperiod = \"1s\"\n\n\
+                     [[sinks]]\ntype = \"clickhouse\"\nurl = \"{url}\"\ninputs = [\"profiles\"]\n",
+                    dir.join("data").display()
+                )
+            })
+        })
+        .collect();
+    // The agent serving the page profiles its own host into its own
+    // store, and reads the fleet's from ClickHouse.
+    let uri = format!("clickhouse://{}/sonde", url.trim_start_matches("http://"));
+    let viewer = common::Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\nhostname = \"viewer\"\n\n\
+             [profiler]\nfrequency = 19\nperiod = \"1s\"\ncore_cost_per_hour = \"0.10 USD\"\nstore = \"{uri}\"\n",
+            dir.join("data").display()
+        )
+    });
+    for agent in &agents {
+        let deadline = Instant::now() + 3 * WAIT;
+        while agent
+            .metric("sonde_sink_profiles_total{sink=\"clickhouse\"}")
+            .is_none_or(|n| n < 2.0)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "no two periods of an agent in ClickHouse within {:?}: {}\n{}",
+                3 * WAIT,
+                agent.stderr(),
+                agent
+                    .get("/metrics")
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("sink") || l.contains("profiler"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Stopped, each agent has sent its last period: ClickHouse holds
+    // what the three local stores hold.
+    for agent in &mut agents {
+        agent.stop();
+    }
+    drop(burners);
+    let local = |i: usize| {
+        let data = agents[i].path("data");
+        profile_json(&["--since", "10m", "--data-dir", data.to_str().unwrap()])
+    };
+    let locals: Vec<Json> = (0..2).map(local).collect();
+    let api = |path: &str| -> (u16, Json) {
+        let (status, _, body) = admin_request("GET", viewer.admin, path);
+        let json = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&body)));
+        (status, json)
+    };
+    let (status, source) = api("/api/profiles/source");
+    assert_eq!(status, 200);
+    assert_eq!(source["source"], "fleet");
+    assert_eq!(source["store"], uri.as_str());
+
+    // The fleet's top table is the sum of the two hosts' own, sample
+    // for sample; host= narrows it to one host's own.
+    let (status, fleet) = api("/api/profiles/top?range=10m..0s&top=100000");
+    assert_eq!(status, 200, "{fleet}");
+    let mut sum: BTreeMap<(String, String), (u64, f64)> = BTreeMap::new();
+    for here in &locals {
+        for (k, (s, cpu)) in self_rows(here) {
+            let e = sum.entry(k).or_insert((0, 0.0));
+            e.0 += s;
+            e.1 += cpu;
+        }
+    }
+    let samples =
+        |rows: &BTreeMap<(String, String), (u64, f64)>| -> BTreeMap<(String, String), u64> {
+            rows.iter().map(|(k, v)| (k.clone(), v.0)).collect()
+        };
+    assert_eq!(
+        u64_of(&fleet["samples"]),
+        locals.iter().map(|l| u64_of(&l["samples"])).sum::<u64>()
+    );
+    assert_eq!(samples(&self_rows(&fleet)), samples(&sum));
+    let hosts: Vec<(String, u64)> = fleet["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["host"].as_str().unwrap().into(), u64_of(&h["samples"])))
+        .collect();
+    let expected: Vec<(String, u64)> = (0..2)
+        .map(|i| (format!("fleet-{i}"), u64_of(&locals[i]["samples"])))
+        .collect();
+    assert_eq!(hosts, expected);
+    let (_, listed) = api("/api/profiles/hosts?range=10m..0s");
+    assert_eq!(listed, fleet["hosts"]);
+    for (i, here) in locals.iter().enumerate() {
+        let (status, there) = api(&format!(
+            "/api/profiles/top?range=10m..0s&top=100000&host=fleet-{i}"
+        ));
+        assert_eq!(status, 200, "{there}");
+        assert_eq!(there["samples"], here["samples"], "fleet-{i}");
+        assert_eq!(
+            samples(&self_rows(&there)),
+            samples(&self_rows(here)),
+            "fleet-{i}"
+        );
+    }
+    // A diff of the range with itself: the fleet's samples on both sides,
+    // nothing changed; and its graph, the processes and pprof answer.
+    let (status, diff) = api("/api/profiles/diff?base=10m..0s&new=10m..0s&top=5");
+    assert_eq!(status, 200, "{diff}");
+    assert_eq!(diff["samples"], fleet["samples"]);
+    assert_eq!(diff["samples_base"], fleet["samples"]);
+    assert!(
+        diff["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| f64_of(&r["delta"]) == 0.0),
+        "{diff}"
+    );
+    for (path, content_type) in [
+        (
+            "/api/profiles/diff/flamegraph?base=10m..0s&new=5m..0s&by=host",
+            "image/svg+xml",
+        ),
+        (
+            "/api/profiles/pprof?range=10m..0s",
+            "application/octet-stream",
+        ),
+    ] {
+        let (status, got, body) = admin_request("GET", viewer.admin, path);
+        assert_eq!((status, got.as_str()), (200, content_type), "{path}");
+        assert!(body.len() > 100, "{path}");
+    }
+    let (_, processes) = api("/api/profiles/processes?range=10m..0s");
+    let burner_hosts: std::collections::BTreeSet<&str> = processes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "burn_fp")
+        .map(|p| p["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        burner_hosts.into_iter().collect::<Vec<_>>(),
+        ["fleet-0", "fleet-1"],
+        "{processes}"
+    );
+    // process= keeps one command's processes on every host, as the local
+    // stores' filter does.
+    let burn_fp = p.burn_fp.file_name().unwrap().to_str().unwrap();
+    let select = sonde_profile::select::Select {
+        processes: vec![burn_fp.to_string()],
+        ..Default::default()
+    };
+    let kept: u64 = agents
+        .iter()
+        .map(|a| {
+            let store = sonde_profile::store::Store::reader(&a.path("data"));
+            let (profile, _) = store.read(0, u64::from(u32::MAX)).unwrap();
+            select.apply(profile).samples()
+        })
+        .sum();
+    let (_, narrowed) = api(&format!(
+        "/api/profiles/top?range=10m..0s&process={burn_fp}"
+    ));
+    assert!(kept > 0);
+    assert_eq!(u64_of(&narrowed["samples"]), kept, "{narrowed}");
+    // The fleet's cost a year: its CPU-seconds (each sample 1/19 s, as
+    // on each host) over the fleet's span, a year at that rate.
+    assert_eq!(fleet["currency"], "USD", "{fleet}");
+    let year = 365.25 * 86_400.0 / f64_of(&fleet["duration_s"]);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    for r in fleet["functions"].as_array().unwrap() {
+        let key = (
+            r["function"].as_str().unwrap().to_string(),
+            r["module"].as_str().unwrap().to_string(),
+        );
+        let cpu_s = f64_of(&r["self_cpu_s"]);
+        assert!(
+            close(cpu_s, u64_of(&r["self_samples"]) as f64 / 19.0),
+            "{r}"
+        );
+        assert!(close(cpu_s, sum[&key].1), "{r}: the hosts' {:?}", sum[&key]);
+        assert!(
+            close(
+                f64_of(&r["self_cost_per_year"]),
+                cpu_s / 3600.0 * 0.10 * year
+            ),
+            "{r}"
+        );
+    }
+    // What the fleet store cannot do is a 400 that says so.
+    let (status, e) = api("/api/profiles/flamegraph?range=10m..0s&by=process");
+    assert_eq!(status, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("by=host"), "{e}");
+    // The flame graph rooted at hosts: one root per host, from folded
+    // stacks that sum to the fleet's samples.
+    let (status, _, folded) = admin_request(
+        "GET",
+        viewer.admin,
+        "/api/profiles/folded?range=10m..0s&by=host",
+    );
+    assert_eq!(status, 200);
+    let folded = String::from_utf8(folded).unwrap();
+    let mut roots: BTreeMap<String, u64> = BTreeMap::new();
+    for line in folded.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        *roots
+            .entry(stack.split(';').next().unwrap().to_string())
+            .or_insert(0) += n.parse::<u64>().unwrap();
+    }
+    let expected: BTreeMap<String, u64> = expected.into_iter().collect();
+    assert_eq!(roots, expected);
+
+    if let Some(chromium) = chromium {
+        let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+        fs::create_dir_all(&shots).unwrap();
+        let base_url = format!("http://127.0.0.1:{}", viewer.admin);
+        // The fleet: the store named, each host's share, the hot
+        // function leading the table, priced for the fleet, and the graph.
+        let dom = common::browser::render_page(
+            &chromium,
+            &format!("{base_url}/profiles?range=10m..0s"),
+            Some(&shots.join("profiles-fleet.png")),
+        );
+        assert!(!dom.contains("class=\"summary error\""), "{dom}");
+        assert!(dom.contains(&format!("Fleet store {uri}")), "{dom}");
+        let page_hosts: Vec<&str> = dom
+            .split("<tr data-host=\"")
+            .skip(1)
+            .map(|r| r.split('"').next().unwrap())
+            .collect();
+        let mut sorted = page_hosts.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, ["fleet-0", "fleet-1"], "{dom}");
+        for i in 0..2 {
+            assert!(
+                dom.contains(&format!("<option value=\"fleet-{i}\"")),
+                "no fleet-{i} in the host filter: {dom}"
+            );
+        }
+        // The table is the API's, row for row (the page asks for 500).
+        let names = |top: &Json| -> Vec<String> {
+            top["functions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .take(10)
+                .map(|r| r["function"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let page_names = |dom: &str| -> Vec<String> {
+            page_rows(dom)
+                .into_iter()
+                .take(10)
+                .map(|r| {
+                    r.0.replace("&lt;", "<")
+                        .replace("&gt;", ">")
+                        .replace("&quot;", "\"")
+                        .replace("&amp;", "&")
+                })
+                .collect()
+        };
+        assert_eq!(page_names(&dom), names(&fleet), "{dom}");
+        assert!(page_rows(&dom).iter().any(|r| r.0 == "hot"), "{dom}");
+        assert!(dom.contains(">Fleet self USD/year<"), "{dom}");
+        assert!(
+            dom.contains(&format!(
+                "The fleet: {} samples over",
+                u64_of(&fleet["samples"])
+            )),
+            "{dom}"
+        );
+        assert!(
+            dom.contains("<g class=\"frame\" data-name=\"hot\""),
+            "{dom}"
+        );
+        // The host filter narrows the table to that host's samples.
+        let dom = common::browser::render_page(
+            &chromium,
+            &format!("{base_url}/profiles?range=10m..0s&host=fleet-1"),
+            None,
+        );
+        assert!(!dom.contains("class=\"summary error\""), "{dom}");
+        assert!(
+            dom.contains(&format!(
+                "The fleet: {} samples over",
+                u64_of(&locals[1]["samples"])
+            )) && dom.contains("on fleet-1."),
+            "{dom}"
+        );
+        assert!(dom.contains("id=\"hosts-section\" hidden"), "{dom}");
+        let (_, one) = api("/api/profiles/top?range=10m..0s&top=500&host=fleet-1");
+        assert_eq!(page_names(&dom), names(&one), "{dom}");
+        assert!(
+            dom.contains("<g class=\"frame\" data-name=\"hot\""),
+            "{dom}"
+        );
+        eprintln!("screenshots in {}", shots.display());
+    }
+
+    // A store that is down: a 502 naming it, at once.
+    ch.stop();
+    let asked = Instant::now();
+    let (status, e) = api("/api/profiles/top?range=10m..0s");
+    assert_eq!(status, 502, "{e}");
+    assert_eq!(e["store"], uri.as_str());
+    assert!(e["error"].as_str().unwrap().contains(&uri), "{e}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+}

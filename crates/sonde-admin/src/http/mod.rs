@@ -89,6 +89,10 @@ pub struct Admin {
     pub profiles: Store,
     /// What a core-hour costs and emits (`[profiler]`), for the tables.
     pub prices: sonde_profile::cost::Prices,
+    /// The fleet store (`[profiler] store`) that `/profiles` and
+    /// `/api/profiles/` read instead of [`Admin::profiles`]; `None` reads
+    /// this host's.
+    pub fleet: Option<sonde_sinks::clickhouse::store::FleetStore>,
     /// The token every request but `/health` must carry
     /// (`agent.admin_auth = "token"`); `None` serves everyone.
     pub auth: Option<Token>,
@@ -555,6 +559,7 @@ async fn route<B: ReqBody>(site: Site, req: Request<B>) -> Response<Full<Bytes>>
             profiles::respond(
                 a.profiles.clone(),
                 a.prices.clone(),
+                a.fleet.clone(),
                 Arc::clone(&a.telemetry.profiler),
                 path.to_string(),
                 query,
@@ -712,6 +717,7 @@ mod tests {
             telemetry: Arc::new(Telemetry::default()),
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
+            fleet: None,
             auth: None,
             tls: None,
         }))
@@ -751,6 +757,7 @@ mod tests {
                 telemetry: Arc::new(Telemetry::default()),
                 profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
                 prices: Default::default(),
+                fleet: None,
                 auth: guarded.then(|| Token::new("0123456789abcdef0123456789abcdef").unwrap()),
                 tls: None,
             }));
@@ -910,6 +917,7 @@ mod tests {
             telemetry: Arc::clone(&telemetry),
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
+            fleet: None,
             auth: Some(Token::new("0123456789abcdef0123456789abcdef").unwrap()),
             tls: None,
         }));
@@ -964,6 +972,7 @@ mod tests {
             telemetry: Arc::clone(&telemetry),
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
+            fleet: None,
             auth: None,
             tls: Some(Tls::load(&cert, &key).unwrap()),
         }));

@@ -11,6 +11,8 @@
 //! | `/api/profiles/folded` | folded stacks (text) |
 //! | `/api/profiles/pprof` | the merged profile as gzip pprof, to download |
 //! | `/api/profiles/processes` | the processes in the range, by samples |
+//! | `/api/profiles/hosts` | the hosts in the range, with their samples |
+//! | `/api/profiles/source` | where the profiles come from: this host's store, or the fleet store's URI |
 //!
 //! Parameters: `range=SINCE..UNTIL` (default `10m..0s`) for one profile,
 //! `base=` and `new=` (defaults `20m..10m` and `10m..0s`) for a diff, in
@@ -31,6 +33,9 @@
 //! before the first stored profile (`before_first`) from an empty store
 //! (`empty`) or a gap (`none_in_range`). Each request reads and merges
 //! the store's files on tokio's blocking pool, off the listener's thread.
+//!
+//! With `[profiler] store` set, every path answers from that fleet store
+//! instead ([`fleet`]), with the same parameters.
 
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -46,6 +51,9 @@ use sonde_profile::store::{ago_name, rough_ago, Ago, SpanError, Store};
 use sonde_profile::{flamegraph, pprof, views, Focus, Profile, Root};
 
 use sonde_profiler::ProfilerStats;
+use sonde_sinks::clickhouse::store::FleetStore;
+
+mod fleet;
 
 /// The most rows a table may ask for.
 const MAX_TOP: usize = 100_000;
@@ -301,17 +309,38 @@ pub(super) fn handles(path: &str) -> bool {
     path.starts_with("/api/profiles/")
 }
 
-/// Answers a request for `path` from `store`, on the blocking pool.
+/// Answers a request for `path` from `store`, or from the fleet store
+/// where there is one, on the blocking pool.
 pub(super) async fn respond(
     store: Store,
     prices: Prices,
+    fleet: Option<FleetStore>,
     profiler: Arc<ProfilerStats>,
     path: String,
     query: Option<String>,
 ) -> Response<Full<Bytes>> {
+    if path == "/api/profiles/source" {
+        return json(&match &fleet {
+            Some(f) => serde_json::json!({
+                "source": "fleet",
+                "store": f.uri(),
+                "server": f.describe(),
+            }),
+            None => serde_json::json!({ "source": "local" }),
+        });
+    }
     tokio::task::spawn_blocking(move || {
         let now = Now::of(&profiler);
-        answer(&store, &prices, &now, &path, query.as_deref())
+        match &fleet {
+            Some(fleet) => fleet::answer(
+                fleet,
+                &prices,
+                now.ns / 1_000_000_000,
+                &path,
+                query.as_deref(),
+            ),
+            None => answer(&store, &prices, &now, &path, query.as_deref()),
+        }
     })
     .await
     .unwrap_or_else(|e| {
@@ -377,6 +406,7 @@ fn answer(
             r
         }),
         "/api/profiles/processes" => one(q.range).map(|p| json(&processes(&p))),
+        "/api/profiles/hosts" => one(q.range).map(|p| json(&p.hosts())),
         "/api/profiles/diff" => both().map(|(base, new)| {
             let mut diff = views::diff(&base, &new, Some(q.top));
             views::price_diff(&mut diff, prices);

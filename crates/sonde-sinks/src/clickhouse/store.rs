@@ -26,6 +26,7 @@ use sonde_profile::views::{Costs, Row, Top};
 /// TLS) and the sink's database (default `sonde`).
 #[derive(Debug, Clone)]
 pub struct FleetStore {
+    uri: String,
     base: String,
     db: String,
     agent: ureq::Agent,
@@ -43,6 +44,8 @@ pub struct Filter {
     pub hosts: Vec<String>,
     /// Only these processes.
     pub pids: Vec<u32>,
+    /// Only processes of these command names.
+    pub processes: Vec<String>,
     /// Only threads whose name matches this (RE2, ClickHouse's `match`).
     pub thread: Option<String>,
     /// Only the processes of these containers (an id's prefix, or a pod's
@@ -85,6 +88,13 @@ impl Filter {
                 c,
                 " AND pid IN ({})",
                 list(self.pids.iter().map(u32::to_string).collect())
+            );
+        }
+        if !self.processes.is_empty() {
+            let _ = write!(
+                c,
+                " AND process IN ({})",
+                list(self.processes.iter().map(|p| literal(p)).collect())
             );
         }
         if let Some(t) = &self.thread {
@@ -177,16 +187,26 @@ impl FleetStore {
             format!("{authority}:{port}")
         };
         let agent = ureq::Agent::config_builder()
+            // A server that is down refuses at once; one that is
+            // unreachable would otherwise hold a view (and a page's
+            // request) for the whole query timeout.
+            .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(120)))
             .http_status_as_error(false)
             .user_agent(concat!("sonde/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
         Ok(FleetStore {
+            uri: uri.to_string(),
             base: format!("{scheme}://{authority}"),
             db: db.to_string(),
             agent,
         })
+    }
+
+    /// The URI the store was opened with.
+    pub fn uri(&self) -> &str {
+        &self.uri
     }
 
     /// The server's HTTP interface and the database, for messages.
@@ -273,6 +293,56 @@ impl FleetStore {
                 WHERE stack_id GLOBAL IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
              USING stack_id ORDER BY h, c DESC FORMAT TabSeparated"
         )
+    }
+
+    /// The statement [`FleetStore::threads`] runs: the samples of each
+    /// host's process and thread name, most first.
+    pub fn threads_sql(&self, filter: &Filter, n: usize) -> String {
+        let db = &self.db;
+        let cond = filter.condition();
+        format!(
+            "SELECT host, pid, p, ct, pd, thread, sum(n) AS c FROM \
+               (SELECT period, host, pid, thread, stack_id, any(samples) AS n, any(process) AS p, \
+                any(container) AS ct, any(pod) AS pd \
+                FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
+             GROUP BY host, pid, p, ct, pd, thread ORDER BY c DESC, host, pid, thread LIMIT {n} FORMAT TabSeparated"
+        )
+    }
+
+    /// The hosts of the samples `filter` keeps, with each one's samples,
+    /// by name.
+    ///
+    /// # Errors
+    ///
+    /// As [`FleetStore::top`].
+    pub fn hosts(&self, filter: &Filter) -> Result<Vec<HostSamples>, StoreError> {
+        Ok(self.span(filter)?.0)
+    }
+
+    /// The `n` (host, process, thread name) of the samples `filter` keeps
+    /// with the most samples, most first: what a page offers to filter by.
+    ///
+    /// # Errors
+    ///
+    /// As [`FleetStore::top`].
+    pub fn threads(&self, filter: &Filter, n: usize) -> Result<Vec<ThreadSamples>, StoreError> {
+        let mut out = Vec::new();
+        for line in self.query(&self.threads_sql(filter, n))?.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [host, pid, process, container, pod, thread, samples] = f[..] else {
+                return Err(self.bad_row(line));
+            };
+            out.push(ThreadSamples {
+                host: unescape(host),
+                pid: pid.parse().map_err(|_| self.bad_row(line))?,
+                process: unescape(process),
+                container: unescape(container),
+                pod: unescape(pod),
+                thread: unescape(thread),
+                samples: samples.parse().map_err(|_| self.bad_row(line))?,
+            });
+        }
+        Ok(out)
     }
 
     fn bad_row(&self, row: &str) -> StoreError {
@@ -423,6 +493,25 @@ impl FleetStore {
     }
 }
 
+/// The samples of the threads of one name in one process of one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadSamples {
+    /// The host.
+    pub host: String,
+    /// The process id.
+    pub pid: u32,
+    /// The process's command name.
+    pub process: String,
+    /// Its container's id, empty outside a container.
+    pub container: String,
+    /// Its pod's uid, empty outside a pod.
+    pub pod: String,
+    /// The threads' name.
+    pub thread: String,
+    /// Their samples.
+    pub samples: u64,
+}
+
 /// A TabSeparated field, unescaped.
 fn unescape(field: &str) -> String {
     if !field.contains('\\') {
@@ -524,6 +613,7 @@ mod tests {
             until_s: 20,
             hosts: vec!["web-1".into(), "o'brien".into()],
             pids: vec![7],
+            processes: vec!["nginx".into()],
             thread: Some("^worker".into()),
             containers: vec!["abc".into()],
         };
@@ -534,6 +624,7 @@ mod tests {
         );
         assert!(c.contains(r"host IN ('web-1', 'o\'brien')"), "{c}");
         assert!(c.contains("pid IN (7)"), "{c}");
+        assert!(c.contains("process IN ('nginx')"), "{c}");
         assert!(c.contains("match(thread, '^worker')"), "{c}");
         assert!(
             c.contains("startsWith(container, 'abc')) OR pod = 'abc'"),

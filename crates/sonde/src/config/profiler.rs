@@ -10,6 +10,7 @@ use super::error::{ConfigError, Source};
 use super::units::{HumanDuration, HumanSize};
 use sonde_profile::classes::{Classifier, RuleDef};
 use sonde_profile::cost::Prices;
+use sonde_sinks::clickhouse::store::FleetStore;
 
 fn yes() -> bool {
     true
@@ -64,6 +65,13 @@ pub struct ProfilerSection {
     /// about it").
     #[serde(default)]
     pub classes: Vec<Spanned<RuleDef>>,
+    /// A fleet store, `"clickhouse://HOST[:PORT]/DATABASE"`
+    /// (`clickhouses://` for HTTPS), that the admin site's `/profiles`
+    /// page and `/api/profiles/` read instead of this host's profiles.
+    /// The profiler still samples this host and keeps its own store.
+    /// Default unset.
+    #[serde(default)]
+    pub store: Option<Spanned<String>>,
 }
 
 /// A validated `[profiler]`.
@@ -81,6 +89,9 @@ pub struct Profiler {
     pub prices: Prices,
     /// The config's hot-spot class rules, each checked to compile.
     pub classes: Vec<RuleDef>,
+    /// The fleet store the admin site's profiles come from, a URI
+    /// [`FleetStore::open`] takes; `None` for this host's own store.
+    pub store: Option<String>,
 }
 
 /// Validates `[profiler]`: `None` when the profiler is off.
@@ -161,6 +172,20 @@ pub(crate) fn check(
             ));
         }
     }
+    let store = match &p.store {
+        Some(uri) => {
+            FleetStore::open(uri.get_ref()).map_err(|e| {
+                src.error(
+                    uri.span(),
+                    "profiler.store",
+                    e.to_string(),
+                    "write clickhouse://HOST:PORT/DATABASE, like \"clickhouse://ch.example:8123/sonde\" (clickhouses:// for HTTPS), or leave it out for this host's profiles",
+                )
+            })?;
+            Some(uri.get_ref().clone())
+        }
+        None => None,
+    };
     Ok(Some(Profiler {
         frequency,
         period,
@@ -171,5 +196,6 @@ pub(crate) fn check(
             co2_grams_per_core_hour,
         },
         classes: p.classes.iter().map(|r| r.get_ref().clone()).collect(),
+        store,
     }))
 }

@@ -58,7 +58,7 @@ fn the_packaged_config_and_each_example_in_it_are_valid() {
 fn every_example_config_parses() {
     parse(include_str!("../../../../../examples/sonde.toml")).unwrap();
     // Every TOML block of the README and docs/CONFIG.md that has
-    // receivers is a full config; docs/SINKS.md's blocks are sinks,
+    // receivers or the profiler is a full config; docs/SINKS.md's blocks are sinks,
     // checked with a receiver.
     let readme = concat!(
         include_str!("../../../../../README.md"),
@@ -68,7 +68,7 @@ fn every_example_config_parses() {
     let mut checked = 0;
     for block in readme.split("```toml\n").skip(1) {
         let block = block.split("```").next().unwrap();
-        if block.contains("[[receivers]]") {
+        if block.contains("[[receivers]]") || block.contains("[profiler]") {
             parse(block)
                 .unwrap_or_else(|e| panic!("a README or docs/CONFIG.md block fails: {e}\n{block}"));
             checked += 1;

@@ -15,7 +15,16 @@ fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
             max_bytes: 256 << 20,
             prices: Default::default(),
             classes: Vec::new(),
+            store: None,
         })
+    );
+    let fleet = parse("[profiler]\nstore = \"clickhouse://ch.example:8123/fleet\"\n")
+        .unwrap()
+        .profiler
+        .unwrap();
+    assert_eq!(
+        fleet.store.as_deref(),
+        Some("clickhouse://ch.example:8123/fleet")
     );
     let priced =
         parse("[profiler]\ncore_cost_per_hour = \"0.048 USD\"\nco2_grams_per_core_hour = 20.5\n")
@@ -50,6 +59,16 @@ fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
             2,
         ),
         (
+            "[profiler]\nstore = \"http://ch.example:8123/sonde\"\n",
+            "profiler.store",
+            2,
+        ),
+        (
+            "[profiler]\nfrequency = 19\nstore = \"clickhouse://ch/not-a-db\"\n",
+            "profiler.store",
+            3,
+        ),
+        (
             "[profiler]\nco2_grams_per_core_hour = -1.0\n",
             "profiler.co2_grams_per_core_hour",
             2,
@@ -76,6 +95,9 @@ fn profiler_section_turns_it_on_with_defaults_and_checks_its_keys() {
     assert_eq!(rules.len(), 1);
     assert_eq!(rules[0].class, "templating");
     assert_eq!(rules[0].remedy.as_deref(), Some("cache pages"));
+    let e = err("[profiler]\nstore = \"clickhouse:///sonde\"\n");
+    assert!(e.problem.contains("names no host"), "{e}");
+    assert!(e.fix.contains("clickhouse://HOST:PORT/DATABASE"), "{e}");
     assert!(err("[profiler]\nfrequncy = 19\n")
         .to_string()
         .contains("frequncy"));
