@@ -17,8 +17,13 @@
 //! For log shipping, [`logs`] writes numbered lines into rotating files
 //! (`sonde-logwrite`) and counts which came back through Kafka
 //! (`sonde-logcheck`): lines lost and duplicated, per file.
+//!
+//! For the fleet's profile store, [`fleet`] makes many hosts' profiles
+//! from real ones (`sonde-fleetgen`), loaded into ClickHouse as the
+//! `clickhouse` sink writes them.
 #![deny(missing_docs)]
 
+pub mod fleet;
 pub mod logs;
 pub mod procfs;
 pub mod shape;
