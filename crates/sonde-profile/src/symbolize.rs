@@ -1,20 +1,21 @@
 //! Naming raw frames: ELF symbols and DWARF through blazesym, the kernel
 //! through `/proc/kallsyms`, JIT code through the process's perf map.
 //!
-//! [`Symbols`] caches every name by (module, file offset), so a module's
-//! symbol table is read once (blazesym keeps the parsed file) and a frame
+//! [`Symbols`] caches every name by (module, file offset), so a frame
 //! seen in every minute's profile is looked up once. Lookups are batched
-//! per module, sorted, as blazesym prefers.
+//! per module, sorted, as blazesym prefers, and what blazesym reads for a
+//! module (its mapping of the file, the symbol table's index, DWARF and
+//! separate debug files) is dropped once that module's batch is named:
+//! only frames not seen before are looked up, so a module's symbols are
+//! read again only in a period that meets new code in it.
 //!
 //! The cache is bounded by what the host runs now, not by what it ever
-//! ran: [`Symbols::forget`] drops the names and blazesym's parsed file of
-//! a module no process maps any more, and names from perf maps are looked
-//! up again each profile (a JIT moves and reuses its code, and its map
-//! grows).
+//! ran: [`Symbols::forget`] drops the names of a module no process maps
+//! any more, and names from perf maps are looked up again each profile (a
+//! JIT moves and reuses its code, and its map grows).
 
 use std::path::PathBuf;
 
-use blazesym::symbolize::evict::Evict;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use hashbrown::HashMap;
@@ -90,7 +91,10 @@ type PerfMap = Vec<(u64, u64, String)>;
 
 /// Names frames, remembering every answer.
 pub struct Symbols {
-    symbolizer: Symbolizer,
+    /// For the kernel: `/proc/kallsyms`, parsed once and kept (the same
+    /// for the agent's life). Files get a symbolizer per batch (see
+    /// [`Symbols::lookup_elf`]).
+    kernel: Symbolizer,
     names: HashMap<RawFrame, u32>,
     functions: Vec<Function>,
     by_function: HashMap<Function, u32>,
@@ -108,12 +112,7 @@ impl Symbols {
     /// An empty cache.
     pub fn new() -> Self {
         Symbols {
-            // Code info (file and line) is not shown by any view, and
-            // reading the line tables of every module costs memory.
-            symbolizer: Symbolizer::builder()
-                .enable_code_info(false)
-                .enable_demangling(true)
-                .build(),
+            kernel: symbolizer(),
             names: HashMap::new(),
             functions: Vec::new(),
             by_function: HashMap::new(),
@@ -138,9 +137,7 @@ impl Symbols {
     }
 
     /// Forgets the names of dropped modules (see
-    /// [`crate::module::Modules::retain`]), whose indices may be reused,
-    /// and blazesym's data for the paths they were read at (the parsed
-    /// file and its descriptor).
+    /// [`crate::module::Modules::retain`]), whose indices may be reused.
     pub fn forget(&mut self, dropped: &[(u32, Option<PathBuf>)]) {
         if dropped.is_empty() {
             return;
@@ -148,11 +145,6 @@ impl Symbols {
         let gone: hashbrown::HashSet<u32> = dropped.iter().map(|d| d.0).collect();
         self.names
             .retain(|f, _| !matches!(f, RawFrame::Module(m, _) if gone.contains(m)));
-        for path in dropped.iter().filter_map(|d| d.1.as_ref()) {
-            let _ = self
-                .symbolizer
-                .evict(&Evict::Elf(blazesym::symbolize::evict::Elf::new(path)));
-        }
         self.compact();
     }
 
@@ -253,7 +245,7 @@ impl Symbols {
                 debug_syms: false,
                 ..Kernel::default()
             });
-            let names = self.lookup(&src, Input::AbsAddr(&kernel));
+            let names = lookup(&self.kernel, &src, Input::AbsAddr(&kernel));
             for (a, name) in kernel.into_iter().zip(names) {
                 let f = Function {
                     name: name.unwrap_or_else(|| unknown_in(KERNEL)),
@@ -293,10 +285,29 @@ impl Symbols {
     /// debug info, took 22 MiB of heap and 28 MiB of mapped file when
     /// every lookup went through DWARF; docs/BENCHMARKS.md, "The
     /// profiler").
+    ///
+    /// # Design
+    ///
+    /// A symbolizer for this batch alone, dropped at the end: blazesym
+    /// keeps every file it read mapped, with its symbol table's index
+    /// (and DWARF and debug files) in the heap, for as long as its
+    /// symbolizer lives, and the symbol table pages it touched count in
+    /// the agent's RSS. Kept for the agent's life, on a host running a
+    /// Rust build (rustc's `librustc_driver` and `libLLVM`, 150 and
+    /// 200 MB, whose symbol tables alone are 4 and 6 MB) the agent
+    /// peaked at 168 MiB, and at 50 MiB with this and
+    /// [`crate::module::Module::release_pages`]. The price: a module's
+    /// symbol table is read and sorted again in each period that meets
+    /// code of it not named before (docs/BENCHMARKS.md, "The profiler").
     fn lookup_elf(&self, path: PathBuf, offsets: &[u64]) -> Vec<Option<String>> {
+        let symbolizer = symbolizer();
         let mut elf = Elf::new(path);
         elf.debug_syms = false;
-        let mut names = self.lookup(&Source::Elf(elf.clone()), Input::FileOffset(offsets));
+        let mut names = lookup(
+            &symbolizer,
+            &Source::Elf(elf.clone()),
+            Input::FileOffset(offsets),
+        );
         let unnamed: Vec<u64> = offsets
             .iter()
             .zip(&names)
@@ -307,29 +318,12 @@ impl Symbols {
             return names;
         }
         elf.debug_syms = true;
-        let mut found = self
-            .lookup(&Source::Elf(elf), Input::FileOffset(&unnamed))
-            .into_iter();
+        let mut found =
+            lookup(&symbolizer, &Source::Elf(elf), Input::FileOffset(&unnamed)).into_iter();
         for name in names.iter_mut().filter(|n| n.is_none()) {
             *name = found.next().flatten();
         }
         names
-    }
-
-    fn lookup(&self, src: &Source<'_>, input: Input<&[u64]>) -> Vec<Option<String>> {
-        let n = match input {
-            Input::AbsAddr(a) | Input::VirtOffset(a) | Input::FileOffset(a) => a.len(),
-        };
-        match self.symbolizer.symbolize(src, input) {
-            Ok(syms) => syms
-                .into_iter()
-                .map(|s| match s {
-                    Symbolized::Sym(sym) => Some(sym.name.into_owned()),
-                    Symbolized::Unknown(_) => None,
-                })
-                .collect(),
-            Err(_) => vec![None; n],
-        }
     }
 
     /// The perf map a JIT writes for `pid` (`/tmp/perf-PID.map` in the
@@ -415,6 +409,31 @@ impl Symbols {
             out.add_interned(p, &frames, count);
         }
         out.finish()
+    }
+}
+
+/// A symbolizer that names functions only: code info (file and line) is
+/// not shown by any view, and reading the line tables costs memory.
+fn symbolizer() -> Symbolizer {
+    Symbolizer::builder()
+        .enable_code_info(false)
+        .enable_demangling(true)
+        .build()
+}
+
+fn lookup(symbolizer: &Symbolizer, src: &Source<'_>, input: Input<&[u64]>) -> Vec<Option<String>> {
+    let n = match input {
+        Input::AbsAddr(a) | Input::VirtOffset(a) | Input::FileOffset(a) => a.len(),
+    };
+    match symbolizer.symbolize(src, input) {
+        Ok(syms) => syms
+            .into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect(),
+        Err(_) => vec![None; n],
     }
 }
 
