@@ -107,10 +107,12 @@ impl Module {
     /// minor faults of reading the pages again.
     pub fn release_pages(&self) {
         if let Some(map) = &self.map {
-            // SAFETY: the mapping is private and read-only, never
-            // written: MADV_DONTNEED drops this process's view of its
-            // pages, and a later read finds the file's bytes again, as
-            // before. No reference into it is invalidated.
+            // SAFETY: the mapping is a read-only shared mapping of the
+            // file (memmap2's `Mmap::map`), never written, so it holds no
+            // page of its own: MADV_DONTNEED only drops this process's
+            // view of the page cache, and a later read finds the file's
+            // bytes again, as before. No reference into it is
+            // invalidated.
             let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
         }
     }

@@ -295,7 +295,7 @@ impl Symbols {
     /// the agent's RSS. Kept for the agent's life, on a host running a
     /// Rust build (rustc's `librustc_driver` and `libLLVM`, 150 and
     /// 200 MB, whose symbol tables alone are 4 and 6 MB) the agent
-    /// peaked at 168 MiB, and at 50 MiB with this and
+    /// peaked at 152 MiB, and at 50 MiB with this and
     /// [`crate::module::Module::release_pages`]. The price: a module's
     /// symbol table is read and sorted again in each period that meets
     /// code of it not named before (docs/BENCHMARKS.md, "The profiler").
