@@ -86,15 +86,27 @@ pub struct CacheStats {
     pub misses: u64,
 }
 
+/// How long blazesym's data for the files it read (mappings, symbol
+/// indexes, DWARF, debug files) may be kept between periods: with the
+/// default 60 s periods, not past a module's batch; with shorter ones, a
+/// module read in each period is read again at most once this long (its
+/// symbol table sorted again: `librustc_driver`'s and `libLLVM`'s take
+/// seconds in a debug build, more than a 1 s period).
+const FILES_HELD_FOR: std::time::Duration = std::time::Duration::from_secs(55);
+
 /// A perf map: sorted (start, end, name).
 type PerfMap = Vec<(u64, u64, String)>;
 
 /// Names frames, remembering every answer.
 pub struct Symbols {
     /// For the kernel: `/proc/kallsyms`, parsed once and kept (the same
-    /// for the agent's life). Files get a symbolizer per batch (see
-    /// [`Symbols::lookup_elf`]).
+    /// for the agent's life).
     kernel: Symbolizer,
+    /// For files, between the times their data is let go (see
+    /// [`Symbols::lookup_elf`]).
+    files: Symbolizer,
+    /// When `files` was last let go; `None` before the first profile.
+    files_since: Option<std::time::Instant>,
     names: HashMap<RawFrame, u32>,
     functions: Vec<Function>,
     by_function: HashMap<Function, u32>,
@@ -113,6 +125,8 @@ impl Symbols {
     pub fn new() -> Self {
         Symbols {
             kernel: symbolizer(),
+            files: symbolizer(),
+            files_since: None,
             names: HashMap::new(),
             functions: Vec::new(),
             by_function: HashMap::new(),
@@ -196,6 +210,15 @@ impl Symbols {
         frames: impl Iterator<Item = &'a RawFrame>,
         between: &mut dyn FnMut(),
     ) {
+        // Let go of what blazesym holds of files at most once a minute:
+        // then each module's batch reads its file afresh and lets it go.
+        let hold = self
+            .files_since
+            .is_some_and(|t| t.elapsed() < FILES_HELD_FOR);
+        if !hold {
+            self.files = symbolizer();
+            self.files_since = Some(std::time::Instant::now());
+        }
         let mut by_module: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut kernel = Vec::new();
         let mut anon = Vec::new();
@@ -217,7 +240,7 @@ impl Symbols {
             offsets.sort_unstable();
             let module = modules.get(m);
             let names = match module.open_path() {
-                Some(path) => self.lookup_elf(path, &offsets),
+                Some(path) => self.lookup_elf(path, &offsets, hold),
                 None => offsets
                     .iter()
                     .map(|&o| module.symbol_at(o).map(str::to_string))
@@ -288,7 +311,9 @@ impl Symbols {
     ///
     /// # Design
     ///
-    /// A symbolizer for this batch alone, dropped at the end: blazesym
+    /// With `hold` false, a symbolizer for this batch alone, dropped at
+    /// the end; with `hold`, the one kept until the next period that lets
+    /// go (see [`FILES_HELD_FOR`]): blazesym
     /// keeps every file it read mapped, with its symbol table's index
     /// (and DWARF and debug files) in the heap, for as long as its
     /// symbolizer lives, and the symbol table pages it touched count in
@@ -298,13 +323,20 @@ impl Symbols {
     /// peaked at 152 MiB, and at 50 MiB with this and
     /// [`crate::module::Module::release_pages`]. The price: a module's
     /// symbol table is read and sorted again in each period that meets
-    /// code of it not named before (docs/BENCHMARKS.md, "The profiler").
-    fn lookup_elf(&self, path: PathBuf, offsets: &[u64]) -> Vec<Option<String>> {
-        let symbolizer = symbolizer();
+    /// code of it not named before (docs/BENCHMARKS.md, "The profiler"),
+    /// which is why it happens at most once every [`FILES_HELD_FOR`].
+    fn lookup_elf(&self, path: PathBuf, offsets: &[u64], hold: bool) -> Vec<Option<String>> {
+        let batch;
+        let symbolizer = if hold {
+            &self.files
+        } else {
+            batch = symbolizer();
+            &batch
+        };
         let mut elf = Elf::new(path);
         elf.debug_syms = false;
         let mut names = lookup(
-            &symbolizer,
+            symbolizer,
             &Source::Elf(elf.clone()),
             Input::FileOffset(offsets),
         );
@@ -319,7 +351,7 @@ impl Symbols {
         }
         elf.debug_syms = true;
         let mut found =
-            lookup(&symbolizer, &Source::Elf(elf), Input::FileOffset(&unnamed)).into_iter();
+            lookup(symbolizer, &Source::Elf(elf), Input::FileOffset(&unnamed)).into_iter();
         for name in names.iter_mut().filter(|n| n.is_none()) {
             *name = found.next().flatten();
         }
