@@ -102,9 +102,9 @@ impl Module {
     /// the agent's RSS for as long as they stay mapped. On a host running
     /// a Rust build, the agent held 21.6 MiB of `librustc_driver` (this
     /// mapping and blazesym's) after three minutes, and under 1 MiB with
-    /// the pages released every second: what is held is bounded by a
-    /// second's samples, for one `madvise` a module a second and the
-    /// minor faults of reading the pages again.
+    /// the pages released every second: what is held is bounded by the
+    /// samples since the last release, for one `madvise` a module each
+    /// time and the minor faults of reading the pages again.
     pub fn release_pages(&self) {
         if let Some(map) = &self.map {
             // SAFETY: the mapping is a read-only shared mapping of the
