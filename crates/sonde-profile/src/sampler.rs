@@ -6,7 +6,7 @@
 //! [`Profiler::take`] whenever it wants the profile of the period since
 //! the last take.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::collect::{Collector, ProcessKey, Stats};
 use crate::model::Profile;
@@ -16,6 +16,14 @@ use crate::symbolize::{CacheStats, Symbols};
 /// The highest sampling frequency accepted: above it the rings and the
 /// unwinding cost grow past what an always-on profiler should spend.
 pub const MAX_FREQUENCY: u32 = 1000;
+
+/// How often the pages of the files that unwinding read are given back
+/// (see [`crate::module::Module::release_pages`]). Every second, a debug
+/// build's profiler with 1 s periods fell behind on a host running
+/// builds (the `madvise` of every module and the faults after it), and
+/// the store test timed out; the build figures in docs/BENCHMARKS.md
+/// were measured with 1 s.
+const RELEASE_PAGES_EVERY: Duration = Duration::from_secs(10);
 
 /// What a profiler holds between periods (see [`Profiler::footprint`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,6 +44,7 @@ pub struct Profiler {
     frequency: u32,
     host: String,
     period_start: (SystemTime, Instant),
+    pages_released: Instant,
 }
 
 impl Profiler {
@@ -57,6 +66,7 @@ impl Profiler {
             frequency,
             host: host.to_owned(),
             period_start: (SystemTime::now(), Instant::now()),
+            pages_released: Instant::now(),
         })
     }
 
@@ -69,6 +79,10 @@ impl Profiler {
     pub fn poll(&mut self, timeout_ms: i32) {
         self.events.wait(timeout_ms);
         self.drain();
+        if self.pages_released.elapsed() >= RELEASE_PAGES_EVERY {
+            self.collector.modules().release_pages();
+            self.pages_released = Instant::now();
+        }
     }
 
     fn drain(&mut self) {

@@ -1,20 +1,21 @@
 //! Naming raw frames: ELF symbols and DWARF through blazesym, the kernel
 //! through `/proc/kallsyms`, JIT code through the process's perf map.
 //!
-//! [`Symbols`] caches every name by (module, file offset), so a module's
-//! symbol table is read once (blazesym keeps the parsed file) and a frame
+//! [`Symbols`] caches every name by (module, file offset), so a frame
 //! seen in every minute's profile is looked up once. Lookups are batched
-//! per module, sorted, as blazesym prefers.
+//! per module, sorted, as blazesym prefers, and what blazesym reads for a
+//! module (its mapping of the file, the symbol table's index, DWARF and
+//! separate debug files) is dropped once that module's batch is named:
+//! only frames not seen before are looked up, so a module's symbols are
+//! read again only in a period that meets new code in it.
 //!
 //! The cache is bounded by what the host runs now, not by what it ever
-//! ran: [`Symbols::forget`] drops the names and blazesym's parsed file of
-//! a module no process maps any more, and names from perf maps are looked
-//! up again each profile (a JIT moves and reuses its code, and its map
-//! grows).
+//! ran: [`Symbols::forget`] drops the names of a module no process maps
+//! any more, and names from perf maps are looked up again each profile (a
+//! JIT moves and reuses its code, and its map grows).
 
 use std::path::PathBuf;
 
-use blazesym::symbolize::evict::Evict;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use hashbrown::HashMap;
@@ -85,12 +86,27 @@ pub struct CacheStats {
     pub misses: u64,
 }
 
+/// How long blazesym's data for the files it read (mappings, symbol
+/// indexes, DWARF, debug files) may be kept between periods: with the
+/// default 60 s periods, not past a module's batch; with shorter ones, a
+/// module read in each period is read again at most once this long (its
+/// symbol table sorted again: `librustc_driver`'s and `libLLVM`'s take
+/// seconds in a debug build, more than a 1 s period).
+const FILES_HELD_FOR: std::time::Duration = std::time::Duration::from_secs(55);
+
 /// A perf map: sorted (start, end, name).
 type PerfMap = Vec<(u64, u64, String)>;
 
 /// Names frames, remembering every answer.
 pub struct Symbols {
-    symbolizer: Symbolizer,
+    /// For the kernel: `/proc/kallsyms`, parsed once and kept (the same
+    /// for the agent's life).
+    kernel: Symbolizer,
+    /// For files, between the times their data is let go (see
+    /// [`Symbols::lookup_elf`]).
+    files: Symbolizer,
+    /// When `files` was last let go; `None` before the first profile.
+    files_since: Option<std::time::Instant>,
     names: HashMap<RawFrame, u32>,
     functions: Vec<Function>,
     by_function: HashMap<Function, u32>,
@@ -108,12 +124,9 @@ impl Symbols {
     /// An empty cache.
     pub fn new() -> Self {
         Symbols {
-            // Code info (file and line) is not shown by any view, and
-            // reading the line tables of every module costs memory.
-            symbolizer: Symbolizer::builder()
-                .enable_code_info(false)
-                .enable_demangling(true)
-                .build(),
+            kernel: symbolizer(),
+            files: symbolizer(),
+            files_since: None,
             names: HashMap::new(),
             functions: Vec::new(),
             by_function: HashMap::new(),
@@ -138,9 +151,7 @@ impl Symbols {
     }
 
     /// Forgets the names of dropped modules (see
-    /// [`crate::module::Modules::retain`]), whose indices may be reused,
-    /// and blazesym's data for the paths they were read at (the parsed
-    /// file and its descriptor).
+    /// [`crate::module::Modules::retain`]), whose indices may be reused.
     pub fn forget(&mut self, dropped: &[(u32, Option<PathBuf>)]) {
         if dropped.is_empty() {
             return;
@@ -148,11 +159,6 @@ impl Symbols {
         let gone: hashbrown::HashSet<u32> = dropped.iter().map(|d| d.0).collect();
         self.names
             .retain(|f, _| !matches!(f, RawFrame::Module(m, _) if gone.contains(m)));
-        for path in dropped.iter().filter_map(|d| d.1.as_ref()) {
-            let _ = self
-                .symbolizer
-                .evict(&Evict::Elf(blazesym::symbolize::evict::Elf::new(path)));
-        }
         self.compact();
     }
 
@@ -204,6 +210,15 @@ impl Symbols {
         frames: impl Iterator<Item = &'a RawFrame>,
         between: &mut dyn FnMut(),
     ) {
+        // Let go of what blazesym holds of files at most once a minute:
+        // then each module's batch reads its file afresh and lets it go.
+        let hold = self
+            .files_since
+            .is_some_and(|t| t.elapsed() < FILES_HELD_FOR);
+        if !hold {
+            self.files = symbolizer();
+            self.files_since = Some(std::time::Instant::now());
+        }
         let mut by_module: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut kernel = Vec::new();
         let mut anon = Vec::new();
@@ -225,7 +240,7 @@ impl Symbols {
             offsets.sort_unstable();
             let module = modules.get(m);
             let names = match module.open_path() {
-                Some(path) => self.lookup_elf(path, &offsets),
+                Some(path) => self.lookup_elf(path, &offsets, hold),
                 None => offsets
                     .iter()
                     .map(|&o| module.symbol_at(o).map(str::to_string))
@@ -253,7 +268,7 @@ impl Symbols {
                 debug_syms: false,
                 ..Kernel::default()
             });
-            let names = self.lookup(&src, Input::AbsAddr(&kernel));
+            let names = lookup(&self.kernel, &src, Input::AbsAddr(&kernel));
             for (a, name) in kernel.into_iter().zip(names) {
                 let f = Function {
                     name: name.unwrap_or_else(|| unknown_in(KERNEL)),
@@ -293,10 +308,38 @@ impl Symbols {
     /// debug info, took 22 MiB of heap and 28 MiB of mapped file when
     /// every lookup went through DWARF; docs/BENCHMARKS.md, "The
     /// profiler").
-    fn lookup_elf(&self, path: PathBuf, offsets: &[u64]) -> Vec<Option<String>> {
+    ///
+    /// # Design
+    ///
+    /// With `hold` false, a symbolizer for this batch alone, dropped at
+    /// the end; with `hold`, the one kept until the next period that lets
+    /// go (see [`FILES_HELD_FOR`]): blazesym
+    /// keeps every file it read mapped, with its symbol table's index
+    /// (and DWARF and debug files) in the heap, for as long as its
+    /// symbolizer lives, and the symbol table pages it touched count in
+    /// the agent's RSS. Kept for the agent's life, on a host running a
+    /// Rust build (rustc's `librustc_driver` and `libLLVM`, 150 and
+    /// 200 MB, whose symbol tables alone are 4 and 6 MB) the agent
+    /// peaked at 152 MiB, and at 50 MiB with this and
+    /// [`crate::module::Module::release_pages`]. The price: a module's
+    /// symbol table is read and sorted again in each period that meets
+    /// code of it not named before (docs/BENCHMARKS.md, "The profiler"),
+    /// which is why it happens at most once every [`FILES_HELD_FOR`].
+    fn lookup_elf(&self, path: PathBuf, offsets: &[u64], hold: bool) -> Vec<Option<String>> {
+        let batch;
+        let symbolizer = if hold {
+            &self.files
+        } else {
+            batch = symbolizer();
+            &batch
+        };
         let mut elf = Elf::new(path);
         elf.debug_syms = false;
-        let mut names = self.lookup(&Source::Elf(elf.clone()), Input::FileOffset(offsets));
+        let mut names = lookup(
+            symbolizer,
+            &Source::Elf(elf.clone()),
+            Input::FileOffset(offsets),
+        );
         let unnamed: Vec<u64> = offsets
             .iter()
             .zip(&names)
@@ -307,29 +350,12 @@ impl Symbols {
             return names;
         }
         elf.debug_syms = true;
-        let mut found = self
-            .lookup(&Source::Elf(elf), Input::FileOffset(&unnamed))
-            .into_iter();
+        let mut found =
+            lookup(symbolizer, &Source::Elf(elf), Input::FileOffset(&unnamed)).into_iter();
         for name in names.iter_mut().filter(|n| n.is_none()) {
             *name = found.next().flatten();
         }
         names
-    }
-
-    fn lookup(&self, src: &Source<'_>, input: Input<&[u64]>) -> Vec<Option<String>> {
-        let n = match input {
-            Input::AbsAddr(a) | Input::VirtOffset(a) | Input::FileOffset(a) => a.len(),
-        };
-        match self.symbolizer.symbolize(src, input) {
-            Ok(syms) => syms
-                .into_iter()
-                .map(|s| match s {
-                    Symbolized::Sym(sym) => Some(sym.name.into_owned()),
-                    Symbolized::Unknown(_) => None,
-                })
-                .collect(),
-            Err(_) => vec![None; n],
-        }
     }
 
     /// The perf map a JIT writes for `pid` (`/tmp/perf-PID.map` in the
@@ -415,6 +441,31 @@ impl Symbols {
             out.add_interned(p, &frames, count);
         }
         out.finish()
+    }
+}
+
+/// A symbolizer that names functions only: code info (file and line) is
+/// not shown by any view, and reading the line tables costs memory.
+fn symbolizer() -> Symbolizer {
+    Symbolizer::builder()
+        .enable_code_info(false)
+        .enable_demangling(true)
+        .build()
+}
+
+fn lookup(symbolizer: &Symbolizer, src: &Source<'_>, input: Input<&[u64]>) -> Vec<Option<String>> {
+    let n = match input {
+        Input::AbsAddr(a) | Input::VirtOffset(a) | Input::FileOffset(a) => a.len(),
+    };
+    match symbolizer.symbolize(src, input) {
+        Ok(syms) => syms
+            .into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect(),
+        Err(_) => vec![None; n],
     }
 }
 
