@@ -2666,6 +2666,31 @@ fn the_fleet_store_answers_as_the_local_store_and_the_current_engine_agrees() {
     }
 }
 
+/// Waits until the wall clock is past the second after the newest period
+/// the agents under `dirs` stored: a view of `..0s` ends at the current
+/// second, so until then it leaves out a period that began in it (the
+/// partial one a stopping agent stores).
+fn wait_past_the_stored_periods(agents: &[common::Agent]) {
+    let newest = agents
+        .iter()
+        .flat_map(|a| {
+            sonde_profile::store::Store::reader(&a.path("data"))
+                .list()
+                .unwrap()
+                .into_iter()
+                .map(|e| e.start_s)
+        })
+        .max()
+        .unwrap_or(0);
+    wait_for("the clock past the newest stored period", WAIT, || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        (now > newest).then_some(())
+    });
+}
+
 #[test]
 fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
     let _cpu = exclusive();
@@ -2742,6 +2767,7 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
     }
     drop(burners);
     drop(threads);
+    wait_past_the_stored_periods(&agents);
     // An insert into a Distributed table is acknowledged once queued on
     // the server that took it, and reaches its shard in the background:
     // wait until the shards hold every sample the agents stored.
@@ -2764,9 +2790,46 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
             .parse()
             .unwrap_or(0)
     };
-    wait_for("every stored sample on its shard", WAIT, || {
-        (servers.iter().map(on_shards).sum::<u64>() == stored).then_some(())
-    });
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen = servers.iter().map(on_shards).sum::<u64>();
+        if seen == stored {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let mut ch: BTreeMap<(String, u64), u64> = BTreeMap::new();
+            for server in servers {
+                for line in server
+                    .query(
+                        "SELECT host, toUInt32(period), sum(n) FROM (SELECT period, host, pid, thread, stack_id, any(samples) AS n \
+                         FROM sonde.profile_samples_local GROUP BY period, host, pid, thread, stack_id) GROUP BY host, period FORMAT TabSeparated",
+                    )
+                    .lines()
+                {
+                    let f: Vec<&str> = line.split('\t').collect();
+                    *ch.entry((f[0].to_string(), f[1].parse().unwrap())).or_insert(0) += f[2].parse::<u64>().unwrap();
+                }
+            }
+            let mut here: BTreeMap<(String, u64), u64> = BTreeMap::new();
+            for (i, a) in agents.iter().enumerate() {
+                let store = sonde_profile::store::Store::reader(&a.path("data"));
+                for e in store.list().unwrap() {
+                    let (p, _) = store.read(e.start_s, e.start_s + 1).unwrap();
+                    here.insert((format!("fleet-{i}"), e.start_s), p.samples());
+                }
+            }
+            let differ: Vec<_> = ch
+                .keys()
+                .chain(here.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .filter(|k| ch.get(k) != here.get(k))
+                .map(|k| (k.clone(), ch.get(k).copied(), here.get(k).copied()))
+                .collect();
+            panic!("after {WAIT:?} the shards hold {seen} samples, the agents stored {stored}; periods that differ (ClickHouse, local): {differ:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let total = |server: &common::clickhouse::ClickHouse, table: &str| -> u64 {
         server
             .query(&format!(
@@ -3253,6 +3316,7 @@ fn the_admin_site_answers_from_the_fleet_store_and_its_page_shows_the_fleet_in_c
         agent.stop();
     }
     drop(burners);
+    wait_past_the_stored_periods(&agents);
     let local = |i: usize| {
         let data = agents[i].path("data");
         profile_json(&["--since", "10m", "--data-dir", data.to_str().unwrap()])
