@@ -112,6 +112,14 @@ struct StoreArgs {
 }
 
 impl StoreArgs {
+    /// The `[profiler]` of --config, for its prices and class rules.
+    fn profiler(&self) -> anyhow::Result<Option<sonde::config::Profiler>> {
+        Ok(match &self.config {
+            Some(c) => sonde::client::read_config(c)?.profiler,
+            None => None,
+        })
+    }
+
     /// The store, and where its data_dir came from, in words.
     fn store(&self) -> anyhow::Result<(Store, String)> {
         let (data_dir, from) = match (&self.data_dir, &self.config) {
@@ -202,13 +210,7 @@ impl Output {
     /// The shipped class rules after those of `[[profiler.classes]]` in
     /// --config.
     fn classifier(&self, store: &StoreArgs) -> anyhow::Result<Classifier> {
-        let rules = match &store.config {
-            Some(c) => sonde::client::read_config(c)?
-                .profiler
-                .map(|p| p.classes)
-                .unwrap_or_default(),
-            None => Vec::new(),
-        };
+        let rules = store.profiler()?.map(|p| p.classes).unwrap_or_default();
         Ok(Classifier::with(&rules)?)
     }
 
@@ -232,15 +234,21 @@ impl Output {
         })
     }
 
+    /// Prints `view` as one JSON object with --json, else as `text` makes
+    /// it.
+    fn print<T: serde::Serialize>(&self, view: &T, text: fn(&T) -> String) -> anyhow::Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string(view)?);
+        } else {
+            print!("{}", text(view));
+        }
+        Ok(())
+    }
+
     /// Prints the classes of `profile`.
     fn print_classes(&self, profile: &Profile, store: &StoreArgs) -> anyhow::Result<()> {
         let c = classes::classes(profile, &self.classifier(store)?, &self.prices(store)?, 5);
-        if self.json {
-            println!("{}", serde_json::to_string(&c)?);
-        } else {
-            print!("{}", classes::classes_text(&c));
-        }
-        Ok(())
+        self.print(&c, classes::classes_text)
     }
 
     /// Prints how the classes changed from `base` to `new`.
@@ -255,23 +263,12 @@ impl Output {
             &classes::classes(base, &classifier, &prices, 5),
             &classes::classes(new, &classifier, &prices, 5),
         );
-        if self.json {
-            println!("{}", serde_json::to_string(&d)?);
-        } else {
-            print!("{}", classes::diff_text(&d));
-        }
-        Ok(())
+        self.print(&d, classes::diff_text)
     }
 
     /// The prices of the flags, else of `[profiler]` in --config.
     fn prices(&self, store: &StoreArgs) -> anyhow::Result<Prices> {
-        let configured = match &store.config {
-            Some(c) => sonde::client::read_config(c)?
-                .profiler
-                .map(|p| p.prices)
-                .unwrap_or_default(),
-            None => Prices::default(),
-        };
+        let configured = store.profiler()?.map(|p| p.prices).unwrap_or_default();
         if let Some(g) = self.co2_grams_per_core_hour {
             if !(g.is_finite() && g >= 0.0) {
                 bail!("--co2-grams-per-core-hour {g}: must be a number of grams, 0 or more");
@@ -565,12 +562,7 @@ fn fleet_diff(
         Some(out.top),
     );
     views::price_diff(&mut d, &out.prices(store)?);
-    if out.json {
-        println!("{}", serde_json::to_string(&d)?);
-    } else {
-        print!("{}", views::diff_text(&d));
-    }
-    Ok(())
+    out.print(&d, views::diff_text)
 }
 
 /// The exports merged, each named by its host label or else its file,
@@ -707,12 +699,7 @@ fn diff(base: &Profile, new: &Profile, out: &Output, prices: &Prices) -> anyhow:
     }
     let mut d = views::diff(base, new, Some(out.top));
     views::price_diff(&mut d, prices);
-    if out.json {
-        println!("{}", serde_json::to_string(&d)?);
-    } else {
-        print!("{}", views::diff_text(&d));
-    }
-    Ok(())
+    out.print(&d, views::diff_text)
 }
 
 /// Writes the differential flame graph of `base` and `new` to `path`.

@@ -2552,21 +2552,10 @@ fn the_fleet_store_answers_as_the_local_store_and_the_current_engine_agrees() {
         let (fleet, here) = (store(extra), local(extra));
         assert_eq!(fleet["samples"], here["samples"], "{extra:?}");
         assert_eq!(fleet["hosts"], here["hosts"], "{extra:?}");
-        let rows = |top: &Json| -> BTreeMap<(String, String), (u64, u64)> {
-            top["functions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    (
-                        (
-                            r["function"].as_str().unwrap().into(),
-                            r["module"].as_str().unwrap().into(),
-                        ),
-                        (u64_of(&r["self_samples"]), u64_of(&r["total_samples"])),
-                    )
-                })
-                .collect()
+        let rows = |top: &Json| {
+            function_rows(top, |r| {
+                (u64_of(&r["self_samples"]), u64_of(&r["total_samples"]))
+            })
         };
         assert_eq!(rows(&fleet), rows(&here), "{extra:?}");
         assert!(u64_of(&here["samples"]) > 0, "{extra:?}: {here}");
@@ -2849,22 +2838,7 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
         "clickhouse://{}/sonde",
         servers[1].http_url().trim_start_matches("http://")
     );
-    let rows = |top: &Json| -> BTreeMap<(String, String), u64> {
-        top["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (
-                    (
-                        r["function"].as_str().unwrap().into(),
-                        r["module"].as_str().unwrap().into(),
-                    ),
-                    u64_of(&r["self_samples"]),
-                )
-            })
-            .collect()
-    };
+    let rows = |top: &Json| function_rows(top, |r| u64_of(&r["self_samples"]));
     let local = |i: usize| {
         let data = agents[i].path("data");
         profile_json(&["--since", "10m", "--data-dir", data.to_str().unwrap()])
@@ -3019,19 +2993,12 @@ fn three_agents_write_through_a_distributed_table_and_the_fleet_adds_up() {
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
     let mut cpu_here: BTreeMap<(String, String), f64> = BTreeMap::new();
     for i in 0..3 {
-        for r in local(i)["functions"].as_array().unwrap() {
-            let key = (
-                r["function"].as_str().unwrap().to_string(),
-                r["module"].as_str().unwrap().to_string(),
-            );
-            *cpu_here.entry(key).or_insert(0.0) += f64_of(&r["self_cpu_s"]);
+        for (key, cpu_s) in function_rows(&local(i), |r| f64_of(&r["self_cpu_s"])) {
+            *cpu_here.entry(key).or_insert(0.0) += cpu_s;
         }
     }
     for r in priced["functions"].as_array().unwrap() {
-        let key = (
-            r["function"].as_str().unwrap().to_string(),
-            r["module"].as_str().unwrap().to_string(),
-        );
+        let key = function_key(r);
         let cpu_s = f64_of(&r["self_cpu_s"]);
         assert!(
             close(cpu_s, cpu_here[&key]),
@@ -3236,22 +3203,29 @@ fn a_class_diff_shows_what_grew_after_the_workload_changed() {
     assert!(f64_of(&rows[0]["delta_cost_per_year"]) > 0.0, "{d}");
 }
 
-/// Self samples and CPU-seconds by (function, module) of a top table.
-fn self_rows(top: &Json) -> BTreeMap<(String, String), (u64, f64)> {
+/// A row of a `--json` top table's (function, module).
+fn function_key(r: &Json) -> (String, String) {
+    (
+        r["function"].as_str().unwrap().to_string(),
+        r["module"].as_str().unwrap().to_string(),
+    )
+}
+
+/// `value` of each row of a `--json` top table, by (function, module).
+fn function_rows<T>(top: &Json, value: impl Fn(&Json) -> T) -> BTreeMap<(String, String), T> {
     top["functions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| {
-            (
-                (
-                    r["function"].as_str().unwrap().into(),
-                    r["module"].as_str().unwrap().into(),
-                ),
-                (u64_of(&r["self_samples"]), f64_of(&r["self_cpu_s"])),
-            )
-        })
+        .map(|r| (function_key(r), value(r)))
         .collect()
+}
+
+/// Self samples and CPU-seconds by (function, module) of a top table.
+fn self_rows(top: &Json) -> BTreeMap<(String, String), (u64, f64)> {
+    function_rows(top, |r| {
+        (u64_of(&r["self_samples"]), f64_of(&r["self_cpu_s"]))
+    })
 }
 
 #[test]
@@ -3445,10 +3419,7 @@ fn the_admin_site_answers_from_the_fleet_store_and_its_page_shows_the_fleet_in_c
     let year = 365.25 * 86_400.0 / f64_of(&fleet["duration_s"]);
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
     for r in fleet["functions"].as_array().unwrap() {
-        let key = (
-            r["function"].as_str().unwrap().to_string(),
-            r["module"].as_str().unwrap().to_string(),
-        );
+        let key = function_key(r);
         let cpu_s = f64_of(&r["self_cpu_s"]);
         assert!(
             close(cpu_s, u64_of(&r["self_samples"]) as f64 / 19.0),

@@ -218,25 +218,32 @@ fn profile_go() -> Option<(Json, String)> {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("burn");
+    let bin = go_build("burn.go", dir.path());
+    Some(profile_program(Command::new(&bin).arg("10"), dir.path()))
+}
+
+/// Builds tests/profile_runtimes/`source` into `dir`, offline; returns
+/// the binary.
+fn go_build(source_name: &str, dir: &Path) -> PathBuf {
+    let bin = dir.join(source_name.trim_end_matches(".go"));
     let mut build = Command::new("go");
     build
         .args(["build", "-o"])
         .arg(&bin)
-        .arg(source("burn.go"))
-        .current_dir(dir.path())
+        .arg(source(source_name))
+        .current_dir(dir)
         .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-mod=mod")
         .env("GOWORK", "off")
         .env("GOPROXY", "off")
-        .env("GOPATH", dir.path().join("gopath"));
+        .env("GOPATH", dir.join("gopath"));
     // The default build cache where there is one (a cold cache costs ~10 s
     // of compiling the runtime), a throwaway one otherwise.
     if std::env::var_os("HOME").is_none() && std::env::var_os("XDG_CACHE_HOME").is_none() {
-        build.env("GOCACHE", dir.path().join("gocache"));
+        build.env("GOCACHE", dir.join("gocache"));
     }
     run("go build", &mut build);
-    Some(profile_program(Command::new(&bin).arg("10"), dir.path()))
+    bin
 }
 
 #[test]
@@ -632,22 +639,7 @@ fn a_go_programs_slice_growth_is_allocation_gc_and_page_faults() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("grow");
-    let mut build = Command::new("go");
-    build
-        .args(["build", "-o"])
-        .arg(&bin)
-        .arg(source("grow.go"))
-        .current_dir(dir.path())
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOWORK", "off")
-        .env("GOPROXY", "off")
-        .env("GOPATH", dir.path().join("gopath"));
-    if std::env::var_os("HOME").is_none() && std::env::var_os("XDG_CACHE_HOME").is_none() {
-        build.env("GOCACHE", dir.path().join("gocache"));
-    }
-    run("go build", &mut build);
+    let bin = go_build("grow.go", dir.path());
     let (shares, view) = classes_of(Command::new(&bin).arg("15"), dir.path());
     let share = |c: &str| shares.get(c).copied().unwrap_or(0.0);
     // The loop itself is a few instructions per append; most of the rest

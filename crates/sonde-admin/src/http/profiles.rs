@@ -393,18 +393,7 @@ fn answer(
         "/api/profiles/folded" => {
             one(q.range).map(|p| body("text/plain; charset=utf-8", views::folded(&p.rooted(&q.by))))
         }
-        "/api/profiles/pprof" => one(q.range).map(|p| {
-            let mut r = body("application/octet-stream", pprof::encode(&p));
-            let name = format!(
-                "attachment; filename=\"sonde-{}-{}.pb.gz\"",
-                ago_name(q.range.since),
-                ago_name(q.range.until)
-            );
-            if let Ok(v) = HeaderValue::from_str(&name) {
-                r.headers_mut().insert(CONTENT_DISPOSITION, v);
-            }
-            r
-        }),
+        "/api/profiles/pprof" => one(q.range).map(|p| pprof_download(&p, "sonde", q.range)),
         "/api/profiles/processes" => one(q.range).map(|p| json(&processes(&p))),
         "/api/profiles/hosts" => one(q.range).map(|p| json(&p.hosts())),
         "/api/profiles/diff" => both().map(|(base, new)| {
@@ -503,6 +492,20 @@ fn describe(span: Ago) -> String {
     } else {
         format!("{} to {} ago", ago_name(span.since), ago_name(span.until))
     }
+}
+
+/// `p` as gzip pprof, to download as `{prefix}-SINCE-UNTIL.pb.gz`.
+fn pprof_download(p: &Profile, prefix: &str, range: Ago) -> Response<Full<Bytes>> {
+    let mut r = body("application/octet-stream", pprof::encode(p));
+    let name = format!(
+        "attachment; filename=\"{prefix}-{}-{}.pb.gz\"",
+        ago_name(range.since),
+        ago_name(range.until)
+    );
+    if let Ok(v) = HeaderValue::from_str(&name) {
+        r.headers_mut().insert(CONTENT_DISPOSITION, v);
+    }
+    r
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Response<Full<Bytes>> {

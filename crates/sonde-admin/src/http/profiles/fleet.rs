@@ -13,11 +13,10 @@
 
 use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper::header::{HeaderValue, CONTENT_DISPOSITION};
 use hyper::{Response, StatusCode};
 use sonde_profile::cost::Prices;
-use sonde_profile::store::{ago_name, Ago};
-use sonde_profile::{flamegraph, pprof, views, Profile, Root};
+use sonde_profile::store::Ago;
+use sonde_profile::{flamegraph, views, Profile, Root};
 use sonde_sinks::clickhouse::store::{Filter, FleetStore, StoreError, ThreadSamples};
 
 use super::{body, describe, error, json, ProcessRow, Query, ThreadRow, SVG};
@@ -85,18 +84,9 @@ pub(super) fn answer(
             .map(|p| body("text/plain; charset=utf-8", views::folded(&p.rooted(&q.by)))),
         // Per host, so that the export keeps its `host` labels and merges
         // with other exports as one host's does.
-        "/api/profiles/pprof" => profile(q.range, true).map(|p| {
-            let mut r = body("application/octet-stream", pprof::encode(&p));
-            let name = format!(
-                "attachment; filename=\"sonde-fleet-{}-{}.pb.gz\"",
-                ago_name(q.range.since),
-                ago_name(q.range.until)
-            );
-            if let Ok(v) = HeaderValue::from_str(&name) {
-                r.headers_mut().insert(CONTENT_DISPOSITION, v);
-            }
-            r
-        }),
+        "/api/profiles/pprof" => {
+            profile(q.range, true).map(|p| super::pprof_download(&p, "sonde-fleet", q.range))
+        }
         "/api/profiles/processes" => fleet
             .threads(&filter(q.range), MAX_THREADS)
             .map(|t| json(&processes(&t))),
