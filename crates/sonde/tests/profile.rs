@@ -2618,9 +2618,14 @@ fn the_fleet_store_answers_as_the_local_store_and_the_current_engine_agrees() {
         (here.samples_base, here.samples)
     );
     assert_eq!(rows(&there), rows(&here));
-    let (ok, stdout, stderr) = sonde(&[
-        "profile", "diff", "10m..5s", "5s..0s", "--store", &uri, "--json",
-    ]);
+    // Split where the periods split above, however recent they all are.
+    let age = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .saturating_sub(mid);
+    let (base, new) = (format!("10m..{age}s"), format!("{age}s..0s"));
+    let (ok, stdout, stderr) = sonde(&["profile", "diff", &base, &new, "--store", &uri, "--json"]);
     assert!(ok, "{stderr}");
     let d: Json = serde_json::from_str(&stdout).unwrap();
     assert!(u64_of(&d["samples_base"]) > 0, "{d}");
