@@ -634,21 +634,29 @@ fn classes_of(
 }
 
 #[test]
-fn a_go_programs_slice_growth_is_allocation_gc_and_page_faults() {
+fn a_go_programs_slice_growth_is_allocation_and_gc() {
     if !have(&["go"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let bin = go_build("grow.go", dir.path());
-    let (shares, view) = classes_of(Command::new(&bin).arg("15"), dir.path());
+    // One P: with several, the runtime's hand-offs between them (futex
+    // wakes, preemption signals, the scavenger's madvise) took 25-35% of
+    // the samples as locks and syscalls, a share that moved with the
+    // machine's load; with one they are under 2% and the test is about
+    // the allocator and the collector alone.
+    let (shares, view) = classes_of(
+        Command::new(&bin).arg("15").env("GOMAXPROCS", "1"),
+        dir.path(),
+    );
     let share = |c: &str| shares.get(c).copied().unwrap_or(0.0);
-    // The loop itself is a few instructions per append; most of the rest
-    // is growslice, mallocgc and the copy of each growth, the collector,
-    // and the faults of pages the runtime gave back to the kernel and
-    // takes again (a page fault inside growslice is a page fault).
+    // The loop itself is a few instructions per append (about a third of
+    // the samples, unclassified); the rest is growslice, mallocgc and the
+    // copy of each growth, and the collector freeing what was dropped.
+    // Measured: allocation 0.43-0.44, gc 0.18-0.24.
     let memory = share("allocation") + share("gc") + share("page_faults");
     assert!(
-        memory >= 0.5 && share("allocation") >= 0.15,
+        memory >= 0.5 && share("allocation") >= 0.3 && share("gc") >= 0.08,
         "allocation {:.2}, gc {:.2}, page faults {:.2}: {view}",
         share("allocation"),
         share("gc"),

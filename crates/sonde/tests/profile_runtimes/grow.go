@@ -1,8 +1,7 @@
 // A Go program for the hot-spot classes of tests/profile_runtimes.rs: it
 // appends to slices it never pre-sizes, so its CPU goes to the runtime's
-// growslice, mallocgc and the memmove of each growth (class allocation),
-// to the collector freeing what it dropped (class gc), and to faulting in
-// again the pages the runtime gave back (class page_faults).
+// growslice, mallocgc and the memmove of each growth (class allocation)
+// and to the collector freeing what it dropped (class gc).
 //
 // usage: grow SECONDS   (exits by itself after SECONDS of wall time)
 // prints "ready" once running.
