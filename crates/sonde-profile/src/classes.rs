@@ -184,7 +184,28 @@ impl Classifier {
     }
 }
 
+/// The shipped classes and rules alone, as [`Classifier::shipped`].
+impl Default for Classifier {
+    fn default() -> Classifier {
+        Classifier::shipped()
+    }
+}
+
 impl Classifier {
+    /// Whether `name` is a class of this classifier or [`UNCLASSIFIED`]:
+    /// what [`Classifier::keep`] accepts.
+    pub fn knows(&self, name: &str) -> bool {
+        name == UNCLASSIFIED || self.classes.iter().any(|c| c.name == name)
+    }
+
+    /// The class names, in their order, then [`UNCLASSIFIED`], joined by
+    /// `, `: what an error about an unknown class lists.
+    pub fn names(&self) -> String {
+        let mut names: Vec<&str> = self.classes.iter().map(|c| c.name.as_str()).collect();
+        names.push(UNCLASSIFIED);
+        names.join(", ")
+    }
+
     /// The stacks of `profile` in class `name` ([`UNCLASSIFIED`] for those
     /// of none), whole: shares of the result are of the class's samples.
     /// `None` when no class has that name.

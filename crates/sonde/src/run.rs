@@ -616,6 +616,13 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                 .as_ref()
                 .map(|p| p.prices.clone())
                 .unwrap_or_default(),
+            // Each rule was checked when the config was loaded.
+            classes: Arc::new(
+                sonde_profile::classes::Classifier::with(
+                    config.profiler.as_ref().map_or(&[][..], |p| &p.classes),
+                )
+                .context("profiler.classes")?,
+            ),
             fleet: match config.profiler.as_ref().and_then(|p| p.store.as_deref()) {
                 // Checked when the config was loaded.
                 Some(uri) => Some(

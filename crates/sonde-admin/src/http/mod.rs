@@ -89,6 +89,9 @@ pub struct Admin {
     pub profiles: Store,
     /// What a core-hour costs and emits (`[profiler]`), for the tables.
     pub prices: sonde_profile::cost::Prices,
+    /// The hot-spot classes of `/api/profiles/classes` and `class=`: the
+    /// shipped rules after `[[profiler.classes]]`.
+    pub classes: Arc<sonde_profile::classes::Classifier>,
     /// The fleet store (`[profiler] store`) that `/profiles` and
     /// `/api/profiles/` read instead of [`Admin::profiles`]; `None` reads
     /// this host's.
@@ -559,6 +562,7 @@ async fn route<B: ReqBody>(site: Site, req: Request<B>) -> Response<Full<Bytes>>
             profiles::respond(
                 a.profiles.clone(),
                 a.prices.clone(),
+                Arc::clone(&a.classes),
                 a.fleet.clone(),
                 Arc::clone(&a.telemetry.profiler),
                 path.to_string(),
@@ -717,6 +721,7 @@ mod tests {
             telemetry: Arc::new(Telemetry::default()),
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
+            classes: Default::default(),
             fleet: None,
             auth: None,
             tls: None,
@@ -757,6 +762,7 @@ mod tests {
                 telemetry: Arc::new(Telemetry::default()),
                 profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
                 prices: Default::default(),
+                classes: Default::default(),
                 fleet: None,
                 auth: guarded.then(|| Token::new("0123456789abcdef0123456789abcdef").unwrap()),
                 tls: None,
@@ -917,6 +923,7 @@ mod tests {
             telemetry: Arc::clone(&telemetry),
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
+            classes: Default::default(),
             fleet: None,
             auth: Some(Token::new("0123456789abcdef0123456789abcdef").unwrap()),
             tls: None,
@@ -972,6 +979,7 @@ mod tests {
             telemetry: Arc::clone(&telemetry),
             profiles: Store::reader(&std::env::temp_dir().join("sonde-no-such-data-dir")),
             prices: Default::default(),
+            classes: Default::default(),
             fleet: None,
             auth: None,
             tls: Some(Tls::load(&cert, &key).unwrap()),

@@ -6,6 +6,8 @@
 //! |---|---|
 //! | `/api/profiles/top` | the top functions, the JSON of `sonde profile --json` (with each function's cost and CO2 where `[profiler]` prices them) |
 //! | `/api/profiles/diff` | the differential top, the JSON of `sonde profile diff --json` |
+//! | `/api/profiles/classes` | the hot-spot classes, the JSON of `sonde profile --classes --json` |
+//! | `/api/profiles/classes/diff` | how each class changed, the JSON of `sonde profile diff --classes --json` |
 //! | `/api/profiles/flamegraph` | a flame graph (SVG) |
 //! | `/api/profiles/diff/flamegraph` | a differential flame graph (SVG) |
 //! | `/api/profiles/folded` | folded stacks (text) |
@@ -22,7 +24,10 @@
 //! regular expression; `top=N` (default 50) cuts the tables;
 //! `focus=FUNCTION` keeps the stacks through that function, cut to start
 //! at it (`side=callees`, the default) or turned to run from it to their
-//! roots (`side=callers`); `by=process,thread` (any of host, process,
+//! roots (`side=callers`; the classes take the stacks through it either
+//! way); `class=NAME` keeps the samples of one hot-spot class (or
+//! `unclassified`), their stacks whole, before `focus` cuts them;
+//! `by=process,thread` (any of host, process,
 //! thread, outermost first) roots the flame graphs and folded stacks at
 //! where each stack ran; `layout=icicle` (the default, the root at the
 //! top) or `layout=flame` (the root at the bottom) turns the flame graphs.
@@ -44,6 +49,7 @@ use std::sync::Arc;
 
 use hyper::header::{HeaderValue, CONTENT_DISPOSITION, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
+use sonde_profile::classes::{self, Classifier};
 use sonde_profile::cost::Prices;
 use sonde_profile::model::parse_roots;
 use sonde_profile::select::Select;
@@ -72,6 +78,8 @@ struct Query {
     by: Vec<Root>,
     /// Which way flame graphs grow from their root.
     layout: flamegraph::Layout,
+    /// The hot-spot class whose samples alone are kept.
+    class: Option<String>,
 }
 
 fn minutes(since: u64, until: u64) -> Ago {
@@ -94,6 +102,7 @@ impl Query {
             // The root at the top: a browser shows the top of an SVG
             // first, and there an icicle has its widest frames.
             layout: flamegraph::Layout::Icicle,
+            class: None,
         };
         let mut side = Focus::Callees;
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
@@ -127,6 +136,9 @@ impl Query {
                 }
                 "focus" if !value.is_empty() => q.focus = Some((value.to_string(), side)),
                 "focus" => return Err(bad("empty function name")),
+                // An empty class is the page's "all classes".
+                "class" if value.is_empty() => {}
+                "class" => q.class = Some(value.to_string()),
                 "side" => {
                     side = match value {
                         "callees" => Focus::Callees,
@@ -136,7 +148,7 @@ impl Query {
                 }
                 other => {
                     return Err(format!(
-                        "unknown parameter {other:?}; known: range, base, new, pid, process, thread, container, host, top, focus, side, by, layout"
+                        "unknown parameter {other:?}; known: range, base, new, pid, process, thread, container, host, top, focus, side, by, layout, class"
                     ))
                 }
             }
@@ -148,21 +160,72 @@ impl Query {
         Ok(q)
     }
 
-    /// The profile with only the processes asked for, seen from the
-    /// focused function if there is one.
-    fn keep(&self, profile: Profile) -> Profile {
-        let profile = self.select.apply(profile);
+    /// The query as `path` takes it, or a 400's message when `class=`
+    /// names no class of `classifier`. The classes views cut a focus's
+    /// stacks to start at the function (`side=callees`) whatever `side`
+    /// says: a stack turned to run to its root would have its outermost
+    /// caller where its innermost frame was, and be classed by that.
+    fn for_path(mut self, path: &str, classifier: &Classifier) -> Result<Query, String> {
+        if let Some(name) = &self.class {
+            if !classifier.knows(name) {
+                return Err(format!(
+                    "class={name:?}: no such class; the classes are {}",
+                    classifier.names()
+                ));
+            }
+        }
+        if path.starts_with("/api/profiles/classes") {
+            if let Some(focus) = &mut self.focus {
+                focus.1 = Focus::Callees;
+            }
+        }
+        Ok(self)
+    }
+
+    /// `profile` cut to the class asked for, then seen from the focused
+    /// function if there is one: classes are decided on whole stacks,
+    /// before focus cuts or turns them.
+    fn class_and_focus(&self, profile: Profile, classifier: &Classifier) -> Profile {
+        let profile = match &self.class {
+            // Checked by `check_class` before any read: an unknown class
+            // is a 400, never an empty answer.
+            Some(name) => classifier.keep(&profile, name).unwrap_or_default(),
+            None => profile,
+        };
         match &self.focus {
             Some((name, side)) => profile.focus(name, *side),
             None => profile,
         }
     }
 
-    fn read(&self, store: &Store, span: Ago, now: &Now) -> Result<Profile, Failure> {
+    /// The profile with only the processes and the class asked for, seen
+    /// from the focused function if there is one.
+    fn keep(&self, profile: Profile, classifier: &Classifier) -> Profile {
+        self.class_and_focus(self.select.apply(profile), classifier)
+    }
+
+    fn read(
+        &self,
+        store: &Store,
+        classifier: &Classifier,
+        span: Ago,
+        now: &Now,
+    ) -> Result<Profile, Failure> {
         match store.read_at(span, now.ns / 1_000_000_000) {
-            Ok(p) => Ok(self.keep(p)),
+            Ok(p) => Ok(self.keep(p, classifier)),
             Err(e) => Err(unstored(e, span, now)),
         }
+    }
+
+    /// The classes of `profile` (already cut as [`Query::keep`] cuts),
+    /// each with its `top` functions and processes.
+    fn classes(
+        &self,
+        profile: &Profile,
+        classifier: &Classifier,
+        prices: &Prices,
+    ) -> classes::Classes {
+        classes::classes(profile, classifier, prices, self.top)
     }
 }
 
@@ -314,6 +377,7 @@ pub(super) fn handles(path: &str) -> bool {
 pub(super) async fn respond(
     store: Store,
     prices: Prices,
+    classifier: Arc<Classifier>,
     fleet: Option<FleetStore>,
     profiler: Arc<ProfilerStats>,
     path: String,
@@ -335,11 +399,12 @@ pub(super) async fn respond(
             Some(fleet) => fleet::answer(
                 fleet,
                 &prices,
+                &classifier,
                 now.ns / 1_000_000_000,
                 &path,
                 query.as_deref(),
             ),
-            None => answer(&store, &prices, &now, &path, query.as_deref()),
+            None => answer(&store, &prices, &classifier, &now, &path, query.as_deref()),
         }
     })
     .await
@@ -354,15 +419,16 @@ pub(super) async fn respond(
 fn answer(
     store: &Store,
     prices: &Prices,
+    classifier: &Classifier,
     now: &Now,
     path: &str,
     query: Option<&str>,
 ) -> Response<Full<Bytes>> {
-    let q = match Query::parse(query) {
+    let q = match Query::parse(query).and_then(|q| q.for_path(path, classifier)) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
-    let one = |span| q.read(store, span, now);
+    let one = |span| q.read(store, classifier, span, now);
     // Both sides of a diff; one read when they name the same range, so
     // that a period stored between two reads cannot make a range differ
     // from itself.
@@ -400,6 +466,13 @@ fn answer(
             let mut diff = views::diff(&base, &new, Some(q.top));
             views::price_diff(&mut diff, prices);
             json(&diff)
+        }),
+        "/api/profiles/classes" => one(q.range).map(|p| json(&q.classes(&p, classifier, prices))),
+        "/api/profiles/classes/diff" => both().map(|(base, new)| {
+            json(&classes::diff(
+                &q.classes(&base, classifier, prices),
+                &q.classes(&new, classifier, prices),
+            ))
         }),
         "/api/profiles/diff/flamegraph" => both().map(|(base, new)| {
             let options = flamegraph::Options {
@@ -580,6 +653,14 @@ mod tests {
         );
         assert_eq!(q.by, [Root::Process, Root::Thread]);
         assert_eq!(q.top, 5);
+        assert_eq!(
+            Query::parse(Some("class=allocation"))
+                .unwrap()
+                .class
+                .as_deref(),
+            Some("allocation")
+        );
+        assert_eq!(Query::parse(Some("class=")).unwrap().class, None);
         for (query, says) in [
             ("range=10m..20m", "longer ago to shorter ago"),
             ("range=yesterday", "not a range"),
@@ -631,6 +712,7 @@ mod tests {
             let r = answer(
                 &store,
                 &Prices::default(),
+                &Classifier::shipped(),
                 &now,
                 "/api/profiles/top",
                 Some(query),
@@ -666,6 +748,7 @@ mod tests {
         let r = answer(
             &store,
             &Prices::default(),
+            &Classifier::shipped(),
             &hourly,
             "/api/profiles/top",
             None,
@@ -681,7 +764,14 @@ mod tests {
             period: None,
             ..now
         };
-        let r = answer(&store, &Prices::default(), &off, "/api/profiles/top", None);
+        let r = answer(
+            &store,
+            &Prices::default(),
+            &Classifier::shipped(),
+            &off,
+            "/api/profiles/top",
+            None,
+        );
         assert!(r.headers().get(RETRY_AFTER).is_none());
         let body = body_of(r);
         assert_eq!(body["reason"], "empty", "{body}");
@@ -721,6 +811,7 @@ mod tests {
             body_of(answer(
                 &store,
                 &Prices::default(),
+                &Classifier::shipped(),
                 &now,
                 "/api/profiles/diff",
                 Some(query),
@@ -764,11 +855,134 @@ mod tests {
         let body = body_of(answer(
             &store,
             &Prices::default(),
+            &Classifier::shipped(),
             &off,
             "/api/profiles/top",
             Some("range=20s..0s"),
         ));
         assert_eq!(body["reason"], "none_in_range", "{body}");
+    }
+
+    #[test]
+    fn the_classes_view_and_class_filter_answer_from_the_store_and_an_unknown_class_is_a_400() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            sonde_profile::store::dir(tmp.path()),
+            sonde_profile::store::Limits {
+                retention_s: u64::MAX,
+                max_bytes: u64::MAX,
+            },
+        );
+        let start = 1_800_000_000 / 60 * 60;
+        let f = |name: &str, module: &str| sonde_profile::Function {
+            name: name.into(),
+            module: module.into(),
+        };
+        let (main, work, malloc, deflate) = (
+            f("main", "/bin/app"),
+            f("work", "/bin/app"),
+            f("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            f("deflate", "/usr/lib/x86_64-linux-gnu/libz.so.1"),
+        );
+        let process = sonde_profile::Process {
+            pid: 7,
+            name: "app".into(),
+            tid: 7,
+            thread: "app".into(),
+            host: String::new(),
+            container: String::new(),
+            pod: String::new(),
+        };
+        // Two periods: allocation grows from 10 to 40 of 100 samples.
+        for (i, (alloc, zlib)) in [(10, 30), (40, 30)].into_iter().enumerate() {
+            let mut b = sonde_profile::ProfileBuilder::new(100, (start + i as u64) * S, S);
+            b.add(&process, [&main, &work, &malloc], alloc);
+            b.add(&process, [&main, &deflate], zlib);
+            b.add(&process, [&main, &work], 100 - alloc - zlib);
+            store.write(&b.finish()).unwrap();
+        }
+        let now = Now {
+            ns: (start + 5) * S,
+            period: None,
+            periods: 2,
+            write_errors: 0,
+        };
+        let ask = |path: &str, query: &str| {
+            let r = answer(
+                &store,
+                &Prices::default(),
+                &Classifier::shipped(),
+                &now,
+                path,
+                Some(query),
+            );
+            (r.status(), body_of(r))
+        };
+        let (status, c) = ask("/api/profiles/classes", "range=10s..0s");
+        assert_eq!(status, StatusCode::OK, "{c}");
+        let shares: Vec<(&str, u64)> = c["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["class"].as_str().unwrap(), r["samples"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            shares,
+            [
+                ("compression", 60),
+                ("allocation", 50),
+                ("unclassified", 90)
+            ]
+        );
+        assert!(c["classes"][0]["remedy"]
+            .as_str()
+            .unwrap()
+            .contains("zlib-ng"));
+        // One class's table: its functions alone, shares of its samples.
+        let (status, top) = ask("/api/profiles/top", "range=10s..0s&class=allocation");
+        assert_eq!(status, StatusCode::OK, "{top}");
+        assert_eq!(top["samples"], 50);
+        let names: Vec<&str> = top["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["function"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["malloc", "main", "work"], "{top}");
+        // Focused on `work`, the class cut comes first: `work`'s own
+        // samples are unclassified, `malloc`'s allocation.
+        let (_, top) = ask(
+            "/api/profiles/top",
+            "range=10s..0s&class=unclassified&focus=work&side=callers",
+        );
+        assert_eq!(top["samples"], 90, "{top}");
+        // Which class grew between the two periods.
+        let (status, d) = ask(
+            "/api/profiles/classes/diff",
+            &format!("base={}s..{}s&new={}s..0s", 5, 4, 4),
+        );
+        assert_eq!(status, StatusCode::OK, "{d}");
+        assert_eq!(d["classes"][0]["class"], "allocation", "{d}");
+        assert!((d["classes"][0]["delta"].as_f64().unwrap() - 0.3).abs() < 1e-9);
+        // An unknown class is refused with the known ones, on every path.
+        for path in [
+            "/api/profiles/top",
+            "/api/profiles/flamegraph",
+            "/api/profiles/folded",
+            "/api/profiles/pprof",
+            "/api/profiles/diff",
+            "/api/profiles/diff/flamegraph",
+            "/api/profiles/classes",
+        ] {
+            let (status, e) = ask(path, "class=nonsense");
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {e}");
+            let e = e["error"].as_str().unwrap();
+            assert!(
+                e.starts_with("class=\"nonsense\": no such class; the classes are compression, ")
+                    && e.ends_with(", unclassified"),
+                "{path}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -5,15 +5,20 @@
 //! fetch the range's stacks summed over periods, processes and threads
 //! (and per host with `by=host`), never the fleet's sample rows.
 //!
+//! The classes, and any table of one class (`class=`), are of the
+//! range's stacks summed per host there ([`FleetStore::profile`]),
+//! classified here, as `sonde profile --store ... --classes` does.
+//!
 //! What the fleet store cannot answer is a 400 saying so: `by=process`
 //! or `by=thread` (its stacks are summed over them) and `focus=` on a
-//! table (computed in ClickHouse over whole stacks; the flame graphs
-//! take it). A store that cannot be reached or refuses a query is a 502
+//! table of every class (computed in ClickHouse over whole stacks; the
+//! flame graphs, the classes and one class's tables take it). A store that cannot be reached or refuses a query is a 502
 //! naming the store, after at most its connect timeout when it is down.
 
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
+use sonde_profile::classes::{self, Classifier};
 use sonde_profile::cost::Prices;
 use sonde_profile::store::Ago;
 use sonde_profile::{flamegraph, views, Profile, Root};
@@ -30,11 +35,12 @@ const MAX_THREADS: usize = 10_000;
 pub(super) fn answer(
     fleet: &FleetStore,
     prices: &Prices,
+    classifier: &Classifier,
     now_s: u64,
     path: &str,
     query: Option<&str>,
 ) -> Response<Full<Bytes>> {
-    let q = match Query::parse(query) {
+    let q = match Query::parse(query).and_then(|q| q.for_path(path, classifier)) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
@@ -55,16 +61,44 @@ pub(super) fn answer(
     };
     let by_host = q.by.contains(&Root::Host);
     let profile = |span: Ago, by_host: bool| -> Result<Profile, StoreError> {
-        let p = fleet.profile(&filter(span), by_host)?;
-        Ok(match &q.focus {
-            Some((name, side)) => p.focus(name, *side),
-            None => p,
-        })
+        Ok(q.class_and_focus(fleet.profile(&filter(span), by_host)?, classifier))
+    };
+    // Both sides of a diff, per host; one query when they name the same
+    // range.
+    let both = || -> Result<(Profile, Profile), StoreError> {
+        let base = profile(q.base, true)?;
+        let new = if q.new == q.base {
+            base.clone()
+        } else {
+            profile(q.new, true)?
+        };
+        Ok((base, new))
     };
     let result: Result<Response<Full<Bytes>>, StoreError> = match path {
+        // One class's table needs its stacks: ClickHouse's `GROUP BY`
+        // over functions cannot tell a sample's class.
+        "/api/profiles/top" if q.class.is_some() => profile(q.range, true).map(|p| {
+            let mut top = views::top(&p, Some(q.top));
+            views::price_top(&mut top, prices);
+            json(&top)
+        }),
         "/api/profiles/top" => fleet.top(&filter(q.range), Some(q.top)).map(|mut top| {
             views::price_top(&mut top, prices);
             json(&top)
+        }),
+        "/api/profiles/classes" => {
+            profile(q.range, true).map(|p| json(&classes::classes(&p, classifier, prices, q.top)))
+        }
+        "/api/profiles/classes/diff" => both().map(|(base, new)| {
+            json(&classes::diff(
+                &classes::classes(&base, classifier, prices, q.top),
+                &classes::classes(&new, classifier, prices, q.top),
+            ))
+        }),
+        "/api/profiles/diff" if q.class.is_some() => both().map(|(base, new)| {
+            let mut diff = views::diff(&base, &new, Some(q.top));
+            views::price_diff(&mut diff, prices);
+            json(&diff)
         }),
         "/api/profiles/hosts" => fleet.hosts(&filter(q.range)).map(|h| json(&h)),
         "/api/profiles/flamegraph" => profile(q.range, by_host).map(|p| {
@@ -135,9 +169,12 @@ fn supported(q: &Query, path: &str) -> Result<(), String> {
                 .into(),
         );
     }
-    if q.focus.is_some() && matches!(path, "/api/profiles/top" | "/api/profiles/diff") {
+    if q.focus.is_some()
+        && q.class.is_none()
+        && matches!(path, "/api/profiles/top" | "/api/profiles/diff")
+    {
         return Err(format!(
-            "focus=: the fleet store computes {path}'s table in ClickHouse over whole stacks; focus applies to its flame graphs, folded stacks and pprof"
+            "focus=: the fleet store computes {path}'s table in ClickHouse over whole stacks; focus applies to its flame graphs, folded stacks, pprof, classes and the tables of one class (class=)"
         ));
     }
     Ok(())
@@ -204,7 +241,14 @@ mod tests {
         // Nothing listens on port 9 of loopback: every query is refused
         // at once.
         let fleet = FleetStore::open("clickhouse://127.0.0.1:9/sonde").unwrap();
-        let r = answer(&fleet, &Prices::default(), 1_800_000_000, path, Some(query));
+        let r = answer(
+            &fleet,
+            &Prices::default(),
+            &Classifier::shipped(),
+            1_800_000_000,
+            path,
+            Some(query),
+        );
         let status = r.status();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -224,6 +268,13 @@ mod tests {
         assert!(body.contains("focus applies to its flame graphs"), "{body}");
         let (status, _) = ask("range=nope", "/api/profiles/top");
         assert_eq!(status, StatusCode::BAD_REQUEST);
+        let (status, body) = ask("class=nonsense", "/api/profiles/top");
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("no such class"), "{body}");
+        // One class's table is computed here, from the stacks: focus
+        // applies to it.
+        let (status, body) = ask("class=allocation&focus=main", "/api/profiles/top");
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
     }
 
     #[test]
@@ -237,9 +288,11 @@ mod tests {
             "/api/profiles/pprof",
             "/api/profiles/processes",
             "/api/profiles/hosts",
+            "/api/profiles/classes",
+            "/api/profiles/classes/diff",
         ] {
             let (status, body) = ask("focus=main&by=host", path);
-            let expected = if path.ends_with("top") || path.ends_with("diff") {
+            let expected = if path == "/api/profiles/top" || path == "/api/profiles/diff" {
                 StatusCode::BAD_REQUEST
             } else {
                 StatusCode::BAD_GATEWAY
