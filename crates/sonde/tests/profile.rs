@@ -3208,6 +3208,288 @@ fn a_class_diff_shows_what_grew_after_the_workload_changed() {
     assert!(f64_of(&rows[0]["delta_cost_per_year"]) > 0.0, "{d}");
 }
 
+/// The segments of the page's classes bar: (class, the link a click
+/// follows, the segment's markup up to its end).
+fn page_class_segments(dom: &str) -> Vec<(String, String, String)> {
+    let Some(bar) = dom.split("<div id=\"class-bar\"").nth(1) else {
+        return Vec::new();
+    };
+    let bar = bar.split("</div>").next().unwrap();
+    bar.split("<a data-class=\"")
+        .skip(1)
+        .map(|a| {
+            let name = a.split('"').next().unwrap().to_string();
+            let href = a
+                .split(" href=\"")
+                .nth(1)
+                .and_then(|h| h.split('"').next())
+                .unwrap_or("")
+                .replace("&amp;", "&");
+            let markup = a.split("</a>").next().unwrap().to_string();
+            (name, href, markup)
+        })
+        .collect()
+}
+
+/// The numbers of a segment's second line ("30.12% · 4.56 USD/year",
+/// "+12.3 pp"): the first one.
+fn segment_number(markup: &str) -> f64 {
+    let line = markup
+        .split("<span>")
+        .nth(2)
+        .unwrap()
+        .split("</span>")
+        .next()
+        .unwrap();
+    line.split(['%', ' '])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+#[test]
+fn the_admin_site_splits_the_samples_into_classes_keeps_one_class_and_shows_which_grew_on_its_page()
+{
+    let chromium = common::browser::chromium();
+    let _cpu = exclusive();
+    // Phase 1: 10% zlib, 40% the plain loop; phase 2 (on SIGUSR1): 50%
+    // zlib, 10% the loop; 20% malloc churn, page faults and one-byte
+    // writes in both. Killed on drop.
+    let w = Program::start(
+        &programs().classes,
+        &["600", "10,20,20,10,40", "50,20,10,10,10"],
+    );
+    w.wait_line("running");
+    let pid = w.pid().to_string();
+    let agent = profiling_agent(99, "core_cost_per_hour = \"0.10 USD\"");
+    let started = Instant::now();
+    let get = |path: &str| admin_request("GET", agent.admin, path);
+    let json = |path: &str| -> Json {
+        let (status, _, body) = get(path);
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    };
+    // Samples of the workload in `range`; each read merges the range's
+    // stored periods, so it is asked a few times a period, not in a spin.
+    let samples_in = |range: &str| -> u64 {
+        let (_, _, body) = get(&format!("/api/profiles/top?range={range}&pid={pid}&top=1"));
+        let samples = serde_json::from_slice::<Json>(&body)
+            .ok()
+            .and_then(|t| t["samples"].as_u64())
+            .unwrap_or(0);
+        if samples < 200 {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        samples
+    };
+    let ago = |t: Instant| t.elapsed().as_secs();
+    // 200 samples of phase 1 stored more than 2 s ago, which the
+    // comparison's earlier range keeps (it leaves out the 2 s before the
+    // switch).
+    wait_for("200 samples of phase 1 stored", WAIT, || {
+        (samples_in(&format!("{}s..2s", ago(started) + 1)) >= 200).then_some(())
+    });
+    assert!(Command::new("kill")
+        .args(["-USR1", &pid])
+        .status()
+        .unwrap()
+        .success());
+    w.wait_line("phase 2");
+    let switched = Instant::now();
+    // The ranges on either side of the switch, leaving out the period
+    // holding it; relative to now, so made again at each use.
+    let ranges = || {
+        (
+            format!("{}s..{}s", ago(started) + 1, ago(switched) + 2),
+            format!("{}s..0s", ago(switched).saturating_sub(1)),
+        )
+    };
+    wait_for("200 samples of phase 2 stored", WAIT, || {
+        (samples_in(&ranges().1) >= 200).then_some(())
+    });
+    drop(w);
+
+    // Across the switch, zlib's share grew by its 40 points.
+    let (base, new) = ranges();
+    let d = json(&format!(
+        "/api/profiles/classes/diff?base={base}&new={new}&pid={pid}"
+    ));
+    assert_eq!(d["classes"][0]["class"], "compression", "{base} {new}: {d}");
+    assert!(f64_of(&d["classes"][0]["delta"]) > 0.25, "{d}");
+
+    if let Some(chromium) = &chromium {
+        let page = format!("http://127.0.0.1:{}", agent.admin);
+        // The bar: a segment per class of the workload, each with its
+        // share and cost a year, its remedy in its tooltip. (The agent
+        // may yet store a few samples of the workload's exit: shares to
+        // half a point.)
+        let dom = common::browser::render_page(
+            chromium,
+            &format!("{page}/profiles?range=10m..0s&pid={pid}"),
+            None,
+        );
+        let api = json(&format!("/api/profiles/classes?range=10m..0s&pid={pid}"));
+        let classes = class_shares(&api);
+        let segments = page_class_segments(&dom);
+        let names: std::collections::BTreeSet<&str> =
+            segments.iter().map(|s| s.0.as_str()).collect();
+        assert_eq!(names, classes.keys().map(String::as_str).collect(), "{dom}");
+        for (name, _, markup) in &segments {
+            let share = segment_number(markup);
+            assert!(
+                (share - classes[name].0 * 100.0).abs() < 0.5,
+                "{name}: {markup}"
+            );
+            assert!(markup.contains(" USD/year"), "{markup}");
+        }
+        let (_, link, markup) = segments.iter().find(|s| s.0 == "compression").unwrap();
+        assert!(markup.contains("What helps: a faster library"), "{markup}");
+        // A click on compression (its link): the table and the flame
+        // graph hold its samples alone, its segment is marked, and a
+        // second click or "all classes" undoes it.
+        let dom = common::browser::render_page(chromium, &format!("{page}{link}"), None);
+        assert!(!dom.contains("class=\"summary error\""), "{dom}");
+        let rows: std::collections::BTreeSet<String> =
+            page_rows(&dom).into_iter().map(|r| r.0).collect();
+        let want: std::collections::BTreeSet<String> = json(&format!(
+            "/api/profiles/top?range=10m..0s&pid={pid}&class=compression&top=500"
+        ))["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["function"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(rows, want, "{link}");
+        assert!(
+            rows.contains("do_deflate") && !rows.contains("do_plain"),
+            "{rows:?}"
+        );
+        let frame = |name: &str| dom.contains(&format!("<g class=\"frame\" data-name=\"{name}\""));
+        assert!(
+            frame("do_deflate") && !frame("do_plain") && !frame("do_churn"),
+            "{dom}"
+        );
+        let segments = page_class_segments(&dom);
+        let chosen = segments.iter().find(|s| s.0 == "compression").unwrap();
+        assert!(chosen.2.contains("class=\"selected\""), "{}", chosen.2);
+        assert!(
+            !chosen.1.contains("class="),
+            "a second click clears it: {}",
+            chosen.1
+        );
+        assert!(
+            dom.contains("<a id=\"all-classes\" href=\"/profiles?range=10m..0s&amp;pid="),
+            "{dom}"
+        );
+        // The comparison across the switch: compression's segment grew
+        // by its points, the plain loop's (unclassified) shrank.
+        let (base, new) = ranges();
+        let dom = common::browser::render_page(
+            chromium,
+            &format!("{page}/profiles?compare=1&base={base}&new={new}&pid={pid}"),
+            None,
+        );
+        let segments = page_class_segments(&dom);
+        let segment = |name: &str| {
+            segments
+                .iter()
+                .find(|s| s.0 == name)
+                .unwrap_or_else(|| panic!("no {name} segment: {dom}"))
+                .2
+                .clone()
+        };
+        let grew = segment("compression");
+        assert!(
+            grew.contains("class=\"grew\"") && segment_number(&grew) > 25.0,
+            "{grew}"
+        );
+        let shrank = segment("unclassified");
+        assert!(
+            shrank.contains("class=\"shrank\"") && segment_number(&shrank) < -15.0,
+            "{shrank}"
+        );
+        assert!(dom.contains("compression grew the most, +"), "{dom}");
+    }
+
+    // The API's view of the last 10 minutes and the command's, read
+    // again until the API's samples were the same before and after the
+    // command: then the store did not change under it (the agent may
+    // store a few samples of the workload's exit a period or more late).
+    let data = agent.path("data");
+    let data = data.to_str().unwrap();
+    let same_span = |path: String, args: &[&str]| -> (Json, Json) {
+        let mut all = vec!["--since", "10m", "--data-dir", data, "--pid", &pid];
+        all.extend_from_slice(args);
+        wait_for(
+            "the store unchanged over a run of the command",
+            WAIT,
+            || {
+                let before = json(&path);
+                let cli = profile_json(&all);
+                (json(&path)["samples"] == before["samples"]).then_some((before, cli))
+            },
+        )
+    };
+    // The API's classes are the command's, of the same store span.
+    let (api, cli) = same_span(
+        format!("/api/profiles/classes?range=10m..0s&pid={pid}"),
+        &["--classes"],
+    );
+    assert_eq!(class_shares(&api), class_shares(&cli), "{api}\n{cli}");
+    assert_eq!(api["samples"], cli["samples"]);
+    let classes = class_shares(&api);
+    for class in [
+        "compression",
+        "allocation",
+        "page_faults",
+        "syscalls",
+        "unclassified",
+    ] {
+        assert!(classes.contains_key(class), "no {class}: {api}");
+    }
+    assert!(
+        api["classes"][0]["cost_per_year"].as_f64().unwrap() > 0.0,
+        "{api}"
+    );
+    // class= keeps that class's samples, stacks whole: the table is the
+    // command's --class table, its self time mostly in zlib, its callers
+    // above; no other activity's function.
+    let (only, cli_only) = same_span(
+        format!("/api/profiles/top?range=10m..0s&pid={pid}&class=compression&top=100000"),
+        &["--class", "compression"],
+    );
+    assert_eq!(self_rows(&only), self_rows(&cli_only));
+    assert_eq!(u64_of(&only["samples"]), classes["compression"].1);
+    let functions = self_by_function(&only);
+    assert!(functions.contains_key("do_deflate"), "{only}");
+    for other in ["do_plain", "do_churn", "do_fault", "do_write"] {
+        assert!(!functions.contains_key(other), "{other} in {only}");
+    }
+    let most = only["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|r| u64_of(&r["self_samples"]))
+        .unwrap();
+    assert!(most["module"].as_str().unwrap().contains("libz"), "{most}");
+    let (status, _, svg) = get(&format!(
+        "/api/profiles/flamegraph?range=10m..0s&pid={pid}&class=unclassified"
+    ));
+    assert_eq!(status, 200);
+    let frames = svg_frames(&String::from_utf8(svg).unwrap());
+    assert!(frames.iter().any(|f| f.0 == "do_plain"), "{frames:?}");
+    assert!(!frames.iter().any(|f| f.0 == "do_deflate"), "{frames:?}");
+    // An unknown class is a 400 naming the classes there are.
+    let (status, _, body) = get("/api/profiles/top?range=10m..0s&class=nonsense");
+    let body = String::from_utf8(body).unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("no such class") && body.contains("compression, "),
+        "{body}"
+    );
+}
+
 /// A row of a `--json` top table's (function, module).
 fn function_key(r: &Json) -> (String, String) {
     (
