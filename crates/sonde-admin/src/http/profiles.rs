@@ -187,8 +187,8 @@ impl Query {
     /// before focus cuts or turns them.
     fn class_and_focus(&self, profile: Profile, classifier: &Classifier) -> Profile {
         let profile = match &self.class {
-            // Checked by `check_class` before any read: an unknown class
-            // is a 400, never an empty answer.
+            // Checked by `for_path` before any read: an unknown class is
+            // a 400, never an empty answer.
             Some(name) => classifier.keep(&profile, name).unwrap_or_default(),
             None => profile,
         };
@@ -215,17 +215,6 @@ impl Query {
             Ok(p) => Ok(self.keep(p, classifier)),
             Err(e) => Err(unstored(e, span, now)),
         }
-    }
-
-    /// The classes of `profile` (already cut as [`Query::keep`] cuts),
-    /// each with its `top` functions and processes.
-    fn classes(
-        &self,
-        profile: &Profile,
-        classifier: &Classifier,
-        prices: &Prices,
-    ) -> classes::Classes {
-        classes::classes(profile, classifier, prices, self.top)
     }
 }
 
@@ -467,11 +456,13 @@ fn answer(
             views::price_diff(&mut diff, prices);
             json(&diff)
         }),
-        "/api/profiles/classes" => one(q.range).map(|p| json(&q.classes(&p, classifier, prices))),
+        "/api/profiles/classes" => {
+            one(q.range).map(|p| json(&classes::classes(&p, classifier, prices, q.top)))
+        }
         "/api/profiles/classes/diff" => both().map(|(base, new)| {
             json(&classes::diff(
-                &q.classes(&base, classifier, prices),
-                &q.classes(&new, classifier, prices),
+                &classes::classes(&base, classifier, prices, q.top),
+                &classes::classes(&new, classifier, prices, q.top),
             ))
         }),
         "/api/profiles/diff/flamegraph" => both().map(|(base, new)| {
