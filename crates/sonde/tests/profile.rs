@@ -3743,6 +3743,34 @@ fn the_admin_site_answers_from_the_fleet_store_and_its_page_shows_the_fleet_in_c
     }
     let expected: BTreeMap<String, u64> = expected.into_iter().collect();
     assert_eq!(roots, expected);
+    // The fleet's classes are the hosts' added up, class for class, and
+    // class= keeps one class's samples of the fleet.
+    let (status, classes) = api("/api/profiles/classes?range=10m..0s");
+    assert_eq!(status, 200, "{classes}");
+    let mut added: BTreeMap<String, u64> = BTreeMap::new();
+    for agent in agents.iter().take(2) {
+        let data = agent.path("data");
+        let here = profile_json(&[
+            "--since",
+            "10m",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--classes",
+        ]);
+        for (class, (_, n)) in class_shares(&here) {
+            *added.entry(class).or_insert(0) += n;
+        }
+    }
+    let there: BTreeMap<String, u64> = class_shares(&classes)
+        .into_iter()
+        .map(|(c, (_, n))| (c, n))
+        .collect();
+    assert_eq!(there, added, "{classes}");
+    let (status, unclassified) =
+        api("/api/profiles/top?range=10m..0s&class=unclassified&top=100000");
+    assert_eq!(status, 200, "{unclassified}");
+    assert_eq!(u64_of(&unclassified["samples"]), there["unclassified"]);
+    assert!(self_by_function(&unclassified)["hot"] > 0, "{unclassified}");
 
     if let Some(chromium) = chromium {
         let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
@@ -3756,6 +3784,13 @@ fn the_admin_site_answers_from_the_fleet_store_and_its_page_shows_the_fleet_in_c
             Some(&shots.join("profiles-fleet.png")),
         );
         assert!(!dom.contains("class=\"summary error\""), "{dom}");
+        // The fleet's classes bar.
+        let bar: Vec<String> = page_class_segments(&dom).into_iter().map(|s| s.0).collect();
+        assert_eq!(
+            bar.iter().collect::<std::collections::BTreeSet<_>>(),
+            there.keys().collect(),
+            "{dom}"
+        );
         assert!(dom.contains(&format!("Fleet store {uri}")), "{dom}");
         let page_hosts: Vec<&str> = dom
             .split("<tr data-host=\"")
