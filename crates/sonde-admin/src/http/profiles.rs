@@ -211,10 +211,73 @@ impl Query {
         span: Ago,
         now: &Now,
     ) -> Result<Profile, Failure> {
-        match store.read_at(span, now.ns / 1_000_000_000) {
-            Ok(p) => Ok(self.keep(p, classifier)),
+        match recent::read(store, span, now.ns / 1_000_000_000) {
+            Ok(p) => Ok(self.keep(Profile::clone(&p), classifier)),
             Err(e) => Err(unstored(e, span, now)),
         }
+    }
+}
+
+/// The store's last few reads, shared by the requests of one page load.
+///
+/// # Design
+///
+/// A load of the `/profiles` page asks for the table, the classes, the
+/// flame graph and the processes of one range: four requests that each
+/// decode and merge every stored period in it, seconds each for a busy
+/// host's hour on a small machine. Reads go one at a time through here,
+/// and a read of the same stored files (the same start times and sizes)
+/// as one of the last [`recent::KEPT`] reads takes a copy of its merged
+/// profile instead: one read per range per load. The cost is memory: up
+/// to that many merged profiles stay until later reads replace them.
+mod recent {
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use sonde_profile::store::{Ago, SpanError, Store};
+    use sonde_profile::Profile;
+
+    /// How many reads are kept: a comparison's two ranges and one more.
+    pub(super) const KEPT: usize = 3;
+
+    /// What a read merged: the store's directory and each file's start
+    /// and size.
+    type Key = (std::path::PathBuf, Vec<(u64, u64)>);
+
+    static RECENT: Mutex<Vec<(Key, Arc<Profile>)>> = Mutex::new(Vec::new());
+
+    /// `span` of `store` as of `now_s`, merged, as [`Store::read_at`]
+    /// reads it.
+    pub(super) fn read(store: &Store, span: Ago, now_s: u64) -> Result<Arc<Profile>, SpanError> {
+        // Held over the read: requests of one load that arrive together
+        // wait for the first one's read rather than each reading.
+        let mut recent = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+        let (from, until) = span.bounds(now_s);
+        let key = || -> Result<Key, SpanError> {
+            let files = store
+                .list()?
+                .into_iter()
+                .filter(|e| (from..until).contains(&e.start_s))
+                .map(|e| (e.start_s, e.bytes))
+                .collect();
+            Ok((store.path().to_path_buf(), files))
+        };
+        let before = key()?;
+        if let Some(i) = recent.iter().position(|(k, _)| *k == before) {
+            let hit = recent.remove(i);
+            let profile = Arc::clone(&hit.1);
+            recent.push(hit);
+            return Ok(profile);
+        }
+        let profile = Arc::new(store.read_at(span, now_s)?);
+        // Kept only when no period was stored or removed during the read,
+        // so that the profile is of the files its key names.
+        if key()? == before {
+            if recent.len() == KEPT {
+                recent.remove(0);
+            }
+            recent.push((before, Arc::clone(&profile)));
+        }
+        Ok(profile)
     }
 }
 
@@ -974,6 +1037,50 @@ mod tests {
                 "{path}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn reads_of_the_same_stored_files_share_one_merge_and_a_new_period_is_read_afresh() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            sonde_profile::store::dir(tmp.path()),
+            sonde_profile::store::Limits {
+                retention_s: u64::MAX,
+                max_bytes: u64::MAX,
+            },
+        );
+        let start = 1_800_000_000 / 60 * 60;
+        let process = sonde_profile::Process {
+            pid: 7,
+            name: "app".into(),
+            tid: 7,
+            thread: "app".into(),
+            host: String::new(),
+            container: String::new(),
+            pod: String::new(),
+        };
+        let main = sonde_profile::Function {
+            name: "main".into(),
+            module: "/bin/app".into(),
+        };
+        let period = |i: u64| {
+            let mut b = sonde_profile::ProfileBuilder::new(100, (start + i) * S, S);
+            b.add(&process, [&main], 10);
+            store.write(&b.finish()).unwrap();
+        };
+        period(0);
+        period(1);
+        let span = Ago::parse("10s..0s").unwrap();
+        let first = recent::read(&store, span, start + 5).unwrap();
+        let again = recent::read(&store, span, start + 6).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(again.samples(), 20);
+        period(2);
+        let third = recent::read(&store, span, start + 6).unwrap();
+        assert_eq!(third.samples(), 30);
+        // A shorter range holds other files: its own read.
+        let last = recent::read(&store, Ago::parse("4s..0s").unwrap(), start + 6).unwrap();
+        assert_eq!(last.samples(), 10);
     }
 
     #[test]
