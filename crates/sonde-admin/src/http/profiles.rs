@@ -37,7 +37,8 @@
 //! profiler has yet to fill (`waiting`, with `next_profile_in_s`) or one
 //! before the first stored profile (`before_first`) from an empty store
 //! (`empty`) or a gap (`none_in_range`). Each request reads and merges
-//! the store's files on tokio's blocking pool, off the listener's thread.
+//! the store's files on tokio's blocking pool, off the listener's thread;
+//! requests of the same stored files share one read ([`recent`]).
 //!
 //! With `[profiler] store` set, every path answers from that fleet store
 //! instead ([`fleet`]), with the same parameters.
