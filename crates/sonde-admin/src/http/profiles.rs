@@ -230,9 +230,12 @@ impl Query {
 /// and a read of the same stored files (the same start times and sizes)
 /// as one of the last [`recent::KEPT`] reads takes a copy of its merged
 /// profile instead: one read per range per load. The cost is memory: up
-/// to that many merged profiles stay until later reads replace them.
+/// to that many merged profiles, for [`recent::KEEP_FOR`] after their
+/// read; then a timer on the runtime lets them go, so that an agent
+/// whose page was looked at once holds nothing more than before.
 mod recent {
     use std::sync::{Arc, Mutex, PoisonError};
+    use std::time::{Duration, Instant};
 
     use sonde_profile::store::{Ago, SpanError, Store};
     use sonde_profile::Profile;
@@ -240,11 +243,22 @@ mod recent {
     /// How many reads are kept: a comparison's two ranges and one more.
     pub(super) const KEPT: usize = 3;
 
+    /// How long a read is kept: a page load's requests come within a
+    /// second or two of each other, however long the first read took.
+    pub(super) const KEEP_FOR: Duration = Duration::from_secs(30);
+
     /// What a read merged: the store's directory and each file's start
     /// and size.
     type Key = (std::path::PathBuf, Vec<(u64, u64)>);
 
-    static RECENT: Mutex<Vec<(Key, Arc<Profile>)>> = Mutex::new(Vec::new());
+    type Kept = Vec<(Key, Arc<Profile>, Instant)>;
+
+    static RECENT: Mutex<Kept> = Mutex::new(Vec::new());
+
+    /// Lets go of the reads older than [`KEEP_FOR`].
+    fn expire(recent: &mut Kept) {
+        recent.retain(|(_, _, at)| at.elapsed() < KEEP_FOR);
+    }
 
     /// `span` of `store` as of `now_s`, merged, as [`Store::read_at`]
     /// reads it.
@@ -252,6 +266,7 @@ mod recent {
         // Held over the read: requests of one load that arrive together
         // wait for the first one's read rather than each reading.
         let mut recent = RECENT.lock().unwrap_or_else(PoisonError::into_inner);
+        expire(&mut recent);
         let (from, until) = span.bounds(now_s);
         let key = || -> Result<Key, SpanError> {
             let files = store
@@ -263,7 +278,7 @@ mod recent {
             Ok((store.path().to_path_buf(), files))
         };
         let before = key()?;
-        if let Some(i) = recent.iter().position(|(k, _)| *k == before) {
+        if let Some(i) = recent.iter().position(|(k, _, _)| *k == before) {
             let hit = recent.remove(i);
             let profile = Arc::clone(&hit.1);
             recent.push(hit);
@@ -276,7 +291,16 @@ mod recent {
             if recent.len() == KEPT {
                 recent.remove(0);
             }
-            recent.push((before, Arc::clone(&profile)));
+            recent.push((before, Arc::clone(&profile), Instant::now()));
+            // Reads run on the runtime's blocking pool, which has a
+            // handle to it; outside one (a unit test) the next read
+            // expires what is old.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async {
+                    tokio::time::sleep(KEEP_FOR + Duration::from_millis(100)).await;
+                    expire(&mut RECENT.lock().unwrap_or_else(PoisonError::into_inner));
+                });
+            }
         }
         Ok(profile)
     }
