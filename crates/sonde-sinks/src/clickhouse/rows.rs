@@ -6,7 +6,7 @@
 //! straight from the profile without an intermediate value per cell.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::Hasher as _;
+use std::hash::{BuildHasher as _, Hasher as _};
 use std::time::{Duration, Instant};
 
 use sonde_profile::Profile;
@@ -44,6 +44,11 @@ pub struct Rows {
     host: String,
     sent: HashSet<u64>,
     since: Instant,
+    /// Random per `Rows`, so that no two agents (or runs) name a batch
+    /// alike.
+    seed: u64,
+    /// Batches made so far.
+    batches: u64,
 }
 
 /// One period's rows: new stacks, and samples.
@@ -66,12 +71,25 @@ impl Rows {
             host: host.to_string(),
             sent: HashSet::new(),
             since: Instant::now(),
+            // The standard library's per-process random keys: 64 random
+            // bits without a crate for them.
+            seed: std::collections::hash_map::RandomState::new().hash_one(host),
+            batches: 0,
         }
+    }
+
+    /// The id of the next batch: XXH64 of the seed and a counter.
+    fn next_batch(&mut self) -> u64 {
+        self.batches += 1;
+        let mut h = twox_hash::XxHash64::with_seed(self.seed);
+        h.write(&self.batches.to_le_bytes());
+        h.finish()
     }
 
     /// The rows of `profile`: one sample row per process, thread name and
     /// stack (the threads of one name merged), and a stack row for each
-    /// stack not written in the last hour.
+    /// stack not written in the last hour. The sample rows are one batch:
+    /// each names it and its number of rows.
     pub fn period(&mut self, profile: &Profile) -> PeriodRows {
         if self.since.elapsed() >= SENT_FOR || self.sent.len() >= SENT_MAX {
             self.sent.clear();
@@ -112,6 +130,8 @@ impl Rows {
         let period = u32::try_from(profile.start_ns / 1_000_000_000).unwrap_or(u32::MAX);
         let duration_ms = u32::try_from(profile.duration_ns / 1_000_000).unwrap_or(u32::MAX);
         let frequency = u16::try_from(profile.frequency).unwrap_or(u16::MAX);
+        let batch = self.next_batch();
+        let batch_rows = u32::try_from(order.len()).unwrap_or(u32::MAX);
         for key in order {
             let (process, count) = merged[&key];
             let p = &profile.processes[process];
@@ -132,6 +152,8 @@ impl Rows {
             put_str(o, &p.pod);
             put_u64(o, key.2);
             o.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
+            put_u64(o, batch);
+            o.extend_from_slice(&batch_rows.to_le_bytes());
             out.sample_rows += 1;
         }
         out
@@ -243,9 +265,18 @@ mod tests {
         );
         want.extend_from_slice(&40u32.to_le_bytes());
         assert!(first.samples.starts_with(&want), "{:?}", first.samples);
-        // The next period writes its samples, not the stacks again.
+        // Then the batch's id and its two rows.
+        let batch = |rows: &[u8]| u64::from_le_bytes(rows[want.len()..][..8].try_into().unwrap());
+        let count = &first.samples[want.len() + 8..][..4];
+        assert_eq!(count, 2u32.to_le_bytes());
+        // The next period writes its samples, not the stacks again, as
+        // another batch.
         let second = rows.period(&profile);
         assert_eq!((second.stack_rows, second.sample_rows), (0, 2));
-        assert_eq!(second.samples, first.samples);
+        assert_eq!(second.samples.len(), first.samples.len());
+        assert_ne!(batch(&second.samples), batch(&first.samples));
+        // Another agent's first batch is not this one's either.
+        let other = Rows::new("h1").period(&profile);
+        assert_ne!(batch(&other.samples), batch(&first.samples));
     }
 }

@@ -8,11 +8,15 @@
 //! by the thread's name, and the thread id is left to the agent's local
 //! store, which the live views read.
 //!
-//! A request sent again after a failure writes the same rows again.
-//! Both tables are `ReplacingMergeTree`s ordered by their natural key (a
-//! stack's id; a sample's period, host, pid, thread and stack), so a
-//! merge keeps one of each, and the views read a sample's count with
-//! `any()` per key until then: a retry never counts twice.
+//! A request sent again after a failure writes the same rows again. Each
+//! sample row carries its request's `batch` (an id no other request of
+//! any agent has) and `batch_rows` (how many rows the request wrote):
+//! the views weigh the rows of a batch that holds more rows than that by
+//! `batch_rows / count` ([`super::store`]), so a retry never counts
+//! twice. Both tables are also `ReplacingMergeTree`s ordered by their
+//! natural key (a stack's id; a sample's period, host, pid, thread and
+//! stack), so a merge keeps one copy of each row, and the disk the
+//! copies took is given back.
 //!
 //! Log records take one table, `logs`: a row per record with its time
 //! (its own, or when the agent took it), host, source, file, offset,
@@ -41,7 +45,7 @@ const STACKS: &str = "stack_id UInt64, frames Array(String), modules Array(Strin
 /// The columns of `profile_samples`, as [`super::rows`] writes them.
 const SAMPLES: &str = "period DateTime, duration_ms UInt32, frequency UInt16, host String, \
      pid UInt32, process String, thread String, container String, pod String, \
-     stack_id UInt64, samples UInt32";
+     stack_id UInt64, samples UInt32, batch UInt64, batch_rows UInt32";
 
 /// The columns of `logs`, as [`super::logs`] writes them.
 const LOG_COLUMNS: &str = "time DateTime, host String, source String, file String, \

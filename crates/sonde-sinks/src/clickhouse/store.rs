@@ -5,14 +5,20 @@
 //! aggregated over hosts and periods, never sample rows. Nothing reads a
 //! day of a fleet's rows into the process.
 //!
-//! Each sample row is counted once however often a retry wrote it: the
-//! first step of every query groups the rows by their key (period, host,
-//! pid, thread, stack) and takes `any(samples)`. The queries run on
-//! ClickHouse 18.16 and on the current engine alike (the tests run each
-//! on both): `ALL INNER JOIN` of aliased subqueries, a right side
-//! deduplicated by its key, no functions newer than 18.16. They read a
-//! `Distributed` table as they read a local one: the outer query joins on
-//! the server asked, and the stacks' `IN` is `GLOBAL` (its set is built
+//! Each sample row is counted once however often a retry wrote it. Every
+//! row carries its request's `batch` id and row count (`batch_rows`): a
+//! view first asks which batches of the span have more rows than that
+//! (one small `GROUP BY batch`, empty unless a retry wrote a period twice
+//! and no merge has collapsed the copies yet), then sums the samples in
+//! one pass, each row of such a batch weighted by `batch_rows / count`.
+//! No query groups by a sample's whole key, so a day of a fleet is one
+//! streaming aggregation per stack, not a hash table of every row. The
+//! queries run on ClickHouse 18.16 and on the current engine alike (the
+//! tests run each on both): `ALL INNER JOIN` of aliased subqueries, a
+//! right side deduplicated by its key, no functions newer than 18.16.
+//! They read a `Distributed` table as they read a local one: the outer
+//! query joins on the server asked, and the stacks' `IN` is `GLOBAL` (its
+//! set is built
 //! once there and sent to the shards, as a `Distributed` table needs).
 
 use std::fmt::Write as _;
@@ -68,13 +74,47 @@ fn literal(s: &str) -> String {
     out
 }
 
+/// The batches a retry wrote more than once, each with the weight of its
+/// rows ([`FleetStore::copies`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Copies(pub Vec<(u64, f64)>);
+
+impl Copies {
+    /// The sum of `expr` over sample rows, each counted once: a plain
+    /// `sum` without copies, else each row of a copied batch weighted
+    /// (`transform` maps its batch to the weight, every other to 1) and
+    /// rounded back to whole samples when `expr` is a count.
+    fn sum(&self, expr: &str) -> String {
+        if self.0.is_empty() {
+            return format!("sum({expr})");
+        }
+        let (mut batches, mut weights) = (String::new(), String::new());
+        for (i, (b, w)) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            let _ = write!(batches, "{sep}toUInt64({b})");
+            let _ = write!(weights, "{sep}{w:?}");
+        }
+        let weighted = format!("sum({expr} * transform(batch, [{batches}], [{weights}], 1.))");
+        if expr == "samples" {
+            format!("toUInt64(round({weighted}))")
+        } else {
+            weighted
+        }
+    }
+}
+
 impl Filter {
-    /// The filter as a `WHERE` condition on `profile_samples`.
-    fn condition(&self) -> String {
-        let mut c = format!(
+    /// The span's periods as a `WHERE` condition on `profile_samples`.
+    fn span(&self) -> String {
+        format!(
             "period >= toDateTime({}) AND period < toDateTime({})",
             self.from_s, self.until_s
-        );
+        )
+    }
+
+    /// The filter as a `WHERE` condition on `profile_samples`.
+    fn condition(&self) -> String {
+        let mut c = self.span();
         let list = |items: Vec<String>| items.join(", ");
         if !self.hosts.is_empty() {
             let _ = write!(
@@ -242,17 +282,44 @@ impl FleetStore {
         Ok(body)
     }
 
+    /// The batches of the span of `filter` that a retry wrote more than
+    /// once, with the weight of each of their rows (`batch_rows / count`):
+    /// none at all unless a retry wrote a request twice and no merge has
+    /// collapsed the copies yet. The span's periods only: a batch is one
+    /// period of one host, so every row of it is in the span or none is,
+    /// whatever the view's other filters keep.
+    ///
+    /// # Errors
+    ///
+    /// As [`FleetStore::top`].
+    pub fn copies(&self, filter: &Filter) -> Result<Copies, StoreError> {
+        let sql = format!(
+            "SELECT batch, any(batch_rows) / count() FROM {}.profile_samples WHERE {} \
+             GROUP BY batch HAVING count() > any(batch_rows) FORMAT TabSeparated",
+            self.db,
+            filter.span()
+        );
+        let mut out = Copies::default();
+        for line in self.query(&sql)?.lines() {
+            let (batch, weight) = line.split_once('\t').ok_or_else(|| self.bad_row(line))?;
+            out.0.push((
+                batch.parse().map_err(|_| self.bad_row(line))?,
+                weight.parse().map_err(|_| self.bad_row(line))?,
+            ));
+        }
+        Ok(out)
+    }
+
     /// The statement [`FleetStore::top`] runs: per function, its self and
     /// total samples and CPU-seconds.
-    pub fn top_sql(&self, filter: &Filter) -> String {
+    pub fn top_sql(&self, filter: &Filter, copies: &Copies) -> String {
         let db = &self.db;
         let cond = filter.condition();
+        let (n, cpu) = (copies.sum("samples"), copies.sum("samples / frequency"));
         format!(
             "SELECT f, m, sum(c * leaf) AS self, sum(c) AS total, sum(cpu * leaf) AS self_cpu, sum(cpu) AS total_cpu \
-             FROM (SELECT stack_id, sum(n) AS c, sum(n / frequency) AS cpu FROM \
-               (SELECT period, host, pid, thread, stack_id, any(samples) AS n, any(frequency) AS frequency \
-                FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
-               GROUP BY stack_id) AS per_stack \
+             FROM (SELECT stack_id, {n} AS c, {cpu} AS cpu \
+                FROM {db}.profile_samples WHERE {cond} GROUP BY stack_id) AS per_stack \
              ALL INNER JOIN \
                (SELECT stack_id, f, m, max(i = length(fr)) AS leaf FROM \
                  (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
@@ -265,29 +332,27 @@ impl FleetStore {
 
     /// The statement of the span's samples per host, and its first period
     /// and end.
-    pub fn span_sql(&self, filter: &Filter) -> String {
+    pub fn span_sql(&self, filter: &Filter, copies: &Copies) -> String {
         let db = &self.db;
         let cond = filter.condition();
+        let n = copies.sum("samples");
         format!(
-            "SELECT host, sum(n), toUInt32(min(period)), toUInt64(max(toUInt64(period) * 1000 + duration_ms)) FROM \
-               (SELECT period, host, pid, thread, stack_id, any(samples) AS n, any(duration_ms) AS duration_ms \
-                FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
-             GROUP BY host ORDER BY host FORMAT TabSeparated"
+            "SELECT host, {n}, toUInt32(min(period)), toUInt64(max(toUInt64(period) * 1000 + duration_ms)) \
+             FROM {db}.profile_samples WHERE {cond} GROUP BY host ORDER BY host FORMAT TabSeparated"
         )
     }
 
     /// The statement [`FleetStore::profile`] runs: the span's stacks, their
     /// frames and samples, per host with `by_host`.
-    pub fn stacks_sql(&self, filter: &Filter, by_host: bool) -> String {
+    pub fn stacks_sql(&self, filter: &Filter, by_host: bool, copies: &Copies) -> String {
         let db = &self.db;
         let cond = filter.condition();
         let host = if by_host { "host" } else { "''" };
+        let n = copies.sum("samples");
         format!(
             "SELECT h, c, fr, mo FROM \
-               (SELECT {host} AS h, stack_id, sum(n) AS c FROM \
-                 (SELECT period, host, pid, thread, stack_id, any(samples) AS n \
-                  FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
-                GROUP BY h, stack_id) AS per_stack \
+               (SELECT {host} AS h, stack_id, {n} AS c \
+                FROM {db}.profile_samples WHERE {cond} GROUP BY h, stack_id) AS per_stack \
              ALL INNER JOIN \
                (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
                 WHERE stack_id GLOBAL IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
@@ -297,15 +362,14 @@ impl FleetStore {
 
     /// The statement [`FleetStore::threads`] runs: the samples of each
     /// host's process and thread name, most first.
-    pub fn threads_sql(&self, filter: &Filter, n: usize) -> String {
+    pub fn threads_sql(&self, filter: &Filter, n: usize, copies: &Copies) -> String {
         let db = &self.db;
         let cond = filter.condition();
+        let c = copies.sum("samples");
         format!(
-            "SELECT host, pid, p, ct, pd, thread, sum(n) AS c FROM \
-               (SELECT period, host, pid, thread, stack_id, any(samples) AS n, any(process) AS p, \
-                any(container) AS ct, any(pod) AS pd \
-                FROM {db}.profile_samples WHERE {cond} GROUP BY period, host, pid, thread, stack_id) AS rows \
-             GROUP BY host, pid, p, ct, pd, thread ORDER BY c DESC, host, pid, thread LIMIT {n} FORMAT TabSeparated"
+            "SELECT host, pid, any(process), any(container), any(pod), thread, {c} AS c \
+             FROM {db}.profile_samples WHERE {cond} \
+             GROUP BY host, pid, thread ORDER BY c DESC, host, pid, thread LIMIT {n} FORMAT TabSeparated"
         )
     }
 
@@ -316,7 +380,7 @@ impl FleetStore {
     ///
     /// As [`FleetStore::top`].
     pub fn hosts(&self, filter: &Filter) -> Result<Vec<HostSamples>, StoreError> {
-        Ok(self.span(filter)?.0)
+        Ok(self.span(filter, &self.copies(filter)?)?.0)
     }
 
     /// The `n` (host, process, thread name) of the samples `filter` keeps
@@ -327,7 +391,8 @@ impl FleetStore {
     /// As [`FleetStore::top`].
     pub fn threads(&self, filter: &Filter, n: usize) -> Result<Vec<ThreadSamples>, StoreError> {
         let mut out = Vec::new();
-        for line in self.query(&self.threads_sql(filter, n))?.lines() {
+        let copies = self.copies(filter)?;
+        for line in self.query(&self.threads_sql(filter, n, &copies))?.lines() {
             let f: Vec<&str> = line.split('\t').collect();
             let [host, pid, process, container, pod, thread, samples] = f[..] else {
                 return Err(self.bad_row(line));
@@ -354,8 +419,12 @@ impl FleetStore {
 
     /// The span's hosts with their samples, and the span's start and
     /// length in nanoseconds (zero without samples).
-    fn span(&self, filter: &Filter) -> Result<(Vec<HostSamples>, u64, u64), StoreError> {
-        let text = self.query(&self.span_sql(filter))?;
+    fn span(
+        &self,
+        filter: &Filter,
+        copies: &Copies,
+    ) -> Result<(Vec<HostSamples>, u64, u64), StoreError> {
+        let text = self.query(&self.span_sql(filter, copies))?;
         let mut hosts = Vec::new();
         let (mut start_s, mut end_ms) = (u64::MAX, 0u64);
         for line in text.lines() {
@@ -391,7 +460,8 @@ impl FleetStore {
     /// The server cannot be reached, refuses the query or answers rows
     /// that are not the query's.
     pub fn top(&self, filter: &Filter, n: Option<usize>) -> Result<Top, StoreError> {
-        let (hosts, _, duration_ns) = self.span(filter)?;
+        let copies = self.copies(filter)?;
+        let (hosts, _, duration_ns) = self.span(filter, &copies)?;
         let samples: u64 = hosts.iter().map(|h| h.samples).sum();
         let mut functions = Vec::new();
         let share = |x: u64| {
@@ -402,11 +472,11 @@ impl FleetStore {
             }
         };
         let sql = match n {
-            Some(n) => self.top_sql(filter).replace(
+            Some(n) => self.top_sql(filter, &copies).replace(
                 " FORMAT TabSeparated",
                 &format!(" LIMIT {n} FORMAT TabSeparated"),
             ),
-            None => self.top_sql(filter),
+            None => self.top_sql(filter, &copies),
         };
         for line in self.query(&sql)?.lines() {
             let f: Vec<&str> = line.split('\t').collect();
@@ -446,7 +516,8 @@ impl FleetStore {
     ///
     /// As [`FleetStore::top`].
     pub fn profile(&self, filter: &Filter, by_host: bool) -> Result<Profile, StoreError> {
-        let (hosts, start_ns, duration_ns) = self.span(filter)?;
+        let copies = self.copies(filter)?;
+        let (hosts, start_ns, duration_ns) = self.span(filter, &copies)?;
         let frequency = self
             .query(&format!(
                 "SELECT any(frequency) FROM {}.profile_samples WHERE {} FORMAT TabSeparated",
@@ -462,7 +533,10 @@ impl FleetStore {
             _ => String::new(),
         };
         let mut frames = Vec::new();
-        for line in self.query(&self.stacks_sql(filter, by_host))?.lines() {
+        for line in self
+            .query(&self.stacks_sql(filter, by_host, &copies))?
+            .lines()
+        {
             let f: Vec<&str> = line.split('\t').collect();
             let [host, count, names, modules] = f[..] else {
                 return Err(self.bad_row(line));
