@@ -165,7 +165,7 @@ pub struct Host {
     /// Which process names run on it, by index into the source's names.
     runs: Vec<bool>,
     /// Minutes between its agent's start and the fleet's first period
-    /// (0 to 59): when its stacks are written again (each hour).
+    /// (0 to 59): when its stacks are written again (each day).
     pub phase: u64,
 }
 

@@ -10,7 +10,7 @@
 //! `load` makes each host's 60 s periods from real ones
 //! ([`sonde_loadgen::fleet`]) and encodes each with the sink's own
 //! [`Rows`], so the rows are byte for byte what agents send (each host's
-//! stacks written again every hour, as an agent's are); it inserts many
+//! stacks written again every day, as an agent's are); it inserts many
 //! periods at once (`INSERT ... FORMAT RowBinary`), the stacks first.
 //! `measure` prints each table's rows and compressed bytes per host-day
 //! (active parts of `system.parts`), then the median time of the views
@@ -27,7 +27,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use sonde_loadgen::fleet::{Fleet, Shape, Source};
 use sonde_profile::pprof;
-use sonde_sinks::clickhouse::rows::Rows;
+use sonde_sinks::clickhouse::rows::{self, Rows};
 use sonde_sinks::clickhouse::schema;
 use sonde_sinks::clickhouse::store::{Filter, FleetStore};
 
@@ -84,7 +84,7 @@ struct Load {
     #[arg(long, default_value_t = 1.0)]
     load: f64,
     /// Which stack rows to insert: `all`, as the agents send them (each
-    /// host's stacks again every hour), or `new`, each stack once for the
+    /// host's stacks again every day), or `new`, each stack once for the
     /// fleet. The tables end the same once merged (the copies collapse);
     /// `new` spares the load the copies' bytes, which are still counted.
     #[arg(long, default_value = "all", value_parser = ["all", "new"])]
@@ -233,8 +233,9 @@ fn load(a: &Load) -> anyhow::Result<()> {
     let mut fleet_stacks = std::collections::HashSet::new();
     for minute in 0..minutes {
         for (host, r) in fleet.hosts().iter().zip(rows.iter_mut()) {
-            // An agent writes each stack in use again every hour.
-            if (minute + host.phase) % 60 == 0 {
+            // An agent writes each stack in use again every day (or
+            // after a lost request, which a healthy store does not see).
+            if (minute + host.phase) % (rows::SENT_FOR.as_secs() / 60) == 0 {
                 *r = Rows::new(&host.name);
             }
             fleet.period(host, minute, first + minute * 60, &mut profile);

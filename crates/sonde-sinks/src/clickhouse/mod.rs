@@ -13,6 +13,8 @@ pub mod rows;
 pub mod schema;
 pub mod store;
 
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Deserialize;
@@ -23,6 +25,7 @@ use crate::descriptor::{Input, NonEmpty, Running, Sink, SinkType, Start, Transpo
 use crate::net;
 use crate::profiles::ProfileEncoder;
 use crate::sender::{self, Http, SendError, Transport as _};
+use crate::sink::SinkStats;
 use sonde_config::ConfigError;
 
 /// `type = "clickhouse"`: `url` is the server's HTTP interface
@@ -90,6 +93,8 @@ fn start(s: &Sink, st: &mut Start<'_>) -> anyhow::Result<Running> {
         let encoder = ChProfiles {
             rows: rows::Rows::new(st.host),
             compression: n.compression,
+            stats: Arc::clone(&st.stats),
+            lost: 0,
         };
         net::start_profiles_over(
             s,
@@ -126,14 +131,39 @@ const MAGIC: &[u8; 4] = b"SCH1";
 /// in [`schema::TABLES`] (one byte), the length of its part (four bytes,
 /// little-endian) and the part, its `RowBinary` rows compressed as the
 /// sink's `compression` says.
+///
+/// A stack is written once, in the first period that has it. When a
+/// request is lost (dropped for a full buffer, refused, or its disk
+/// segment found corrupt) the stacks it carried may be missing, so the
+/// next period writes every stack it has again.
 #[derive(Debug)]
 struct ChProfiles {
     rows: rows::Rows,
     compression: Compression,
+    stats: Arc<SinkStats>,
+    /// The losses seen so far.
+    lost: u64,
+}
+
+impl ChProfiles {
+    /// Periods dropped and disk segments skipped so far.
+    fn losses(&self) -> u64 {
+        let s = &self.stats;
+        s.dropped_profiles
+            .iter()
+            .map(|n| n.load(Relaxed))
+            .sum::<u64>()
+            + s.corrupt_segments.load(Relaxed)
+    }
 }
 
 impl ProfileEncoder for ChProfiles {
     fn encode(&mut self, profile: &Profile, out: &mut Vec<u8>) {
+        let lost = self.losses();
+        if lost != self.lost {
+            self.lost = lost;
+            self.rows.forget_sent();
+        }
         let rows = self.rows.period(profile);
         out.extend_from_slice(MAGIC);
         for (table, part) in [(0u8, &rows.stacks), (1, &rows.samples)] {
@@ -332,9 +362,12 @@ mod tests {
 
     #[test]
     fn a_request_frames_each_tables_rows_and_reads_back() {
+        let stats = Arc::new(SinkStats::new("clickhouse".into()));
         let mut e = ChProfiles {
             rows: rows::Rows::new("h"),
             compression: Compression::Gzip { level: 1 },
+            stats: Arc::clone(&stats),
+            lost: 0,
         };
         let mut b =
             sonde_profile::model::ProfileBuilder::new(19, 1_700_000_000_000_000_000, 1_000_000_000);
@@ -366,6 +399,14 @@ mod tests {
         assert_eq!(samples.len(), want.len());
         assert_eq!(samples[..want.len() - 12], want[..want.len() - 12]);
         // The next period has no new stack: one part.
+        let mut body = Vec::new();
+        e.encode(&profile, &mut body);
+        assert_eq!(parts(&body).unwrap().len(), 1);
+        // A period lost: the next writes its stacks again.
+        stats.dropped_profiles[crate::sink::SinkDrop::BufferFull as usize].fetch_add(1, Relaxed);
+        let mut body = Vec::new();
+        e.encode(&profile, &mut body);
+        assert_eq!(parts(&body).unwrap().len(), 2);
         let mut body = Vec::new();
         e.encode(&profile, &mut body);
         assert_eq!(parts(&body).unwrap().len(), 1);

@@ -26,12 +26,13 @@ pub fn stack_id<'a>(frames: impl IntoIterator<Item = (&'a str, &'a str)>) -> u64
     h.finish()
 }
 
-/// How long a stack counts as stored: after this, or past
-/// [`SENT_MAX`] stacks, the set is emptied and each stack in use is
-/// written once more (its rows collapse into the stored one). A request
-/// that never arrived (dropped for a full buffer) leaves samples pointing
-/// at a stack no longer sent; this bounds how long.
-const SENT_FOR: Duration = Duration::from_secs(3600);
+/// How long a stack counts as stored at most. A request that never
+/// arrives (dropped, counted in `sonde_sink_dropped_profiles_total`)
+/// empties the set at once ([`Rows::forget_sent`]), so the next periods
+/// write their stacks again; this bounds the damage of what no counter
+/// sees (a table emptied by hand) to a day of samples whose stacks are
+/// missing.
+pub const SENT_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// The most stack ids remembered as stored (8 bytes each, plus the set's
 /// overhead: about 10 MiB at most).
@@ -78,6 +79,13 @@ impl Rows {
         }
     }
 
+    /// Forgets which stacks were written, so that the next periods write
+    /// theirs again: a request of them was lost.
+    pub fn forget_sent(&mut self) {
+        self.sent.clear();
+        self.since = Instant::now();
+    }
+
     /// The id of the next batch: XXH64 of the seed and a counter.
     fn next_batch(&mut self) -> u64 {
         self.batches += 1;
@@ -88,12 +96,11 @@ impl Rows {
 
     /// The rows of `profile`: one sample row per process, thread name and
     /// stack (the threads of one name merged), and a stack row for each
-    /// stack not written in the last hour. The sample rows are one batch:
+    /// stack not written before ([`SENT_FOR`]). The sample rows are one batch:
     /// each names it and its number of rows.
     pub fn period(&mut self, profile: &Profile) -> PeriodRows {
         if self.since.elapsed() >= SENT_FOR || self.sent.len() >= SENT_MAX {
-            self.sent.clear();
-            self.since = Instant::now();
+            self.forget_sent();
         }
         let mut out = PeriodRows::default();
         // (process index of the first thread of this pid and name, stack) → count.
