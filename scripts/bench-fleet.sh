@@ -159,8 +159,6 @@ done
 store=clickhouse://127.0.0.1:$HTTP/sonde
 "$FLEETGEN" measure --store "$store" --hours 1 --warmup 1 --runs "$RUNS"
 "$FLEETGEN" measure --store "$store" --hours 24 --warmup 0 --runs "$RUNS" --all-hosts false
-# A day of every host may outlast FleetStore's 120 s timeout: once, and
-# its failure reported rather than fatal.
-"$FLEETGEN" measure --store "$store" --hours 24 --warmup 0 --runs 1 --views top ||
-  echo "the top table of every host over 24 h failed (above)"
+# A day of every host, once (each view reads some 95 M rows).
+"$FLEETGEN" measure --store "$store" --hours 24 --warmup 0 --runs 1 --one-host false
 du -sh "$W/ch/data"

@@ -114,6 +114,9 @@ struct Measure {
     /// Time the views of all hosts too, not only those of one.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     all_hosts: bool,
+    /// Time the views of one host.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    one_host: bool,
     /// The host of the one-host views; default the first.
     #[arg(long)]
     host: Option<String>,
@@ -255,7 +258,10 @@ fn load(a: &Load) -> anyhow::Result<()> {
             batch_rows += out.sample_rows;
             bytes += (out.stacks.len() + out.samples.len()) as u64;
         }
-        if batch_rows >= a.batch_rows || minute + 1 == minutes {
+        // An insert of more than about 256 MB of stacks (the hour when
+        // every host writes its stacks again) would outgrow the server's
+        // memory for one query.
+        if batch_rows >= a.batch_rows || stacks.len() >= 256 << 20 || minute + 1 == minutes {
             for (table, part) in [
                 ("profile_stacks", &mut stacks),
                 ("profile_samples", &mut samples),
@@ -407,11 +413,13 @@ fn measure(m: &Measure) -> anyhow::Result<()> {
     println!("view        span  hosts      median ms   runs (ms)   answer");
     for &h in &m.hours {
         let (label, secs) = (format!("{h}h"), h * 3600);
-        let scopes = if m.all_hosts {
-            vec![Vec::new(), vec![host.clone()]]
-        } else {
-            vec![vec![host.clone()]]
-        };
+        let mut scopes = Vec::new();
+        if m.all_hosts {
+            scopes.push(Vec::new());
+        }
+        if m.one_host {
+            scopes.push(vec![host.clone()]);
+        }
         for hosts in scopes {
             let filter = Filter {
                 from_s: end.saturating_sub(secs),
