@@ -163,7 +163,10 @@ impl Store {
 
     /// Writes one period's profile, then removes what the limits no longer
     /// allow. An empty profile is written too: it records that the period
-    /// was sampled and the host was idle.
+    /// was sampled and the host was idle. A period already stored under
+    /// the same start (an agent stopped and started again within one
+    /// period: both store theirs under the period's aligned start) is
+    /// merged into the new one, not replaced.
     ///
     /// # Errors
     ///
@@ -177,7 +180,13 @@ impl Store {
         let start_s = profile.start_ns / 1_000_000_000;
         let path = self.dir.join(format!("{start_s}.pb.gz"));
         let tmp = self.dir.join(format!("{start_s}.pb.gz.tmp"));
-        let bytes = pprof::encode(profile);
+        let before = std::fs::read(&path)
+            .ok()
+            .and_then(|b| pprof::decode(&b).ok());
+        let bytes = match before {
+            Some(before) => pprof::encode(&before.merge(profile)),
+            None => pprof::encode(profile),
+        };
         // Synced before the rename: else a power loss could leave an
         // empty file under the period's name (one fsync a period).
         let written = std::fs::File::create(&tmp).and_then(|mut f| {
@@ -629,6 +638,19 @@ mod tests {
         std::fs::remove_dir_all(tmp.path()).unwrap();
         s.write(&profile(1_000_060, 7)).unwrap();
         assert_eq!(names(&s), ["1000060.pb.gz"]);
+    }
+
+    #[test]
+    fn a_period_stored_again_under_its_start_keeps_the_first_ones_samples() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), 3600, u64::MAX);
+        // The part of a period before a restart, then the rest after it.
+        s.write(&profile(1_000_000, 5)).unwrap();
+        s.write(&profile(1_000_000, 7)).unwrap();
+        let (p, files) = s.read(1_000_000, 1_000_060).unwrap();
+        assert_eq!(files, 1);
+        assert_eq!(p.samples(), 5 + 7 + 2 * 10);
+        assert_eq!(names(&s), ["1000000.pb.gz"]);
     }
 
     #[test]

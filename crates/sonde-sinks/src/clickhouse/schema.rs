@@ -14,9 +14,9 @@
 //! the views weigh the rows of a batch that holds more rows than that by
 //! `batch_rows / count` ([`super::store`]), so a retry never counts
 //! twice. Both tables are also `ReplacingMergeTree`s ordered by their
-//! natural key (a stack's id; a sample's period, host, pid, thread and
-//! stack), so a merge keeps one copy of each row, and the disk the
-//! copies took is given back.
+//! natural key (a stack's id; a sample's period, host, pid, thread,
+//! stack and batch), so a merge keeps one copy of each row, and the disk
+//! the copies took is given back.
 //!
 //! Log records take one table, `logs`: a row per record with its time
 //! (its own, or when the agent took it), host, source, file, offset,
@@ -54,8 +54,12 @@ const LOG_COLUMNS: &str = "time DateTime, host String, source String, file Strin
 
 const LOGS_KEY: &str = "PARTITION BY toYYYYMMDD(time) ORDER BY (host, source, id)";
 
+/// The batch ends the key: merges collapse the copies a retry wrote, and
+/// only those. An agent restarted within a period writes that period
+/// twice, its rows under the same period, host, pid, thread and stack;
+/// both batches are samples and both stay.
 const SAMPLES_KEY: &str =
-    "PARTITION BY toYYYYMMDD(period) ORDER BY (period, host, pid, thread, stack_id)";
+    "PARTITION BY toYYYYMMDD(period) ORDER BY (period, host, pid, thread, stack_id, batch)";
 
 /// The statements that create the database and tables on one server,
 /// each runnable again (`IF NOT EXISTS`).
