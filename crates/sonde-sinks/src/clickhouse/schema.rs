@@ -11,9 +11,8 @@
 //! A request sent again after a failure writes the same rows again. Each
 //! sample row carries its request's `batch` (an id no other request of
 //! any agent has) and `batch_rows` (how many rows the request wrote):
-//! the views weigh the rows of a batch that holds more rows than that by
-//! `batch_rows / count` ([`super::store`]), so a retry never counts
-//! twice. Both tables are also `ReplacingMergeTree`s ordered by their
+//! the views read a batch that holds more rows than that one row per
+//! key ([`super::store`]), so a retry never counts twice. Both tables are also `ReplacingMergeTree`s ordered by their
 //! natural key (a stack's id; a sample's period, host, pid, thread,
 //! stack and batch), so a merge keeps one copy of each row, and the disk
 //! the copies took is given back.

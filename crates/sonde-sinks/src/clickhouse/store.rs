@@ -7,11 +7,12 @@
 //!
 //! Each sample row is counted once however often a retry wrote it. Every
 //! row carries its request's `batch` id and row count (`batch_rows`): a
-//! view first asks which batches of the span have more rows than that
-//! (one small `GROUP BY batch`, empty unless a retry wrote a period twice
-//! and no merge has collapsed the copies yet), then sums the samples in
-//! one pass, each row of such a batch weighted by `batch_rows / count`.
-//! No query groups by a sample's whole key, so a day of a fleet is one
+//! view first asks which batches of the span hold more rows than that
+//! (one `GROUP BY batch`, empty unless a retry wrote a period twice and no
+//! merge has collapsed the copies yet). The rows of every other batch
+//! are summed as they are, in one streaming pass; those of a copied batch
+//! alone are grouped by their whole key to count each once. No query
+//! groups a span's every row by its key, so a day of a fleet is one
 //! streaming aggregation per stack, not a hash table of every row. The
 //! queries run on ClickHouse 18.16 and on the current engine alike (the
 //! tests run each on both): `ALL INNER JOIN` of aliased subqueries, a
@@ -74,32 +75,35 @@ fn literal(s: &str) -> String {
     out
 }
 
-/// The batches a retry wrote more than once, each with the weight of its
-/// rows ([`FleetStore::copies`]).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Copies(pub Vec<(u64, f64)>);
+/// The batches a retry wrote more than once ([`FleetStore::copies`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Copies(pub Vec<u64>);
 
 impl Copies {
-    /// The sum of `expr` over sample rows, each counted once: a plain
-    /// `sum` without copies, else each row of a copied batch weighted
-    /// (`transform` maps its batch to the weight, every other to 1) and
-    /// rounded back to whole samples when `expr` is a count.
-    fn sum(&self, expr: &str) -> String {
+    /// What a view's statement reads its sample rows from: the rows
+    /// `cond` keeps, each counted once. Without copies the table itself;
+    /// with them, the rows of the other batches as they are and those of
+    /// the copied batches one per key (`any()` of each column a copy
+    /// repeats), whatever a merge has collapsed of them since.
+    fn rows(&self, db: &str, cond: &str) -> String {
         if self.0.is_empty() {
-            return format!("sum({expr})");
+            return format!("{db}.profile_samples WHERE {cond}");
         }
-        let (mut batches, mut weights) = (String::new(), String::new());
-        for (i, (b, w)) in self.0.iter().enumerate() {
-            let sep = if i == 0 { "" } else { ", " };
-            let _ = write!(batches, "{sep}toUInt64({b})");
-            let _ = write!(weights, "{sep}{w:?}");
-        }
-        let weighted = format!("sum({expr} * transform(batch, [{batches}], [{weights}], 1.))");
-        if expr == "samples" {
-            format!("toUInt64(round({weighted}))")
-        } else {
-            weighted
-        }
+        let list = self
+            .0
+            .iter()
+            .map(|b| format!("toUInt64({b})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "(SELECT period, duration_ms, frequency, host, pid, process, thread, container, pod, stack_id, samples \
+               FROM {db}.profile_samples WHERE {cond} AND batch NOT IN ({list}) \
+             UNION ALL \
+             SELECT period, any(duration_ms), any(frequency), host, pid, any(process), thread, any(container), \
+               any(pod), stack_id, any(samples) \
+               FROM {db}.profile_samples WHERE {cond} AND batch IN ({list}) \
+               GROUP BY period, host, pid, thread, stack_id, batch) AS rows"
+        )
     }
 }
 
@@ -283,29 +287,24 @@ impl FleetStore {
     }
 
     /// The batches of the span of `filter` that a retry wrote more than
-    /// once, with the weight of each of their rows (`batch_rows / count`):
-    /// none at all unless a retry wrote a request twice and no merge has
-    /// collapsed the copies yet. The span's periods only: a batch is one
-    /// period of one host, so every row of it is in the span or none is,
-    /// whatever the view's other filters keep.
+    /// once: none at all unless a retry wrote a request twice and no merge
+    /// has collapsed the copies yet. The span's periods only: a batch is
+    /// one period of one host, so every row of it is in the span or none
+    /// is, whatever the view's other filters keep.
     ///
     /// # Errors
     ///
     /// As [`FleetStore::top`].
     pub fn copies(&self, filter: &Filter) -> Result<Copies, StoreError> {
         let sql = format!(
-            "SELECT batch, any(batch_rows) / count() FROM {}.profile_samples WHERE {} \
-             GROUP BY batch HAVING count() > any(batch_rows) FORMAT TabSeparated",
+            "SELECT batch FROM {}.profile_samples WHERE {} \
+             GROUP BY batch HAVING count() > any(batch_rows) ORDER BY batch FORMAT TabSeparated",
             self.db,
             filter.span()
         );
         let mut out = Copies::default();
         for line in self.query(&sql)?.lines() {
-            let (batch, weight) = line.split_once('\t').ok_or_else(|| self.bad_row(line))?;
-            out.0.push((
-                batch.parse().map_err(|_| self.bad_row(line))?,
-                weight.parse().map_err(|_| self.bad_row(line))?,
-            ));
+            out.0.push(line.parse().map_err(|_| self.bad_row(line))?);
         }
         Ok(out)
     }
@@ -315,11 +314,11 @@ impl FleetStore {
     pub fn top_sql(&self, filter: &Filter, copies: &Copies) -> String {
         let db = &self.db;
         let cond = filter.condition();
-        let (n, cpu) = (copies.sum("samples"), copies.sum("samples / frequency"));
+        let rows = copies.rows(db, &cond);
         format!(
             "SELECT f, m, sum(c * leaf) AS self, sum(c) AS total, sum(cpu * leaf) AS self_cpu, sum(cpu) AS total_cpu \
-             FROM (SELECT stack_id, {n} AS c, {cpu} AS cpu \
-                FROM {db}.profile_samples WHERE {cond} GROUP BY stack_id) AS per_stack \
+             FROM (SELECT stack_id, sum(samples) AS c, sum(samples / frequency) AS cpu \
+                FROM {rows} GROUP BY stack_id) AS per_stack \
              ALL INNER JOIN \
                (SELECT stack_id, f, m, max(i = length(fr)) AS leaf FROM \
                  (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
@@ -335,10 +334,10 @@ impl FleetStore {
     pub fn span_sql(&self, filter: &Filter, copies: &Copies) -> String {
         let db = &self.db;
         let cond = filter.condition();
-        let n = copies.sum("samples");
+        let rows = copies.rows(db, &cond);
         format!(
-            "SELECT host, {n}, toUInt32(min(period)), toUInt64(max(toUInt64(period) * 1000 + duration_ms)) \
-             FROM {db}.profile_samples WHERE {cond} GROUP BY host ORDER BY host FORMAT TabSeparated"
+            "SELECT host, sum(samples), toUInt32(min(period)), toUInt64(max(toUInt64(period) * 1000 + duration_ms)) \
+             FROM {rows} GROUP BY host ORDER BY host FORMAT TabSeparated"
         )
     }
 
@@ -348,11 +347,11 @@ impl FleetStore {
         let db = &self.db;
         let cond = filter.condition();
         let host = if by_host { "host" } else { "''" };
-        let n = copies.sum("samples");
+        let rows = copies.rows(db, &cond);
         format!(
             "SELECT h, c, fr, mo FROM \
-               (SELECT {host} AS h, stack_id, {n} AS c \
-                FROM {db}.profile_samples WHERE {cond} GROUP BY h, stack_id) AS per_stack \
+               (SELECT {host} AS h, stack_id, sum(samples) AS c \
+                FROM {rows} GROUP BY h, stack_id) AS per_stack \
              ALL INNER JOIN \
                (SELECT stack_id, any(frames) AS fr, any(modules) AS mo FROM {db}.profile_stacks \
                 WHERE stack_id GLOBAL IN (SELECT stack_id FROM {db}.profile_samples WHERE {cond}) GROUP BY stack_id) AS stacks \
@@ -365,11 +364,12 @@ impl FleetStore {
     pub fn threads_sql(&self, filter: &Filter, n: usize, copies: &Copies) -> String {
         let db = &self.db;
         let cond = filter.condition();
-        let c = copies.sum("samples");
+        let rows = copies.rows(db, &cond);
         format!(
-            "SELECT host, pid, any(process), any(container), any(pod), thread, {c} AS c \
-             FROM {db}.profile_samples WHERE {cond} \
-             GROUP BY host, pid, thread ORDER BY c DESC, host, pid, thread LIMIT {n} FORMAT TabSeparated"
+            "SELECT host, pid, process, container, pod, thread, sum(samples) AS c \
+             FROM {rows} \
+             GROUP BY host, pid, process, container, pod, thread \
+             ORDER BY c DESC, host, pid, thread, process, container, pod LIMIT {n} FORMAT TabSeparated"
         )
     }
 
