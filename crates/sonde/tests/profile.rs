@@ -3358,12 +3358,19 @@ fn the_admin_site_splits_the_samples_into_classes_keeps_one_class_and_shows_whic
         // share and cost a year, its remedy in its tooltip. (The agent
         // may yet store a few samples of the workload's exit: shares to
         // half a point.)
-        let dom = common::browser::render_page(
-            chromium,
-            &format!("{page}/profiles?range=10m..0s&pid={pid}"),
-            None,
-        );
-        let api = json(&format!("/api/profiles/classes?range=10m..0s&pid={pid}"));
+        // The page and the API on the same stored samples: the API asked
+        // before and after the page's load, until both answers agree.
+        let classes_url = format!("/api/profiles/classes?range=10m..0s&pid={pid}");
+        let (dom, api) = wait_for("the page and the API on the same samples", WAIT, || {
+            let before = json(&classes_url);
+            let dom = common::browser::render_page(
+                chromium,
+                &format!("{page}/profiles?range=10m..0s&pid={pid}"),
+                None,
+            );
+            let after = json(&classes_url);
+            (before["samples"] == after["samples"]).then_some((dom, after))
+        });
         let classes = class_shares(&api);
         let segments = page_class_segments(&dom);
         let names: std::collections::BTreeSet<&str> =
