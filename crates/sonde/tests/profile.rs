@@ -2440,6 +2440,17 @@ fn each_period_lands_in_clickhouse_once_through_an_outage_and_a_kill() {
     wait_for("periods queued while ClickHouse is down", WAIT, || {
         (agent.metric("sonde_sink_queue_batches{sink=\"clickhouse\"}")? >= 2.0).then_some(())
     });
+    // Killed in the middle of a 1 s period: the last one it stored is in
+    // its disk buffer by then, and the one it was sampling is in neither
+    // store. (A kill in the moment between storing a period and queueing
+    // it would lose that period from the sink only.)
+    wait_for("the middle of a period", WAIT, || {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_millis();
+        (400..600).contains(&ms).then_some(())
+    });
     agent.kill();
     agent.start_again();
     wait_for("a period queued after the restart", WAIT, || {
