@@ -3193,16 +3193,23 @@ fn each_class_takes_the_share_of_cpu_its_work_took_and_a_config_rule_adds_a_clas
     );
 }
 
+/// The classes workload, running for `seconds`: phase 1 spends 10% in
+/// zlib and 40% in the plain loop, phase 2 (on SIGUSR1) 50% in zlib and
+/// 10% in the loop; malloc churn, page faults and one-byte writes take
+/// 20%, 20% and 10% in both. Killed on drop.
+fn two_phase_classes(seconds: &str) -> Program {
+    let w = Program::start(
+        &programs().classes,
+        &[seconds, "10,20,20,10,40", "50,20,10,10,10"],
+    );
+    w.wait_line("running");
+    w
+}
+
 #[test]
 fn a_class_diff_shows_what_grew_after_the_workload_changed() {
     let _cpu = exclusive();
-    // Phase 1: 10% zlib, 40% the plain loop; phase 2: 50% zlib, 10% the
-    // loop; the other three the same.
-    let w = Program::start(
-        &programs().classes,
-        &["30", "10,20,20,10,40", "50,20,10,10,10"],
-    );
-    w.wait_line("running");
+    let w = two_phase_classes("30");
     let pid = w.pid().to_string();
     let dir = tempfile::tempdir().unwrap();
     let phase = |name: &str| {
@@ -3298,14 +3305,7 @@ fn the_admin_site_splits_the_samples_into_classes_keeps_one_class_and_shows_whic
 {
     let chromium = common::browser::chromium();
     let _cpu = exclusive();
-    // Phase 1: 10% zlib, 40% the plain loop; phase 2 (on SIGUSR1): 50%
-    // zlib, 10% the loop; 20% malloc churn, page faults and one-byte
-    // writes in both. Killed on drop.
-    let w = Program::start(
-        &programs().classes,
-        &["600", "10,20,20,10,40", "50,20,10,10,10"],
-    );
-    w.wait_line("running");
+    let w = two_phase_classes("600");
     let pid = w.pid().to_string();
     let agent = profiling_agent(99, "core_cost_per_hour = \"0.10 USD\"");
     let started = Instant::now();

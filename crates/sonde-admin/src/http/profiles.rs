@@ -864,16 +864,21 @@ mod tests {
         assert!(body.get("next_profile_in_s").is_none());
     }
 
-    #[test]
-    fn a_range_before_the_first_stored_profile_is_named_and_a_period_in_progress_is_awaited() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::new(
-            sonde_profile::store::dir(tmp.path()),
+    /// A store under `dir` that keeps every period it is given.
+    fn unbounded_store(dir: &std::path::Path) -> Store {
+        Store::new(
+            sonde_profile::store::dir(dir),
             sonde_profile::store::Limits {
                 retention_s: u64::MAX,
                 max_bytes: u64::MAX,
             },
-        );
+        )
+    }
+
+    #[test]
+    fn a_range_before_the_first_stored_profile_is_named_and_a_period_in_progress_is_awaited() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = unbounded_store(tmp.path());
         let start = 1_800_000_000 / 60 * 60;
         for period in [start - 180, start - 120, start - 60] {
             store
@@ -945,13 +950,7 @@ mod tests {
     #[test]
     fn the_classes_view_and_class_filter_answer_from_the_store_and_an_unknown_class_is_a_400() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::new(
-            sonde_profile::store::dir(tmp.path()),
-            sonde_profile::store::Limits {
-                retention_s: u64::MAX,
-                max_bytes: u64::MAX,
-            },
-        );
+        let store = unbounded_store(tmp.path());
         let start = 1_800_000_000 / 60 * 60;
         let f = |name: &str, module: &str| sonde_profile::Function {
             name: name.into(),
@@ -1067,13 +1066,7 @@ mod tests {
     #[test]
     fn reads_of_the_same_stored_files_share_one_merge_and_a_new_period_is_read_afresh() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::new(
-            sonde_profile::store::dir(tmp.path()),
-            sonde_profile::store::Limits {
-                retention_s: u64::MAX,
-                max_bytes: u64::MAX,
-            },
-        );
+        let store = unbounded_store(tmp.path());
         let start = 1_800_000_000 / 60 * 60;
         let process = sonde_profile::Process {
             pid: 7,
