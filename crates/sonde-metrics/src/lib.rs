@@ -9,7 +9,10 @@
 //! * the **flusher** ([`flusher`]): wakes on wall-clock boundaries, merges
 //!   the windows, produces points and queues them to every sink
 //!   ([`flusher::Output`], which `sonde-sinks` implements) without
-//!   blocking.
+//!   blocking;
+//! * **inputs** that make their points themselves ([`input`]: host
+//!   metrics, scrapes, OTLP) hand batches to a worker of their own, which
+//!   records them through the same stage as a receiver's worker.
 //!
 //! The flusher runs at a lower priority than the receive workers
 //! (`sonde_runtime::priority`), so that a flush never takes the CPU from
@@ -18,4 +21,5 @@
 #![deny(missing_docs)]
 
 pub mod flusher;
+pub mod input;
 pub mod receiver;

@@ -315,6 +315,32 @@ impl Ingest {
         }
     }
 
+    /// Records the points an input made itself ([`crate::input`]): the
+    /// same series limits and counters as parsed points, shown to the tap.
+    pub fn record(&mut self, points: &crate::input::Points) {
+        self.counts.datagrams += 1;
+        let mut rec = Recorder::new(
+            &mut self.shard,
+            &mut self.counts,
+            &mut self.limited,
+            self.events.as_ref(),
+        );
+        points.each(|p| rec.point(p));
+        rec.flush();
+        if self.tap.watching() {
+            if let Some(mut sink) = self.tap.points(&self.stats.listen, self.stats.protocol) {
+                points.each(|p| sink.point(p));
+                sink.finish();
+            }
+        }
+    }
+
+    /// Makes the worker hand over its open window at its next
+    /// [`Ingest::end_batch`] and exit: its input is gone.
+    pub fn retire_now(&mut self) {
+        self.retire.store(true, Ordering::Release);
+    }
+
     /// Counts a drop found by the receiver itself (an oversized datagram).
     pub fn drop(&mut self, reason: DropReason) {
         self.counts.drops[DropLabel::from(reason) as usize] += 1;
