@@ -54,3 +54,22 @@ fn bad_host_metrics_keys_name_the_key_its_line_and_a_fix() {
     let e = err("[host_metrics]\n[[logs]]\nname = \"app\"\ninclude = [\"/var/log/app.log\"]\n[[sinks]]\ntype = \"blackhole\"\ninputs = [\"app\"]\n");
     assert_eq!((e.key.as_str(), e.line), ("host_metrics", Some(1)), "{e}");
 }
+
+#[test]
+fn the_host_metrics_blocks_of_the_docs_parse() {
+    let docs = concat!(
+        include_str!("../../../../../docs/INPUTS.md"),
+        include_str!("../../../../../docs/CONFIG.md")
+    );
+    let mut checked = 0;
+    for block in docs.split("```toml\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        if block.starts_with("[host_metrics]") {
+            let c = parse(&format!("{block}{SINK}"))
+                .unwrap_or_else(|e| panic!("a [host_metrics] block fails: {e}\n{block}"));
+            assert_eq!(c.host_metrics.unwrap().groups.top_processes, 10);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2);
+}
