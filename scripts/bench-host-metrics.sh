@@ -13,6 +13,7 @@
 # the medians.
 #
 # Usage: scripts/bench-host-metrics.sh [DURATION_S=300] [RUNS=3]
+# HOST_METRICS_EXTRA adds keys to the section (e.g. "tcp = true").
 # SONDE_BIN picks the binary (default: target/release/sonde, built if
 # missing). Figures: docs/BENCHMARKS.md, "Host metrics".
 set -euo pipefail
@@ -33,7 +34,7 @@ config() { # name, port, with (0 or 1)
     printf '[agent]\ninterval = "10s"\nadmin_listen = ""\ndata_dir = "%s/%s-data"\n\n' "$W" "$1"
     printf '[[receivers]]\nprotocol = "statsd"\nlisten = "udp://127.0.0.1:%s"\n\n' "$2"
     printf '[[sinks]]\ntype = "blackhole"\n\n'
-    if [ "$3" = 1 ]; then printf '[host_metrics]\ninterval = "10s"\n'; fi
+    if [ "$3" = 1 ]; then printf '[host_metrics]\ninterval = "10s"\n%s\n' "${HOST_METRICS_EXTRA:-}"; fi
   } >"$W/$1.toml"
 }
 config without 28931 0

@@ -11,12 +11,9 @@ fn thread_cpu() -> std::time::Duration {
     std::time::Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
 }
 
-fn main() {
-    let n: u32 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(200);
-    let mut c = Collector::new(Groups::default(), Roots::default());
+/// The CPU of `n` collections of `groups`, each, and the points each.
+fn cost(groups: Groups, n: u32) -> (std::time::Duration, usize) {
+    let mut c = Collector::new(groups, Roots::default());
     let mut out = Points::new();
     c.collect(&mut out);
     let start = thread_cpu();
@@ -26,10 +23,55 @@ fn main() {
         c.collect(&mut out);
         points += out.len();
     }
-    let each = (thread_cpu() - start) / n;
+    ((thread_cpu() - start) / n, points / n as usize)
+}
+
+fn main() {
+    let n: u32 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200);
+    let none = Groups {
+        cpu: false,
+        load: false,
+        memory: false,
+        paging: false,
+        pressure: false,
+        disk: false,
+        filesystem: false,
+        network: false,
+        tcp: false,
+        processes: false,
+        containers: false,
+        top_processes: 10,
+    };
+    type Switch = fn(&mut Groups);
+    let groups: [(&str, Switch); 11] = [
+        ("cpu", |g| g.cpu = true),
+        ("load", |g| g.load = true),
+        ("memory", |g| g.memory = true),
+        ("paging", |g| g.paging = true),
+        ("pressure", |g| g.pressure = true),
+        ("disk", |g| g.disk = true),
+        ("filesystem", |g| g.filesystem = true),
+        ("network", |g| g.network = true),
+        ("tcp", |g| g.tcp = true),
+        ("processes", |g| g.processes = true),
+        ("containers", |g| g.containers = true),
+    ];
+    for (name, on) in groups {
+        let mut g = none;
+        on(&mut g);
+        let (each, points) = cost(g, n);
+        println!(
+            "{name:>12}: {:8.3} ms of CPU, {points} points",
+            each.as_secs_f64() * 1e3
+        );
+    }
+    let (each, points) = cost(Groups::default(), n);
     println!(
-        "{n} collections: {:.3} ms of CPU each, {} points each",
-        each.as_secs_f64() * 1e3,
-        points / n as usize
+        "{:>12}: {:8.3} ms of CPU, {points} points ({n} collections each)",
+        "all",
+        each.as_secs_f64() * 1e3
     );
 }

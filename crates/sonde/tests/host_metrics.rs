@@ -202,7 +202,7 @@ fn start_agent() -> Agent {
     Agent::start_config(|admin, dir| {
         format!(
             "[agent]\ninterval = \"2s\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n\
-             [host_metrics]\ninterval = \"1s\"\ntop_processes = 10\n\n\
+             [host_metrics]\ninterval = \"1s\"\ntop_processes = 10\ntcp = true\n\n\
              [[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
             dir.join("data").display(),
             dir.join("points.jsonl").display()

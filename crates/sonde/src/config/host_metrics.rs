@@ -59,8 +59,10 @@ pub struct HostMetricsSection {
     /// `system.network.*` per interface. Default `true`.
     #[serde(default = "yes")]
     pub network: bool,
-    /// `system.network.connections` by TCP state. Default `true`.
-    #[serde(default = "yes")]
+    /// `system.network.connections` by TCP state. Default `false`: the
+    /// kernel walks its whole TCP hash table to list the sockets, the
+    /// dearest group by far (docs/INPUTS.md, "Cost").
+    #[serde(default)]
     pub tcp: bool,
     /// `process.cpu.time` and `process.memory.usage` of the top
     /// processes. Default `true`.

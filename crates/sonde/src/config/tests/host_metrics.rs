@@ -12,12 +12,12 @@ fn host_metrics_alone_is_a_config_and_its_defaults_read_everything() {
     assert_eq!(h.groups, sonde_host::Groups::default());
     assert_eq!(h.groups.top_processes, 10);
     let c = parse(&format!(
-        "[host_metrics]\ninterval = \"5s\"\ntcp = false\nprocesses = false\ntop_processes = 3\n{SINK}"
+        "[host_metrics]\ninterval = \"5s\"\ntcp = true\nprocesses = false\ntop_processes = 3\n{SINK}"
     ))
     .unwrap();
     let h = c.host_metrics.unwrap();
     assert_eq!(h.interval, Duration::from_secs(5));
-    assert!(!h.groups.tcp && !h.groups.processes && h.groups.cpu);
+    assert!(h.groups.tcp && !h.groups.processes && h.groups.cpu);
     assert_eq!(h.groups.top_processes, 3);
     // Turned off, it is not an input.
     assert!(parse(&format!("[host_metrics]\nenabled = false\n{SINK}")).is_err());
