@@ -317,7 +317,7 @@ impl Ingest {
 
     /// Records the points an input made itself ([`crate::input`]): the
     /// same series limits and counters as parsed points, shown to the tap.
-    pub fn record(&mut self, points: &crate::input::Points) {
+    pub fn record(&mut self, points: &crate::points::Points) {
         self.counts.datagrams += 1;
         let mut rec = Recorder::new(
             &mut self.shard,
