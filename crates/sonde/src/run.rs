@@ -287,6 +287,33 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
     }
     let retire = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
+    if let Some(settings) = &r.otlp {
+        let ingest = Ingest::new(
+            r.protocol,
+            Arc::clone(&stats),
+            Arc::clone(&ctx.aggregate),
+            Arc::clone(&ctx.control),
+            ctx.shard_tx.clone(),
+        )
+        .tap_to(Arc::clone(&ctx.telemetry.tap));
+        let (socket, _) = socks
+            .into_iter()
+            .next()
+            .context("an OTLP receiver without its socket")?
+            .into_parts();
+        let (flag, control) = (Arc::clone(&retire), Arc::clone(&ctx.control));
+        let stop = Box::new(move || {
+            flag.load(Ordering::Acquire) || control.shutdown.load(Ordering::Acquire)
+        });
+        workers = sonde_otlp_in::spawn(socket.into(), settings.clone(), ingest, stop)?;
+        lock(&ctx.telemetry.receivers).push(Arc::clone(&stats));
+        return Ok(RunningReceiver {
+            config: r.clone(),
+            retire,
+            stats,
+            workers,
+        });
+    }
     for b in socks {
         let ingest = Ingest::new(
             r.protocol,
@@ -299,7 +326,7 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
         .tap_to(Arc::clone(&ctx.telemetry.tap))
         .events_to(match r.protocol {
             receiver::Protocol::Statsd => ctx.events.clone(),
-            receiver::Protocol::Msgpack => None,
+            receiver::Protocol::Msgpack | receiver::Protocol::Otlp => None,
         });
         workers.push(receiver::spawn(b, ingest)?);
     }

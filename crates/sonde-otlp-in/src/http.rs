@@ -1,0 +1,306 @@
+//! OTLP/HTTP: `POST /v1/metrics` with a protobuf body
+//! (`application/x-protobuf`), plain or `Content-Encoding: gzip`.
+//!
+//! | answer | when | counted as |
+//! |---|---|---|
+//! | 200, an `Export…ServiceResponse` | taken; its `partial_success` says how many data points were refused and why | points, and `rejected` |
+//! | 400 | a body that does not decode, or a gzip stream that breaks | `malformed` (one per request) |
+//! | 404, 405 | another path, another method | not counted |
+//! | 413 | a body over `max_body` bytes, before or after decompression | `oversized` (one per request) |
+//! | 415 | another content type or encoding | `malformed` |
+//! | 503, `Retry-After: 1` | the worker's queue is full, or the agent is stopping; nothing of the request was taken | `queue_full` (its data points) |
+//!
+//! Error bodies are a `google.rpc.Status` message, as the OTLP
+//! specification asks. The body is read with its length bounded
+//! ([`http_body_util::Limited`]) and inflated with its output bounded, so
+//! neither a long upload nor a gzip bomb takes more than `max_body` bytes.
+
+use std::convert::Infallible;
+use std::io::Read;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use prost::Message;
+use sonde_metrics::input::Points;
+use sonde_metrics::receiver::ReceiverStats;
+use sonde_runtime::drops::DropLabel;
+
+use crate::metrics::Mapper;
+use crate::Settings;
+
+/// How often the accept loop checks whether it must stop.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// How long a client may take to send a request's head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every connection of a receiver shares.
+pub struct Shared {
+    settings: Settings,
+    tx: SyncSender<Points>,
+    stats: Arc<ReceiverStats>,
+    mapper: Mutex<Mapper>,
+}
+
+impl Shared {
+    /// The state of a receiver with `settings`, sending to its worker
+    /// through `tx`; `since` is when it began listening (nanoseconds since
+    /// the epoch).
+    pub fn new(
+        settings: Settings,
+        tx: SyncSender<Points>,
+        stats: Arc<ReceiverStats>,
+        since: u64,
+    ) -> Shared {
+        let mapper = Mapper::new(
+            settings.resource_attributes.clone(),
+            settings.max_cumulative_series,
+            since,
+        );
+        Shared {
+            settings,
+            tx,
+            stats,
+            mapper: Mutex::new(mapper),
+        }
+    }
+
+    fn count(&self, label: DropLabel, n: u64) {
+        self.stats.drops[label as usize].fetch_add(n, Relaxed);
+    }
+}
+
+/// `google.rpc.Status`, the body of an OTLP error answer.
+#[derive(Clone, PartialEq, Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+/// Serves `listener` until `stop` says so.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    stop: Box<dyn Fn() -> bool + Send>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(receiver = %shared.stats.listen, error = %e, "otlp receiver cannot listen");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(STOP_CHECK);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let shared = Arc::clone(&shared);
+                        async move { Ok::<_, Infallible>(handle(&shared, req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(HEAD_TIMEOUT)
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+            _ = tick.tick() => {
+                if stop() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Whether the client speaks protobuf or JSON.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Encoding {
+    Protobuf,
+}
+
+fn answer(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-protobuf"),
+    );
+    r
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
+    // gRPC codes: 3 INVALID_ARGUMENT, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE.
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => 8,
+        StatusCode::SERVICE_UNAVAILABLE => 14,
+        _ => 3,
+    };
+    let body = RpcStatus {
+        code,
+        message: message.into(),
+    }
+    .encode_to_vec();
+    let mut r = answer(status, body);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// Why a body could not be read.
+enum BodyError {
+    TooLarge,
+    Broken(String),
+}
+
+/// The request's body, read and inflated, at most `max` bytes either way.
+async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyError> {
+    let gzip = match req.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(other) => {
+            return Err(BodyError::Broken(format!(
+                "Content-Encoding {:?} is not supported: send gzip or none",
+                String::from_utf8_lossy(other)
+            )))
+        }
+    };
+    let body = match Limited::new(req.into_body(), max).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(BodyError::TooLarge),
+        Err(e) => return Err(BodyError::Broken(format!("reading the body: {e}"))),
+    };
+    if !gzip {
+        return Ok(body.to_vec());
+    }
+    let mut out = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    flate2::read::MultiGzDecoder::new(&body[..])
+        .take(limit)
+        .read_to_end(&mut out)
+        .map_err(|e| BodyError::Broken(format!("gzip: {e}")))?;
+    if out.len() > max {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(out)
+}
+
+async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() != "/v1/metrics" {
+        return error(StatusCode::NOT_FOUND, "OTLP/HTTP paths: /v1/metrics");
+    }
+    if req.method() != Method::POST {
+        return error(StatusCode::METHOD_NOT_ALLOWED, "send with POST");
+    }
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let _encoding = match content_type.split(';').next().unwrap_or("").trim() {
+        "application/x-protobuf" => Encoding::Protobuf,
+        other => {
+            shared.count(DropLabel::Malformed, 1);
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("Content-Type {other:?} is not supported: send application/x-protobuf"),
+            );
+        }
+    };
+    let max = shared.settings.max_body;
+    let body = match read_body(req, max).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            shared.count(DropLabel::Oversized, 1);
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is over {max} bytes (the receiver's max_body)"),
+            );
+        }
+        Err(BodyError::Broken(why)) => {
+            shared.count(DropLabel::Malformed, 1);
+            return error(StatusCode::BAD_REQUEST, why);
+        }
+    };
+    shared.stats.bytes.fetch_add(body.len() as u64, Relaxed);
+    let request = match ExportMetricsServiceRequest::decode(&body[..]) {
+        Ok(r) => r,
+        Err(e) => {
+            shared.count(DropLabel::Malformed, 1);
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("not an OTLP metrics request: {e}"),
+            );
+        }
+    };
+    match export_metrics(shared, &request) {
+        Ok(partial) => answer(
+            StatusCode::OK,
+            ExportMetricsServiceResponse {
+                partial_success: partial,
+            }
+            .encode_to_vec(),
+        ),
+        Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}
+
+/// A request refused as a whole, for the client to send again.
+pub struct Refused(pub &'static str);
+
+/// Maps and queues a metrics request; the partial success to answer with.
+///
+/// # Errors
+///
+/// When the worker's queue is full or gone: nothing of the request was
+/// taken, and its data points are counted as `queue_full`.
+pub fn export_metrics(
+    shared: &Shared,
+    request: &ExportMetricsServiceRequest,
+) -> Result<Option<ExportMetricsPartialSuccess>, Refused> {
+    let mut mapper = shared.mapper.lock().unwrap_or_else(|e| e.into_inner());
+    let mut mapped = mapper.map(request);
+    let partial = (mapped.rejected > 0).then(|| ExportMetricsPartialSuccess {
+        rejected_data_points: i64::try_from(mapped.rejected).unwrap_or(i64::MAX),
+        error_message: std::mem::take(&mut mapped.message),
+    });
+    shared.count(DropLabel::BadValue, mapped.rejected - mapped.state_full);
+    shared.count(DropLabel::SeriesLimit, mapped.state_full);
+    if mapped.points.is_empty() {
+        mapper.commit(&mut mapped);
+        return Ok(partial);
+    }
+    let points = std::mem::take(&mut mapped.points);
+    match shared.tx.try_send(points) {
+        Ok(()) => {
+            mapper.commit(&mut mapped);
+            Ok(partial)
+        }
+        Err(TrySendError::Full(_)) => {
+            shared.count(DropLabel::QueueFull, mapped.data_points);
+            Err(Refused("the agent is behind: send again later"))
+        }
+        Err(TrySendError::Disconnected(_)) => {
+            shared.count(DropLabel::QueueFull, mapped.data_points);
+            Err(Refused("the agent is stopping"))
+        }
+    }
+}
