@@ -304,3 +304,75 @@ pub fn export_metrics(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, AggregationTemporality, Metric, NumberDataPoint,
+        ResourceMetrics, ScopeMetrics, Sum,
+    };
+
+    fn cumulative(time: u64, value: i64) -> ExportMetricsServiceRequest {
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "hits".into(),
+                        data: Some(Data::Sum(Sum {
+                            data_points: vec![NumberDataPoint {
+                                attributes: vec![KeyValue {
+                                    key: "k".into(),
+                                    value: Some(AnyValue {
+                                        value: Some(any_value::Value::StringValue("v".into())),
+                                    }),
+                                    ..Default::default()
+                                }],
+                                start_time_unix_nano: 10,
+                                time_unix_nano: time,
+                                value: Some(number_data_point::Value::AsInt(value)),
+                                ..Default::default()
+                            }],
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    fn value(p: &Points) -> f64 {
+        let mut v = f64::NAN;
+        p.each(|p| {
+            if let sonde_proto::Value::Number(n) = p.value {
+                v = n;
+            }
+        });
+        v
+    }
+
+    #[test]
+    fn a_full_queue_refuses_the_request_whole_and_leaves_the_state_for_the_retry() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let stats = Arc::new(ReceiverStats::new("http://test".into(), "otlp"));
+        let shared = Shared::new(Settings::default(), tx, Arc::clone(&stats), 0);
+        assert!(export_metrics(&shared, &cumulative(20, 5)).is_ok());
+        // The queue holds one batch: the next request is refused.
+        assert!(export_metrics(&shared, &cumulative(30, 8)).is_err());
+        assert_eq!(stats.dropped(DropLabel::QueueFull), 1);
+        assert_eq!(value(&rx.recv().unwrap()), 5.0);
+        // The retry counts the change from the point taken, not from the
+        // refused one.
+        assert!(export_metrics(&shared, &cumulative(30, 8)).is_ok());
+        assert_eq!(value(&rx.recv().unwrap()), 3.0);
+        // The worker gone: refused too.
+        drop(rx);
+        assert!(export_metrics(&shared, &cumulative(40, 9)).is_err());
+        assert_eq!(stats.dropped(DropLabel::QueueFull), 2);
+    }
+}
