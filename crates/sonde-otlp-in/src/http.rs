@@ -1,5 +1,5 @@
-//! OTLP/HTTP: `POST /v1/metrics` with a protobuf body
-//! (`application/x-protobuf`), plain or `Content-Encoding: gzip`.
+//! OTLP/HTTP: `POST /v1/metrics` and `POST /v1/logs` with a protobuf
+//! body (`application/x-protobuf`), plain or `Content-Encoding: gzip`.
 //!
 //! | answer | when | counted as |
 //! |---|---|---|
@@ -8,7 +8,7 @@
 //! | 404, 405 | another path, another method | not counted |
 //! | 413 | a body over `max_body` bytes, before or after decompression | `oversized` (one per request) |
 //! | 415 | another content type or encoding | `malformed` |
-//! | 503, `Retry-After: 1` | the worker's queue is full, or the agent is stopping; nothing of the request was taken | `queue_full` (its data points) |
+//! | 503, `Retry-After: 1` | the worker's queue (the log source's, for logs) is full, or the agent is stopping; nothing of the request was taken | `queue_full` (its data points or log records) |
 //!
 //! Error bodies are a `google.rpc.Status` message, as the OTLP
 //! specification asks. The body is read with its length bounded
@@ -27,10 +27,14 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message;
+use sonde_log_sources::events::EventQueue;
 use sonde_metrics::input::Points;
 use sonde_metrics::receiver::ReceiverStats;
 use sonde_runtime::drops::DropLabel;
@@ -50,17 +54,19 @@ pub struct Shared {
     tx: SyncSender<Points>,
     stats: Arc<ReceiverStats>,
     mapper: Mutex<Mapper>,
+    logs: Option<EventQueue>,
 }
 
 impl Shared {
     /// The state of a receiver with `settings`, sending to its worker
     /// through `tx`; `since` is when it began listening (nanoseconds since
-    /// the epoch).
+    /// the epoch); log records go to `logs`, when a sink takes them.
     pub fn new(
         settings: Settings,
         tx: SyncSender<Points>,
         stats: Arc<ReceiverStats>,
         since: u64,
+        logs: Option<EventQueue>,
     ) -> Shared {
         let mapper = Mapper::new(
             settings.resource_attributes.clone(),
@@ -72,6 +78,7 @@ impl Shared {
             tx,
             stats,
             mapper: Mutex::new(mapper),
+            logs,
         }
     }
 
@@ -204,9 +211,16 @@ async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyEr
 }
 
 async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.uri().path() != "/v1/metrics" {
-        return error(StatusCode::NOT_FOUND, "OTLP/HTTP paths: /v1/metrics");
-    }
+    let logs = match req.uri().path() {
+        "/v1/metrics" => false,
+        "/v1/logs" => true,
+        _ => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "OTLP/HTTP paths: /v1/metrics, /v1/logs",
+            )
+        }
+    };
     if req.method() != Method::POST {
         return error(StatusCode::METHOD_NOT_ALLOWED, "send with POST");
     }
@@ -241,6 +255,28 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
         }
     };
     shared.stats.bytes.fetch_add(body.len() as u64, Relaxed);
+    if logs {
+        let request = match ExportLogsServiceRequest::decode(&body[..]) {
+            Ok(r) => r,
+            Err(e) => {
+                shared.count(DropLabel::Malformed, 1);
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("not an OTLP logs request: {e}"),
+                );
+            }
+        };
+        return match export_logs(shared, &request) {
+            Ok(partial) => answer(
+                StatusCode::OK,
+                ExportLogsServiceResponse {
+                    partial_success: partial,
+                }
+                .encode_to_vec(),
+            ),
+            Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+        };
+    }
     let request = match ExportMetricsServiceRequest::decode(&body[..]) {
         Ok(r) => r,
         Err(e) => {
@@ -265,6 +301,47 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
 
 /// A request refused as a whole, for the client to send again.
 pub struct Refused(pub &'static str);
+
+/// Queues a logs request's records to the receiver's log source; the
+/// partial success to answer with (every record refused when no sink
+/// takes the source).
+///
+/// # Errors
+///
+/// When the source's queue has no room for them all, or the source is
+/// gone: nothing was queued, and the records are counted as `queue_full`.
+pub fn export_logs(
+    shared: &Shared,
+    request: &ExportLogsServiceRequest,
+) -> Result<Option<ExportLogsPartialSuccess>, Refused> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let records = crate::logs::records(request, &shared.settings.resource_attributes, now);
+    let n = records.len() as u64;
+    if n == 0 {
+        return Ok(None);
+    }
+    let Some(queue) = &shared.logs else {
+        return Ok(Some(ExportLogsPartialSuccess {
+            rejected_log_records: i64::try_from(n).unwrap_or(i64::MAX),
+            error_message: format!(
+                "no sink takes the log source {:?}: add it to a sink's inputs",
+                shared.settings.name
+            ),
+        }));
+    };
+    match queue.push_all(records) {
+        Ok(()) => {
+            shared.stats.datagrams.fetch_add(1, Relaxed);
+            Ok(None)
+        }
+        Err(_) => {
+            shared.count(DropLabel::QueueFull, n);
+            Err(Refused("the log sinks are behind: send again later"))
+        }
+    }
+}
 
 /// Maps and queues a metrics request; the partial success to answer with.
 ///
@@ -360,7 +437,7 @@ mod tests {
     fn a_full_queue_refuses_the_request_whole_and_leaves_the_state_for_the_retry() {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let stats = Arc::new(ReceiverStats::new("http://test".into(), "otlp"));
-        let shared = Shared::new(Settings::default(), tx, Arc::clone(&stats), 0);
+        let shared = Shared::new(Settings::default(), tx, Arc::clone(&stats), 0, None);
         assert!(export_metrics(&shared, &cumulative(20, 5)).is_ok());
         // The queue holds one batch: the next request is refused.
         assert!(export_metrics(&shared, &cumulative(30, 8)).is_err());

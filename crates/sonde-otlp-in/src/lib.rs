@@ -7,7 +7,8 @@
 //! ([`metrics`]); the worker thread ([`sonde_metrics::input::spawn_worker`])
 //! records each request's points into its shard, as the socket receivers'
 //! workers record theirs, so they are aggregated with every other input's
-//! points. The two meet at a bounded channel: a request that finds it
+//! points. Log records go to the receiver's log source ([`logs`]). The
+//! two threads meet at a bounded channel: a request that finds it
 //! full is refused with a status the client retries, never taken and
 //! dropped (see [`http`] for the statuses).
 #![deny(missing_docs)]
@@ -19,6 +20,7 @@ use std::thread::JoinHandle;
 use sonde_metrics::receiver::{Ingest, ReceiverStats};
 
 pub mod http;
+pub mod logs;
 pub mod metrics;
 
 /// The default most bytes of a request body, after decompression too.
@@ -58,7 +60,9 @@ impl Default for Settings {
 }
 
 /// Starts a receiver on `listener` (bound and listening, non-blocking):
-/// its worker, recording through `ingest`, and its server thread, which
+/// its worker, recording through `ingest`, and its server thread (which
+/// queues log records to `logs`, the receiver's log source when a sink
+/// takes it), which
 /// ends once `stop` says so (checked every 100 ms) and then lets the
 /// worker hand over its open window and end too. Returns both threads.
 ///
@@ -70,6 +74,7 @@ pub fn spawn(
     settings: Settings,
     ingest: Ingest,
     stop: Box<dyn Fn() -> bool + Send>,
+    logs: Option<sonde_log_sources::events::EventQueue>,
 ) -> io::Result<Vec<JoinHandle<()>>> {
     let stats: Arc<ReceiverStats> = Arc::clone(ingest.stats());
     let label = stats.listen.clone();
@@ -77,7 +82,7 @@ pub fn spawn(
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    let shared = Arc::new(http::Shared::new(settings, tx, stats, since));
+    let shared = Arc::new(http::Shared::new(settings, tx, stats, since, logs));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()

@@ -32,13 +32,13 @@ fn python_sends(transport: &str, endpoint: &str, what: &str) {
 
 /// An agent with one OTLP receiver at `listen` (its port from `port`)
 /// and a file sink, windows of 1 s.
-fn agent_with(receiver: impl Fn(u16) -> String) -> (Agent, u16) {
+fn agent_with(receiver: impl Fn(u16, &std::path::Path) -> String) -> (Agent, u16) {
     let port = free_port();
     let agent = Agent::start_config(|admin, dir| {
         format!(
             "[agent]\ninterval = \"1s\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{}\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
             dir.join("data").display(),
-            receiver(port),
+            receiver(port, dir),
             dir.join("points.jsonl").display()
         )
     });
@@ -160,7 +160,7 @@ fn expect_sdk_metrics(agent: &Agent) {
 
 #[test]
 fn sdk_metrics_over_http_arrive_with_their_values_and_attributes() {
-    let (agent, port) = agent_with(|p| {
+    let (agent, port) = agent_with(|p, _| {
         format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\n")
     });
     python_sends("http", &format!("http://127.0.0.1:{port}"), "metrics");
@@ -250,7 +250,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn bodies_over_the_limit_and_malformed_ones_are_refused_and_counted() {
-    let (agent, port) = agent_with(|p| {
+    let (agent, port) = agent_with(|p, _| {
         format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\nmax_body = \"64KiB\"\n")
     });
     let listen = format!("receiver=\"http://127.0.0.1:{port}\",protocol=\"otlp\"");
@@ -341,7 +341,7 @@ fn bodies_over_the_limit_and_malformed_ones_are_refused_and_counted() {
 /// tested in `sonde_otlp_in::http`'s tests with a queue that is full.)
 #[test]
 fn concurrent_requests_lose_nothing_taken_and_refusals_are_retryable_and_counted() {
-    let (agent, port) = agent_with(|p| {
+    let (agent, port) = agent_with(|p, _| {
         format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\n")
     });
     let listen = format!("receiver=\"http://127.0.0.1:{port}\",protocol=\"otlp\"");
@@ -399,4 +399,46 @@ fn concurrent_requests_lose_nothing_taken_and_refusals_are_retryable_and_counted
         (refused * POINTS as u64) as f64,
         "{taken} taken, {refused} refused"
     );
+}
+
+/// The records a file sink of log records wrote so far.
+fn records(agent: &Agent, file: &str) -> Vec<Json> {
+    common::read_points(&agent.path(file))
+}
+
+fn expect_sdk_logs(agent: &Agent, file: &str) {
+    let got = wait_for(
+        "both log records in the sink",
+        Duration::from_secs(20),
+        || {
+            let r = records(agent, file);
+            (r.len() >= 2).then_some(r)
+        },
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+    let declined = &got[0];
+    assert_eq!(declined["message"], "payment declined");
+    assert_eq!(declined["source"], "shop-logs");
+    assert_eq!(declined["host"], "web-1");
+    assert_eq!(declined["service.name"], "checkout");
+    assert_eq!(declined["order.id"], 77);
+    assert_eq!(declined["card"], "visa");
+    assert_eq!(declined["severity_text"], "WARN");
+    assert!(declined.get("process.pid").is_none(), "{declined}");
+    let placed = &got[1];
+    assert_eq!(placed["message"], "order placed");
+    assert_eq!(placed["severity_text"], "INFO");
+    assert!(placed.get("card").is_none());
+}
+
+#[test]
+fn sdk_logs_over_http_reach_the_sinks_that_take_the_receivers_source() {
+    let (agent, port) = agent_with(|p, dir| {
+        format!(
+            "[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\nname = \"shop-logs\"\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\ninputs = [\"shop-logs\"]\n",
+            dir.join("logs.jsonl").display()
+        )
+    });
+    python_sends("http", &format!("http://127.0.0.1:{port}"), "logs");
+    expect_sdk_logs(&agent, "logs.jsonl");
 }

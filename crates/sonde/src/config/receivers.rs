@@ -236,6 +236,11 @@ pub(crate) fn check(
     Ok(receivers)
 }
 
+/// The name of an OTLP receiver's log source: its `name`, else `"otlp"`.
+pub(crate) fn otlp_source_name(r: &ReceiverSection) -> &str {
+    r.name.as_ref().map_or("otlp", |n| n.get_ref().as_str())
+}
+
 /// An OTLP receiver's keys, with their defaults.
 fn otlp_settings(
     src: Source<'_>,
