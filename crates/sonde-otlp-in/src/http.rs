@@ -43,7 +43,7 @@ use crate::metrics::Mapper;
 use crate::Settings;
 
 /// How often the accept loop checks whether it must stop.
-const STOP_CHECK: Duration = Duration::from_millis(100);
+pub(crate) const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// How long a client may take to send a request's head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,6 +80,16 @@ impl Shared {
             mapper: Mutex::new(mapper),
             logs,
         }
+    }
+
+    /// The receiver's counters.
+    pub fn stats(&self) -> &Arc<ReceiverStats> {
+        &self.stats
+    }
+
+    /// The most bytes of a request body.
+    pub fn max_body(&self) -> usize {
+        self.settings.max_body
     }
 
     fn count(&self, label: DropLabel, n: u64) {

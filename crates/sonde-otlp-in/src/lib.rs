@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 
 use sonde_metrics::receiver::{Ingest, ReceiverStats};
 
+pub mod grpc;
 pub mod http;
 pub mod logs;
 pub mod metrics;
@@ -59,7 +60,8 @@ impl Default for Settings {
     }
 }
 
-/// Starts a receiver on `listener` (bound and listening, non-blocking):
+/// Starts a receiver on `listener` (bound and listening, non-blocking),
+/// OTLP/gRPC when `grpc`, else OTLP/HTTP:
 /// its worker, recording through `ingest`, and its server thread (which
 /// queues log records to `logs`, the receiver's log source when a sink
 /// takes it), which
@@ -71,6 +73,7 @@ impl Default for Settings {
 /// When a thread or the runtime cannot be started.
 pub fn spawn(
     listener: std::net::TcpListener,
+    grpc: bool,
     settings: Settings,
     ingest: Ingest,
     stop: Box<dyn Fn() -> bool + Send>,
@@ -88,9 +91,13 @@ pub fn spawn(
         .enable_time()
         .build()?;
     let server = std::thread::Builder::new()
-        .name(format!("otlp http {label}"))
+        .name(format!("otlp {label}"))
         .spawn(move || {
-            rt.block_on(http::serve(listener, shared, stop));
+            if grpc {
+                rt.block_on(grpc::serve(listener, shared, stop));
+            } else {
+                rt.block_on(http::serve(listener, shared, stop));
+            }
         })?;
     Ok(vec![worker, server])
 }

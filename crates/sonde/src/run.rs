@@ -313,7 +313,8 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
             .iter()
             .find(|(n, _)| *n == settings.name)
             .map(|(_, q)| q.clone());
-        workers = sonde_otlp_in::spawn(socket.into(), settings.clone(), ingest, stop, logs)?;
+        let grpc = matches!(r.listen, sonde_runtime::addr::ListenAddr::Grpc(_));
+        workers = sonde_otlp_in::spawn(socket.into(), grpc, settings.clone(), ingest, stop, logs)?;
         lock(&ctx.telemetry.receivers).push(Arc::clone(&stats));
         return Ok(RunningReceiver {
             config: r.clone(),

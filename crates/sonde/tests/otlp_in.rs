@@ -442,3 +442,25 @@ fn sdk_logs_over_http_reach_the_sinks_that_take_the_receivers_source() {
     python_sends("http", &format!("http://127.0.0.1:{port}"), "logs");
     expect_sdk_logs(&agent, "logs.jsonl");
 }
+
+#[test]
+fn sdk_metrics_and_logs_over_grpc_arrive_as_over_http() {
+    let (agent, port) = agent_with(|p, dir| {
+        format!(
+            "[[receivers]]\nprotocol = \"otlp\"\nlisten = \"grpc://127.0.0.1:{p}\"\nname = \"shop-logs\"\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\ninputs = [\"shop-logs\"]\n",
+            dir.join("logs.jsonl").display()
+        )
+    });
+    let endpoint = format!("http://127.0.0.1:{port}");
+    python_sends("grpc", &endpoint, "metrics");
+    expect_sdk_metrics(&agent);
+    python_sends("grpc", &endpoint, "logs");
+    expect_sdk_logs(&agent, "logs.jsonl");
+    let listen = format!("receiver=\"grpc://127.0.0.1:{port}\",protocol=\"otlp\"");
+    // 5 metric exports and 2 log exports (one per record: the SDK's
+    // simple processor).
+    assert_eq!(
+        agent.metric(&format!("sonde_receiver_datagrams_total{{{listen}}}")),
+        Some(7.0)
+    );
+}
