@@ -1,5 +1,7 @@
 //! OTLP/HTTP: `POST /v1/metrics` and `POST /v1/logs` with a protobuf
-//! body (`application/x-protobuf`), plain or `Content-Encoding: gzip`.
+//! body (`application/x-protobuf`) or the OTLP JSON mapping
+//! (`application/json`), plain or `Content-Encoding: gzip`; a 200 answer
+//! is in the request's encoding, an error's `Status` in protobuf.
 //!
 //! | answer | when | counted as |
 //! |---|---|---|
@@ -150,6 +152,39 @@ pub async fn serve(
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Encoding {
     Protobuf,
+    /// The OTLP JSON mapping, decoded by opentelemetry-proto's serde
+    /// implementations (camelCase keys, 64-bit integers as strings or
+    /// numbers, trace and span ids in hex).
+    Json,
+}
+
+/// Decodes a request body of either encoding.
+fn decode<T: Message + Default + for<'de> serde::Deserialize<'de>>(
+    encoding: Encoding,
+    body: &[u8],
+) -> Result<T, String> {
+    match encoding {
+        Encoding::Protobuf => T::decode(body).map_err(|e| e.to_string()),
+        Encoding::Json => serde_json::from_slice(body).map_err(|e| e.to_string()),
+    }
+}
+
+/// A 200 answer with `response` in the request's encoding.
+fn ok<T: Message + serde::Serialize>(encoding: Encoding, response: &T) -> Response<Full<Bytes>> {
+    match encoding {
+        Encoding::Protobuf => answer(StatusCode::OK, response.encode_to_vec()),
+        Encoding::Json => {
+            let mut r = answer(
+                StatusCode::OK,
+                serde_json::to_vec(response).unwrap_or_else(|_| b"{}".to_vec()),
+            );
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+    }
 }
 
 fn answer(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
@@ -239,13 +274,14 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let _encoding = match content_type.split(';').next().unwrap_or("").trim() {
+    let encoding = match content_type.split(';').next().unwrap_or("").trim() {
         "application/x-protobuf" => Encoding::Protobuf,
+        "application/json" => Encoding::Json,
         other => {
             shared.count(DropLabel::Malformed, 1);
             return error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("Content-Type {other:?} is not supported: send application/x-protobuf"),
+                format!("Content-Type {other:?} is not supported: send application/x-protobuf or application/json"),
             );
         }
     };
@@ -266,7 +302,7 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
     };
     shared.stats.bytes.fetch_add(body.len() as u64, Relaxed);
     if logs {
-        let request = match ExportLogsServiceRequest::decode(&body[..]) {
+        let request: ExportLogsServiceRequest = match decode(encoding, &body) {
             Ok(r) => r,
             Err(e) => {
                 shared.count(DropLabel::Malformed, 1);
@@ -277,17 +313,16 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
             }
         };
         return match export_logs(shared, &request) {
-            Ok(partial) => answer(
-                StatusCode::OK,
-                ExportLogsServiceResponse {
+            Ok(partial) => ok(
+                encoding,
+                &ExportLogsServiceResponse {
                     partial_success: partial,
-                }
-                .encode_to_vec(),
+                },
             ),
             Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
         };
     }
-    let request = match ExportMetricsServiceRequest::decode(&body[..]) {
+    let request: ExportMetricsServiceRequest = match decode(encoding, &body) {
         Ok(r) => r,
         Err(e) => {
             shared.count(DropLabel::Malformed, 1);
@@ -298,12 +333,11 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
         }
     };
     match export_metrics(shared, &request) {
-        Ok(partial) => answer(
-            StatusCode::OK,
-            ExportMetricsServiceResponse {
+        Ok(partial) => ok(
+            encoding,
+            &ExportMetricsServiceResponse {
                 partial_success: partial,
-            }
-            .encode_to_vec(),
+            },
         ),
         Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
     }
@@ -461,5 +495,43 @@ mod tests {
         drop(rx);
         assert!(export_metrics(&shared, &cumulative(40, 9)).is_err());
         assert_eq!(stats.dropped(DropLabel::QueueFull), 2);
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::*;
+
+    /// The OTLP JSON mapping as the specification's examples write it:
+    /// camelCase keys, 64-bit integers as strings, enums as numbers.
+    #[test]
+    fn the_otlp_json_mapping_decodes() {
+        let body = br#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"api"}}]},
+          "scopeMetrics":[{"scope":{"name":"s"},"metrics":[{"name":"hits","sum":{"aggregationTemporality":1,"isMonotonic":true,
+          "dataPoints":[{"asInt":"5","timeUnixNano":"1700000000000000000","attributes":[{"key":"n","value":{"intValue":"7"}}]}]}}]}]}]}"#;
+        let r: ExportMetricsServiceRequest = serde_json::from_slice(body).unwrap();
+        let mut m = Mapper::new(vec!["service.name".into()], 10, 0);
+        let mapped = m.map(&r);
+        let mut got = Vec::new();
+        mapped.points.each(|p| {
+            got.push((
+                String::from_utf8(p.tags.to_vec()).unwrap(),
+                format!("{:?}", p.value),
+            ))
+        });
+        assert_eq!(
+            got,
+            [(
+                "service.name:api,n:7".to_string(),
+                "Number(5.0)".to_string()
+            )]
+        );
+        let logs = br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1700000000000000000","severityNumber":13,
+          "body":{"stringValue":"hi"},"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174"}]}]}]}"#;
+        let r: ExportLogsServiceRequest = serde_json::from_slice(logs).unwrap();
+        let rec = &r.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(rec.trace_id.len(), 16);
+        assert_eq!(rec.span_id.len(), 8);
+        assert_eq!(rec.time_unix_nano, 1_700_000_000_000_000_000);
     }
 }

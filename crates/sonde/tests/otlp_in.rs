@@ -464,3 +464,43 @@ fn sdk_metrics_and_logs_over_grpc_arrive_as_over_http() {
         Some(7.0)
     );
 }
+
+/// A request written by hand in the OTLP JSON mapping (camelCase keys,
+/// 64-bit integers as strings, enums as numbers), as curl would send it.
+#[test]
+fn a_json_request_is_taken_as_its_protobuf_twin() {
+    let (agent, port) = agent_with(|p, _| {
+        format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\n")
+    });
+    let body = br#"{"resourceMetrics":[{"resource":{"attributes":[
+        {"key":"service.name","value":{"stringValue":"billing"}},
+        {"key":"process.pid","value":{"intValue":"99"}}]},
+      "scopeMetrics":[{"scope":{"name":"hand"},"metrics":[
+        {"name":"invoices","sum":{"aggregationTemporality":1,"isMonotonic":true,
+          "dataPoints":[{"asInt":"41","timeUnixNano":"1700000000000000000",
+            "attributes":[{"key":"currency","value":{"stringValue":"EUR"}}]}]}},
+        {"name":"balance","gauge":{"dataPoints":[{"asDouble":-12.5,"timeUnixNano":"1700000000000000000"}]}}]}]}]}"#;
+    let json = ("content-type", "application/json");
+    assert_eq!(post(port, "/v1/metrics", &[json], body.to_vec()).0, 200);
+    // Broken JSON is a 400.
+    assert_eq!(
+        post(
+            port,
+            "/v1/metrics",
+            &[json],
+            b"{\"resourceMetrics\":[".to_vec()
+        )
+        .0,
+        400
+    );
+    wait_for("the JSON request's points", Duration::from_secs(10), || {
+        let points = agent.points();
+        let invoices = total(
+            &points,
+            "invoices",
+            &[("service.name", "billing"), ("currency", "EUR")],
+        );
+        let balance = total(&points, "balance", &[("service.name", "billing")]);
+        (invoices == (41.0, 1) && balance == (-12.5, 1)).then_some(())
+    });
+}
