@@ -504,3 +504,34 @@ fn a_json_request_is_taken_as_its_protobuf_twin() {
         (invoices == (41.0, 1) && balance == (-12.5, 1)).then_some(())
     });
 }
+
+/// `sonde validate` refuses an OTLP receiver on a socket address, another
+/// protocol on an http:// one, OTLP keys on a StatsD receiver and a name
+/// a `[[logs]]` source has, each naming the key and its fix.
+#[test]
+fn validate_names_what_is_wrong_with_an_otlp_receiver() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = "[[sinks]]\ntype = \"file\"\npath = \"/tmp/x.jsonl\"\n";
+    let cases = [
+        ("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"udp://127.0.0.1:4318\"\n", "OTLP comes over HTTP or gRPC"),
+        ("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"http://127.0.0.1:4318\"\n", "serves OTLP, not statsd"),
+        ("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nmax_body = \"1MiB\"\n", "applies to OTLP receivers only"),
+        ("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:4318\"\nmax_body = \"10B\"\n", "receivers[0].max_body"),
+        ("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:4318\"\nname = \"app\"\n\n[[logs]]\nname = \"app\"\ninclude = [\"/tmp/*.log\"]\n", "names both an OTLP receiver's log source and another source"),
+    ];
+    for (i, (config, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.toml"));
+        std::fs::write(&path, format!("{config}\n{sink}")).unwrap();
+        let (ok, out, err) = common::sonde(&["validate", "--config", path.to_str().unwrap()]);
+        assert!(!ok, "{config} was taken: {out}");
+        assert!(err.contains(want), "{config}: {err}");
+    }
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"grpc://127.0.0.1:4317\"\n\n[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:4318\"\n\n{sink}\n[[sinks]]\ntype = \"file\"\npath = \"/tmp/l.jsonl\"\ninputs = [\"otlp\"]\n"),
+    )
+    .unwrap();
+    let (ok, _, err) = common::sonde(&["validate", "--config", good.to_str().unwrap()]);
+    assert!(ok, "{err}");
+}
