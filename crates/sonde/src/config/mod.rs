@@ -302,6 +302,24 @@ fn routes(
     if statsd {
         known.insert(EVENTS_SOURCE);
     }
+    // Each OTLP receiver's log source, by its name (receivers of one name
+    // share it).
+    let otlp: Vec<&str> = file
+        .receivers
+        .iter()
+        .filter(|r| r.get_ref().protocol == receivers::ProtocolName::Otlp)
+        .map(|r| receivers::otlp_source_name(r.get_ref()))
+        .collect();
+    for name in &otlp {
+        if known.contains(name) {
+            return Err(ConfigError::new(
+                "receivers",
+                format!("{name:?} names both an OTLP receiver's log source and another source"),
+                "give the OTLP receiver another name = \"...\", or rename the [[logs]] source",
+            ));
+        }
+    }
+    known.extend(otlp.iter().copied());
     // Which sink took each source first, to refuse sharing an exclusive one.
     let mut taken: HashMap<&str, usize> = HashMap::new();
     for (i, sink) in sinks.iter().enumerate() {
@@ -315,7 +333,7 @@ fn routes(
                         "add a [[receivers]] with protocol = \"statsd\", or remove it from `inputs`".into(),
                     ));
                 }
-                if name == EVENTS_SOURCE && sink.exclusive_logs {
+                if (name == EVENTS_SOURCE || otlp.contains(&name.as_str())) && sink.exclusive_logs {
                     return Err(at(
                         i,
                         entry(i, j),
