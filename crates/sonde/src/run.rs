@@ -38,6 +38,8 @@
 //! their `shutdown_grace`, and exit; then the admin site's socket file,
 //! if it listens on one, is removed, and `run` returns.
 
+mod scrape;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Sender, SyncSender};
@@ -692,6 +694,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     for (r, socks) in bound {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
+    let mut scrapes = scrape::start(&config.scrape, &ctx)?;
     let profiler = start_profiler(&config, &telemetry, profile_outputs);
     // Removes the admin site's socket file when dropped, as `run` returns.
     let _serving = http::serve(
@@ -743,6 +746,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                     Ok(new) => {
                         reload_admin_tls(&current, &new, admin_tls_handle.as_ref());
                         reload(&current, &new, &ctx, &cmd_tx, &mut receivers, &mut sinks);
+                        scrape::reload(&mut scrapes, &new.scrape, &ctx);
                         current = new;
                     }
                 },
@@ -765,6 +769,9 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         for w in r.workers {
             let _ = w.join();
         }
+    }
+    if let Some(s) = scrapes {
+        scrape::stop(s, &ctx);
     }
     // After the receivers, so that the events they took are sent.
     if let Some(e) = events_source {
