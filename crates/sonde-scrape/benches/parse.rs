@@ -1,6 +1,7 @@
 //! Parsing node_exporter's real output (testdata/node_exporter.txt,
-//! node_exporter 1.5.0 of Debian), and the same body turned into points
-//! (counters' deltas included).
+//! node_exporter 1.5.0 of Debian) with sonde's parser and with the
+//! `prometheus-parse` crate (docs/adr/0010), and the same body turned
+//! into points (counters' deltas included).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sonde_metrics::input::Points;
@@ -29,7 +30,18 @@ fn parse(c: &mut Criterion) {
             sum
         });
     });
+    let text = std::str::from_utf8(&body).unwrap();
+    g.bench_function("prometheus-parse", |b| {
+        b.iter(|| {
+            let lines = std::hint::black_box(text).lines().map(|l| Ok(l.to_owned()));
+            prometheus_parse::Scrape::parse(lines)
+                .unwrap()
+                .samples
+                .len()
+        });
+    });
     g.finish();
+    check_other_crate();
 
     let target = Target {
         url: "http://127.0.0.1:9100/metrics".into(),
@@ -53,6 +65,33 @@ fn parse(c: &mut Criterion) {
         });
     });
     g.finish();
+}
+
+/// What the compared crate reads of lines both formats allow: a name
+/// with `:`, a label value with `}` or `,`, an OpenMetrics exemplar.
+/// Printed, once, for the ADR.
+fn check_other_crate() {
+    let lines = [
+        "job:requests:rate5m 3",
+        "http_requests_total{path=\"/a}b\",code=\"200\"} 1",
+        "http_requests_total{path=\"/a,b\",code=\"200\"} 1",
+        "foo_total 17.0 1520879607.789 # {id=\"x\"} 5",
+    ];
+    for line in lines {
+        let theirs =
+            prometheus_parse::Scrape::parse(std::iter::once(Ok(line.to_string()))).map(|s| {
+                s.samples
+                    .iter()
+                    .map(|x| format!("{} {:?} {:?}", x.metric, x.labels, x.value))
+                    .collect::<Vec<_>>()
+            });
+        let mut ours = Vec::new();
+        Parser::new().parse(line.as_bytes(), |s| {
+            let labels: Vec<String> = s.labels().map(|(k, v)| format!("{k}={v}")).collect();
+            ours.push(format!("{} {labels:?} {}", s.name, s.value));
+        });
+        eprintln!("{line}\n  prometheus-parse: {theirs:?}\n  sonde: {ours:?}");
+    }
 }
 
 criterion_group!(benches, parse);

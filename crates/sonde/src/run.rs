@@ -18,6 +18,8 @@
 //! certificate and key files are read again, so that a renewed
 //! certificate is served from the next handshake on; files that do not
 //! load are refused with a log line and the old pair stays.
+//! `[[scrape]]` targets apply at once: unchanged ones keep their
+//! counters, added ones start, removed ones stop (see `run/scrape.rs`).
 //!
 //! # Under systemd
 //!

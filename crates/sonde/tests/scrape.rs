@@ -379,3 +379,54 @@ fn a_body_over_the_limit_is_refused_and_counted() {
         .all(|v| *v == 0.0));
     assert!(named(&p, "g1").is_empty());
 }
+
+#[test]
+fn a_reload_adds_and_removes_targets_and_keeps_the_counters_of_the_others() {
+    let body = |n: u32| format!("# TYPE reqs counter\nreqs_total {n}\n");
+    let a_exp = Exporter::start("text/plain; version=0.0.4", &body(10));
+    let b_exp = Exporter::start("text/plain; version=0.0.4", "# TYPE b gauge\nb 1\n");
+    let target = |port: u16, job: &str| {
+        format!("\n[[scrape]]\nurl = \"http://127.0.0.1:{port}/metrics\"\njob = \"{job}\"\ninterval = \"200ms\"\n")
+    };
+    let a = agent(&target(a_exp.port, "a"));
+    a_exp.scraped_twice();
+    let config = std::fs::read_to_string(a.path("sonde.toml")).unwrap();
+    let hup = |text: &str| {
+        std::fs::write(a.path("sonde.toml"), text).unwrap();
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &a.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    };
+    hup(&format!("{config}{}", target(b_exp.port, "b")));
+    wait_for("b's points", Duration::from_secs(20), || {
+        (!with_tags(&a.points(), "b", &[("job", "b")]).is_empty()).then_some(())
+    });
+    // a's counter goes on from the value scraped before the reload.
+    a_exp.set(&body(25));
+    a_exp.scraped_twice();
+    wait_for("a's increase of 15", Duration::from_secs(10), || {
+        (sum(&a.points(), "reqs_total", &[("job", "a")]) == 15.0).then_some(())
+    });
+    // a removed: b goes on, a is asked no more (one scrape may be under
+    // way as the reload lands).
+    hup(&format!(
+        "{}{}",
+        config.replace(&target(a_exp.port, "a"), ""),
+        target(b_exp.port, "b")
+    ));
+    wait_for("the reload", Duration::from_secs(10), || {
+        a.stderr()
+            .matches("SIGHUP: config reloaded")
+            .nth(1)
+            .map(|_| ())
+    });
+    let before = a_exp.bodies().len();
+    let b_before = b_exp.bodies().len();
+    wait_for("five more scrapes of b", Duration::from_secs(20), || {
+        (b_exp.bodies().len() >= b_before + 5).then_some(())
+    });
+    assert!(a_exp.bodies().len() <= before + 1);
+}

@@ -83,3 +83,27 @@ fn bad_keys_are_named_at_their_line() {
     let e = err("[[scrape]]\nurl = \"http://127.0.0.1:9100/metrics\"\n");
     assert!(e.to_string().contains("sink"), "{e}");
 }
+
+#[test]
+fn the_example_of_inputs_md_is_valid_and_says_the_defaults() {
+    let doc = include_str!("../../../../../docs/INPUTS.md");
+    let section = doc.split("## Scraping").nth(1).unwrap();
+    let example = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let c = parse(&format!("{example}{SINK}")).unwrap_or_else(|e| panic!("{e}\n{example}"));
+    let t = &c.scrape[0];
+    let defaults = parse(&format!("[[scrape]]\nurl = \"{}\"\n{SINK}", t.url)).unwrap();
+    let d = &defaults.scrape[0];
+    // The example writes the defaults out, but for job and labels.
+    assert_eq!(
+        (t.interval, t.timeout, t.max_body_size),
+        (d.interval, d.timeout, d.max_body_size)
+    );
+    assert_eq!(t.job, "node");
+    // Uncommented, `allow_remote` parses.
+    let all = example.replace("# allow_remote", "allow_remote");
+    assert!(parse(&format!("{all}{SINK}")).is_ok());
+}
