@@ -252,7 +252,7 @@ fn scrape(
     let mut samples = 0;
     let up = match fetched {
         Ok(()) => {
-            stats.datagrams.fetch_add(1, Ordering::Relaxed);
+            // The worker counts each scrape's batch as a datagram.
             stats.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
             let got = r.state.absorb(&r.target, body, out);
             samples = got.parsed.samples;
