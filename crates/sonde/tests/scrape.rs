@@ -352,6 +352,15 @@ jobs_created{{queue=\"a\"}} 1.6e9\n# TYPE build info\nbuild_info{{version=\"1.2\
         a.metric("sonde_receiver_dropped_total{receiver=\"scrape\",protocol=\"prometheus\",reason=\"malformed_line\"}"),
         Some(0.0)
     );
+    // Each scrape is counted once (a batch the worker records), give or
+    // take those between the answer and the worker.
+    wait_for("scrapes counted once each", Duration::from_secs(10), || {
+        let counted = a.metric(
+            "sonde_receiver_datagrams_total{receiver=\"scrape\",protocol=\"prometheus\"}",
+        )?;
+        let served = e.bodies().len() as f64;
+        (counted <= served && counted + 2.0 >= served).then_some(())
+    });
 }
 
 #[test]
