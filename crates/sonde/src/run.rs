@@ -18,6 +18,8 @@
 //! certificate and key files are read again, so that a renewed
 //! certificate is served from the next handshake on; files that do not
 //! load are refused with a log line and the old pair stays.
+//! `[[scrape]]` targets apply at once: unchanged ones keep their
+//! counters, added ones start, removed ones stop (see `run/scrape.rs`).
 //!
 //! # Under systemd
 //!
@@ -37,6 +39,8 @@
 //! events they took and waits for its sinks; the sinks deliver what is queued, for up to
 //! their `shutdown_grace`, and exit; then the admin site's socket file,
 //! if it listens on one, is removed, and `run` returns.
+
+mod scrape;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -789,6 +793,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     for (r, socks) in bound {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
+    let mut scrapes = scrape::start(&config.scrape, &ctx)?;
     let profiler = start_profiler(&config, &telemetry, profile_outputs);
     // Removes the admin site's socket file when dropped, as `run` returns.
     let _serving = http::serve(
@@ -840,6 +845,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                     Ok(new) => {
                         reload_admin_tls(&current, &new, admin_tls_handle.as_ref());
                         reload(&current, &new, &ctx, &cmd_tx, &mut receivers, &mut sinks);
+                        scrape::reload(&mut scrapes, &new.scrape, &ctx);
                         current = new;
                     }
                 },
@@ -862,6 +868,9 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         for w in r.workers {
             let _ = w.join();
         }
+    }
+    if let Some(s) = scrapes {
+        scrape::stop(s, &ctx);
     }
     // After the receivers, so that the events they took are sent.
     if let Some(e) = events_source {

@@ -16,6 +16,7 @@ mod host;
 pub mod logs;
 pub mod profiler;
 pub mod receivers;
+pub mod scrape;
 #[cfg(test)]
 mod test_sinks;
 
@@ -31,6 +32,7 @@ pub use self::host::{admin_tls_error, check_host};
 pub use self::logs::{LogSection, LogSource};
 pub use self::profiler::{Profiler, ProfilerSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
+pub use self::scrape::ScrapeSection;
 pub(crate) use sonde_config::error::Source;
 pub use sonde_config::{agent, error, units};
 pub use sonde_config::{
@@ -75,6 +77,8 @@ struct File {
     #[serde(default)]
     logs: Vec<Spanned<LogSection>>,
     #[serde(default)]
+    scrape: Vec<Spanned<ScrapeSection>>,
+    #[serde(default)]
     sinks: Vec<Spanned<toml::Table>>,
     #[serde(default)]
     histograms: HistogramSection,
@@ -90,6 +94,8 @@ pub struct Config {
     pub receivers: Vec<Receiver>,
     /// Log sources, in file order.
     pub logs: Vec<LogSource>,
+    /// Prometheus endpoints scraped, in file order.
+    pub scrape: Vec<sonde_scrape::Target>,
     /// Sinks, in file order.
     pub sinks: Vec<Sink>,
     /// What the aggregator needs.
@@ -163,10 +169,14 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
     let agent = file.agent;
     let max_key_bytes = agent::check(src, &agent)?;
     let profiler = profiler::check(src, file.profiler.as_ref())?;
-    if file.receivers.is_empty() && file.logs.is_empty() && profiler.is_none() {
+    if file.receivers.is_empty()
+        && file.logs.is_empty()
+        && file.scrape.is_empty()
+        && profiler.is_none()
+    {
         return Err(receivers::none());
     }
-    if file.sinks.is_empty() && !file.receivers.is_empty() {
+    if file.sinks.is_empty() && !(file.receivers.is_empty() && file.scrape.is_empty()) {
         return Err(sonde_sinks::registry::none());
     }
     let receivers = receivers::check(src, &file.receivers, agent.allow_non_loopback)?;
@@ -214,11 +224,13 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         .collect();
     agent::check_admin_socket(src, &agent, &receiver_files)?;
     let logs = logs::check(src, &file.logs)?;
+    let scrape = scrape::check(src, &file.scrape)?;
     let sinks = sonde_sinks::registry::check(src, registry, &file.sinks, &agent)?;
     let tables = Tables {
         logs: &file.logs,
         sinks: &file.sinks,
         receivers: &file.receivers,
+        scrape: &file.scrape,
     };
     routes(src, registry, tables, &logs, &sinks, profiler.is_some())?;
     let histograms = histograms::check(src, &file.histograms)?;
@@ -235,6 +247,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         agent,
         receivers,
         logs,
+        scrape,
         sinks,
         aggregate,
         profiler,
@@ -255,6 +268,7 @@ struct Tables<'a> {
     logs: &'a [Spanned<LogSection>],
     sinks: &'a [Spanned<toml::Table>],
     receivers: &'a [Spanned<ReceiverSection>],
+    scrape: &'a [Spanned<ScrapeSection>],
 }
 
 /// Checks what the sinks' `inputs` name against the sources and the sink
@@ -446,6 +460,16 @@ fn routes(
                 "receivers[0]",
                 "no sink's `inputs` has \"metrics\": the windows of the receivers would go nowhere",
                 "add \"metrics\" to the `inputs` of a sink, or remove the [[receivers]]",
+            ));
+        }
+    }
+    if let Some(s) = file.scrape.first() {
+        if !sinks.iter().any(Sink::takes_metrics) {
+            return Err(src.error(
+                s.span(),
+                "scrape[0]",
+                "no sink's `inputs` has \"metrics\": the scraped points would go nowhere",
+                "add \"metrics\" to the `inputs` of a sink, or remove the [[scrape]]",
             ));
         }
     }

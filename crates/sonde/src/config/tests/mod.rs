@@ -15,6 +15,7 @@ mod histograms;
 mod inputs;
 mod profiler;
 mod receivers;
+mod scrape;
 mod sinks;
 
 fn err(text: &str) -> ConfigError {
