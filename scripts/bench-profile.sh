@@ -31,13 +31,24 @@
 # gauges, and at the end the five files with the most resident pages
 # (from /proc/PID/smaps) and the peak RSS (VmHWM).
 #
-# Usage: scripts/bench-profile.sh [--agent | --churn | --build] [DURATION_S=60]
+# With --debug-load, the agent's footprint on a host running large debug
+# binaries, as a developer's or a CI machine does: the agent at 19 Hz
+# (PERIOD_S, default 60 s, periods) while a debug build of sonde
+# (target/debug/sonde, about 230 MB with its debug info) takes StatsD
+# from a Python sender, and every debug test binary of over 50 MB under
+# target/debug/deps (a crate's unit tests, sonde_*) runs its tests in a loop; the
+# same lines as --build every 10 s, the top files at the end, the peak
+# RSS and the share of a core. Whatever else runs on the host (builds)
+# counts too: say what it was with the figures.
+#
+# Usage: scripts/bench-profile.sh [--agent | --churn | --build | --debug-load] [DURATION_S=60]
 # Needs root (or CAP_PERFMON) and linux-perf; figures: docs/BENCHMARKS.md,
 # "The profiler".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-AGENT=0 CHURN=0 BUILD=0
+AGENT=0 CHURN=0 BUILD=0 DEBUG_LOAD=0
 if [ "${1:-}" = --agent ]; then AGENT=1; shift; fi
+if [ "${1:-}" = --debug-load ]; then DEBUG_LOAD=1; shift; fi
 if [ "${1:-}" = --churn ]; then CHURN=1; shift; fi
 if [ "${1:-}" = --build ]; then BUILD=1; shift; fi
 D=${1:-60}
@@ -91,6 +102,47 @@ if [ "$BUILD" = 1 ]; then
   awk -v c="$(cpu_s $pid)" -v c0="$c0" -v d="$D" '/VmHWM/ {
     printf "agent [profiler] 19 Hz during a build: peak RSS %.1f MiB, %.2f%% of a core\n", $2/1024, (c-c0)*100/d }' "/proc/$pid/status"
   kill -- -$build; kill $pid; wait $pid || true
+  exit 0
+fi
+
+if [ "$DEBUG_LOAD" = 1 ]; then
+  kill $(jobs -p); wait || true
+  [ -x target/debug/sonde ] || cargo build -p sonde
+  # A crate's unit tests (sonde_<crate>-<hash>) list tests; a binary
+  # of the same shape (sonde_logwrite) does not, and is left alone.
+  tests=()
+  for b in $(find target/debug/deps -maxdepth 1 -type f -executable -name 'sonde_*-*' -size +50M); do
+    if "$b" --list 2>/dev/null | grep -q ': test$'; then tests+=("$b"); fi
+  done
+  [ ${#tests[@]} -gt 0 ] || { echo "no crate unit-test binary over 50 MB in target/debug/deps (cargo test --no-run --lib -p sonde-sinks -p sonde-profiler -p sonde-metrics)"; exit 1; }
+  printf '[agent]\ndata_dir = "%s"\nadmin_listen = "127.0.0.1:18671"\n\n[[receivers]]\nprotocol = "statsd"\nlisten = "udp://127.0.0.1:18125"\n\n[[sinks]]\ntype = "blackhole"\n' \
+    "$W/work" >"$W/work.toml"
+  target/debug/sonde run --config "$W/work.toml" 2>"$W/work.log" &
+  python3 - "$((D + 30))" <<'PY' &
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end, i = time.time() + float(sys.argv[1]), 0
+while time.time() < end:
+    s.sendto("\n".join(f"app.metric.{(i + k) % 5000}:{k}|c|#host:h{k % 7},env:prod" for k in range(40)).encode(), ("127.0.0.1", 18125))
+    i += 40
+PY
+  (while :; do for b in "${tests[@]}"; do "$b" -q >/dev/null 2>&1; done; done) &
+  port=18672
+  printf '[agent]\ndata_dir = "%s"\nadmin_listen = "127.0.0.1:%s"\n\n[profiler]\nfrequency = 19\nperiod = "%ss"\n' \
+    "$W/data" "$port" "${PERIOD_S:-60}" >"$W/agent.toml"
+  "$SONDE" run --config "$W/agent.toml" 2>"$W/agent.log" &
+  pid=$!
+  sleep 1
+  c0=$(cpu_s $pid)
+  for ((t = 10; t <= D; t += 10)); do
+    sleep 10
+    status "$t" "$pid" "$port"
+  done
+  awk '/^[0-9a-f]+-[0-9a-f]+ / { f = $6 } /^Rss:/ { if (f != "") r[f] += $2 } END {
+    for (f in r) printf "%8.1f MiB  %s\n", r[f]/1024, f }' "/proc/$pid/smaps" | sort -rn | head -5
+  awk -v c="$(cpu_s $pid)" -v c0="$c0" -v d="$D" '/VmHWM/ {
+    printf "agent [profiler] 19 Hz beside debug binaries: peak RSS %.1f MiB, %.2f%% of a core\n", $2/1024, (c-c0)*100/d }' "/proc/$pid/status"
+  kill $pid; wait $pid || true
   exit 0
 fi
 

@@ -307,7 +307,7 @@ fn with_meta(r: &LogRecordIn<'_>, meta: &RecordMeta) -> LogRecord {
         .attributes
         .iter()
         .map(|(k, v)| KeyValue {
-            key: (*k).to_owned(),
+            key: k.to_string(),
             value: Some(match v {
                 AttrValue::Str(s) => any(Value::StringValue(s.clone())),
                 AttrValue::Int(n) => any(Value::IntValue(*n)),
@@ -482,7 +482,10 @@ mod tests {
                     "tags",
                     AttrValue::List(vec!["env:dev".into(), "blue".into()]),
                 ),
-            ],
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.into(), v))
+            .collect(),
         };
         let mut e = OtlpLogs::new();
         e.begin([("host.name", "web-1")]);

@@ -5,6 +5,8 @@
 //! top-level keys, OTLP as the record's time, severity and attributes,
 //! Kafka's raw format as headers.
 
+use std::borrow::Cow;
+
 /// A record's own time, host, severity and attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordMeta {
@@ -16,7 +18,7 @@ pub struct RecordMeta {
     /// How severe, for encoders that have a severity (OTLP).
     pub severity: Option<Severity>,
     /// Its attributes, in the order encoders write them.
-    pub attributes: Vec<(&'static str, AttrValue)>,
+    pub attributes: Vec<(Cow<'static, str>, AttrValue)>,
 }
 
 /// The value of a [`RecordMeta`] attribute.

@@ -107,6 +107,41 @@ impl EventQueue {
     }
 }
 
+impl EventQueue {
+    /// Queues records made elsewhere (an OTLP request's log records, each
+    /// with the bytes it counts for), all or none: none when they do not
+    /// fit in what is left of [`QUEUE_BYTES`] or the source is gone, for
+    /// the caller to refuse the whole request with a status its client
+    /// retries.
+    ///
+    /// # Errors
+    ///
+    /// [`DropLabel::QueueFull`] when nothing was queued.
+    pub fn push_all(&self, records: Vec<(usize, EventRecord)>) -> Result<(), DropLabel> {
+        let total: usize = records.iter().map(|(n, _)| n).sum();
+        if self.queued.load(Relaxed) + total > QUEUE_BYTES {
+            return Err(DropLabel::QueueFull);
+        }
+        self.queued.fetch_add(total, Relaxed);
+        for r in records {
+            if self.tx.send(r).is_err() {
+                // The source's end is gone (the agent is stopping): the
+                // first send fails, and nothing was queued.
+                self.queued.fetch_sub(total, Relaxed);
+                return Err(DropLabel::QueueFull);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EventRecord {
+    /// A record of `message` with `meta`.
+    pub fn new(message: Vec<u8>, meta: RecordMeta) -> EventRecord {
+        EventRecord { message, meta }
+    }
+}
+
 fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -175,7 +210,7 @@ pub fn record(h: &Happening<'_>, now: i64) -> EventRecord {
             host: common.host.map(text),
             timestamp: common.timestamp.unwrap_or(now),
             severity,
-            attributes,
+            attributes: attributes.into_iter().map(|(k, v)| (k.into(), v)).collect(),
         },
     }
 }
@@ -343,7 +378,11 @@ mod tests {
         assert_eq!(r.meta.severity, Some(Severity::Warn));
         let s = |v: &str| AttrValue::Str(v.into());
         assert_eq!(
-            r.meta.attributes,
+            r.meta
+                .attributes
+                .iter()
+                .map(|(k, v)| (&**k, v.clone()))
+                .collect::<Vec<_>>(),
             [
                 ("type", s("event")),
                 ("title", s("deploy")),
@@ -367,7 +406,11 @@ mod tests {
         assert_eq!(r.meta.severity, Some(Severity::Error));
         let s = |v: &str| AttrValue::Str(v.into());
         assert_eq!(
-            r.meta.attributes,
+            r.meta
+                .attributes
+                .iter()
+                .map(|(k, v)| (&**k, v.clone()))
+                .collect::<Vec<_>>(),
             [
                 ("type", s("service_check")),
                 ("check", s("redis")),

@@ -242,7 +242,10 @@ mod tests {
                     "tags",
                     AttrValue::List(vec!["env:prod".into(), "blue".into()]),
                 ),
-            ],
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.into(), v))
+            .collect(),
         };
         let line = LogLine {
             bytes: b"on /var\nand /tmp",

@@ -22,4 +22,5 @@
 
 pub mod flusher;
 pub mod input;
+pub mod points;
 pub mod receiver;

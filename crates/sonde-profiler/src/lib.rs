@@ -17,7 +17,10 @@
 //! [`Settings::outputs`] (the sinks whose `inputs` name `"profiles"`),
 //! shared, never copied, through each sink's bounded channel: a sink that
 //! cannot keep up has the period dropped and counted on its side, and the
-//! profiler never waits. A period with no samples goes nowhere.
+//! profiler never waits. A period with no samples goes nowhere. A sink
+//! that records how far its disk buffer got ([`Output::queued_through`])
+//! is first sent, from a thread of its own, the stored periods after
+//! that: the periods a kill caught between the store and the sink.
 //!
 //! # A profile that cannot be written
 //!
@@ -78,6 +81,126 @@ pub trait Output: Send + Sync + std::fmt::Debug {
     /// Queues `profile` without blocking; a full queue drops it and
     /// counts it.
     fn send(&self, profile: Arc<Profile>);
+
+    /// Queues `profile`, waiting for room: for the stored periods sent
+    /// again at a start. False once the sink has stopped.
+    fn send_wait(&self, profile: Arc<Profile>) -> bool;
+
+    /// The start (Unix seconds) of the newest period the sink had queued
+    /// where its next start finds it (a disk buffer), as it recorded in
+    /// an earlier run: the profiler sends it every stored period that
+    /// starts after it, from a thread of its own, before the new ones.
+    /// `None` for a sink that keeps no such record.
+    fn queued_through(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The most periods held back for a sink while its backlog is sent; more
+/// go to the sink at once, out of order.
+const HELD_MAX: usize = 64;
+
+/// The stored period that starts at `start_s`, or `None` (said) when it
+/// cannot be read.
+fn read_period(store: &Store, start_s: u64, sink: &str) -> Option<Profile> {
+    match store.read(start_s, start_s + 1) {
+        Ok((p, _)) => Some(p),
+        Err(e) => {
+            tracing::warn!(sink = %sink, error = %e, "cannot read a stored period; it is not sent");
+            None
+        }
+    }
+}
+
+/// The stored periods a sink has not queued, sent to it from a thread of
+/// their own at the start, oldest first, and the new periods held back
+/// meanwhile so that the sink gets every period in order.
+#[derive(Debug)]
+struct Backlog {
+    /// The periods that came while the backlog was sent; `None` once it
+    /// is sent and they went after it.
+    held: std::sync::Mutex<Option<Vec<Arc<Profile>>>>,
+}
+
+impl Backlog {
+    /// Starts sending `output` the periods of `store` after `through_s`,
+    /// those from `current_s` on read at once (a period this run will
+    /// merge its own into: the sink gets what an earlier run stored of it,
+    /// and this run's part as it comes). `None` when there are none.
+    fn start(
+        output: &Arc<dyn Output>,
+        store: &Store,
+        through_s: u64,
+        current_s: u64,
+    ) -> Option<Arc<Backlog>> {
+        let starts: Vec<u64> = match store.list() {
+            Ok(entries) => entries
+                .iter()
+                .map(|e| e.start_s)
+                .filter(|&s| s > through_s)
+                .collect(),
+            Err(e) => {
+                tracing::warn!(sink = %output.name(), error = %e, "cannot list the profile store; the periods the sink had not queued are not sent");
+                return None;
+            }
+        };
+        let (first, last) = (*starts.first()?, *starts.last()?);
+        tracing::info!(
+            sink = %output.name(),
+            periods = starts.len(),
+            first = first,
+            last = last,
+            "sending the stored periods this sink had not queued"
+        );
+        let mut early: Vec<(u64, Option<Profile>)> = Vec::new();
+        for &s in starts.iter().filter(|&&s| s >= current_s) {
+            early.push((s, read_period(store, s, output.name())));
+        }
+        let backlog = Arc::new(Backlog {
+            held: std::sync::Mutex::new(Some(Vec::new())),
+        });
+        let (b, output, store) = (Arc::clone(&backlog), Arc::clone(output), store.clone());
+        let spawned = std::thread::Builder::new()
+            .name("profile backlog".into())
+            .spawn(move || {
+                sonde_runtime::priority::enter_background();
+                for s in starts {
+                    let profile = match early.iter_mut().find(|(e, _)| *e == s) {
+                        Some((_, p)) => p.take(),
+                        None => read_period(&store, s, output.name()),
+                    };
+                    if let Some(p) = profile.filter(|p| !p.stacks.is_empty()) {
+                        if !output.send_wait(Arc::new(p)) {
+                            return;
+                        }
+                    }
+                }
+                let mut held = b.held.lock().unwrap_or_else(|e| e.into_inner());
+                for p in held.take().unwrap_or_default() {
+                    if !output.send_wait(p) {
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start the thread that sends stored periods; they are not sent");
+            return None;
+        }
+        Some(backlog)
+    }
+
+    /// Holds `profile` back while the backlog is being sent; gives it
+    /// back once the backlog is sent (or too much is held).
+    fn hold(&self, profile: Arc<Profile>) -> Option<Arc<Profile>> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match held.as_mut() {
+            Some(h) if h.len() < HELD_MAX => {
+                h.push(profile);
+                None
+            }
+            _ => Some(profile),
+        }
+    }
 }
 
 /// The profiler's counters for `/metrics`.
@@ -191,6 +314,14 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
     // The first period starts now, not at its aligned start: it is
     // stored under the aligned start, as every later one.
     let mut period_start = period_end - period_ns;
+    let backlogs: Vec<Option<Arc<Backlog>>> = settings
+        .outputs
+        .iter()
+        .map(|o| {
+            let through = o.queued_through()?;
+            Backlog::start(o, &settings.store, through, period_start / 1_000_000_000)
+        })
+        .collect();
     stats.period_ns.store(period_ns, Relaxed);
     stats.period_end_ns.store(period_end, Relaxed);
     loop {
@@ -218,8 +349,16 @@ fn run(mut profiler: Profiler, settings: &Settings, stats: &ProfilerStats, stop:
             store(settings, stats, &profile);
             if !profile.stacks.is_empty() && !settings.outputs.is_empty() {
                 let profile = Arc::new(profile);
-                for o in &settings.outputs {
-                    o.send(Arc::clone(&profile));
+                for (o, backlog) in settings.outputs.iter().zip(&backlogs) {
+                    let p = Arc::clone(&profile);
+                    match backlog {
+                        Some(b) => {
+                            if let Some(p) = b.hold(p) {
+                                o.send(p);
+                            }
+                        }
+                        None => o.send(p),
+                    }
                 }
             }
             stats
@@ -268,6 +407,100 @@ fn store(settings: &Settings, stats: &ProfilerStats, profile: &sonde_profile::Pr
 mod tests {
     use super::*;
     use sonde_profile::store::Limits;
+    use std::sync::mpsc::{channel, Receiver, Sender};
+    use std::sync::Mutex;
+
+    /// A sink that records the periods it gets (start, samples), each
+    /// `send_wait` waiting for a permit.
+    #[derive(Debug)]
+    struct Recorder {
+        got: Mutex<Vec<(u64, u64)>>,
+        permits: Mutex<Receiver<()>>,
+    }
+
+    impl Recorder {
+        fn take(&self, p: &Profile) {
+            let n = p.stacks.iter().map(|s| s.count).sum();
+            self.got
+                .lock()
+                .unwrap()
+                .push((p.start_ns / 1_000_000_000, n));
+        }
+    }
+
+    impl Output for Recorder {
+        fn name(&self) -> &str {
+            "recorder"
+        }
+        fn send(&self, profile: Arc<Profile>) {
+            self.take(&profile);
+        }
+        fn send_wait(&self, profile: Arc<Profile>) -> bool {
+            self.permits.lock().unwrap().recv().unwrap();
+            self.take(&profile);
+            true
+        }
+    }
+
+    fn period(start_s: u64, samples: u64) -> Profile {
+        let mut b = sonde_profile::ProfileBuilder::new(19, start_s * 1_000_000_000, 1_000_000_000);
+        let p = sonde_profile::model::Process {
+            pid: 1,
+            name: "p".into(),
+            tid: 1,
+            thread: "t".into(),
+            host: String::new(),
+            container: String::new(),
+            pod: String::new(),
+        };
+        let f = sonde_profile::model::Function {
+            name: "main".into(),
+            module: "/bin/p".into(),
+        };
+        b.add(&p, [&f], samples);
+        b.finish()
+    }
+
+    #[test]
+    fn a_sink_gets_the_stored_periods_it_had_not_queued_then_the_new_ones_in_order() {
+        let data = tempfile::tempdir().unwrap();
+        let store = Store::reader(data.path());
+        for s in 100..=105 {
+            store.write(&period(s, s)).unwrap();
+        }
+        let (permit, permits): (Sender<()>, _) = channel();
+        let rec = Arc::new(Recorder {
+            got: Mutex::default(),
+            permits: Mutex::new(permits),
+        });
+        let output: Arc<dyn Output> = rec.clone();
+        // The sink had queued through 102; this run samples 105, which an
+        // earlier run stored part of.
+        let backlog = Backlog::start(&output, &store, 102, 105).unwrap();
+        // This run's part of 105 merges into the file: the sink gets the
+        // earlier part from the backlog, this run's part as it comes.
+        store.write(&period(105, 1)).unwrap();
+        // A new period while the backlog waits on the sink is held back.
+        assert!(backlog.hold(Arc::new(period(105, 1))).is_none());
+        assert!(backlog.hold(Arc::new(period(106, 106))).is_none());
+        for _ in 0..5 {
+            permit.send(()).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while rec.got.lock().unwrap().len() < 5 {
+            assert!(std::time::Instant::now() < deadline, "{:?}", rec.got);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            *rec.got.lock().unwrap(),
+            [(103, 103), (104, 104), (105, 105), (105, 1), (106, 106)]
+        );
+        // Sent: the next goes straight to the sink.
+        let next = backlog.hold(Arc::new(period(107, 107))).unwrap();
+        assert_eq!(next.start_ns, 107_000_000_000);
+        // Nothing after the cursor: no backlog at all.
+        assert!(Backlog::start(&output, &store, 105, 106).is_none());
+    }
 
     #[test]
     fn a_period_that_cannot_be_stored_is_counted_lost_and_the_next_one_is_stored() {

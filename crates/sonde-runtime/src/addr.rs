@@ -1,5 +1,6 @@
 //! Listen addresses: `udp://HOST:PORT`, `tcp://HOST:PORT`,
-//! `unixgram:///path`, `unixseq:///path`, `unix:///path`.
+//! `unixgram:///path`, `unixseq:///path`, `unix:///path`, and for OTLP
+//! `http://HOST:PORT` and `grpc://HOST:PORT`.
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -19,6 +20,10 @@ pub enum ListenAddr {
     Unixseq(PathBuf),
     /// Newline-framed unix stream socket.
     Unix(PathBuf),
+    /// OTLP over HTTP/1.1 (a TCP listener).
+    Http(SocketAddr),
+    /// OTLP over gRPC (a TCP listener, HTTP/2).
+    Grpc(SocketAddr),
 }
 
 /// Why an address string was rejected.
@@ -26,7 +31,7 @@ pub enum ListenAddr {
 pub enum AddrError {
     /// No `scheme://` prefix, or a scheme not in the list.
     #[error(
-        "unknown scheme in {0:?}: expected udp://, tcp://, unixgram://, unixseq:// or unix://"
+        "unknown scheme in {0:?}: expected udp://, tcp://, unixgram://, unixseq://, unix://, http:// or grpc://"
     )]
     Scheme(String),
     /// A network address that is not `HOST:PORT`.
@@ -46,7 +51,9 @@ impl ListenAddr {
     /// The IP address and port of a network address.
     pub fn socket_addr(&self) -> Option<SocketAddr> {
         match self {
-            ListenAddr::Udp(a) | ListenAddr::Tcp(a) => Some(*a),
+            ListenAddr::Udp(a) | ListenAddr::Tcp(a) | ListenAddr::Http(a) | ListenAddr::Grpc(a) => {
+                Some(*a)
+            }
             _ => None,
         }
     }
@@ -87,6 +94,8 @@ impl FromStr for ListenAddr {
             "unixgram" => Ok(ListenAddr::Unixgram(path()?)),
             "unixseq" => Ok(ListenAddr::Unixseq(path()?)),
             "unix" => Ok(ListenAddr::Unix(path()?)),
+            "http" => Ok(ListenAddr::Http(resolve(s, rest)?)),
+            "grpc" => Ok(ListenAddr::Grpc(resolve(s, rest)?)),
             _ => Err(AddrError::Scheme(s.to_string())),
         }
     }
@@ -100,6 +109,8 @@ impl fmt::Display for ListenAddr {
             ListenAddr::Unixgram(p) => write!(f, "unixgram://{}", p.display()),
             ListenAddr::Unixseq(p) => write!(f, "unixseq://{}", p.display()),
             ListenAddr::Unix(p) => write!(f, "unix://{}", p.display()),
+            ListenAddr::Http(a) => write!(f, "http://{a}"),
+            ListenAddr::Grpc(a) => write!(f, "grpc://{a}"),
         }
     }
 }
@@ -116,6 +127,8 @@ mod tests {
             "unixgram:///tmp/metric.sock",
             "unixseq:///tmp/seq.sock",
             "unix:///tmp/s.sock",
+            "http://127.0.0.1:4318",
+            "grpc://127.0.0.1:4317",
         ] {
             assert_eq!(s.parse::<ListenAddr>().unwrap().to_string(), s);
         }
@@ -124,7 +137,7 @@ mod tests {
     #[test]
     fn bad_addresses_say_what_is_wrong() {
         assert!(matches!(
-            "http://x".parse::<ListenAddr>(),
+            "https://x".parse::<ListenAddr>(),
             Err(AddrError::Scheme(_))
         ));
         assert!(matches!(

@@ -56,11 +56,16 @@ pub enum DropLabel {
     MetricSeriesLimit,
     /// See [`RecordError::KeyTooLong`].
     KeyTooLong,
+    /// Points an input made itself (OTLP) that found its worker's queue
+    /// full: the request was refused with a status the client retries
+    /// (HTTP 503 with `Retry-After`, gRPC `UNAVAILABLE`), and nothing of
+    /// it was taken.
+    QueueFull,
 }
 
 impl DropLabel {
     /// Every label, in the order `/metrics` lists them.
-    pub const ALL: [DropLabel; 20] = [
+    pub const ALL: [DropLabel; 21] = [
         DropLabel::Truncated,
         DropLabel::Malformed,
         DropLabel::WrongArity,
@@ -81,6 +86,7 @@ impl DropLabel {
         DropLabel::SeriesLimit,
         DropLabel::MetricSeriesLimit,
         DropLabel::KeyTooLong,
+        DropLabel::QueueFull,
     ];
 
     /// The label value.
@@ -106,6 +112,7 @@ impl DropLabel {
             DropLabel::SeriesLimit => "series_limit",
             DropLabel::MetricSeriesLimit => "metric_series_limit",
             DropLabel::KeyTooLong => "key_too_long",
+            DropLabel::QueueFull => "queue_full",
         }
     }
 }

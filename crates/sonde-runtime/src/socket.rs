@@ -198,6 +198,8 @@ impl Bound {
         ) {
             (ListenAddr::Udp(_), Some(a)) => ListenAddr::Udp(a),
             (ListenAddr::Tcp(_), Some(a)) => ListenAddr::Tcp(a),
+            (ListenAddr::Http(_), Some(a)) => ListenAddr::Http(a),
+            (ListenAddr::Grpc(_), Some(a)) => ListenAddr::Grpc(a),
             (other, _) => other.clone(),
         }
     }
@@ -304,7 +306,7 @@ fn bind_one(
         error: source,
     };
     let (socket, file) = match addr {
-        ListenAddr::Udp(a) | ListenAddr::Tcp(a) => {
+        ListenAddr::Udp(a) | ListenAddr::Tcp(a) | ListenAddr::Http(a) | ListenAddr::Grpc(a) => {
             let ty = if addr.is_datagram() {
                 Type::DGRAM
             } else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::logs::buffered;
 use crate::logs::deliver::{self, HttpLogs, LogEncoder};
-use crate::profiles::{ProfileEncoder, ProfileHandle, Profiles};
+use crate::profiles::{Cursor, ProfileEncoder, ProfileHandle, Profiles};
 use crate::sender::{self, disk::Disk, queue::Memory, Delivery, Http, Queue, Tcp};
 use crate::sink::SinkStats;
 use anyhow::Context;
@@ -510,16 +510,28 @@ pub(super) fn start_profiles_over<E: ProfileEncoder, T: sender::Transport>(
         memory => memory.clone(),
     };
     let queue = open_queue(&s.name, &buffer, &stats, &st.data_dir)?;
+    // A disk buffer records how far it got, so that the next start sends
+    // the stored periods a kill kept from it (crate::profiles).
+    let (cursor, through) = match &buffer {
+        Buffer::Disk { dir, .. } => {
+            let now_s = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let (c, through) = Cursor::open(dir, now_s, Arc::clone(&st.data_dir));
+            (Some(c), Some(through))
+        }
+        Buffer::Memory(_) => (None, None),
+    };
     tracing::info!(sink = %s.name, target = %target.unwrap_or(&n.target), compression = n.compression.name(), "sink sending profiles");
     let (tx, thread) = sender::spawn_batcher(
-        Profiles::new(encoder),
+        Profiles::new(encoder).with_cursor(cursor),
         compression,
         transport,
         queue,
         n.delivery,
         Arc::clone(&stats),
     )?;
-    running.profiles = Some(ProfileHandle::new(tx, stats));
+    running.profiles = Some(ProfileHandle::new(tx, stats, through));
     running.threads.push(thread);
     Ok(())
 }

@@ -18,6 +18,8 @@
 //! certificate and key files are read again, so that a renewed
 //! certificate is served from the next handshake on; files that do not
 //! load are refused with a log line and the old pair stays.
+//! `[[scrape]]` targets apply at once: unchanged ones keep their
+//! counters, added ones start, removed ones stop (see `run/scrape.rs`).
 //!
 //! # Under systemd
 //!
@@ -37,6 +39,8 @@
 //! events they took and waits for its sinks; the sinks deliver what is queued, for up to
 //! their `shutdown_grace`, and exit; then the admin site's socket file,
 //! if it listens on one, is removed, and `run` returns.
+
+mod scrape;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,6 +89,9 @@ struct Ctx {
     telemetry: Arc<Telemetry>,
     /// Where StatsD workers send DogStatsD events, when a sink takes them.
     events: Option<EventQueue>,
+    /// Where OTLP receivers send log records, by source name, for the
+    /// sources a sink takes.
+    otlp_logs: OtlpQueues,
 }
 
 /// Binds a receiver's sockets (resolving the unix file's owner and group).
@@ -287,6 +294,39 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
     }
     let retire = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
+    if let Some(settings) = &r.otlp {
+        let ingest = Ingest::new(
+            r.protocol,
+            Arc::clone(&stats),
+            Arc::clone(&ctx.aggregate),
+            Arc::clone(&ctx.control),
+            ctx.shard_tx.clone(),
+        )
+        .tap_to(Arc::clone(&ctx.telemetry.tap));
+        let (socket, _) = socks
+            .into_iter()
+            .next()
+            .context("an OTLP receiver without its socket")?
+            .into_parts();
+        let (flag, control) = (Arc::clone(&retire), Arc::clone(&ctx.control));
+        let stop = Box::new(move || {
+            flag.load(Ordering::Acquire) || control.shutdown.load(Ordering::Acquire)
+        });
+        let logs = ctx
+            .otlp_logs
+            .iter()
+            .find(|(n, _)| *n == settings.name)
+            .map(|(_, q)| q.clone());
+        let grpc = matches!(r.listen, sonde_runtime::addr::ListenAddr::Grpc(_));
+        workers = sonde_otlp_in::spawn(socket.into(), grpc, settings.clone(), ingest, stop, logs)?;
+        lock(&ctx.telemetry.receivers).push(Arc::clone(&stats));
+        return Ok(RunningReceiver {
+            config: r.clone(),
+            retire,
+            stats,
+            workers,
+        });
+    }
     for b in socks {
         let ingest = Ingest::new(
             r.protocol,
@@ -299,7 +339,7 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
         .tap_to(Arc::clone(&ctx.telemetry.tap))
         .events_to(match r.protocol {
             receiver::Protocol::Statsd => ctx.events.clone(),
-            receiver::Protocol::Msgpack => None,
+            receiver::Protocol::Msgpack | receiver::Protocol::Otlp => None,
         });
         workers.push(receiver::spawn(b, ingest)?);
     }
@@ -421,11 +461,70 @@ fn source_infos(config: &Config) -> Vec<SourceInfo> {
     {
         infos.push(SourceInfo {
             name: EVENTS_SOURCE.into(),
-            host,
+            host: host.clone(),
+            fields: Vec::new(),
+        });
+    }
+    for name in otlp_sources(config) {
+        infos.push(SourceInfo {
+            name,
+            host: host.clone(),
             fields: Vec::new(),
         });
     }
     infos
+}
+
+/// The log sources of the OTLP receivers that a sink takes, each once.
+fn otlp_sources(config: &Config) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in &config.receivers {
+        if let Some(o) = &r.otlp {
+            let taken = config
+                .sinks
+                .iter()
+                .any(|s| s.log_sources().any(|n| n == o.name));
+            if taken && !names.contains(&o.name) {
+                names.push(o.name.clone());
+            }
+        }
+    }
+    names
+}
+
+/// The OTLP receivers' log queues, by source name.
+type OtlpQueues = Vec<(String, EventQueue)>;
+
+/// Starts the log source of each OTLP receiver name a sink takes, with
+/// the ends its sinks handed out; returns the queues for the receivers.
+fn start_otlp_sources(
+    config: &Config,
+    infos: &[SourceInfo],
+    inputs: Inputs,
+    telemetry: &Telemetry,
+) -> anyhow::Result<(OtlpQueues, Vec<RunningSource>, Inputs)> {
+    let mut queues = Vec::new();
+    let mut running = Vec::new();
+    let mut inputs = inputs;
+    for name in otlp_sources(config) {
+        let Some(info) = infos.iter().find(|i| i.name == name) else {
+            continue;
+        };
+        let (mine, rest): (Vec<_>, Vec<_>) = inputs.into_iter().partition(|(n, _)| *n == name);
+        inputs = rest;
+        let stats = Arc::new(LogStats::new(name.clone()));
+        lock(&telemetry.logs).push(Arc::clone(&stats));
+        let (queue, source) = logs::events::spawn(
+            info.clone(),
+            mine.into_iter().map(|(_, i)| i).collect(),
+            stats,
+        )
+        .with_context(|| format!("starting the OTLP log source {name:?}"))?;
+        tracing::info!(source = %name, "log source running");
+        queues.push((name, queue));
+        running.push(source);
+    }
+    Ok((queues, running, inputs))
 }
 
 /// The ends sinks hand out for log sources, by source name.
@@ -439,7 +538,7 @@ fn start_events(
     inputs: Inputs,
     telemetry: &Telemetry,
 ) -> anyhow::Result<Option<(EventQueue, RunningSource)>> {
-    let Some(info) = infos.last().filter(|i| i.name == EVENTS_SOURCE) else {
+    let Some(info) = infos.iter().find(|i| i.name == EVENTS_SOURCE) else {
         return Ok(None);
     };
     let sinks = inputs
@@ -713,6 +812,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let (mut sources, rest) = start_sources(&config, &infos, log_inputs, &telemetry)
         .map_err(|e| checkpoint_error(&config, e))?;
     wait_ready(&mut sources, &config);
+    let (otlp_logs, otlp_sources, rest) = start_otlp_sources(&config, &infos, rest, &telemetry)?;
     let (events, events_source) = start_events(&infos, rest, &telemetry)?.unzip();
 
     let (shard_tx, shard_rx) = sync_channel(SHARD_QUEUE);
@@ -722,11 +822,13 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         shard_tx,
         telemetry: Arc::clone(&telemetry),
         events,
+        otlp_logs,
     };
     let mut receivers = Vec::new();
     for (r, socks) in bound {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
+    let mut scrapes = scrape::start(&config.scrape, &ctx)?;
     let host_metrics = start_host_metrics(&config, &ctx)?;
     let profiler = start_profiler(&config, &telemetry, profile_outputs);
     // Removes the admin site's socket file when dropped, as `run` returns.
@@ -779,6 +881,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                     Ok(new) => {
                         reload_admin_tls(&current, &new, admin_tls_handle.as_ref());
                         reload(&current, &new, &ctx, &cmd_tx, &mut receivers, &mut sinks);
+                        scrape::reload(&mut scrapes, &new.scrape, &ctx);
                         current = new;
                     }
                 },
@@ -802,6 +905,9 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
             let _ = w.join();
         }
     }
+    if let Some(s) = scrapes {
+        scrape::stop(s, &ctx);
+    }
     // Its worker handed over its last window with the receivers'.
     if let Some(h) = host_metrics {
         let _ = h.worker.join();
@@ -810,6 +916,9 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     // After the receivers, so that the events they took are sent.
     if let Some(e) = events_source {
         e.stop();
+    }
+    for s in otlp_sources {
+        s.stop();
     }
     // Writes the partial period and sends it to the sinks that take
     // profiles, then lets go of them.

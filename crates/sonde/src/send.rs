@@ -241,6 +241,9 @@ pub fn send(a: &SendArgs) -> anyhow::Result<()> {
         ListenAddr::Tcp(sa) => {
             std::net::TcpStream::connect(sa).and_then(|mut s| s.write_all(&bytes))
         }
+        ListenAddr::Http(_) | ListenAddr::Grpc(_) => {
+            bail!("--to {addr}: `sonde send` speaks msgpack and StatsD; use udp://, tcp://, unixgram://, unixseq:// or unix://")
+        }
     };
     match sent {
         Ok(()) => Ok(()),

@@ -2380,15 +2380,15 @@ fn periods_wait_in_the_disk_buffer_through_an_outage_and_a_kill_and_arrive_once(
 }
 
 /// Samples per (period start in seconds, pid, leaf function) in the
-/// `clickhouse` sink's tables, each sample row counted once however many
-/// times it was written.
+/// `clickhouse` sink's tables, each sample row of a batch counted once
+/// however many times the batch was written.
 fn clickhouse_leaf_counts(
     ch: &common::clickhouse::ClickHouse,
 ) -> BTreeMap<u64, BTreeMap<(u32, String), u64>> {
     let text = ch.query(
         "SELECT toUInt32(period) AS p, pid, frames[length(frames)] AS leaf, sum(n) FROM \
-         (SELECT period, host, pid, thread, stack_id, any(samples) AS n FROM sonde.profile_samples \
-          GROUP BY period, host, pid, thread, stack_id) AS samples \
+         (SELECT period, host, pid, thread, stack_id, batch, any(samples) AS n FROM sonde.profile_samples \
+          GROUP BY period, host, pid, thread, stack_id, batch) AS samples \
          ALL INNER JOIN (SELECT stack_id, any(frames) AS frames FROM sonde.profile_stacks GROUP BY stack_id) AS stacks \
          USING stack_id GROUP BY p, pid, leaf FORMAT TabSeparated",
     );
@@ -2440,17 +2440,9 @@ fn each_period_lands_in_clickhouse_once_through_an_outage_and_a_kill() {
     wait_for("periods queued while ClickHouse is down", WAIT, || {
         (agent.metric("sonde_sink_queue_batches{sink=\"clickhouse\"}")? >= 2.0).then_some(())
     });
-    // Killed in the middle of a 1 s period: the last one it stored is in
-    // its disk buffer by then, and the one it was sampling is in neither
-    // store. (A kill in the moment between storing a period and queueing
-    // it would lose that period from the sink only.)
-    wait_for("the middle of a period", WAIT, || {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_millis();
-        (400..600).contains(&ms).then_some(())
-    });
+    // Killed at any moment: the periods it queued are in its disk
+    // buffer, and one it stored but had not queued yet is sent from the
+    // store at the next start.
     agent.kill();
     agent.start_again();
     wait_for("a period queued after the restart", WAIT, || {
@@ -2458,25 +2450,102 @@ fn each_period_lands_in_clickhouse_once_through_an_outage_and_a_kill() {
     });
     ch.restart();
     let store = sonde_profile::store::Store::reader(&agent.path("data"));
-    // Every period the agent stored is in ClickHouse, with its samples.
-    let got = wait_for("every stored period in ClickHouse", WAIT, || {
+    let every_stored_period = |ch: &common::clickhouse::ClickHouse| {
+        // Every period the agent stored is in ClickHouse, with its samples.
+        let deadline = std::time::Instant::now() + WAIT;
+        let got = loop {
+            let stored: Vec<u64> = store.list().unwrap().iter().map(|e| e.start_s).collect();
+            let got = clickhouse_leaf_counts(ch);
+            // The newest period may be on its way.
+            let missing: Vec<u64> = stored[..stored.len() - 1]
+                .iter()
+                .filter(|s| !got.contains_key(s))
+                .copied()
+                .collect();
+            if missing.is_empty() {
+                break got;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "stored but not in ClickHouse after {WAIT:?}: {missing:?} of {stored:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
         let stored: Vec<u64> = store.list().unwrap().iter().map(|e| e.start_s).collect();
-        let got = clickhouse_leaf_counts(&ch);
-        // The newest period may be on its way.
-        stored[..stored.len() - 1]
-            .iter()
-            .all(|s| got.contains_key(s))
-            .then_some(got)
-    });
+        for s in stored.iter().filter(|s| got.contains_key(s)) {
+            let (local, _) = store.read(*s, s + 1).unwrap();
+            assert_eq!(got[s], leaf_counts(&local), "period {s}");
+        }
+        got
+    };
+    let got = every_stored_period(&ch);
     assert!(before >= 3.0);
-    let stored: Vec<u64> = store.list().unwrap().iter().map(|e| e.start_s).collect();
-    for s in stored.iter().filter(|s| got.contains_key(s)) {
-        let (local, _) = store.read(*s, s + 1).unwrap();
-        assert_eq!(got[s], leaf_counts(&local), "period {s}");
-    }
     let log = agent.stderr();
     assert!(
         log.contains("disk buffer kept requests from the last run"),
+        "{log}"
+    );
+
+    // The kill that lands after a period is stored and before it is
+    // queued, made certain: ClickHouse away again, the agent killed, and
+    // then its disk buffer of profiles emptied (the periods it queued are
+    // now only in the local store) and its record of how far it got
+    // moved back to a period ClickHouse has (that one and the next are
+    // sent twice).
+    ch.stop();
+    wait_for("periods queued while ClickHouse is down", WAIT, || {
+        (agent.metric("sonde_sink_queue_batches{sink=\"clickhouse\"}")? >= 2.0).then_some(())
+    });
+    agent.kill();
+    let buffer = agent.path("data/buffers/clickhouse/profiles");
+    let cursor = buffer.join("queued_through");
+    let through: u64 = std::fs::read_to_string(&cursor)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let delivered: Vec<u64> = got.keys().copied().collect();
+    let back_to = delivered[delivered.len() - 2];
+    assert!(back_to < through);
+    std::fs::remove_dir_all(&buffer).unwrap();
+    std::fs::create_dir_all(&buffer).unwrap();
+    std::fs::write(&cursor, format!("{back_to}\n")).unwrap();
+    let unqueued = store
+        .list()
+        .unwrap()
+        .iter()
+        .filter(|e| e.start_s > back_to)
+        .count();
+    assert!(unqueued >= 3, "{unqueued} periods after {back_to}");
+    // No merge may collapse the copies before they are counted below.
+    ch.restart();
+    ch.query("SYSTEM STOP MERGES sonde.profile_samples");
+    agent.start_again();
+    let resent: Vec<u64> = store
+        .list()
+        .unwrap()
+        .iter()
+        .map(|e| e.start_s)
+        .filter(|&s| s > back_to && s <= through)
+        .collect();
+    wait_for(
+        "the periods after the moved record in ClickHouse",
+        WAIT,
+        || {
+            let got = clickhouse_leaf_counts(&ch);
+            resent.iter().all(|s| got.contains_key(s)).then_some(())
+        },
+    );
+    every_stored_period(&ch);
+    // The periods sent twice are copies of one batch, counted once above.
+    let copied = ch.query(
+        "SELECT count() FROM (SELECT batch FROM sonde.profile_samples \
+         GROUP BY batch HAVING count() > any(batch_rows))",
+    );
+    assert!(copied.trim().parse::<u64>().unwrap() >= 1, "{copied}");
+    let log = agent.stderr();
+    assert!(
+        log.contains("sending the stored periods this sink had not queued"),
         "{log}"
     );
     drop(burner);

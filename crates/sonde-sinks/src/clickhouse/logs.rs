@@ -228,7 +228,10 @@ mod tests {
             host: None,
             timestamp: 1_700_000_000,
             severity: None,
-            attributes: vec![("title", AttrValue::Str("t".into()))],
+            attributes: vec![("title", AttrValue::Str("t".into()))]
+                .into_iter()
+                .map(|(k, v)| (k.into(), v))
+                .collect(),
         };
         let event = LogLine {
             path: "",

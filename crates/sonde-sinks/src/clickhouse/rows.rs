@@ -6,7 +6,7 @@
 //! straight from the profile without an intermediate value per cell.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher as _, Hasher as _};
+use std::hash::Hasher as _;
 use std::time::{Duration, Instant};
 
 use sonde_profile::Profile;
@@ -45,11 +45,6 @@ pub struct Rows {
     host: String,
     sent: HashSet<u64>,
     since: Instant,
-    /// Random per `Rows`, so that no two agents (or runs) name a batch
-    /// alike.
-    seed: u64,
-    /// Batches made so far.
-    batches: u64,
 }
 
 /// One period's rows: new stacks, and samples.
@@ -72,10 +67,6 @@ impl Rows {
             host: host.to_string(),
             sent: HashSet::new(),
             since: Instant::now(),
-            // The standard library's per-process random keys: 64 random
-            // bits without a crate for them.
-            seed: std::collections::hash_map::RandomState::new().hash_one(host),
-            batches: 0,
         }
     }
 
@@ -86,18 +77,19 @@ impl Rows {
         self.since = Instant::now();
     }
 
-    /// The id of the next batch: XXH64 of the seed and a counter.
-    fn next_batch(&mut self) -> u64 {
-        self.batches += 1;
-        let mut h = twox_hash::XxHash64::with_seed(self.seed);
-        h.write(&self.batches.to_le_bytes());
-        h.finish()
-    }
-
     /// The rows of `profile`: one sample row per process, thread name and
     /// stack (the threads of one name merged), and a stack row for each
     /// stack not written before ([`SENT_FOR`]). The sample rows are one batch:
     /// each names it and its number of rows.
+    ///
+    /// A batch's id is its content's: XXH64 of the wrapping sum of each
+    /// row's XXH64 (the row's bytes before its batch columns; a sum, so
+    /// that the rows' order does not matter) and of their number. The
+    /// same period sent twice (a retry, or a period the agent sent again
+    /// from its local store after a restart, [`crate::profiles`]) is the
+    /// same batch, which the views count once; two different sets of
+    /// rows (the two halves of a period an agent restarted within, two
+    /// hosts) are two batches but with a chance of 2^-64.
     pub fn period(&mut self, profile: &Profile) -> PeriodRows {
         if self.since.elapsed() >= SENT_FOR || self.sent.len() >= SENT_MAX {
             self.forget_sent();
@@ -137,8 +129,11 @@ impl Rows {
         let period = u32::try_from(profile.start_ns / 1_000_000_000).unwrap_or(u32::MAX);
         let duration_ms = u32::try_from(profile.duration_ns / 1_000_000).unwrap_or(u32::MAX);
         let frequency = u16::try_from(profile.frequency).unwrap_or(u16::MAX);
-        let batch = self.next_batch();
         let batch_rows = u32::try_from(order.len()).unwrap_or(u32::MAX);
+        // Where each row's batch id goes, filled in once every row is
+        // written and the id known.
+        let mut batch_at = Vec::with_capacity(order.len());
+        let mut content: u64 = 0;
         for key in order {
             let (process, count) = merged[&key];
             let p = &profile.processes[process];
@@ -148,6 +143,7 @@ impl Rows {
                 &p.host
             };
             let o = &mut out.samples;
+            let row_start = o.len();
             o.extend_from_slice(&period.to_le_bytes());
             o.extend_from_slice(&duration_ms.to_le_bytes());
             o.extend_from_slice(&frequency.to_le_bytes());
@@ -159,9 +155,18 @@ impl Rows {
             put_str(o, &p.pod);
             put_u64(o, key.2);
             o.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
-            put_u64(o, batch);
+            content = content.wrapping_add(twox_hash::XxHash64::oneshot(0, &o[row_start..]));
+            batch_at.push(o.len());
+            put_u64(o, 0);
             o.extend_from_slice(&batch_rows.to_le_bytes());
             out.sample_rows += 1;
+        }
+        let mut h = twox_hash::XxHash64::with_seed(0);
+        h.write(&content.to_le_bytes());
+        h.write(&batch_rows.to_le_bytes());
+        let batch = h.finish().to_le_bytes();
+        for at in batch_at {
+            out.samples[at..at + 8].copy_from_slice(&batch);
         }
         out
     }
@@ -276,14 +281,39 @@ mod tests {
         let batch = |rows: &[u8]| u64::from_le_bytes(rows[want.len()..][..8].try_into().unwrap());
         let count = &first.samples[want.len() + 8..][..4];
         assert_eq!(count, 2u32.to_le_bytes());
-        // The next period writes its samples, not the stacks again, as
-        // another batch.
-        let second = rows.period(&profile);
-        assert_eq!((second.stack_rows, second.sample_rows), (0, 2));
-        assert_eq!(second.samples.len(), first.samples.len());
-        assert_ne!(batch(&second.samples), batch(&first.samples));
-        // Another agent's first batch is not this one's either.
-        let other = Rows::new("h1").period(&profile);
-        assert_ne!(batch(&other.samples), batch(&first.samples));
+        // The same period again writes its samples, not the stacks, as
+        // the same batch: a copy, which the views count once.
+        let again = rows.period(&profile);
+        assert_eq!((again.stack_rows, again.sample_rows), (0, 2));
+        assert_eq!(again.samples, first.samples);
+        // So does a later run of the agent sending it from its store:
+        // the period read back from the store's file is the same batch.
+        let stored = sonde_profile::pprof::decode(&sonde_profile::pprof::encode(&profile)).unwrap();
+        let resent = Rows::new("h1").period(&stored);
+        assert_eq!(resent.samples.len(), first.samples.len());
+        assert_eq!(batch(&resent.samples), batch(&first.samples));
+        // Another period, another host, another count: another batch.
+        let mut b = ProfileBuilder::new(19, 1_700_000_060_000_000_000, 60_000_000_000);
+        for tid in 1..=4 {
+            b.add(&process(tid, "worker"), [&main, &work], 10);
+        }
+        b.add(&process(9, "io"), [&main], 3);
+        let next = rows.period(&b.finish());
+        assert_ne!(batch(&next.samples), batch(&first.samples));
+        assert_ne!(
+            batch(&Rows::new("h2").period(&profile).samples),
+            batch(&first.samples)
+        );
+        let mut b = ProfileBuilder::new(19, 1_700_000_000_000_000_000, 60_000_000_000);
+        b.add(&process(1, "worker"), [&main, &work], 40);
+        b.add(&process(9, "io"), [&main], 4);
+        let more = rows.period(&b.finish());
+        assert_ne!(batch(&more.samples), batch(&first.samples));
+        // Every row of a batch names it: the last row ends with it too.
+        let end = first.samples.len();
+        assert_eq!(
+            first.samples[end - 12..end - 4],
+            batch(&first.samples).to_le_bytes()
+        );
     }
 }

@@ -215,7 +215,10 @@ mod tests {
             attributes: vec![
                 ("type", AttrValue::Str("service_check".into())),
                 ("tags", AttrValue::List(vec!["a:1".into(), "b".into()])),
-            ],
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.into(), v))
+            .collect(),
         };
         let line = LogLine {
             bytes: b"down",

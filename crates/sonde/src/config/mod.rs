@@ -17,6 +17,7 @@ pub mod host_metrics;
 pub mod logs;
 pub mod profiler;
 pub mod receivers;
+pub mod scrape;
 #[cfg(test)]
 mod test_sinks;
 
@@ -33,6 +34,7 @@ pub use self::host_metrics::{HostMetrics, HostMetricsSection};
 pub use self::logs::{LogSection, LogSource};
 pub use self::profiler::{Profiler, ProfilerSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
+pub use self::scrape::ScrapeSection;
 pub(crate) use sonde_config::error::Source;
 pub use sonde_config::{agent, error, units};
 pub use sonde_config::{
@@ -81,6 +83,8 @@ struct File {
     #[serde(default)]
     logs: Vec<Spanned<LogSection>>,
     #[serde(default)]
+    scrape: Vec<Spanned<ScrapeSection>>,
+    #[serde(default)]
     sinks: Vec<Spanned<toml::Table>>,
     #[serde(default)]
     histograms: HistogramSection,
@@ -97,6 +101,8 @@ pub struct Config {
     pub receivers: Vec<Receiver>,
     /// Log sources, in file order.
     pub logs: Vec<LogSource>,
+    /// Prometheus endpoints scraped, in file order.
+    pub scrape: Vec<sonde_scrape::Target>,
     /// Sinks, in file order.
     pub sinks: Vec<Sink>,
     /// What the aggregator needs.
@@ -179,12 +185,15 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
     )?;
     if file.receivers.is_empty()
         && file.logs.is_empty()
+        && file.scrape.is_empty()
         && profiler.is_none()
         && host_metrics.is_none()
     {
         return Err(receivers::none());
     }
-    if file.sinks.is_empty() && (!file.receivers.is_empty() || host_metrics.is_some()) {
+    if file.sinks.is_empty()
+        && !(file.receivers.is_empty() && file.scrape.is_empty() && host_metrics.is_none())
+    {
         return Err(sonde_sinks::registry::none());
     }
     let receivers = receivers::check(src, &file.receivers, agent.allow_non_loopback)?;
@@ -232,11 +241,13 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         .collect();
     agent::check_admin_socket(src, &agent, &receiver_files)?;
     let logs = logs::check(src, &file.logs)?;
+    let scrape = scrape::check(src, &file.scrape)?;
     let sinks = sonde_sinks::registry::check(src, registry, &file.sinks, &agent)?;
     let tables = Tables {
         logs: &file.logs,
         sinks: &file.sinks,
         receivers: &file.receivers,
+        scrape: &file.scrape,
     };
     routes(src, registry, tables, &logs, &sinks, profiler.is_some())?;
     if let Some(h) = file
@@ -267,6 +278,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         agent,
         receivers,
         logs,
+        scrape,
         sinks,
         aggregate,
         profiler,
@@ -288,6 +300,7 @@ struct Tables<'a> {
     logs: &'a [Spanned<LogSection>],
     sinks: &'a [Spanned<toml::Table>],
     receivers: &'a [Spanned<ReceiverSection>],
+    scrape: &'a [Spanned<ScrapeSection>],
 }
 
 /// Checks what the sinks' `inputs` name against the sources and the sink
@@ -335,6 +348,24 @@ fn routes(
     if statsd {
         known.insert(EVENTS_SOURCE);
     }
+    // Each OTLP receiver's log source, by its name (receivers of one name
+    // share it).
+    let otlp: Vec<&str> = file
+        .receivers
+        .iter()
+        .filter(|r| r.get_ref().protocol == receivers::ProtocolName::Otlp)
+        .map(|r| receivers::otlp_source_name(r.get_ref()))
+        .collect();
+    for name in &otlp {
+        if known.contains(name) {
+            return Err(ConfigError::new(
+                "receivers",
+                format!("{name:?} names both an OTLP receiver's log source and another source"),
+                "give the OTLP receiver another name = \"...\", or rename the [[logs]] source",
+            ));
+        }
+    }
+    known.extend(otlp.iter().copied());
     // Which sink took each source first, to refuse sharing an exclusive one.
     let mut taken: HashMap<&str, usize> = HashMap::new();
     for (i, sink) in sinks.iter().enumerate() {
@@ -348,7 +379,7 @@ fn routes(
                         "add a [[receivers]] with protocol = \"statsd\", or remove it from `inputs`".into(),
                     ));
                 }
-                if name == EVENTS_SOURCE && sink.exclusive_logs {
+                if (name == EVENTS_SOURCE || otlp.contains(&name.as_str())) && sink.exclusive_logs {
                     return Err(at(
                         i,
                         entry(i, j),
@@ -461,6 +492,16 @@ fn routes(
                 "receivers[0]",
                 "no sink's `inputs` has \"metrics\": the windows of the receivers would go nowhere",
                 "add \"metrics\" to the `inputs` of a sink, or remove the [[receivers]]",
+            ));
+        }
+    }
+    if let Some(s) = file.scrape.first() {
+        if !sinks.iter().any(Sink::takes_metrics) {
+            return Err(src.error(
+                s.span(),
+                "scrape[0]",
+                "no sink's `inputs` has \"metrics\": the scraped points would go nowhere",
+                "add \"metrics\" to the `inputs` of a sink, or remove the [[scrape]]",
             ));
         }
     }

@@ -20,6 +20,8 @@ pub enum ProtocolName {
     Msgpack,
     /// StatsD / DogStatsD.
     Statsd,
+    /// OpenTelemetry's OTLP, over HTTP or gRPC.
+    Otlp,
 }
 
 /// `[[receivers]]`.
@@ -47,6 +49,18 @@ pub struct ReceiverSection {
     /// Stream and seqpacket receivers: the most open connections; more are
     /// closed at once and counted. Default 1024.
     pub max_connections: Option<Spanned<usize>>,
+    /// OTLP: the receiver's name, the log source its log records go to.
+    /// Default `"otlp"`.
+    pub name: Option<Spanned<String>>,
+    /// OTLP: the most bytes of a request body, before and after
+    /// decompression. Default `"4MiB"`.
+    pub max_body: Option<Spanned<HumanSize>>,
+    /// OTLP: the resource attributes kept as tags and log fields.
+    /// Default: see `sonde_otlp_in::metrics::DEFAULT_RESOURCE_ATTRIBUTES`.
+    pub resource_attributes: Option<Spanned<Vec<String>>>,
+    /// OTLP: the most cumulative series whose previous point is kept.
+    /// Default 100000.
+    pub max_cumulative_series: Option<Spanned<usize>>,
 }
 
 /// A receiver, validated.
@@ -63,6 +77,8 @@ pub struct Receiver {
     pub owner: Option<String>,
     /// Group name or gid for the unix socket file.
     pub group: Option<String>,
+    /// An OTLP receiver's settings.
+    pub otlp: Option<sonde_otlp_in::Settings>,
 }
 
 /// The error for a file with neither receivers nor log sources.
@@ -70,7 +86,7 @@ pub(crate) fn none() -> ConfigError {
     ConfigError::new(
         "receivers",
         "no [[receivers]]: the agent would receive nothing",
-        "add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nor a [[logs]] source to tail files, or [profiler], or [host_metrics]",
+        "add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nor a [[logs]] source to tail files, a [[scrape]] target, [profiler], or [host_metrics]",
     )
 }
 
@@ -99,6 +115,51 @@ pub(crate) fn check(
         let protocol = match r.protocol {
             ProtocolName::Msgpack => Protocol::Msgpack,
             ProtocolName::Statsd => Protocol::Statsd,
+            ProtocolName::Otlp => Protocol::Otlp,
+        };
+        let http = matches!(listen, ListenAddr::Http(_) | ListenAddr::Grpc(_));
+        if (protocol == Protocol::Otlp) != http {
+            return Err(if http {
+                src.error(
+                    r.listen.span(),
+                    key,
+                    format!("{listen} serves OTLP, not {}", protocol.as_str()),
+                    "write protocol = \"otlp\", or listen on udp://, tcp://, unixgram://, unixseq:// or unix://",
+                )
+            } else {
+                src.error(
+                    r.listen.span(),
+                    key,
+                    "OTLP comes over HTTP or gRPC",
+                    "write listen = \"http://127.0.0.1:4318\" (OTLP/HTTP) or \"grpc://127.0.0.1:4317\" (OTLP/gRPC)",
+                )
+            });
+        }
+        let otlp = if protocol == Protocol::Otlp {
+            Some(otlp_settings(src, i, r)?)
+        } else {
+            for (field, span) in [
+                ("name", r.name.as_ref().map(Spanned::span)),
+                ("max_body", r.max_body.as_ref().map(Spanned::span)),
+                (
+                    "resource_attributes",
+                    r.resource_attributes.as_ref().map(Spanned::span),
+                ),
+                (
+                    "max_cumulative_series",
+                    r.max_cumulative_series.as_ref().map(Spanned::span),
+                ),
+            ] {
+                if let Some(span) = span {
+                    return Err(src.error(
+                        span,
+                        format!("receivers[{i}].{field}"),
+                        "applies to OTLP receivers only",
+                        format!("remove `{field}`, or write protocol = \"otlp\""),
+                    ));
+                }
+            }
+            None
         };
         if protocol == Protocol::Msgpack
             && matches!(listen, ListenAddr::Tcp(_) | ListenAddr::Unix(_))
@@ -169,7 +230,65 @@ pub(crate) fn check(
             options,
             owner: r.owner.as_ref().map(|o| o.get_ref().clone()),
             group: r.group.as_ref().map(|g| g.get_ref().clone()),
+            otlp,
         });
     }
     Ok(receivers)
+}
+
+/// The name of an OTLP receiver's log source: its `name`, else `"otlp"`.
+pub(crate) fn otlp_source_name(r: &ReceiverSection) -> &str {
+    r.name.as_ref().map_or("otlp", |n| n.get_ref().as_str())
+}
+
+/// An OTLP receiver's keys, with their defaults.
+fn otlp_settings(
+    src: Source<'_>,
+    i: usize,
+    r: &ReceiverSection,
+) -> Result<sonde_otlp_in::Settings, ConfigError> {
+    let mut s = sonde_otlp_in::Settings::default();
+    if let Some(n) = &r.name {
+        let name = n.get_ref();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        {
+            return Err(src.error(
+                n.span(),
+                format!("receivers[{i}].name"),
+                format!("{name:?} cannot name a log source"),
+                "use letters, digits, '_', '-' and '.', like \"otlp\"",
+            ));
+        }
+        s.name.clone_from(name);
+    }
+    if let Some(b) = &r.max_body {
+        let n = b.get_ref().0;
+        if !(1024..=(1 << 30)).contains(&n) {
+            return Err(src.error(
+                b.span(),
+                format!("receivers[{i}].max_body"),
+                format!("{n} bytes"),
+                "write a size between \"1KiB\" and \"1GiB\", like \"4MiB\"",
+            ));
+        }
+        s.max_body = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(a) = &r.resource_attributes {
+        s.resource_attributes.clone_from(a.get_ref());
+    }
+    if let Some(m) = &r.max_cumulative_series {
+        if *m.get_ref() == 0 {
+            return Err(src.error(
+                m.span(),
+                format!("receivers[{i}].max_cumulative_series"),
+                "0 series",
+                "write a number above 0, like 100000",
+            ));
+        }
+        s.max_cumulative_series = *m.get_ref();
+    }
+    Ok(s)
 }

@@ -16,6 +16,7 @@ mod host_metrics;
 mod inputs;
 mod profiler;
 mod receivers;
+mod scrape;
 mod sinks;
 
 fn err(text: &str) -> ConfigError {

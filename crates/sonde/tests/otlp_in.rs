@@ -1,0 +1,537 @@
+//! The OTLP receiver, run for real: the OpenTelemetry Python SDK's
+//! exporters (from PyPI; `scripts/setup` installs them) send to the agent,
+//! whose file sink shows what it made of each data point.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{free_port, wait_for, Agent, Json};
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_in/send.py")
+}
+
+/// Runs the SDK script; panics with its output unless it says it sent.
+fn python_sends(transport: &str, endpoint: &str, what: &str) {
+    let out = Command::new("python3")
+        .arg(script())
+        .args([transport, endpoint, what])
+        .output()
+        .expect("python3 runs (scripts/setup installs it and the OpenTelemetry SDK)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("sent"),
+        "the SDK script failed ({}): {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An agent with one OTLP receiver at `listen` (its port from `port`)
+/// and a file sink, windows of 1 s.
+fn agent_with(receiver: impl Fn(u16, &std::path::Path) -> String) -> (Agent, u16) {
+    let port = free_port();
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\ninterval = \"1s\"\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n{}\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            dir.join("data").display(),
+            receiver(port, dir),
+            dir.join("points.jsonl").display()
+        )
+    });
+    (agent, port)
+}
+
+fn tags_of(p: &Json) -> Vec<(String, String)> {
+    let mut t: Vec<(String, String)> = p["tags"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    t.sort();
+    t
+}
+
+/// The sum over every window of the points named `name` with exactly
+/// `tags`, and how many there were.
+fn total(points: &[Json], name: &str, tags: &[(&str, &str)]) -> (f64, usize) {
+    let want = sorted(tags);
+    points
+        .iter()
+        .filter(|p| p["name"] == name && tags_of(p) == want)
+        .fold((0.0, 0), |(s, n), p| {
+            (s + p["value"].as_f64().unwrap(), n + 1)
+        })
+}
+
+const SERVICE: [(&str, &str); 2] = [("service.name", "checkout"), ("host.name", "web-1")];
+
+fn with(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    SERVICE.iter().chain(extra).copied().collect()
+}
+
+/// A series' name, tags and the value the sink must show for it.
+type Expect = (&'static str, Vec<(&'static str, &'static str)>, f64);
+
+fn sorted(tags: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut w: Vec<_> = tags
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    w.sort();
+    w
+}
+
+/// What `send.py metrics` sent, as the sink must show it: counts summed
+/// over windows, stores as their last value.
+fn expect_sdk_metrics(agent: &Agent) {
+    let counts: Vec<Expect> = vec![
+        ("orders", with(&[("route", "/a")]), 12.0),
+        ("requests", with(&[("code", "200")]), 5.0),
+        ("latency.count", with(&[("route", "/a")]), 3.0),
+        ("latency.sum", with(&[("route", "/a")]), 555.0),
+        ("latency.bucket", with(&[("route", "/a"), ("le", "0")]), 0.0),
+        ("latency.bucket", with(&[("route", "/a"), ("le", "5")]), 1.0),
+        (
+            "latency.bucket",
+            with(&[("route", "/a"), ("le", "50")]),
+            2.0,
+        ),
+        (
+            "latency.bucket",
+            with(&[("route", "/a"), ("le", "250")]),
+            2.0,
+        ),
+        (
+            "latency.bucket",
+            with(&[("route", "/a"), ("le", "500")]),
+            3.0,
+        ),
+        (
+            "latency.bucket",
+            with(&[("route", "/a"), ("le", "+Inf")]),
+            3.0,
+        ),
+    ];
+    let stores: Vec<Expect> = vec![
+        ("queue.depth", with(&[]), 7.0),
+        ("temperature", with(&[("room", "b")]), 42.5),
+        ("latency.min", with(&[("route", "/a")]), 5.0),
+        ("latency.max", with(&[("route", "/a")]), 500.0),
+    ];
+    let points = wait_for(
+        "every SDK point in the sink",
+        Duration::from_secs(20),
+        || {
+            let points = agent.points();
+            let counts_done = counts
+                .iter()
+                .all(|(n, t, v)| total(&points, n, t).0 == *v && total(&points, n, t).1 > 0);
+            let stores_done = stores.iter().all(|(n, t, v)| {
+                let want = sorted(t);
+                points
+                    .iter()
+                    .rfind(|p| p["name"] == *n && tags_of(p) == want)
+                    .is_some_and(|p| p["value"].as_f64() == Some(*v))
+            });
+            (counts_done && stores_done).then_some(points)
+        },
+    );
+    // Nothing but the resource attributes kept by default: no
+    // process.pid, no telemetry.sdk.*.
+    for p in &points {
+        let tags = tags_of(p);
+        assert!(
+            tags.iter()
+                .all(|(k, _)| !k.starts_with("process.") && !k.starts_with("telemetry.")),
+            "{p}"
+        );
+    }
+    // The cumulative counter's first point counted once: the SDK began
+    // after the agent, so its 2 is a change, and 5 is 2 + 3.
+    assert_eq!(total(&points, "requests", &with(&[("code", "200")])).0, 5.0);
+}
+
+#[test]
+fn sdk_metrics_over_http_arrive_with_their_values_and_attributes() {
+    let (agent, port) = agent_with(|p, _| {
+        format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\n")
+    });
+    python_sends("http", &format!("http://127.0.0.1:{port}"), "metrics");
+    expect_sdk_metrics(&agent);
+    let listen = format!("receiver=\"http://127.0.0.1:{port}\",protocol=\"otlp\"");
+    // 5 exports, 27 points made of them (histogram buckets among them).
+    assert_eq!(
+        agent.metric(&format!("sonde_receiver_datagrams_total{{{listen}}}")),
+        Some(5.0)
+    );
+    assert!(agent.metric(&format!("sonde_receiver_points_total{{{listen}}}")) > Some(20.0));
+}
+
+/// POSTs `body` to the receiver; the status and the `Retry-After`
+/// header.
+fn post(port: u16, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> (u16, Option<String>) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into();
+    let mut req = agent.post(&format!("http://127.0.0.1:{port}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send(&body[..]).expect("the receiver answers");
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (resp.status().as_u16(), retry)
+}
+
+const PROTOBUF: (&str, &str) = ("content-type", "application/x-protobuf");
+
+/// A request of `n` delta counter points named `name`, each of value 1
+/// and its own `i` attribute.
+fn delta_request(name: &str, n: usize) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, AggregationTemporality, Metric, NumberDataPoint,
+        ResourceMetrics, ScopeMetrics, Sum,
+    };
+    use prost::Message;
+    let points = (0..n)
+        .map(|i| NumberDataPoint {
+            attributes: vec![KeyValue {
+                key: "i".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::IntValue(i as i64)),
+                }),
+                ..Default::default()
+            }],
+            time_unix_nano: 1,
+            value: Some(number_data_point::Value::AsInt(1)),
+            ..Default::default()
+        })
+        .collect();
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: name.into(),
+                    data: Some(Data::Sum(Sum {
+                        data_points: points,
+                        aggregation_temporality: AggregationTemporality::Delta as i32,
+                        is_monotonic: true,
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+#[test]
+fn bodies_over_the_limit_and_malformed_ones_are_refused_and_counted() {
+    let (agent, port) = agent_with(|p, _| {
+        format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\nmax_body = \"64KiB\"\n")
+    });
+    let listen = format!("receiver=\"http://127.0.0.1:{port}\",protocol=\"otlp\"");
+    // Within the limit, gzip: taken.
+    let small = delta_request("small", 10);
+    assert_eq!(
+        post(
+            port,
+            "/v1/metrics",
+            &[PROTOBUF, ("content-encoding", "gzip")],
+            gzip(&small)
+        ),
+        (200, None)
+    );
+    // Over it as sent.
+    let big = delta_request("big", 5_000);
+    assert!(big.len() > 64 << 10);
+    assert_eq!(post(port, "/v1/metrics", &[PROTOBUF], big.clone()).0, 413);
+    // Under it as sent, over it once inflated: a gzip bomb.
+    let bomb = gzip(&vec![0u8; 16 << 20]);
+    assert!(bomb.len() < 64 << 10);
+    assert_eq!(
+        post(
+            port,
+            "/v1/metrics",
+            &[PROTOBUF, ("content-encoding", "gzip")],
+            bomb
+        )
+        .0,
+        413
+    );
+    // Not protobuf, not gzip, not a content type it speaks.
+    assert_eq!(
+        post(port, "/v1/metrics", &[PROTOBUF], vec![0xff; 16]).0,
+        400
+    );
+    assert_eq!(
+        post(
+            port,
+            "/v1/metrics",
+            &[PROTOBUF, ("content-encoding", "gzip")],
+            small.clone()
+        )
+        .0,
+        400
+    );
+    assert_eq!(
+        post(
+            port,
+            "/v1/metrics",
+            &[("content-type", "text/plain")],
+            small
+        )
+        .0,
+        415
+    );
+    wait_for("the refusals counted", Duration::from_secs(10), || {
+        let oversized = agent.metric(&format!(
+            "sonde_receiver_dropped_total{{{listen},reason=\"oversized\"}}"
+        ));
+        let malformed = agent.metric(&format!(
+            "sonde_receiver_dropped_total{{{listen},reason=\"malformed\"}}"
+        ));
+        (oversized == Some(2.0) && malformed == Some(3.0)).then_some(())
+    });
+    // The one taken reached the sink, whole.
+    wait_for(
+        "the small request's points",
+        Duration::from_secs(10),
+        || {
+            let points = agent.points();
+            let sum: f64 = points
+                .iter()
+                .filter(|p| p["name"] == "small")
+                .map(|p| p["value"].as_f64().unwrap())
+                .sum();
+            (sum == 10.0).then_some(())
+        },
+    );
+    assert!(agent.points().iter().all(|p| p["name"] != "big"));
+}
+
+/// Four clients at once, as fast as the receiver answers: every point of
+/// every request answered 200 reaches the sink, and a refusal, if the
+/// worker falls behind, is a 503 with `Retry-After` whose points are
+/// counted and never recorded. (On this machine the worker keeps up with
+/// the one server thread, so the refusals are rare; the refusal itself is
+/// tested in `sonde_otlp_in::http`'s tests with a queue that is full.)
+#[test]
+fn concurrent_requests_lose_nothing_taken_and_refusals_are_retryable_and_counted() {
+    let (agent, port) = agent_with(|p, _| {
+        format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\n")
+    });
+    let listen = format!("receiver=\"http://127.0.0.1:{port}\",protocol=\"otlp\"");
+    const POINTS: usize = 2_000;
+    let body = delta_request("flood", POINTS);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let (mut taken, mut refused) = (0u64, 0u64);
+                for _ in 0..40 {
+                    match post(port, "/v1/metrics", &[PROTOBUF], body.clone()) {
+                        (200, _) => taken += 1,
+                        (503, Some(retry)) => {
+                            assert_eq!(retry, "1");
+                            refused += 1;
+                        }
+                        other => panic!("unexpected answer {other:?}"),
+                    }
+                }
+                (taken, refused)
+            })
+        })
+        .collect();
+    let (taken, refused) = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert!(taken > 0);
+    eprintln!("{taken} requests taken, {refused} refused");
+    // Every point of every request answered 200 reached the sink, and
+    // nothing of the refused ones.
+    let want = (taken * POINTS as u64) as f64;
+    wait_for(
+        "every point taken in the sink",
+        Duration::from_secs(30),
+        || {
+            let sum: f64 = agent
+                .points()
+                .iter()
+                .filter(|p| p["name"] == "flood")
+                .map(|p| p["value"].as_f64().unwrap())
+                .sum();
+            assert!(sum <= want, "{sum} points in the sink, {want} taken");
+            (sum == want).then_some(())
+        },
+    );
+    let counted = agent
+        .metric(&format!(
+            "sonde_receiver_dropped_total{{{listen},reason=\"queue_full\"}}"
+        ))
+        .unwrap_or(0.0);
+    assert_eq!(
+        counted,
+        (refused * POINTS as u64) as f64,
+        "{taken} taken, {refused} refused"
+    );
+}
+
+/// The records a file sink of log records wrote so far.
+fn records(agent: &Agent, file: &str) -> Vec<Json> {
+    common::read_points(&agent.path(file))
+}
+
+fn expect_sdk_logs(agent: &Agent, file: &str) {
+    let got = wait_for(
+        "both log records in the sink",
+        Duration::from_secs(20),
+        || {
+            let r = records(agent, file);
+            (r.len() >= 2).then_some(r)
+        },
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+    let declined = &got[0];
+    assert_eq!(declined["message"], "payment declined");
+    assert_eq!(declined["source"], "shop-logs");
+    assert_eq!(declined["host"], "web-1");
+    assert_eq!(declined["service.name"], "checkout");
+    assert_eq!(declined["order.id"], 77);
+    assert_eq!(declined["card"], "visa");
+    assert_eq!(declined["severity_text"], "WARN");
+    assert!(declined.get("process.pid").is_none(), "{declined}");
+    let placed = &got[1];
+    assert_eq!(placed["message"], "order placed");
+    assert_eq!(placed["severity_text"], "INFO");
+    assert!(placed.get("card").is_none());
+}
+
+#[test]
+fn sdk_logs_over_http_reach_the_sinks_that_take_the_receivers_source() {
+    let (agent, port) = agent_with(|p, dir| {
+        format!(
+            "[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\nname = \"shop-logs\"\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\ninputs = [\"shop-logs\"]\n",
+            dir.join("logs.jsonl").display()
+        )
+    });
+    python_sends("http", &format!("http://127.0.0.1:{port}"), "logs");
+    expect_sdk_logs(&agent, "logs.jsonl");
+}
+
+#[test]
+fn sdk_metrics_and_logs_over_grpc_arrive_as_over_http() {
+    let (agent, port) = agent_with(|p, dir| {
+        format!(
+            "[[receivers]]\nprotocol = \"otlp\"\nlisten = \"grpc://127.0.0.1:{p}\"\nname = \"shop-logs\"\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\ninputs = [\"shop-logs\"]\n",
+            dir.join("logs.jsonl").display()
+        )
+    });
+    let endpoint = format!("http://127.0.0.1:{port}");
+    python_sends("grpc", &endpoint, "metrics");
+    expect_sdk_metrics(&agent);
+    python_sends("grpc", &endpoint, "logs");
+    expect_sdk_logs(&agent, "logs.jsonl");
+    let listen = format!("receiver=\"grpc://127.0.0.1:{port}\",protocol=\"otlp\"");
+    // 5 metric exports and 2 log exports (one per record: the SDK's
+    // simple processor).
+    assert_eq!(
+        agent.metric(&format!("sonde_receiver_datagrams_total{{{listen}}}")),
+        Some(7.0)
+    );
+}
+
+/// A request written by hand in the OTLP JSON mapping (camelCase keys,
+/// 64-bit integers as strings, enums as numbers), as curl would send it.
+#[test]
+fn a_json_request_is_taken_as_its_protobuf_twin() {
+    let (agent, port) = agent_with(|p, _| {
+        format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{p}\"\n")
+    });
+    let body = br#"{"resourceMetrics":[{"resource":{"attributes":[
+        {"key":"service.name","value":{"stringValue":"billing"}},
+        {"key":"process.pid","value":{"intValue":"99"}}]},
+      "scopeMetrics":[{"scope":{"name":"hand"},"metrics":[
+        {"name":"invoices","sum":{"aggregationTemporality":1,"isMonotonic":true,
+          "dataPoints":[{"asInt":"41","timeUnixNano":"1700000000000000000",
+            "attributes":[{"key":"currency","value":{"stringValue":"EUR"}}]}]}},
+        {"name":"balance","gauge":{"dataPoints":[{"asDouble":-12.5,"timeUnixNano":"1700000000000000000"}]}}]}]}]}"#;
+    let json = ("content-type", "application/json");
+    assert_eq!(post(port, "/v1/metrics", &[json], body.to_vec()).0, 200);
+    // Broken JSON is a 400.
+    assert_eq!(
+        post(
+            port,
+            "/v1/metrics",
+            &[json],
+            b"{\"resourceMetrics\":[".to_vec()
+        )
+        .0,
+        400
+    );
+    wait_for("the JSON request's points", Duration::from_secs(10), || {
+        let points = agent.points();
+        let invoices = total(
+            &points,
+            "invoices",
+            &[("service.name", "billing"), ("currency", "EUR")],
+        );
+        let balance = total(&points, "balance", &[("service.name", "billing")]);
+        (invoices == (41.0, 1) && balance == (-12.5, 1)).then_some(())
+    });
+}
+
+/// `sonde validate` refuses an OTLP receiver on a socket address, another
+/// protocol on an http:// one, OTLP keys on a StatsD receiver and a name
+/// a `[[logs]]` source has, each naming the key and its fix.
+#[test]
+fn validate_names_what_is_wrong_with_an_otlp_receiver() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = "[[sinks]]\ntype = \"file\"\npath = \"/tmp/x.jsonl\"\n";
+    let cases = [
+        ("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"udp://127.0.0.1:4318\"\n", "OTLP comes over HTTP or gRPC"),
+        ("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"http://127.0.0.1:4318\"\n", "serves OTLP, not statsd"),
+        ("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nmax_body = \"1MiB\"\n", "applies to OTLP receivers only"),
+        ("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:4318\"\nmax_body = \"10B\"\n", "receivers[0].max_body"),
+        ("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:4318\"\nname = \"app\"\n\n[[logs]]\nname = \"app\"\ninclude = [\"/tmp/*.log\"]\n", "names both an OTLP receiver's log source and another source"),
+    ];
+    for (i, (config, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.toml"));
+        std::fs::write(&path, format!("{config}\n{sink}")).unwrap();
+        let (ok, out, err) = common::sonde(&["validate", "--config", path.to_str().unwrap()]);
+        assert!(!ok, "{config} was taken: {out}");
+        assert!(err.contains(want), "{config}: {err}");
+    }
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        format!("[[receivers]]\nprotocol = \"otlp\"\nlisten = \"grpc://127.0.0.1:4317\"\n\n[[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:4318\"\n\n{sink}\n[[sinks]]\ntype = \"file\"\npath = \"/tmp/l.jsonl\"\ninputs = [\"otlp\"]\n"),
+    )
+    .unwrap();
+    let (ok, _, err) = common::sonde(&["validate", "--config", good.to_str().unwrap()]);
+    assert!(ok, "{err}");
+}
