@@ -11,7 +11,7 @@
 //! hands its open window to the flusher first; a sink delivers what it has,
 //! its disk buffer staying for later); added ones start, and a new sink gets
 //! every window flushed from the moment the reload began. `[agent]`,
-//! `[histograms]`, `[[logs]]`, `[profiler]`, `prometheus_exporter` sinks and sinks that
+//! `[histograms]`, `[[logs]]`, `[profiler]`, `[host_metrics]`, `prometheus_exporter` sinks and sinks that
 //! take log sources apply at the next start; a reload that changes them
 //! says so in the log. One part of `[agent]` does apply: with
 //! `agent.admin_tls` set (and its files unchanged in the config), the
@@ -652,6 +652,41 @@ fn start_profiler(
     }
 }
 
+/// The `[host_metrics]` input: its collecting thread and the worker that
+/// records its batches.
+struct RunningHost {
+    collector: sonde_host::Running,
+    worker: JoinHandle<()>,
+}
+
+/// Starts `[host_metrics]` when the config turns it on: a worker of
+/// [`sonde_metrics::input::spawn_worker`] with a receiver's counters
+/// (shown on `/metrics` as `listen="host_metrics"`), and the thread that
+/// feeds it every `interval`.
+fn start_host_metrics(config: &Config, ctx: &Ctx) -> anyhow::Result<Option<RunningHost>> {
+    let Some(h) = &config.host_metrics else {
+        return Ok(None);
+    };
+    let stats = Arc::new(ReceiverStats::new("host_metrics".into(), "host_metrics"));
+    let ingest = Ingest::new(
+        receiver::Protocol::Statsd,
+        Arc::clone(&stats),
+        Arc::clone(&ctx.aggregate),
+        Arc::clone(&ctx.control),
+        ctx.shard_tx.clone(),
+    )
+    .tap_to(Arc::clone(&ctx.telemetry.tap));
+    // Two batches may wait: one collection never waits on the last.
+    let (tx, worker) = sonde_metrics::input::spawn_worker("host-metrics-worker".into(), ingest, 2)
+        .context("starting the host_metrics worker")?;
+    lock(&ctx.telemetry.receivers).push(stats);
+    let collector = sonde_host::Collector::new(h.groups, sonde_host::Roots::default());
+    let collector =
+        sonde_host::spawn(collector, h.interval, tx).context("starting host_metrics")?;
+    tracing::info!(interval = ?h.interval, "host metrics running");
+    Ok(Some(RunningHost { collector, worker }))
+}
+
 /// Tells systemd (through `$NOTIFY_SOCKET`, set for a unit of
 /// Type=notify) where the agent is; nothing without the variable.
 fn notify(state: &[NotifyState<'_>]) {
@@ -794,6 +829,7 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         receivers.push(spawn_receiver(r, socks, &ctx)?);
     }
     let mut scrapes = scrape::start(&config.scrape, &ctx)?;
+    let host_metrics = start_host_metrics(&config, &ctx)?;
     let profiler = start_profiler(&config, &telemetry, profile_outputs);
     // Removes the admin site's socket file when dropped, as `run` returns.
     let _serving = http::serve(
@@ -872,6 +908,11 @@ pub fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     if let Some(s) = scrapes {
         scrape::stop(s, &ctx);
     }
+    // Its worker handed over its last window with the receivers'.
+    if let Some(h) = host_metrics {
+        let _ = h.worker.join();
+        h.collector.stop();
+    }
     // After the receivers, so that the events they took are sent.
     if let Some(e) = events_source {
         e.stop();
@@ -922,6 +963,9 @@ fn reload(
     }
     if new.profiler != old.profiler {
         tracing::warn!("SIGHUP: changes to [profiler] apply at the next start");
+    }
+    if new.host_metrics != old.host_metrics {
+        tracing::warn!("SIGHUP: changes to [host_metrics] apply at the next start");
     }
     // Sinks whose type does not reload stay as they are, and so do sinks
     // that take log sources (the sources keep running with them) or the

@@ -13,6 +13,7 @@
 
 pub mod histograms;
 mod host;
+pub mod host_metrics;
 pub mod logs;
 pub mod profiler;
 pub mod receivers;
@@ -29,6 +30,7 @@ use toml::Spanned;
 
 pub use self::histograms::{HistogramOverride, HistogramSection};
 pub use self::host::{admin_tls_error, check_host};
+pub use self::host_metrics::{HostMetrics, HostMetricsSection};
 pub use self::logs::{LogSection, LogSource};
 pub use self::profiler::{Profiler, ProfilerSection};
 pub use self::receivers::{ProtocolName, Receiver, ReceiverSection};
@@ -63,6 +65,10 @@ listen = "udp://127.0.0.1:8125"
 
 [[sinks]]
 type = "console"
+
+# The host's own metrics (docs/INPUTS.md, "Host metrics"): off here.
+[host_metrics]
+enabled = false
 "#;
 
 /// The file as written. `[[sinks]]` tables stay tables here: which keys
@@ -83,6 +89,7 @@ struct File {
     #[serde(default)]
     histograms: HistogramSection,
     profiler: Option<ProfilerSection>,
+    host_metrics: Option<Spanned<HostMetricsSection>>,
 }
 
 /// A validated configuration.
@@ -102,6 +109,8 @@ pub struct Config {
     pub aggregate: AggregateConfig,
     /// The host profiler, when `[profiler]` turns it on.
     pub profiler: Option<Profiler>,
+    /// The host's metrics, when `[host_metrics]` turns them on.
+    pub host_metrics: Option<HostMetrics>,
     /// The file's text, to place errors found later ([`Config::error`]).
     text: String,
 }
@@ -169,14 +178,22 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
     let agent = file.agent;
     let max_key_bytes = agent::check(src, &agent)?;
     let profiler = profiler::check(src, file.profiler.as_ref())?;
+    let host_metrics = host_metrics::check(
+        src,
+        file.host_metrics.as_ref().map(Spanned::get_ref),
+        agent.interval.get_ref().0,
+    )?;
     if file.receivers.is_empty()
         && file.logs.is_empty()
         && file.scrape.is_empty()
         && profiler.is_none()
+        && host_metrics.is_none()
     {
         return Err(receivers::none());
     }
-    if file.sinks.is_empty() && !(file.receivers.is_empty() && file.scrape.is_empty()) {
+    if file.sinks.is_empty()
+        && !(file.receivers.is_empty() && file.scrape.is_empty() && host_metrics.is_none())
+    {
         return Err(sonde_sinks::registry::none());
     }
     let receivers = receivers::check(src, &file.receivers, agent.allow_non_loopback)?;
@@ -233,6 +250,20 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         scrape: &file.scrape,
     };
     routes(src, registry, tables, &logs, &sinks, profiler.is_some())?;
+    if let Some(h) = file
+        .host_metrics
+        .as_ref()
+        .filter(|_| host_metrics.is_some())
+    {
+        if !sinks.iter().any(Sink::takes_metrics) {
+            return Err(src.error(
+                h.span(),
+                "host_metrics",
+                "no sink's `inputs` has \"metrics\": the host metrics would go nowhere",
+                "add \"metrics\" to the `inputs` of a sink, or write enabled = false in [host_metrics]",
+            ));
+        }
+    }
     let histograms = histograms::check(src, &file.histograms)?;
     let aggregate = AggregateConfig {
         interval: agent.interval.get_ref().0,
@@ -251,6 +282,7 @@ fn parse_with(text: &str, registry: &[&'static SinkType]) -> Result<Config, Conf
         sinks,
         aggregate,
         profiler,
+        host_metrics,
         text: text.to_string(),
     })
 }

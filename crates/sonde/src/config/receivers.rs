@@ -86,7 +86,7 @@ pub(crate) fn none() -> ConfigError {
     ConfigError::new(
         "receivers",
         "no [[receivers]]: the agent would receive nothing",
-        "add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nor a [[logs]] source to tail files, a [[scrape]] target, or [profiler]",
+        "add one, e.g.\n[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:8125\"\nor a [[logs]] source to tail files, a [[scrape]] target, [profiler], or [host_metrics]",
     )
 }
 

@@ -12,6 +12,7 @@ mod agent;
 mod docs;
 mod file;
 mod histograms;
+mod host_metrics;
 mod inputs;
 mod profiler;
 mod receivers;
