@@ -564,15 +564,22 @@ fn several_workers_share_a_udp_port_and_their_counts_add_up() {
         "1h",
         &format!("[[receivers]]\nprotocol = \"statsd\"\nlisten = \"udp://127.0.0.1:{port}\"\nworkers = 2\nreceive_buffer = \"4MiB\"\n"),
     );
-    let threads = std::fs::read_dir(format!("/proc/{}/task", agent.child.id()))
-        .unwrap()
-        .filter(|t| {
-            let comm = std::fs::read_to_string(t.as_ref().unwrap().path().join("comm"))
-                .unwrap_or_default();
-            comm.starts_with("recv udp")
-        })
-        .count();
-    assert_eq!(threads, 2, "two receive threads");
+    // A thread takes its name once it runs, which may be a moment after
+    // the agent answers /health.
+    let receive_threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", agent.child.id()))
+            .unwrap()
+            .filter(|t| {
+                let comm = std::fs::read_to_string(t.as_ref().unwrap().path().join("comm"))
+                    .unwrap_or_default();
+                comm.starts_with("recv udp")
+            })
+            .count()
+    };
+    wait_for("two receive threads", Duration::from_secs(10), || {
+        (receive_threads() == 2).then_some(())
+    });
+    assert_eq!(receive_threads(), 2, "two receive threads");
     // As root SO_RCVBUFFORCE grants what was asked, and what /metrics and
     // the log say is what the socket holds (`ss -m` shows it as rb).
     let labels = format!("{{receiver=\"udp://127.0.0.1:{port}\",protocol=\"statsd\"}}");
