@@ -294,15 +294,18 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
     }
     let retire = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
-    if let Some(settings) = &r.otlp {
-        let ingest = Ingest::new(
+    let new_ingest = || {
+        Ingest::new(
             r.protocol,
             Arc::clone(&stats),
             Arc::clone(&ctx.aggregate),
             Arc::clone(&ctx.control),
             ctx.shard_tx.clone(),
         )
-        .tap_to(Arc::clone(&ctx.telemetry.tap));
+        .tap_to(Arc::clone(&ctx.telemetry.tap))
+    };
+    if let Some(settings) = &r.otlp {
+        let ingest = new_ingest();
         let (socket, _) = socks
             .into_iter()
             .next()
@@ -328,19 +331,12 @@ fn spawn_receiver(r: &Receiver, socks: Vec<Bound>, ctx: &Ctx) -> anyhow::Result<
         });
     }
     for b in socks {
-        let ingest = Ingest::new(
-            r.protocol,
-            Arc::clone(&stats),
-            Arc::clone(&ctx.aggregate),
-            Arc::clone(&ctx.control),
-            ctx.shard_tx.clone(),
-        )
-        .retire_on(Arc::clone(&retire))
-        .tap_to(Arc::clone(&ctx.telemetry.tap))
-        .events_to(match r.protocol {
-            receiver::Protocol::Statsd => ctx.events.clone(),
-            receiver::Protocol::Msgpack | receiver::Protocol::Otlp => None,
-        });
+        let ingest = new_ingest()
+            .retire_on(Arc::clone(&retire))
+            .events_to(match r.protocol {
+                receiver::Protocol::Statsd => ctx.events.clone(),
+                receiver::Protocol::Msgpack | receiver::Protocol::Otlp => None,
+            });
         workers.push(receiver::spawn(b, ingest)?);
     }
     lock(&ctx.telemetry.receivers).push(Arc::clone(&stats));
