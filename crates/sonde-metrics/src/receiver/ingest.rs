@@ -431,6 +431,13 @@ impl Ingest {
         if epoch == self.epoch {
             return true;
         }
+        // Read with the epoch, before the hand-off: the flag set before
+        // this bump is the shutdown this window ends. One set after it (the
+        // flusher may get this window and a shutdown command before this
+        // thread runs on) closes the next window, which the flusher waits
+        // for: exiting on it would leave the flusher waiting in vain until
+        // COLLECT_DEADLINE.
+        let stopping = self.control.shutdown.load(Ordering::Acquire);
         let window = self.shard.take_window(self.recycled.try_recv().ok());
         let sent = self.handoff.send(Handoff {
             epoch: self.epoch,
@@ -440,7 +447,7 @@ impl Ingest {
         });
         self.epoch = epoch;
         // The flusher gone means the agent is stopping.
-        sent.is_ok() && !self.control.shutdown.load(Ordering::Acquire)
+        sent.is_ok() && !stopping
     }
 
     /// Logs points dropped by a series limit, at most once per
