@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 #[cfg(doc)]
 use std::sync::mpsc::TrySendError;
 
-pub use crate::points::Points;
+pub use crate::points::{write_tag, Points, Shared};
 use crate::receiver::ingest::WAKE_INTERVAL;
 use crate::receiver::Ingest;
 

@@ -42,6 +42,7 @@ use sonde_metrics::receiver::ReceiverStats;
 use sonde_runtime::drops::DropLabel;
 
 use crate::metrics::Mapper;
+use crate::wire::Malformed;
 use crate::Settings;
 
 /// How often the accept loop checks whether it must stop.
@@ -94,7 +95,7 @@ impl Shared {
         self.settings.max_body
     }
 
-    fn count(&self, label: DropLabel, n: u64) {
+    pub(crate) fn count(&self, label: DropLabel, n: u64) {
         self.stats.drops[label as usize].fetch_add(n, Relaxed);
     }
 }
@@ -322,25 +323,37 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
             Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
         };
     }
-    let request: ExportMetricsServiceRequest = match decode(encoding, &body) {
-        Ok(r) => r,
-        Err(e) => {
-            shared.count(DropLabel::Malformed, 1);
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("not an OTLP metrics request: {e}"),
-            );
-        }
+    // A JSON request is re-encoded in protobuf, which the mapping reads
+    // in place ([`crate::wire`]): JSON is the slow path either way.
+    let protobuf;
+    let body = match encoding {
+        Encoding::Protobuf => &body[..],
+        Encoding::Json => match decode::<ExportMetricsServiceRequest>(encoding, &body) {
+            Ok(r) => {
+                protobuf = r.encode_to_vec();
+                &protobuf[..]
+            }
+            Err(e) => return malformed_metrics(shared, e),
+        },
     };
-    match export_metrics(shared, &request) {
-        Ok(partial) => ok(
+    match export_metrics(shared, body) {
+        Ok(Ok(partial)) => ok(
             encoding,
             &ExportMetricsServiceResponse {
                 partial_success: partial,
             },
         ),
-        Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+        Ok(Err(Refused(why))) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+        Err(e) => malformed_metrics(shared, e.to_string()),
     }
+}
+
+fn malformed_metrics(shared: &Shared, why: String) -> Response<Full<Bytes>> {
+    shared.count(DropLabel::Malformed, 1);
+    error(
+        StatusCode::BAD_REQUEST,
+        format!("not an OTLP metrics request: {why}"),
+    )
 }
 
 /// A request refused as a whole, for the client to send again.
@@ -387,18 +400,21 @@ pub fn export_logs(
     }
 }
 
-/// Maps and queues a metrics request; the partial success to answer with.
+/// Maps and queues a metrics request, an `ExportMetricsServiceRequest`
+/// in protobuf; the partial success to answer with.
 ///
 /// # Errors
 ///
-/// When the worker's queue is full or gone: nothing of the request was
-/// taken, and its data points are counted as `queue_full`.
+/// When the body is not such a request (the outer error: nothing taken,
+/// counted by the caller), or the worker's queue is full or gone (the
+/// inner one: nothing of the request was taken, and its data points are
+/// counted as `queue_full`).
 pub fn export_metrics(
     shared: &Shared,
-    request: &ExportMetricsServiceRequest,
-) -> Result<Option<ExportMetricsPartialSuccess>, Refused> {
+    body: &[u8],
+) -> Result<Result<Option<ExportMetricsPartialSuccess>, Refused>, Malformed> {
     let mut mapper = shared.mapper.lock().unwrap_or_else(|e| e.into_inner());
-    let mut mapped = mapper.map(request);
+    let mut mapped = mapper.map(body)?;
     let partial = (mapped.rejected > 0).then(|| ExportMetricsPartialSuccess {
         rejected_data_points: i64::try_from(mapped.rejected).unwrap_or(i64::MAX),
         error_message: std::mem::take(&mut mapped.message),
@@ -407,10 +423,10 @@ pub fn export_metrics(
     shared.count(DropLabel::SeriesLimit, mapped.state_full);
     if mapped.points.is_empty() {
         mapper.commit(&mut mapped);
-        return Ok(partial);
+        return Ok(Ok(partial));
     }
     let points = std::mem::take(&mut mapped.points);
-    match shared.tx.try_send(points) {
+    Ok(match shared.tx.try_send(points) {
         Ok(()) => {
             mapper.commit(&mut mapped);
             Ok(partial)
@@ -423,7 +439,7 @@ pub fn export_metrics(
             shared.count(DropLabel::QueueFull, mapped.data_points);
             Err(Refused("the agent is stopping"))
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -435,7 +451,7 @@ mod tests {
         ResourceMetrics, ScopeMetrics, Sum,
     };
 
-    fn cumulative(time: u64, value: i64) -> ExportMetricsServiceRequest {
+    fn cumulative(time: u64, value: i64) -> Vec<u8> {
         ExportMetricsServiceRequest {
             resource_metrics: vec![ResourceMetrics {
                 scope_metrics: vec![ScopeMetrics {
@@ -465,6 +481,7 @@ mod tests {
                 ..Default::default()
             }],
         }
+        .encode_to_vec()
     }
 
     fn value(p: &Points) -> f64 {
@@ -482,18 +499,30 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let stats = Arc::new(ReceiverStats::new("http://test".into(), "otlp"));
         let shared = Shared::new(Settings::default(), tx, Arc::clone(&stats), 0, None);
-        assert!(export_metrics(&shared, &cumulative(20, 5)).is_ok());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(20, 5)),
+            Ok(Ok(_))
+        ));
         // The queue holds one batch: the next request is refused.
-        assert!(export_metrics(&shared, &cumulative(30, 8)).is_err());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(30, 8)),
+            Ok(Err(_))
+        ));
         assert_eq!(stats.dropped(DropLabel::QueueFull), 1);
         assert_eq!(value(&rx.recv().unwrap()), 5.0);
         // The retry counts the change from the point taken, not from the
         // refused one.
-        assert!(export_metrics(&shared, &cumulative(30, 8)).is_ok());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(30, 8)),
+            Ok(Ok(_))
+        ));
         assert_eq!(value(&rx.recv().unwrap()), 3.0);
         // The worker gone: refused too.
         drop(rx);
-        assert!(export_metrics(&shared, &cumulative(40, 9)).is_err());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(40, 9)),
+            Ok(Err(_))
+        ));
         assert_eq!(stats.dropped(DropLabel::QueueFull), 2);
     }
 }
@@ -511,7 +540,7 @@ mod json_tests {
           "dataPoints":[{"asInt":"5","timeUnixNano":"1700000000000000000","attributes":[{"key":"n","value":{"intValue":"7"}}]}]}}]}]}]}"#;
         let r: ExportMetricsServiceRequest = serde_json::from_slice(body).unwrap();
         let mut m = Mapper::new(vec!["service.name".into()], 10, 0);
-        let mapped = m.map(&r);
+        let mapped = m.map(&r.encode_to_vec()).unwrap();
         let mut got = Vec::new();
         mapped.points.each(|p| {
             got.push((

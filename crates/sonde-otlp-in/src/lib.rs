@@ -23,6 +23,7 @@ pub mod grpc;
 pub mod http;
 pub mod logs;
 pub mod metrics;
+pub mod wire;
 
 /// The default most bytes of a request body, after decompression too.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
