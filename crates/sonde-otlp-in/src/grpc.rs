@@ -4,9 +4,15 @@
 //! | status | when | counted as |
 //! |---|---|---|
 //! | OK, an `Export…ServiceResponse` | taken; its `partial_success` as over HTTP | points, and the refused ones |
-//! | UNAVAILABLE | the worker's (or the log source's) queue is full, or the agent is stopping; nothing was taken. OTLP exporters retry it | `queue_full` |
+//! | RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` of 1 s | the worker's (or the log source's) queue is full: the agent is behind; nothing was taken. OTLP exporters retry it (the specification: only with a `RetryInfo`) | `queue_full` (its data points or log records) |
+//! | UNAVAILABLE | the agent is stopping; nothing was taken. OTLP exporters retry it | `queue_full` |
 //! | OUT_OF_RANGE | a message over `max_body` as sent (tonic's limit, checked before decoding) | not counted: tonic answers before the receiver sees it |
 //! | INTERNAL | a gzip message over `max_body` once inflated (tonic's inflating stops at the limit), or one that does not decode | not counted |
+//!
+//! The `RetryInfo` goes in the status details (`grpc-status-details-bin`),
+//! where the OTLP exporters of Go and Java read it, and again as the
+//! trailer `google.rpc.retryinfo-bin`, where the Python SDK's exporter
+//! does.
 
 use std::sync::Arc;
 
@@ -24,10 +30,43 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 };
 use prost::Message;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 use tonic::codec::CompressionEncoding;
-use tonic::{Request, Response, Status};
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Request, Response, Status};
+use tonic_types::{ErrorDetails, RetryInfo, StatusExt};
 
-use crate::http::{export_logs, export_metrics, Refused, Shared};
+use crate::http::{export_logs, export_metrics, Refused, Shared, STOPPING};
+
+/// How long a client refused while the agent is behind should wait.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The trailer the Python SDK's OTLP exporter reads a `RetryInfo` from.
+const RETRY_INFO_TRAILER: &str = "google.rpc.retryinfo-bin";
+
+/// The status of a request refused whole: `RESOURCE_EXHAUSTED` with a
+/// `RetryInfo` while the agent is behind (an OTLP exporter retries
+/// `RESOURCE_EXHAUSTED` only when the server sends one), `UNAVAILABLE`
+/// while it stops.
+fn refused(refused: Refused) -> Status {
+    match refused {
+        Refused::Behind(why) => {
+            let info = tonic_types::pb::RetryInfo::from(RetryInfo::new(Some(RETRY_DELAY)));
+            let mut trailers = MetadataMap::new();
+            trailers.insert_bin(
+                RETRY_INFO_TRAILER,
+                MetadataValue::from_bytes(&info.encode_to_vec()),
+            );
+            Status::with_error_details_and_metadata(
+                Code::ResourceExhausted,
+                why,
+                ErrorDetails::with_retry_info(Some(RETRY_DELAY)),
+                trailers,
+            )
+        }
+        Refused::Stopping => Status::unavailable(STOPPING),
+    }
+}
 
 struct Metrics(Arc<Shared>);
 struct Logs(Arc<Shared>);
@@ -47,7 +86,7 @@ impl MetricsService for Metrics {
             Ok(partial_success) => Ok(Response::new(ExportMetricsServiceResponse {
                 partial_success,
             })),
-            Err(Refused(why)) => Err(Status::unavailable(why)),
+            Err(r) => Err(refused(r)),
         }
     }
 }
@@ -65,7 +104,7 @@ impl LogsService for Logs {
             .fetch_add(request.encoded_len() as u64, Relaxed);
         match export_logs(&self.0, &request) {
             Ok(partial_success) => Ok(Response::new(ExportLogsServiceResponse { partial_success })),
-            Err(Refused(why)) => Err(Status::unavailable(why)),
+            Err(r) => Err(refused(r)),
         }
     }
 }
@@ -107,5 +146,35 @@ pub async fn serve(
         .await;
     if let Err(e) = served {
         tracing::error!(receiver = %label, error = %e, "otlp gRPC receiver stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receiver_behind_answers_resource_exhausted_with_a_retry_info_of_one_second() {
+        let status = refused(Refused::Behind("behind"));
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert_eq!(status.message(), "behind");
+        let info = status.get_details_retry_info().expect("a RetryInfo detail");
+        assert_eq!(info.retry_delay, Some(Duration::from_secs(1)));
+        // The trailer holds the RetryInfo message itself: field 1, the
+        // delay, a Duration of field 1, 1 second.
+        let trailer = status
+            .metadata()
+            .get_bin(RETRY_INFO_TRAILER)
+            .expect("the trailer")
+            .to_bytes()
+            .unwrap();
+        assert_eq!(&trailer[..], [0x0a, 0x02, 0x08, 0x01]);
+    }
+
+    #[test]
+    fn a_receiver_stopping_answers_unavailable() {
+        let status = refused(Refused::Stopping);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.get_details_retry_info().is_none());
     }
 }

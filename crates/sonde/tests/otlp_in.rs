@@ -335,7 +335,7 @@ fn bodies_over_the_limit_and_malformed_ones_are_refused_and_counted() {
 
 /// Four clients at once, as fast as the receiver answers: every point of
 /// every request answered 200 reaches the sink, and a refusal, if the
-/// worker falls behind, is a 503 with `Retry-After` whose points are
+/// worker falls behind, is a 429 with `Retry-After` whose points are
 /// counted and never recorded. (On this machine the worker keeps up with
 /// the one server thread, so the refusals are rare; the refusal itself is
 /// tested in `sonde_otlp_in::http`'s tests with a queue that is full.)
@@ -355,7 +355,7 @@ fn concurrent_requests_lose_nothing_taken_and_refusals_are_retryable_and_counted
                 for _ in 0..40 {
                     match post(port, "/v1/metrics", &[PROTOBUF], body.clone()) {
                         (200, _) => taken += 1,
-                        (503, Some(retry)) => {
+                        (429, Some(retry)) => {
                             assert_eq!(retry, "1");
                             refused += 1;
                         }
