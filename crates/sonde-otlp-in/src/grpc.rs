@@ -6,13 +6,16 @@
 //! | OK, an `Export…ServiceResponse` | taken; its `partial_success` as over HTTP | points, and the refused ones |
 //! | RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` of 1 s | the worker's (or the log source's) queue is full: the agent is behind; nothing was taken. OTLP exporters retry it (the specification: only with a `RetryInfo`) | `queue_full` (its data points or log records) |
 //! | UNAVAILABLE | the agent is stopping; nothing was taken. OTLP exporters retry it | `queue_full` |
-//! | OUT_OF_RANGE | a message over `max_body` as sent (tonic's limit, checked before decoding) | not counted: tonic answers before the receiver sees it |
-//! | INTERNAL | a gzip message over `max_body` once inflated (tonic's inflating stops at the limit), or one that does not decode | not counted |
+//! | OUT_OF_RANGE | a message over `max_body` as sent (tonic's limit, checked from the message's length prefix before it is read) | `oversized` (one per request) |
+//! | RESOURCE_EXHAUSTED without details | a gzip message over `max_body` once inflated (tonic's inflating stops at the limit) | `oversized` |
+//! | INTERNAL | a message that does not decode | not counted |
 //!
 //! The `RetryInfo` goes in the status details (`grpc-status-details-bin`),
 //! where the OTLP exporters of Go and Java read it, and again as the
 //! trailer `google.rpc.retryinfo-bin`, where the Python SDK's exporter
-//! does.
+//! does. tonic refuses an oversized message before the services see it;
+//! a layer around them (in [`serve`]) reads the status of each answer and
+//! counts those.
 
 use std::sync::Arc;
 
@@ -29,12 +32,14 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message;
+use sonde_runtime::drops::DropLabel;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tonic::codec::CompressionEncoding;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Request, Response, Status};
 use tonic_types::{ErrorDetails, RetryInfo, StatusExt};
+use tower::util::MapResponseLayer;
 
 use crate::http::{export_logs, export_metrics, Refused, Shared, STOPPING};
 
@@ -109,7 +114,24 @@ impl LogsService for Logs {
     }
 }
 
-/// Serves `listener` with both services until `stop` says so.
+/// Whether `headers` are those of tonic's refusal of a message over
+/// `max_body`: `OUT_OF_RANGE` (its length prefix is over the limit), or
+/// `RESOURCE_EXHAUSTED` without details (it inflates past the limit),
+/// which the receiver's own `RESOURCE_EXHAUSTED` always has (its
+/// `RetryInfo`). A refusal is an answer without a body, its status in the
+/// headers (gRPC's trailers-only answer); an answer with a message has
+/// its status in the trailers, never here.
+fn oversized(headers: &hyper::HeaderMap) -> bool {
+    match headers.get("grpc-status").map(|v| v.as_bytes()) {
+        Some(b"11") => true,
+        Some(b"8") => !headers.contains_key("grpc-status-details-bin"),
+        _ => false,
+    }
+}
+
+/// Serves `listener` with both services until `stop` says so; a layer
+/// around them counts the messages tonic refuses as over `max_body`
+/// (`oversized`), which the services never see.
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
@@ -136,7 +158,15 @@ pub async fn serve(
             tick.tick().await;
         }
     };
+    let counted = Arc::clone(&shared);
+    let count_oversized = move |answer: hyper::Response<tonic::body::Body>| {
+        if oversized(answer.headers()) {
+            counted.count(DropLabel::Oversized, 1);
+        }
+        answer
+    };
     let served = tonic::transport::Server::builder()
+        .layer(MapResponseLayer::new(count_oversized))
         .add_service(metrics)
         .add_service(logs)
         .serve_with_incoming_shutdown(
@@ -152,6 +182,10 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answer(status: Status) -> hyper::Response<()> {
+        status.into_http()
+    }
 
     #[test]
     fn a_receiver_behind_answers_resource_exhausted_with_a_retry_info_of_one_second() {
@@ -169,6 +203,8 @@ mod tests {
             .to_bytes()
             .unwrap();
         assert_eq!(&trailer[..], [0x0a, 0x02, 0x08, 0x01]);
+        // The answer is the receiver's own, not a refusal of size.
+        assert!(!oversized(answer(status).headers()));
     }
 
     #[test]
@@ -176,5 +212,28 @@ mod tests {
         let status = refused(Refused::Stopping);
         assert_eq!(status.code(), Code::Unavailable);
         assert!(status.get_details_retry_info().is_none());
+        assert!(!oversized(answer(status).headers()));
+    }
+
+    #[test]
+    fn only_tonics_refusals_of_size_count_as_oversized() {
+        assert!(oversized(
+            answer(Status::out_of_range("decoded message length too large")).headers()
+        ));
+        assert!(oversized(
+            answer(Status::resource_exhausted(
+                "size limit exceeded while decompressing"
+            ))
+            .headers()
+        ));
+        for other in [
+            Status::internal("failed to decode"),
+            Status::unavailable("x"),
+            Status::unimplemented("x"),
+        ] {
+            assert!(!oversized(answer(other).headers()));
+        }
+        // An answer with a message: no status in its headers.
+        assert!(!oversized(&hyper::HeaderMap::new()));
     }
 }

@@ -95,7 +95,7 @@ impl Shared {
         self.settings.max_body
     }
 
-    fn count(&self, label: DropLabel, n: u64) {
+    pub(crate) fn count(&self, label: DropLabel, n: u64) {
         self.stats.drops[label as usize].fetch_add(n, Relaxed);
     }
 }

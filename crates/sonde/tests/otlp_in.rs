@@ -401,6 +401,84 @@ fn concurrent_requests_lose_nothing_taken_and_refusals_are_retryable_and_counted
     );
 }
 
+fn flood_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_in/flood.py")
+}
+
+/// Starts `flood.py` with `args`.
+fn flood_py(args: &[&str]) -> std::process::Child {
+    Command::new("python3")
+        .arg(flood_script())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs (scripts/setup installs it and the OpenTelemetry SDK)")
+}
+
+/// What a finished `flood.py` printed; panics unless it succeeded.
+fn flood_py_output(child: std::process::Child) -> (String, String) {
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success(),
+        "flood.py failed ({}): {stdout}\n{stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
+
+/// Over gRPC, a message over `max_body` is refused by tonic before the
+/// receiver's services see it, as sent (OUT_OF_RANGE) or once inflated
+/// (RESOURCE_EXHAUSTED without a RetryInfo, which exporters do not
+/// retry): both are counted as `oversized`, and the small messages
+/// around them, plain and gzip, are taken.
+#[test]
+fn grpc_messages_over_the_limit_are_refused_and_counted_as_oversized() {
+    let (agent, port) = agent_with(|p, dir| {
+        format!(
+            "[[receivers]]\nprotocol = \"otlp\"\nlisten = \"grpc://127.0.0.1:{p}\"\nmax_body = \"64KiB\"\nname = \"big\"\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\ninputs = [\"big\"]\n",
+            dir.join("logs.jsonl").display()
+        )
+    });
+    let (out, _) = flood_py_output(flood_py(&[
+        "big",
+        &format!("127.0.0.1:{port}"),
+        &(1 << 20).to_string(),
+    ]));
+    let answers: Json = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(
+        answers,
+        serde_json::json!([
+            {"code": "OK", "details": false},
+            {"code": "OUT_OF_RANGE", "details": false},
+            {"code": "RESOURCE_EXHAUSTED", "details": false},
+            {"code": "OK", "details": false},
+        ])
+    );
+    let listen = format!("receiver=\"grpc://127.0.0.1:{port}\",protocol=\"otlp\"");
+    wait_for("both refusals counted", Duration::from_secs(10), || {
+        let oversized = agent.metric(&format!(
+            "sonde_receiver_dropped_total{{{listen},reason=\"oversized\"}}"
+        ));
+        (oversized == Some(2.0)).then_some(())
+    });
+    assert_eq!(
+        agent.metric(&format!(
+            "sonde_receiver_dropped_total{{{listen},reason=\"queue_full\"}}"
+        )),
+        Some(0.0)
+    );
+    let got = wait_for("the two small records", Duration::from_secs(10), || {
+        let r = records(&agent, "logs.jsonl");
+        (r.len() >= 2).then_some(r)
+    });
+    assert_eq!(got.len(), 2, "{got:?}");
+}
+
 /// The records a file sink of log records wrote so far.
 fn records(agent: &Agent, file: &str) -> Vec<Json> {
     common::read_points(&agent.path(file))
