@@ -338,7 +338,8 @@ fn bodies_over_the_limit_and_malformed_ones_are_refused_and_counted() {
 /// worker falls behind, is a 429 with `Retry-After` whose points are
 /// counted and never recorded. (On this machine the worker keeps up with
 /// the one server thread, so the refusals are rare; the refusal itself is
-/// tested in `sonde_otlp_in::http`'s tests with a queue that is full.)
+/// tested in `sonde_otlp_in::http`'s tests with a queue that is full, and
+/// for real with log records whose sink is down, below.)
 #[test]
 fn concurrent_requests_lose_nothing_taken_and_refusals_are_retryable_and_counted() {
     let (agent, port) = agent_with(|p, _| {
@@ -403,6 +404,53 @@ fn concurrent_requests_lose_nothing_taken_and_refusals_are_retryable_and_counted
 
 fn flood_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_in/flood.py")
+}
+
+/// A logs request of `n` records, the message of record `i` its id
+/// `{prefix}-{i}` and 1,000 bytes of padding.
+fn logs_request(prefix: &str, n: usize) -> (Vec<String>, Vec<u8>) {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use prost::Message;
+    let ids: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    let records = ids
+        .iter()
+        .map(|id| LogRecord {
+            body: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(format!(
+                    "{id} {}",
+                    "x".repeat(1000)
+                ))),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let body = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec();
+    (ids, body)
+}
+
+/// How many times each record id reached the test server in a request it
+/// answered 200: a record's id is its message's first word.
+fn delivered(server: &common::http_server::Server) -> std::collections::HashMap<String, usize> {
+    let mut seen = std::collections::HashMap::new();
+    for got in server.accepted() {
+        for r in common::http_server::json_lines(&got.body) {
+            let message = r["message"].as_str().unwrap_or_default();
+            let id = message.split(' ').next().unwrap_or_default().to_string();
+            *seen.entry(id).or_insert(0) += 1;
+        }
+    }
+    seen
 }
 
 /// Starts `flood.py` with `args`.
@@ -477,6 +525,193 @@ fn grpc_messages_over_the_limit_are_refused_and_counted_as_oversized() {
         (r.len() >= 2).then_some(r)
     });
     assert_eq!(got.len(), 2, "{got:?}");
+}
+
+/// Log records into a sink whose endpoint is down: the log source stops
+/// taking records once 4 MiB wait for the endpoint, its queue fills, and
+/// the receivers refuse what does not fit, over HTTP with 429 and
+/// `Retry-After: 1`, over gRPC with RESOURCE_EXHAUSTED and a RetryInfo of
+/// 1 s, each refused record counted as `queue_full`. The SDK's exporters,
+/// refused too, retry. Once the endpoint takes requests, every record
+/// answered 200/OK, the SDK's among them, arrives exactly once, and no
+/// refused one ever does.
+#[test]
+fn a_log_flood_into_a_stalled_sink_is_refused_retryably_counted_and_loses_nothing_taken() {
+    let server = common::http_server::Server::start(0, 503);
+    let (http_port, grpc_port) = (free_port(), free_port());
+    let agent = Agent::start_config(|admin, dir| {
+        format!(
+            "[agent]\nadmin_listen = \"127.0.0.1:{admin}\"\ndata_dir = \"{}\"\n\n\
+             [[receivers]]\nprotocol = \"otlp\"\nlisten = \"http://127.0.0.1:{http_port}\"\nname = \"flood\"\n\n\
+             [[receivers]]\nprotocol = \"otlp\"\nlisten = \"grpc://127.0.0.1:{grpc_port}\"\nname = \"flood\"\n\n\
+             [[sinks]]\ntype = \"http\"\ninputs = [\"flood\"]\nurl = \"http://127.0.0.1:{}/logs\"\n\
+             compression = \"none\"\nretry_min_backoff = \"50ms\"\nretry_max_backoff = \"500ms\"\n\n\
+             [[sinks]]\ntype = \"file\"\npath = \"{}\"\n",
+            dir.join("data").display(),
+            server.port,
+            dir.join("points.jsonl").display()
+        )
+    });
+    let queue_full = |listen: &str| {
+        agent
+            .metric(&format!(
+                "sonde_receiver_dropped_total{{receiver=\"{listen}\",protocol=\"otlp\",reason=\"queue_full\"}}"
+            ))
+            .unwrap_or(0.0)
+    };
+    let (http, grpc) = (
+        format!("http://127.0.0.1:{http_port}"),
+        format!("grpc://127.0.0.1:{grpc_port}"),
+    );
+
+    // gRPC first: requests of 256 records of about 1 KiB, 8 MiB and more
+    // before the queue is full, until two are refused.
+    let out = flood_py_output(flood_py(&[
+        "grpc",
+        &format!("127.0.0.1:{grpc_port}"),
+        "g",
+        "256",
+        "100",
+    ]))
+    .0;
+    let grpc_flood: Json = serde_json::from_str(out.trim()).expect(&out);
+    let codes: Vec<&str> = grpc_flood["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes.iter().filter(|c| **c == "RESOURCE_EXHAUSTED").count(),
+        2,
+        "{codes:?}"
+    );
+    assert!(
+        codes
+            .iter()
+            .all(|c| *c == "OK" || *c == "RESOURCE_EXHAUSTED"),
+        "{codes:?}"
+    );
+    assert_eq!(grpc_flood["details_delay"], 1.0, "{grpc_flood}");
+    assert_eq!(grpc_flood["trailer_delay"], 1.0, "{grpc_flood}");
+    let grpc_accepted: Vec<String> = grpc_flood["accepted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        grpc_accepted.len() >= 4 << 10,
+        "the source's queue and what it sends hold 8 MiB: {} records taken",
+        grpc_accepted.len()
+    );
+    let grpc_refused = grpc_flood["refused"].as_f64().unwrap();
+    assert_eq!(grpc_refused, 512.0);
+
+    // Then HTTP, into the same log source, which is still stalled.
+    let (mut http_accepted, mut http_refused) = (Vec::new(), Vec::new());
+    for r in 0..8 {
+        let (ids, body) = logs_request(&format!("h-{r}"), 256);
+        match post(http_port, "/v1/logs", &[PROTOBUF], body) {
+            (200, None) => http_accepted.extend(ids),
+            (429, Some(retry)) => {
+                assert_eq!(retry, "1");
+                http_refused.extend(ids);
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert!(
+        !http_refused.is_empty(),
+        "the queue is full: HTTP is refused too"
+    );
+    wait_for("every refusal counted", Duration::from_secs(10), || {
+        (queue_full(&grpc) == grpc_refused && queue_full(&http) == http_refused.len() as f64)
+            .then_some(())
+    });
+
+    // The SDK's exporters, over both protocols, while still stalled: each
+    // is refused (its records of 300 KB do not fit where one of the 256
+    // KiB requests did not), counted, and retries after the 1 s asked for
+    // (its own backoff would wait 0.8 to 1.2 s, 2 s, ...).
+    let mut sdk_http = flood_py(&[
+        "sdk",
+        "http",
+        &format!("http://127.0.0.1:{http_port}"),
+        "sdk-h",
+        "10",
+    ]);
+    let mut sdk_grpc = flood_py(&[
+        "sdk",
+        "grpc",
+        &format!("http://127.0.0.1:{grpc_port}"),
+        "sdk-g",
+        "10",
+    ]);
+    wait_for("both SDKs refused", Duration::from_secs(20), || {
+        for sdk in [&mut sdk_http, &mut sdk_grpc] {
+            if sdk.try_wait().unwrap().is_some() {
+                let out = sdk.stdout.take().map(std::io::read_to_string);
+                let err = sdk.stderr.take().map(std::io::read_to_string);
+                panic!("an SDK ended while the sink is down: {out:?}\n{err:?}");
+            }
+        }
+        (queue_full(&grpc) > grpc_refused && queue_full(&http) > http_refused.len() as f64)
+            .then_some(())
+    });
+    assert!(
+        delivered(&server).is_empty(),
+        "the endpoint took nothing yet"
+    );
+
+    // The endpoint takes requests again: everything taken arrives once.
+    server
+        .status
+        .store(200, std::sync::atomic::Ordering::SeqCst);
+    let (out, err) = flood_py_output(sdk_http);
+    assert!(out.contains("sent"), "{out}\n{err}");
+    assert!(
+        err.contains("Too Many Requests"),
+        "the HTTP exporter was refused: {err}"
+    );
+    assert!(
+        err.contains("retrying in 1.00s"),
+        "the HTTP exporter waited as Retry-After asked: {err}"
+    );
+    let (out, err) = flood_py_output(sdk_grpc);
+    assert!(out.contains("sent"), "{out}\n{err}");
+    assert!(
+        err.contains("StatusCode.RESOURCE_EXHAUSTED"),
+        "the gRPC exporter was refused: {err}"
+    );
+    assert!(
+        err.contains("retrying in 1.00s"),
+        "the gRPC exporter waited as the RetryInfo asked: {err}"
+    );
+    let sdk: Vec<String> = (0..10)
+        .flat_map(|i| [format!("sdk-h-{i}"), format!("sdk-g-{i}")])
+        .collect();
+    let taken: Vec<&String> = grpc_accepted
+        .iter()
+        .chain(&http_accepted)
+        .chain(&sdk)
+        .collect();
+    let seen = wait_for(
+        "every record taken at the endpoint",
+        Duration::from_secs(30),
+        || {
+            let seen = delivered(&server);
+            taken
+                .iter()
+                .all(|id| seen.contains_key(*id))
+                .then_some(seen)
+        },
+    );
+    for id in &taken {
+        assert_eq!(seen[*id], 1, "{id} arrived more than once");
+    }
+    assert_eq!(seen.len(), taken.len(), "only the records taken arrived");
+    server.stop();
 }
 
 /// The records a file sink of log records wrote so far.
