@@ -4,16 +4,16 @@
 //! | status | when | counted as |
 //! |---|---|---|
 //! | OK, an `Export…ServiceResponse` | taken; its `partial_success` as over HTTP | points, and the refused ones |
-//! | RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` of 1 s | the worker's (or the log source's) queue is full: the agent is behind; nothing was taken. OTLP exporters retry it (the specification: only with a `RetryInfo`) | `queue_full` (its data points or log records) |
+//! | RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` of 1 s | the worker's (or the log source's) queue is full: the agent is behind; nothing was taken. OTLP exporters retry it (the specification: only with a `RetryInfo`, as Go's does) | `queue_full` (its data points or log records) |
 //! | UNAVAILABLE | the agent is stopping; nothing was taken. OTLP exporters retry it | `queue_full` |
 //! | OUT_OF_RANGE | a message over `max_body` as sent (tonic's limit, checked from the message's length prefix before it is read) | `oversized` (one per request) |
 //! | RESOURCE_EXHAUSTED without details | a gzip message over `max_body` once inflated (tonic's inflating stops at the limit) | `oversized` |
 //! | INTERNAL | a message that does not decode | not counted |
 //!
 //! The `RetryInfo` goes in the status details (`grpc-status-details-bin`),
-//! where the OTLP exporters of Go and Java read it, and again as the
-//! trailer `google.rpc.retryinfo-bin`, where the Python SDK's exporter
-//! does. tonic refuses an oversized message before the services see it;
+//! where the specification puts it and Go's OTLP exporter reads it, and
+//! again as the trailer `google.rpc.retryinfo-bin`, where the Python
+//! SDK's exporter reads it. tonic refuses an oversized message before the services see it;
 //! a layer around them (in [`serve`]) reads the status of each answer and
 //! counts those.
 
@@ -50,9 +50,9 @@ const RETRY_DELAY: Duration = Duration::from_secs(1);
 const RETRY_INFO_TRAILER: &str = "google.rpc.retryinfo-bin";
 
 /// The status of a request refused whole: `RESOURCE_EXHAUSTED` with a
-/// `RetryInfo` while the agent is behind (an OTLP exporter retries
-/// `RESOURCE_EXHAUSTED` only when the server sends one), `UNAVAILABLE`
-/// while it stops.
+/// `RetryInfo` while the agent is behind (the OTLP specification makes
+/// `RESOURCE_EXHAUSTED` retryable only when the server sends one),
+/// `UNAVAILABLE` while it stops.
 fn refused(refused: Refused) -> Status {
     match refused {
         Refused::Behind(why) => {
