@@ -4,9 +4,19 @@
 //! | status | when | counted as |
 //! |---|---|---|
 //! | OK, an `Export…ServiceResponse` | taken; its `partial_success` as over HTTP | points, and the refused ones |
-//! | UNAVAILABLE | the worker's (or the log source's) queue is full, or the agent is stopping; nothing was taken. OTLP exporters retry it | `queue_full` |
-//! | OUT_OF_RANGE | a message over `max_body` as sent (tonic's limit, checked before decoding) | not counted: tonic answers before the receiver sees it |
-//! | INTERNAL | a gzip message over `max_body` once inflated (tonic's inflating stops at the limit), or one that does not decode | not counted |
+//! | RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` of 1 s | the worker's (or the log source's) queue is full: the agent is behind; nothing was taken. OTLP exporters retry it (the specification: only with a `RetryInfo`, as Go's does) | `queue_full` (its data points or log records) |
+//! | UNAVAILABLE | the agent is stopping; nothing was taken. OTLP exporters retry it | `queue_full` |
+//! | OUT_OF_RANGE | a message over `max_body` as sent (tonic's limit, checked from the message's length prefix before it is read) | `oversized` (one per request) |
+//! | RESOURCE_EXHAUSTED without details | a gzip message over `max_body` once inflated (tonic's inflating stops at the limit) | `oversized` |
+//! | INVALID_ARGUMENT | a metrics message that does not decode ([`crate::wire`]) | `malformed` |
+//! | INTERNAL | a logs message that does not decode (tonic's decoder, before the service) | not counted |
+//!
+//! The `RetryInfo` goes in the status details (`grpc-status-details-bin`),
+//! where the specification puts it and Go's OTLP exporter reads it, and
+//! again as the trailer `google.rpc.retryinfo-bin`, where the Python
+//! SDK's exporter reads it. tonic refuses an oversized message before
+//! the services see it; a layer around them (in [`serve`]) reads the status of each answer and
+//! counts those.
 
 use std::sync::Arc;
 
@@ -25,10 +35,44 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::{Request, Response, Status};
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Request, Response, Status};
+use tonic_types::{ErrorDetails, RetryInfo, StatusExt};
+use tower::util::MapResponseLayer;
 
-use crate::http::{export_logs, export_metrics, Refused, Shared};
+use crate::http::{export_logs, export_metrics, Refused, Shared, STOPPING};
+
+/// How long a client refused while the agent is behind should wait.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The trailer the Python SDK's OTLP exporter reads a `RetryInfo` from.
+const RETRY_INFO_TRAILER: &str = "google.rpc.retryinfo-bin";
+
+/// The status of a request refused whole: `RESOURCE_EXHAUSTED` with a
+/// `RetryInfo` while the agent is behind (the OTLP specification makes
+/// `RESOURCE_EXHAUSTED` retryable only when the server sends one),
+/// `UNAVAILABLE` while it stops.
+fn refused(refused: Refused) -> Status {
+    match refused {
+        Refused::Behind(why) => {
+            let info = tonic_types::pb::RetryInfo::from(RetryInfo::new(Some(RETRY_DELAY)));
+            let mut trailers = MetadataMap::new();
+            trailers.insert_bin(
+                RETRY_INFO_TRAILER,
+                MetadataValue::from_bytes(&info.encode_to_vec()),
+            );
+            Status::with_error_details_and_metadata(
+                Code::ResourceExhausted,
+                why,
+                ErrorDetails::with_retry_info(Some(RETRY_DELAY)),
+                trailers,
+            )
+        }
+        Refused::Stopping => Status::unavailable(STOPPING),
+    }
+}
 
 struct Logs(Arc<Shared>);
 
@@ -48,7 +92,7 @@ impl tonic::server::NamedService for MetricsServer {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
 
-impl tower_service::Service<http::Request<tonic::body::Body>> for MetricsServer {
+impl tower::Service<http::Request<tonic::body::Body>> for MetricsServer {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = BoxFuture<Self::Response>;
@@ -86,7 +130,7 @@ impl tonic::server::UnaryService<Bytes> for ExportMetrics {
             Ok(Ok(partial_success)) => Ok(Response::new(ExportMetricsServiceResponse {
                 partial_success,
             })),
-            Ok(Err(Refused(why))) => Err(Status::unavailable(why)),
+            Ok(Err(r)) => Err(refused(r)),
             Err(e) => {
                 self.0.count(DropLabel::Malformed, 1);
                 Err(Status::invalid_argument(format!(
@@ -148,12 +192,29 @@ impl LogsService for Logs {
             .fetch_add(request.encoded_len() as u64, Relaxed);
         match export_logs(&self.0, &request) {
             Ok(partial_success) => Ok(Response::new(ExportLogsServiceResponse { partial_success })),
-            Err(Refused(why)) => Err(Status::unavailable(why)),
+            Err(r) => Err(refused(r)),
         }
     }
 }
 
-/// Serves `listener` with both services until `stop` says so.
+/// Whether `headers` are those of tonic's refusal of a message over
+/// `max_body`: `OUT_OF_RANGE` (its length prefix is over the limit), or
+/// `RESOURCE_EXHAUSTED` without details (it inflates past the limit),
+/// which the receiver's own `RESOURCE_EXHAUSTED` always has (its
+/// `RetryInfo`). A refusal is an answer without a body, its status in the
+/// headers (gRPC's trailers-only answer); an answer with a message has
+/// its status in the trailers, never here.
+fn oversized(headers: &hyper::HeaderMap) -> bool {
+    match headers.get("grpc-status").map(|v| v.as_bytes()) {
+        Some(b"11") => true,
+        Some(b"8") => !headers.contains_key("grpc-status-details-bin"),
+        _ => false,
+    }
+}
+
+/// Serves `listener` with both services until `stop` says so; a layer
+/// around them counts the messages tonic refuses as over `max_body`
+/// (`oversized`), which the services never see.
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
@@ -178,7 +239,15 @@ pub async fn serve(
             tick.tick().await;
         }
     };
+    let counted = Arc::clone(&shared);
+    let count_oversized = move |answer: hyper::Response<tonic::body::Body>| {
+        if oversized(answer.headers()) {
+            counted.count(DropLabel::Oversized, 1);
+        }
+        answer
+    };
     let served = tonic::transport::Server::builder()
+        .layer(MapResponseLayer::new(count_oversized))
         .add_service(metrics)
         .add_service(logs)
         .serve_with_incoming_shutdown(
@@ -188,5 +257,64 @@ pub async fn serve(
         .await;
     if let Err(e) = served {
         tracing::error!(receiver = %label, error = %e, "otlp gRPC receiver stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: Status) -> hyper::Response<()> {
+        status.into_http()
+    }
+
+    #[test]
+    fn a_receiver_behind_answers_resource_exhausted_with_a_retry_info_of_one_second() {
+        let status = refused(Refused::Behind("behind"));
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert_eq!(status.message(), "behind");
+        let info = status.get_details_retry_info().expect("a RetryInfo detail");
+        assert_eq!(info.retry_delay, Some(Duration::from_secs(1)));
+        // The trailer holds the RetryInfo message itself: field 1, the
+        // delay, a Duration of field 1, 1 second.
+        let trailer = status
+            .metadata()
+            .get_bin(RETRY_INFO_TRAILER)
+            .expect("the trailer")
+            .to_bytes()
+            .unwrap();
+        assert_eq!(&trailer[..], [0x0a, 0x02, 0x08, 0x01]);
+        // The answer is the receiver's own, not a refusal of size.
+        assert!(!oversized(answer(status).headers()));
+    }
+
+    #[test]
+    fn a_receiver_stopping_answers_unavailable() {
+        let status = refused(Refused::Stopping);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.get_details_retry_info().is_none());
+        assert!(!oversized(answer(status).headers()));
+    }
+
+    #[test]
+    fn only_tonics_refusals_of_size_count_as_oversized() {
+        assert!(oversized(
+            answer(Status::out_of_range("decoded message length too large")).headers()
+        ));
+        assert!(oversized(
+            answer(Status::resource_exhausted(
+                "size limit exceeded while decompressing"
+            ))
+            .headers()
+        ));
+        for other in [
+            Status::internal("failed to decode"),
+            Status::unavailable("x"),
+            Status::unimplemented("x"),
+        ] {
+            assert!(!oversized(answer(other).headers()));
+        }
+        // An answer with a message: no status in its headers.
+        assert!(!oversized(&hyper::HeaderMap::new()));
     }
 }

@@ -10,7 +10,8 @@
 //! | 404, 405 | another path, another method | not counted |
 //! | 413 | a body over `max_body` bytes, before or after decompression | `oversized` (one per request) |
 //! | 415 | another content type or encoding | `malformed` |
-//! | 503, `Retry-After: 1` | the worker's queue (the log source's, for logs) is full, or the agent is stopping; nothing of the request was taken | `queue_full` (its data points or log records) |
+//! | 429, `Retry-After: 1` | the worker's queue (the log source's, for logs) is full: the agent is behind; nothing of the request was taken. OTLP exporters retry it once the `Retry-After` delay has passed | `queue_full` (its data points or log records) |
+//! | 503, `Retry-After: 1` | the agent is stopping (the worker or the log source is gone); nothing of the request was taken | `queue_full` |
 //!
 //! Error bodies are a `google.rpc.Status` message, as the OTLP
 //! specification asks. The body is read with its length bounded
@@ -36,7 +37,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message;
-use sonde_log_sources::events::EventQueue;
+use sonde_log_sources::events::{EventQueue, PushAllError};
 use sonde_metrics::input::Points;
 use sonde_metrics::receiver::ReceiverStats;
 use sonde_runtime::drops::DropLabel;
@@ -201,7 +202,7 @@ fn answer(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
 fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
     // gRPC codes: 3 INVALID_ARGUMENT, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE.
     let code = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => 8,
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => 8,
         StatusCode::SERVICE_UNAVAILABLE => 14,
         _ => 3,
     };
@@ -211,11 +212,23 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>
     }
     .encode_to_vec();
     let mut r = answer(status, body);
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
         r.headers_mut()
             .insert(RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
     }
     r
+}
+
+/// The answer to a request refused whole: 429 while the agent is behind,
+/// 503 while it stops, both with `Retry-After: 1`.
+fn refused(refused: Refused) -> Response<Full<Bytes>> {
+    match refused {
+        Refused::Behind(why) => error(StatusCode::TOO_MANY_REQUESTS, why),
+        Refused::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, STOPPING),
+    }
 }
 
 /// Why a body could not be read.
@@ -320,7 +333,7 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
                     partial_success: partial,
                 },
             ),
-            Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+            Err(r) => refused(r),
         };
     }
     // A JSON request is re-encoded in protobuf, which the mapping reads
@@ -343,7 +356,7 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
                 partial_success: partial,
             },
         ),
-        Ok(Err(Refused(why))) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+        Ok(Err(r)) => refused(r),
         Err(e) => malformed_metrics(shared, e.to_string()),
     }
 }
@@ -356,8 +369,21 @@ fn malformed_metrics(shared: &Shared, why: String) -> Response<Full<Bytes>> {
     )
 }
 
-/// A request refused as a whole, for the client to send again.
-pub struct Refused(pub &'static str);
+/// A request refused as a whole, nothing of it taken, for the client to
+/// send again; its data points or log records are counted as
+/// `queue_full` either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The worker's queue (the log source's, for logs) is full: HTTP 429,
+    /// gRPC `RESOURCE_EXHAUSTED` with a `RetryInfo`.
+    Behind(&'static str),
+    /// The worker or the log source is gone, as when the agent stops:
+    /// HTTP 503, gRPC `UNAVAILABLE`.
+    Stopping,
+}
+
+/// What a refusal while the agent stops says.
+pub const STOPPING: &str = "the agent is stopping";
 
 /// Queues a logs request's records to the receiver's log source; the
 /// partial success to answer with (every record refused when no sink
@@ -365,8 +391,9 @@ pub struct Refused(pub &'static str);
 ///
 /// # Errors
 ///
-/// When the source's queue has no room for them all, or the source is
-/// gone: nothing was queued, and the records are counted as `queue_full`.
+/// When the source's queue has no room for them all ([`Refused::Behind`]),
+/// or the source is gone ([`Refused::Stopping`]): nothing was queued, and
+/// the records are counted as `queue_full`.
 pub fn export_logs(
     shared: &Shared,
     request: &ExportLogsServiceRequest,
@@ -393,9 +420,12 @@ pub fn export_logs(
             shared.stats.datagrams.fetch_add(1, Relaxed);
             Ok(None)
         }
-        Err(_) => {
+        Err(e) => {
             shared.count(DropLabel::QueueFull, n);
-            Err(Refused("the log sinks are behind: send again later"))
+            Err(match e {
+                PushAllError::Full => Refused::Behind("the log sinks are behind: send again later"),
+                PushAllError::Gone => Refused::Stopping,
+            })
         }
     }
 }
@@ -406,9 +436,10 @@ pub fn export_logs(
 /// # Errors
 ///
 /// When the body is not such a request (the outer error: nothing taken,
-/// counted by the caller), or the worker's queue is full or gone (the
-/// inner one: nothing of the request was taken, and its data points are
-/// counted as `queue_full`).
+/// counted by the caller); when the worker's queue is full
+/// ([`Refused::Behind`]) or gone ([`Refused::Stopping`]) (the inner one:
+/// nothing of the request was taken, and its data points are counted as
+/// `queue_full`).
 pub fn export_metrics(
     shared: &Shared,
     body: &[u8],
@@ -433,11 +464,11 @@ pub fn export_metrics(
         }
         Err(TrySendError::Full(_)) => {
             shared.count(DropLabel::QueueFull, mapped.data_points);
-            Err(Refused("the agent is behind: send again later"))
+            Err(Refused::Behind("the agent is behind: send again later"))
         }
         Err(TrySendError::Disconnected(_)) => {
             shared.count(DropLabel::QueueFull, mapped.data_points);
-            Err(Refused("the agent is stopping"))
+            Err(Refused::Stopping)
         }
     })
 }
@@ -506,7 +537,7 @@ mod tests {
         // The queue holds one batch: the next request is refused.
         assert!(matches!(
             export_metrics(&shared, &cumulative(30, 8)),
-            Ok(Err(_))
+            Ok(Err(Refused::Behind(_)))
         ));
         assert_eq!(stats.dropped(DropLabel::QueueFull), 1);
         assert_eq!(value(&rx.recv().unwrap()), 5.0);
@@ -521,9 +552,46 @@ mod tests {
         drop(rx);
         assert!(matches!(
             export_metrics(&shared, &cumulative(40, 9)),
-            Ok(Err(_))
+            Ok(Err(Refused::Stopping))
         ));
         assert_eq!(stats.dropped(DropLabel::QueueFull), 2);
+    }
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::*;
+
+    fn status_of(r: &Response<Full<Bytes>>) -> (u16, Option<&str>) {
+        (
+            r.status().as_u16(),
+            r.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()),
+        )
+    }
+
+    async fn body(r: Response<Full<Bytes>>) -> RpcStatus {
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        RpcStatus::decode(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_refusal_is_429_while_behind_and_503_while_stopping_both_retry_after_one_second() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let behind = refused(Refused::Behind("behind"));
+        assert_eq!(status_of(&behind), (429, Some("1")));
+        let status = rt.block_on(body(behind));
+        assert_eq!((status.code, status.message.as_str()), (8, "behind"));
+        let stopping = refused(Refused::Stopping);
+        assert_eq!(status_of(&stopping), (503, Some("1")));
+        let status = rt.block_on(body(stopping));
+        assert_eq!((status.code, status.message.as_str()), (14, STOPPING));
+        // Other errors ask for no retry.
+        assert_eq!(
+            status_of(&error(StatusCode::PAYLOAD_TOO_LARGE, "big")),
+            (413, None)
+        );
     }
 }
 
