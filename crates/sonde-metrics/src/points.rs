@@ -105,13 +105,38 @@ impl Points {
         prefix: &[u8],
         tags: impl IntoIterator<Item = (&'t [u8], &'t [u8])>,
     ) -> Shared {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(prefix);
+        let begin = self.tags_begin(prefix);
         for (k, v) in tags {
-            let sep = self.bytes.len() > start;
-            append_tag(&mut self.bytes, sep, k, v);
+            self.tags_push(begin, k, v);
         }
-        Shared(start..self.bytes.len())
+        self.tags_end(begin)
+    }
+
+    /// Starts writing tags shared by several points, one by one as they
+    /// are read ([`Points::tags_push`], [`Points::tags_end`]), with
+    /// `prefix` (tags in DogStatsD's syntax as [`write_tag`] writes
+    /// them); nothing else may be written to the batch until they end.
+    pub fn tags_begin(&mut self, prefix: &[u8]) -> usize {
+        let begin = self.bytes.len();
+        self.bytes.extend_from_slice(prefix);
+        begin
+    }
+
+    /// Adds the tag `key:value` to the tags begun at `begin`, as
+    /// [`Points::push`] writes each.
+    pub fn tags_push(&mut self, begin: usize, key: &[u8], value: &[u8]) {
+        let sep = self.bytes.len() > begin;
+        append_tag(&mut self.bytes, sep, key, value);
+    }
+
+    /// Forgets the tags begun at `begin`, to write them again.
+    pub fn tags_reset(&mut self, begin: usize) {
+        self.bytes.truncate(begin);
+    }
+
+    /// The tags begun at `begin`.
+    pub fn tags_end(&self, begin: usize) -> Shared {
+        Shared(begin..self.bytes.len())
     }
 
     /// Writes `base`'s tags and then `key:value`, once for many points.
@@ -202,9 +227,11 @@ fn append_tag(out: &mut Vec<u8>, sep: bool, key: &[u8], value: &[u8]) {
     // separator inside a tag is rare, and a byte loop over short keys and
     // values was a third of an OTLP point's cost (docs/BENCHMARKS.md,
     // "OTLP in").
+    // The source looked at before it is copied (not the copy: reading
+    // bytes just stored stalls on store forwarding).
     let k = out.len();
     out.extend_from_slice(key);
-    if separator(out, k, true) {
+    if separator(key, true) {
         for b in &mut out[k..] {
             if *b == b':' || *b == b',' {
                 *b = b'_';
@@ -214,7 +241,7 @@ fn append_tag(out: &mut Vec<u8>, sep: bool, key: &[u8], value: &[u8]) {
     out.push(b':');
     let v = out.len();
     out.extend_from_slice(value);
-    if separator(out, v, false) {
+    if separator(value, false) {
         for b in &mut out[v..] {
             if *b == b',' {
                 *b = b'_';
@@ -223,36 +250,19 @@ fn append_tag(out: &mut Vec<u8>, sep: bool, key: &[u8], value: &[u8]) {
     }
 }
 
-/// True when `buf[start..]` holds a `,` (or a `:` when `colon`): eight
-/// bytes to a word, each tested with the carry-free zero-byte test. The
-/// last word is the eight bytes that end `buf`, with those before
-/// `start` shifted out, so no byte is copied to be tested.
+/// True when `bytes` holds a `,` (or a `:` when `colon`): eight bytes to
+/// a word, each tested with the carry-free zero-byte test, the last few
+/// one by one.
 #[inline]
-fn separator(buf: &[u8], start: usize, colon: bool) -> bool {
+fn separator(bytes: &[u8], colon: bool) -> bool {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     let zero = |x: u64| (x.wrapping_sub(LO) & !x & HI) != 0;
-    // A shifted-in zero byte is neither `,` nor `:`.
     let has =
         |w: u64| zero(w ^ (LO * u64::from(b','))) | (colon & zero(w ^ (LO * u64::from(b':'))));
-    let bytes = &buf[start..];
-    let n = bytes.len();
-    if n == 0 {
-        return false;
-    }
-    let (words, _) = bytes.as_chunks::<8>();
-    if words.iter().any(|w| has(u64::from_le_bytes(*w))) {
-        return true;
-    }
-    let tail = n % 8;
-    if tail == 0 {
-        return false;
-    }
-    let Some(last) = buf.last_chunk::<8>() else {
-        return bytes.iter().any(|&b| b == b',' || (colon && b == b':'));
-    };
-    // Little-endian: the buffer's last byte is the word's highest.
-    has(u64::from_le_bytes(*last) >> (8 * (8 - tail)))
+    let (words, rest) = bytes.as_chunks::<8>();
+    words.iter().any(|w| has(u64::from_le_bytes(*w)))
+        || rest.iter().any(|&b| b == b',' || (colon && b == b':'))
 }
 
 #[cfg(test)]
@@ -309,22 +319,21 @@ mod tests {
         sonde_proto::tags::split_scalar(b"a_b_c:x_y:z", TagSyntax::DogStatsd, &mut spans).unwrap();
         assert_eq!(spans.len(), 1);
         // Separators found wherever they are in a word.
-        // Separators found wherever they are in a word, and never one
-        // before `start`.
-        for before in [0, 3, 9] {
-            for n in 0..20 {
-                for sep in [b',', b':'] {
-                    let mut k = vec![sep; before];
-                    k.extend(vec![b'a'; n + 1]);
-                    k[before + n] = sep;
-                    assert!(separator(&k, before, true));
-                    assert!(!separator(&k[..before + n], before, true));
-                    assert_eq!(separator(&k, before, false), sep == b',');
-                }
+        // Separators found wherever they are.
+        for n in 0..20 {
+            for sep in [b',', b':'] {
+                let mut k = vec![b'a'; n + 1];
+                k[n] = sep;
+                assert!(separator(&k, true));
+                assert!(!separator(&k[..n], true));
+                assert_eq!(separator(&k, false), sep == b',');
             }
         }
-        assert!(separator(&[0x80, b':'], 0, true));
-        assert!(!separator(&[0x80, 0xba, 0x3b, 0x39, 0x2d, 0x2b], 0, true));
+        assert!(separator(&[0x80, b':'], true));
+        assert!(!separator(
+            &[0x80, 0xba, 0x3b, 0x39, 0x2d, 0x2b, 0, 1, 0x80],
+            true
+        ));
         // A name and tags written once, shared by several points.
         let mut t = Points::new();
         let name = t.shared_name(b"lat", b".bucket");

@@ -286,58 +286,6 @@ pub fn render(out: &mut String, value: Option<&AnyValue>) {
     }
 }
 
-/// Where a tag's value is: in the body, or rendered into [`Attrs::buf`].
-#[derive(Debug, Clone, Copy)]
-enum Text<'a> {
-    Body(&'a [u8]),
-    Rendered(usize, usize),
-}
-
-/// Attributes as tags: keys and string values borrowed from the body,
-/// other values rendered into one buffer.
-#[derive(Debug, Default)]
-struct Attrs<'a> {
-    buf: String,
-    items: Vec<(&'a [u8], Text<'a>)>,
-}
-
-impl<'a> Attrs<'a> {
-    fn clear(&mut self) {
-        self.buf.clear();
-        self.items.clear();
-    }
-
-    fn push(&mut self, key: &'a [u8], value: Any<'a>) -> Result<(), Malformed> {
-        let text = match value {
-            Any::Str(s) => Text::Body(s),
-            other => {
-                let start = self.buf.len();
-                render_wire(&mut self.buf, other, 0)?;
-                Text::Rendered(start, self.buf.len())
-            }
-        };
-        self.items.push((key, text));
-        Ok(())
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
-        self.items.iter().map(|&(k, v)| match v {
-            Text::Body(s) => (k, s),
-            Text::Rendered(a, b) => (k, &self.buf.as_bytes()[a..b]),
-        })
-    }
-
-    /// Feeds every key and value to `h`.
-    fn hash(&self, h: &mut impl Hasher) {
-        for (k, v) in self.iter() {
-            h.write(k);
-            h.write_u8(0xff);
-            h.write(v);
-            h.write_u8(0xfe);
-        }
-    }
-}
-
 impl Mapper {
     /// A mapper keeping the resource attributes `keep` as tags and the
     /// state of at most `max_series` cumulative series; `since` is when
@@ -426,12 +374,12 @@ impl Mapper {
     }
 
     /// One `ScopeMetrics` message.
-    fn scope<'a>(
+    fn scope(
         &mut self,
-        sm: &'a [u8],
+        sm: &[u8],
         resource_hash: u64,
         resource: &[u8],
-        scratch: &mut Scratch<'a>,
+        scratch: &mut Scratch,
         out: &mut Mapped,
         now: Instant,
     ) -> Result<(), Malformed> {
@@ -467,6 +415,7 @@ impl Mapper {
                 name: "",
                 now,
                 s: &mut *scratch,
+                keyed: false,
             };
             cx.metric(m.bytes()?)?;
         }
@@ -494,15 +443,13 @@ impl Mapper {
 
 /// Buffers reused from point to point of one request.
 #[derive(Debug, Default)]
-struct Scratch<'a> {
-    /// The point's attributes.
-    attrs: Attrs<'a>,
+struct Scratch {
     /// A histogram's counts at or below each bound, then +Inf, its sum
     /// and its count; or a sum's value.
     totals: Vec<f64>,
     bounds: Vec<f64>,
     /// The metric's names, by suffix, written once in the batch.
-    names: Vec<(&'static str, Shared)>,
+    names: [Option<Shared>; Suffix::ALL.len()],
     /// The point's tags, the resource's then its attributes, written once
     /// in the batch.
     tags: Shared,
@@ -516,6 +463,10 @@ struct Head {
     start: u64,
     time: u64,
     flags: u64,
+    /// Where the point's tags begin in the batch ([`Points::tags_begin`]).
+    begin: usize,
+    /// A hash of its attributes, in order, when the metric is cumulative.
+    attrs: u64,
 }
 
 /// `DataPointFlags.FLAG_NO_RECORDED_VALUE`.
@@ -530,6 +481,39 @@ const HISTOGRAM: u32 = 9;
 const EXPONENTIAL_HISTOGRAM: u32 = 10;
 const SUMMARY: u32 = 11;
 
+/// What follows a metric's name in the name of a point made of it.
+#[derive(Debug, Clone, Copy)]
+enum Suffix {
+    None,
+    Bucket,
+    Sum,
+    Count,
+    Min,
+    Max,
+}
+
+impl Suffix {
+    const ALL: [Suffix; 6] = [
+        Suffix::None,
+        Suffix::Bucket,
+        Suffix::Sum,
+        Suffix::Count,
+        Suffix::Min,
+        Suffix::Max,
+    ];
+
+    fn text(self) -> &'static str {
+        match self {
+            Suffix::None => "",
+            Suffix::Bucket => ".bucket",
+            Suffix::Sum => ".sum",
+            Suffix::Count => ".count",
+            Suffix::Min => ".min",
+            Suffix::Max => ".max",
+        }
+    }
+}
+
 /// One metric's context while mapping.
 struct Cx<'m, 'a> {
     mapper: &'m mut Mapper,
@@ -539,7 +523,10 @@ struct Cx<'m, 'a> {
     scope_hash: u64,
     name: &'a str,
     now: Instant,
-    s: &'m mut Scratch<'a>,
+    s: &'m mut Scratch,
+    /// Whether the metric's points are cumulative, and their attributes
+    /// hashed to find their series' state.
+    keyed: bool,
 }
 
 impl<'a> Cx<'_, 'a> {
@@ -555,7 +542,7 @@ impl<'a> Cx<'_, 'a> {
                 _ => {}
             }
         }
-        self.s.names.clear();
+        self.s.names = Default::default();
         let Some((kind, data)) = data else {
             return Ok(());
         };
@@ -569,6 +556,8 @@ impl<'a> Cx<'_, 'a> {
             }
         }
         let cumulative = temporality == CUMULATIVE;
+        self.keyed =
+            kind == SUMMARY || (cumulative && (kind != GAUGE && (kind != SUM || monotonic)));
         for f in fields(data) {
             let (tag, p) = f?;
             if tag != 1 {
@@ -601,7 +590,7 @@ impl<'a> Cx<'_, 'a> {
             3 => head.time = v.fixed64()?,
             t if t == attrs => {
                 let (k, a) = key_value(v.bytes()?)?;
-                self.s.attrs.push(k, a)?;
+                self.attr(head, k, a)?;
             }
             _ => return Ok(false),
         }
@@ -616,46 +605,102 @@ impl<'a> Cx<'_, 'a> {
         monotonic: bool,
         cumulative: bool,
     ) -> Result<(), Malformed> {
-        self.s.attrs.clear();
-        let mut head = Head::default();
+        let mut head = self.head();
         let mut value = f64::NAN;
-        for f in fields(p) {
-            let (tag, v) = f?;
-            if self.common(tag, v, 7, &mut head)? {
-                continue;
-            }
-            match tag {
-                4 => value = v.double()?,
-                6 => value = v.fixed64()? as i64 as f64,
-                8 => head.flags = v.varint()?,
-                _ => {}
+        if !self.number_fast(p, &mut head, &mut value)? {
+            self.out.points.tags_reset(head.begin);
+            head = self.head();
+            value = f64::NAN;
+            for f in fields(p) {
+                let (tag, v) = f?;
+                if self.common(tag, v, 7, &mut head)? {
+                    continue;
+                }
+                match tag {
+                    4 => value = v.double()?,
+                    6 => value = v.fixed64()? as i64 as f64,
+                    8 => head.flags = v.varint()?,
+                    _ => {}
+                }
             }
         }
         if head.flags & NO_RECORDED_VALUE != 0 {
             return Ok(());
         }
-        self.tags();
+        self.s.tags = self.out.points.tags_end(head.begin);
         match (sum, monotonic, cumulative) {
             (true, true, true) => {
                 self.s.totals.clear();
                 self.s.totals.push(value);
                 if self.cumulative(head)? {
-                    self.push(Kind::Count, "", self.s.totals[0]);
+                    self.push(Kind::Count, Suffix::None, self.s.totals[0]);
                 }
             }
             // A gauge, or an up-down counter's level.
-            (false, _, _) | (true, false, true) => self.push(Kind::Store, "", value),
-            (true, _, false) => self.push(Kind::Count, "", value),
+            (false, _, _) | (true, false, true) => self.push(Kind::Store, Suffix::None, value),
+            (true, _, false) => self.push(Kind::Count, Suffix::None, value),
         }
         Ok(())
     }
 
+    /// A number point as SDKs write it, read straight through: its
+    /// fields in number order, each at most once, `[11 start] [19 time]
+    /// [21 double | 31 int] (3a LEN attribute)* [40 flags]`, lengths and
+    /// flags under 128. False, with part of it read, when it is laid out
+    /// otherwise: it is walked field by field instead. The generic walk's
+    /// dispatch on each field's wire type was a third of the mapping's
+    /// cost (docs/BENCHMARKS.md, "OTLP in").
+    #[inline(always)]
+    fn number_fast(
+        &mut self,
+        mut b: &'a [u8],
+        head: &mut Head,
+        value: &mut f64,
+    ) -> Result<bool, Malformed> {
+        fn fixed(b: &mut &[u8], key: u8) -> Option<u64> {
+            let (&k, rest) = b.split_first()?;
+            if k != key {
+                return None;
+            }
+            let (v, rest) = rest.split_first_chunk::<8>()?;
+            *b = rest;
+            Some(u64::from_le_bytes(*v))
+        }
+        if let Some(v) = fixed(&mut b, 0x11) {
+            head.start = v;
+        }
+        if let Some(v) = fixed(&mut b, 0x19) {
+            head.time = v;
+        }
+        if let Some(v) = fixed(&mut b, 0x21) {
+            *value = f64::from_bits(v);
+        } else if let Some(v) = fixed(&mut b, 0x31) {
+            *value = v as i64 as f64;
+        }
+        while let [0x3a, len, rest @ ..] = b {
+            let len = usize::from(*len);
+            if len >= 0x80 || len > rest.len() {
+                return Ok(false);
+            }
+            let (kv, rest) = rest.split_at(len);
+            let (k, a) = key_value(kv)?;
+            self.attr(head, k, a)?;
+            b = rest;
+        }
+        if let [0x40, flags, rest @ ..] = b {
+            if *flags < 0x80 {
+                head.flags = u64::from(*flags);
+                b = rest;
+            }
+        }
+        Ok(b.is_empty())
+    }
+
     /// A `HistogramDataPoint`.
     fn histogram(&mut self, p: &'a [u8], cumulative: bool) -> Result<(), Malformed> {
-        self.s.attrs.clear();
         self.s.totals.clear();
         self.s.bounds.clear();
-        let mut head = Head::default();
+        let mut head = self.head();
         let (mut count, mut sum, mut min, mut max) = (0u64, None, None, None);
         for f in fields(p) {
             let (tag, v) = f?;
@@ -686,7 +731,7 @@ impl<'a> Cx<'_, 'a> {
         if head.flags & NO_RECORDED_VALUE != 0 {
             return Ok(());
         }
-        self.tags();
+        self.s.tags = self.out.points.tags_end(head.begin);
         let n = self.s.totals.len();
         self.s.totals.push(sum.unwrap_or(0.0));
         self.s.totals.push(count as f64);
@@ -699,7 +744,7 @@ impl<'a> Cx<'_, 'a> {
                 } else {
                     let _ = write!(self.s.text, "{le}");
                 }
-                self.push_extra(Kind::Count, ".bucket", "le", self.s.totals[i]);
+                self.push_extra(Kind::Count, Suffix::Bucket, "le", self.s.totals[i]);
             }
             self.sum_count(sum.is_some(), n);
         }
@@ -709,8 +754,7 @@ impl<'a> Cx<'_, 'a> {
 
     /// An `ExponentialHistogramDataPoint`: its sum, count, min and max.
     fn exponential(&mut self, p: &'a [u8], cumulative: bool) -> Result<(), Malformed> {
-        self.s.attrs.clear();
-        let mut head = Head::default();
+        let mut head = self.head();
         let (mut count, mut sum, mut min, mut max) = (0u64, None, None, None);
         for f in fields(p) {
             let (tag, v) = f?;
@@ -729,7 +773,7 @@ impl<'a> Cx<'_, 'a> {
         if head.flags & NO_RECORDED_VALUE != 0 {
             return Ok(());
         }
-        self.tags();
+        self.s.tags = self.out.points.tags_end(head.begin);
         self.s.totals.clear();
         self.s.totals.push(sum.unwrap_or(0.0));
         self.s.totals.push(count as f64);
@@ -743,8 +787,7 @@ impl<'a> Cx<'_, 'a> {
     /// A `SummaryDataPoint`: a level per quantile; its sum and count are
     /// cumulative.
     fn summary(&mut self, p: &'a [u8]) -> Result<(), Malformed> {
-        self.s.attrs.clear();
-        let mut head = Head::default();
+        let mut head = self.head();
         let (mut count, mut sum) = (0u64, 0.0);
         let mut quantiles = false;
         for f in fields(p) {
@@ -764,7 +807,7 @@ impl<'a> Cx<'_, 'a> {
         if head.flags & NO_RECORDED_VALUE != 0 {
             return Ok(());
         }
-        self.tags();
+        self.s.tags = self.out.points.tags_end(head.begin);
         if quantiles {
             for f in fields(p) {
                 let (tag, v) = f?;
@@ -781,7 +824,7 @@ impl<'a> Cx<'_, 'a> {
                 }
                 self.s.text.clear();
                 let _ = write!(self.s.text, "{q}");
-                self.push_extra(Kind::Store, "", "quantile", value);
+                self.push_extra(Kind::Store, Suffix::None, "quantile", value);
             }
         }
         self.s.totals.clear();
@@ -797,17 +840,17 @@ impl<'a> Cx<'_, 'a> {
     /// first `at`.
     fn sum_count(&mut self, sum: bool, at: usize) {
         if sum {
-            self.push(Kind::Count, ".sum", self.s.totals[at]);
+            self.push(Kind::Count, Suffix::Sum, self.s.totals[at]);
         }
-        self.push(Kind::Count, ".count", self.s.totals[at + 1]);
+        self.push(Kind::Count, Suffix::Count, self.s.totals[at + 1]);
     }
 
     fn min_max(&mut self, min: Option<f64>, max: Option<f64>) {
         if let Some(v) = min {
-            self.push(Kind::Store, ".min", v);
+            self.push(Kind::Store, Suffix::Min, v);
         }
         if let Some(v) = max {
-            self.push(Kind::Store, ".max", v);
+            self.push(Kind::Store, Suffix::Max, v);
         }
     }
 
@@ -819,7 +862,7 @@ impl<'a> Cx<'_, 'a> {
         h.write_u64(self.scope_hash);
         h.write(self.name.as_bytes());
         h.write_u8(0xff);
-        self.s.attrs.hash(&mut h);
+        h.write_u64(head.attrs);
         let key = h.finish();
         let totals = &mut self.s.totals;
         let prev = self
@@ -873,30 +916,50 @@ impl<'a> Cx<'_, 'a> {
         }
     }
 
-    /// Writes the point's tags: the resource's, then its attributes.
-    fn tags(&mut self) {
-        self.s.tags = self
-            .out
-            .points
-            .shared_tags(self.resource, self.s.attrs.iter());
+    /// A point's head, its tags begun with the resource's.
+    fn head(&mut self) -> Head {
+        Head {
+            begin: self.out.points.tags_begin(self.resource),
+            ..Head::default()
+        }
+    }
+
+    /// Adds an attribute to the point's tags, and to its hash when the
+    /// metric is cumulative.
+    fn attr(&mut self, head: &mut Head, key: &[u8], value: Any<'_>) -> Result<(), Malformed> {
+        let text = match value {
+            Any::Str(s) => s,
+            other => {
+                self.s.text.clear();
+                render_wire(&mut self.s.text, other, 0)?;
+                self.s.text.as_bytes()
+            }
+        };
+        self.out.points.tags_push(head.begin, key, text);
+        if self.keyed {
+            let h = self.mapper.hasher.hash_one((key, text));
+            head.attrs = head.attrs.rotate_left(19) ^ h;
+        }
+        Ok(())
     }
 
     /// The metric's name with `suffix`, written once per metric.
-    fn name(&mut self, suffix: &'static str) -> Shared {
-        if let Some((_, n)) = self.s.names.iter().find(|(s, _)| *s == suffix) {
+    fn name(&mut self, suffix: Suffix) -> Shared {
+        let slot = &mut self.s.names[suffix as usize];
+        if let Some(n) = slot {
             return n.clone();
         }
         let n = self
             .out
             .points
-            .shared_name(self.name.as_bytes(), suffix.as_bytes());
-        self.s.names.push((suffix, n.clone()));
+            .shared_name(self.name.as_bytes(), suffix.text().as_bytes());
+        *slot = Some(n.clone());
         n
     }
 
     /// A point with the extra tag `key` whose value is in the scratch
     /// text.
-    fn push_extra(&mut self, kind: Kind, suffix: &'static str, key: &str, value: f64) {
+    fn push_extra(&mut self, kind: Kind, suffix: Suffix, key: &str, value: f64) {
         let tags =
             self.out
                 .points
@@ -904,12 +967,12 @@ impl<'a> Cx<'_, 'a> {
         self.add(kind, suffix, &tags, value);
     }
 
-    fn push(&mut self, kind: Kind, suffix: &'static str, value: f64) {
+    fn push(&mut self, kind: Kind, suffix: Suffix, value: f64) {
         let tags = self.s.tags.clone();
         self.add(kind, suffix, &tags, value);
     }
 
-    fn add(&mut self, kind: Kind, suffix: &'static str, tags: &Shared, value: f64) {
+    fn add(&mut self, kind: Kind, suffix: Suffix, tags: &Shared, value: f64) {
         let name = self.name(suffix);
         if !self.out.points.push_shared(kind, &name, tags, value) {
             self.out.rejected += 1;
@@ -1319,5 +1382,53 @@ mod tests {
             m.map(&deep).unwrap_err(),
             Malformed("attribute values nest too deep")
         );
+    }
+
+    #[test]
+    fn a_point_laid_out_otherwise_maps_as_one_in_field_order() {
+        let point = NumberDataPoint {
+            attributes: vec![kv("code", "200"), kv("route", "/a,b")],
+            start_time_unix_nano: 2_000,
+            time_unix_nano: 3_000,
+            value: Some(number_data_point::Value::AsDouble(1.5)),
+            ..Default::default()
+        };
+        let sum = |p: Vec<u8>| {
+            // A Sum of the one point `p`, as bytes: data_points (1),
+            // delta temporality (2), monotonic (3).
+            let mut sum = vec![0x0a, p.len() as u8];
+            sum.extend(p);
+            sum.extend([0x10, 1, 0x18, 1]);
+            let mut metric = vec![0x0a, 4];
+            metric.extend(b"hits");
+            metric.extend([0x3a, sum.len() as u8]);
+            metric.extend(sum);
+            let mut scope = vec![0x12, metric.len() as u8];
+            scope.extend(metric);
+            let mut rm = vec![0x12, scope.len() as u8];
+            rm.extend(scope);
+            let mut req = vec![0x0a, rm.len() as u8];
+            req.extend(rm);
+            req
+        };
+        let ordered = point.encode_to_vec();
+        // The same fields, attributes first and the value last.
+        let mut shuffled = Vec::new();
+        for a in &point.attributes {
+            let a = a.encode_to_vec();
+            shuffled.extend([0x3a, a.len() as u8]);
+            shuffled.extend(a);
+        }
+        shuffled.push(0x19);
+        shuffled.extend(3_000u64.to_le_bytes());
+        shuffled.push(0x11);
+        shuffled.extend(2_000u64.to_le_bytes());
+        shuffled.push(0x21);
+        shuffled.extend(1.5f64.to_le_bytes());
+        assert_eq!(shuffled.len(), ordered.len());
+        assert_ne!(shuffled, ordered);
+        let want = vec!["Count hits code:200,route:/a_b 1.5".to_string()];
+        assert_eq!(lines(&mut mapper(), &sum(ordered)), (want.clone(), 0));
+        assert_eq!(lines(&mut mapper(), &sum(shuffled)), (want, 0));
     }
 }
