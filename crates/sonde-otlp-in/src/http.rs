@@ -238,7 +238,7 @@ enum BodyError {
 }
 
 /// The request's body, read and inflated, at most `max` bytes either way.
-async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyError> {
+async fn read_body(req: Request<Incoming>, max: usize) -> Result<Bytes, BodyError> {
     let gzip = match req.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
         None | Some(b"identity") => false,
         Some(b"gzip") => true,
@@ -255,7 +255,7 @@ async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyEr
         Err(e) => return Err(BodyError::Broken(format!("reading the body: {e}"))),
     };
     if !gzip {
-        return Ok(body.to_vec());
+        return Ok(body);
     }
     let mut out = Vec::new();
     let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
@@ -266,7 +266,7 @@ async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyEr
     if out.len() > max {
         return Err(BodyError::TooLarge);
     }
-    Ok(out)
+    Ok(Bytes::from(out))
 }
 
 async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
