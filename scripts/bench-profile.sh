@@ -70,6 +70,19 @@ cost() { # label, then the command; prints CPU-s, % of a core, peak RSS
     'BEGIN { printf "%-28s %7.3f CPU-s  %6.3f%% of a core  peak RSS %6.1f MiB\n", l, u+s, (u+s)*100/d, m/1024 }'
 }
 
+follow() { # pid, admin port, what: its status every 10 s for D, then the
+  # largest mappings, its peak RSS and its CPU over the run
+  local pid=$1 port=$2 c0
+  c0=$(cpu_s "$pid")
+  for ((t = 10; t <= D; t += 10)); do
+    sleep 10
+    status "$t" "$pid" "$port"
+  done
+  awk '/^[0-9a-f]+-[0-9a-f]+ / { f = $6 } /^Rss:/ { if (f != "") r[f] += $2 } END {
+    for (f in r) printf "%8.1f MiB  %s\n", r[f]/1024, f }' "/proc/$pid/smaps" | sort -rn | head -5
+  awk -v c="$(cpu_s "$pid")" -v c0="$c0" -v d="$D" -v what="$3" '/VmHWM/ {
+    printf "agent [profiler] 19 Hz %s: peak RSS %.1f MiB, %.2f%% of a core\n", what, $2/1024, (c-c0)*100/d }' "/proc/$pid/status"
+}
 cpu_s() { # utime + stime of a process, in seconds
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
@@ -92,15 +105,7 @@ if [ "$BUILD" = 1 ]; then
   setsid bash -c 'while :; do rm -rf "$1"; cargo build -q --offline --release -p sonde-config --target-dir "$1" || exit 1; done' \
     _ "$W/build" >"$W/build.log" 2>&1 &
   build=$!
-  c0=$(cpu_s $pid)
-  for ((t = 10; t <= D; t += 10)); do
-    sleep 10
-    status "$t" "$pid" "$port"
-  done
-  awk '/^[0-9a-f]+-[0-9a-f]+ / { f = $6 } /^Rss:/ { if (f != "") r[f] += $2 } END {
-    for (f in r) printf "%8.1f MiB  %s\n", r[f]/1024, f }' "/proc/$pid/smaps" | sort -rn | head -5
-  awk -v c="$(cpu_s $pid)" -v c0="$c0" -v d="$D" '/VmHWM/ {
-    printf "agent [profiler] 19 Hz during a build: peak RSS %.1f MiB, %.2f%% of a core\n", $2/1024, (c-c0)*100/d }' "/proc/$pid/status"
+  follow "$pid" "$port" "during a build"
   kill -- -$build; kill $pid; wait $pid || true
   exit 0
 fi
@@ -133,15 +138,7 @@ PY
   "$SONDE" run --config "$W/agent.toml" 2>"$W/agent.log" &
   pid=$!
   sleep 1
-  c0=$(cpu_s $pid)
-  for ((t = 10; t <= D; t += 10)); do
-    sleep 10
-    status "$t" "$pid" "$port"
-  done
-  awk '/^[0-9a-f]+-[0-9a-f]+ / { f = $6 } /^Rss:/ { if (f != "") r[f] += $2 } END {
-    for (f in r) printf "%8.1f MiB  %s\n", r[f]/1024, f }' "/proc/$pid/smaps" | sort -rn | head -5
-  awk -v c="$(cpu_s $pid)" -v c0="$c0" -v d="$D" '/VmHWM/ {
-    printf "agent [profiler] 19 Hz beside debug binaries: peak RSS %.1f MiB, %.2f%% of a core\n", $2/1024, (c-c0)*100/d }' "/proc/$pid/status"
+  follow "$pid" "$port" "beside debug binaries"
   kill $pid; wait $pid || true
   exit 0
 fi

@@ -422,41 +422,35 @@ impl Collector {
                 continue;
             }
             let (bfree, bavail) = (u64::from(s.blocks_free()), u64::from(s.blocks_available()));
-            for (state, v) in [
-                ("used", blocks.saturating_sub(bfree)),
-                ("free", bavail),
-                ("reserved", bfree.saturating_sub(bavail)),
-            ] {
-                let tags = [
-                    ("device", device.as_str()),
-                    ("mountpoint", point.as_str()),
-                    ("type", *kind),
-                    ("state", state),
-                ];
-                out.push(
-                    Kind::Store,
-                    "system.filesystem.usage",
-                    tags,
-                    (v * frsize) as f64,
-                );
-            }
-            let files = u64::from(s.files());
-            if files > 0 {
-                let ffree = u64::from(s.files_free());
-                for (state, v) in [("used", files.saturating_sub(ffree)), ("free", ffree)] {
+            // Each state's count of `unit`s, as one point of `name`.
+            let mut usage = |name: &str, states: &[(&str, u64)], unit: u64| {
+                for &(state, v) in states {
                     let tags = [
                         ("device", device.as_str()),
                         ("mountpoint", point.as_str()),
                         ("type", *kind),
                         ("state", state),
                     ];
-                    out.push(
-                        Kind::Store,
-                        "system.filesystem.inodes.usage",
-                        tags,
-                        v as f64,
-                    );
+                    out.push(Kind::Store, name, tags, v.saturating_mul(unit) as f64);
                 }
+            };
+            usage(
+                "system.filesystem.usage",
+                &[
+                    ("used", blocks.saturating_sub(bfree)),
+                    ("free", bavail),
+                    ("reserved", bfree.saturating_sub(bavail)),
+                ],
+                frsize,
+            );
+            let files = u64::from(s.files());
+            if files > 0 {
+                let ffree = u64::from(s.files_free());
+                usage(
+                    "system.filesystem.inodes.usage",
+                    &[("used", files.saturating_sub(ffree)), ("free", ffree)],
+                    1,
+                );
             }
         }
         drop(mounts);

@@ -116,11 +116,11 @@ impl EventQueue {
     ///
     /// # Errors
     ///
-    /// [`DropLabel::QueueFull`] when nothing was queued.
-    pub fn push_all(&self, records: Vec<(usize, EventRecord)>) -> Result<(), DropLabel> {
+    /// Why nothing was queued: the queue is full, or the source is gone.
+    pub fn push_all(&self, records: Vec<(usize, EventRecord)>) -> Result<(), PushAllError> {
         let total: usize = records.iter().map(|(n, _)| n).sum();
         if self.queued.load(Relaxed) + total > QUEUE_BYTES {
-            return Err(DropLabel::QueueFull);
+            return Err(PushAllError::Full);
         }
         self.queued.fetch_add(total, Relaxed);
         for r in records {
@@ -128,11 +128,21 @@ impl EventQueue {
                 // The source's end is gone (the agent is stopping): the
                 // first send fails, and nothing was queued.
                 self.queued.fetch_sub(total, Relaxed);
-                return Err(DropLabel::QueueFull);
+                return Err(PushAllError::Gone);
             }
         }
         Ok(())
     }
+}
+
+/// Why [`EventQueue::push_all`] queued nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushAllError {
+    /// The records do not fit in what is left of [`QUEUE_BYTES`]: the
+    /// source's sinks are behind.
+    Full,
+    /// The source's thread is gone: the agent is stopping.
+    Gone,
 }
 
 impl EventRecord {

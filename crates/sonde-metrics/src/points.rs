@@ -15,6 +15,12 @@ pub struct Points {
     points: Vec<Owned>,
 }
 
+/// Where a name or tags shared by several points of one batch were
+/// written ([`Points::shared_name`], [`Points::shared_tags`]): valid in
+/// that batch until it is cleared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shared(Range<usize>);
+
 #[derive(Debug, Clone)]
 struct Owned {
     kind: Kind,
@@ -42,27 +48,34 @@ impl Points {
         tags: impl IntoIterator<Item = (&'t str, &'t str)>,
         value: f64,
     ) -> bool {
+        self.push_bytes(
+            kind,
+            name.as_bytes(),
+            tags.into_iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+            value,
+        )
+    }
+
+    /// [`Points::push`] of bytes as sent: a name or tag that is not UTF-8
+    /// is the shard's to refuse (counted) when its series is new, as a
+    /// StatsD line's is.
+    pub fn push_bytes<'t>(
+        &mut self,
+        kind: Kind,
+        name: &[u8],
+        tags: impl IntoIterator<Item = (&'t [u8], &'t [u8])>,
+        value: f64,
+    ) -> bool {
         if !value.is_finite() || name.is_empty() {
             return false;
         }
         let start = self.bytes.len();
-        self.bytes.extend_from_slice(name.as_bytes());
+        self.bytes.extend_from_slice(name);
         let name = start..self.bytes.len();
         let tags_start = self.bytes.len();
         for (k, v) in tags {
-            if k.is_empty() {
-                continue;
-            }
-            if self.bytes.len() > tags_start {
-                self.bytes.push(b',');
-            }
-            self.bytes.extend(
-                k.bytes()
-                    .map(|b| if b == b':' || b == b',' { b'_' } else { b }),
-            );
-            self.bytes.push(b':');
-            self.bytes
-                .extend(v.bytes().map(|b| if b == b',' { b'_' } else { b }));
+            let sep = self.bytes.len() > tags_start;
+            append_tag(&mut self.bytes, sep, k, v);
         }
         self.points.push(Owned {
             kind,
@@ -72,6 +85,92 @@ impl Points {
             timestamp: None,
         });
         true
+    }
+
+    /// Writes a name, `name` then `suffix`, once for many points of this
+    /// batch ([`Points::push_shared`]).
+    pub fn shared_name(&mut self, name: &[u8], suffix: &[u8]) -> Shared {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(name);
+        self.bytes.extend_from_slice(suffix);
+        Shared(start..self.bytes.len())
+    }
+
+    /// Writes tags once for many points of this batch
+    /// ([`Points::push_shared`]): `prefix`, tags already in DogStatsD's
+    /// syntax as [`write_tag`] writes them, then each of `tags` as
+    /// [`Points::push`] writes them.
+    pub fn shared_tags<'t>(
+        &mut self,
+        prefix: &[u8],
+        tags: impl IntoIterator<Item = (&'t [u8], &'t [u8])>,
+    ) -> Shared {
+        let begin = self.tags_begin(prefix);
+        for (k, v) in tags {
+            self.tags_push(begin, k, v);
+        }
+        self.tags_end(begin)
+    }
+
+    /// Starts writing tags shared by several points, one by one as they
+    /// are read ([`Points::tags_push`], [`Points::tags_end`]), with
+    /// `prefix` (tags in DogStatsD's syntax as [`write_tag`] writes
+    /// them); nothing else may be written to the batch until they end.
+    pub fn tags_begin(&mut self, prefix: &[u8]) -> usize {
+        let begin = self.bytes.len();
+        self.bytes.extend_from_slice(prefix);
+        begin
+    }
+
+    /// Adds the tag `key:value` to the tags begun at `begin`, as
+    /// [`Points::push`] writes each.
+    pub fn tags_push(&mut self, begin: usize, key: &[u8], value: &[u8]) {
+        let sep = self.bytes.len() > begin;
+        append_tag(&mut self.bytes, sep, key, value);
+    }
+
+    /// Forgets the tags begun at `begin`, to write them again.
+    pub fn tags_reset(&mut self, begin: usize) {
+        self.bytes.truncate(begin);
+    }
+
+    /// The tags begun at `begin`.
+    pub fn tags_end(&self, begin: usize) -> Shared {
+        Shared(begin..self.bytes.len())
+    }
+
+    /// Writes `base`'s tags and then `key:value`, once for many points.
+    pub fn shared_tags_with(&mut self, base: &Shared, key: &[u8], value: &[u8]) -> Shared {
+        let start = self.bytes.len();
+        self.bytes.extend_from_within(base.0.clone());
+        let sep = self.bytes.len() > start;
+        append_tag(&mut self.bytes, sep, key, value);
+        Shared(start..self.bytes.len())
+    }
+
+    /// Adds a point whose name and tags were written by
+    /// [`Points::shared_name`] and [`Points::shared_tags`] on this batch
+    /// since it was last cleared. A value that is not finite, or an empty
+    /// name, is refused (false) and not added.
+    pub fn push_shared(&mut self, kind: Kind, name: &Shared, tags: &Shared, value: f64) -> bool {
+        if !value.is_finite() || name.0.is_empty() {
+            return false;
+        }
+        self.points.push(Owned {
+            kind,
+            name: name.0.clone(),
+            tags: tags.0.clone(),
+            value,
+            timestamp: None,
+        });
+        true
+    }
+
+    /// Makes room for `points` more points whose names and tags take
+    /// `bytes` bytes.
+    pub fn reserve(&mut self, points: usize, bytes: usize) {
+        self.points.reserve(points);
+        self.bytes.reserve(bytes);
     }
 
     /// Points added.
@@ -104,6 +203,66 @@ impl Points {
             });
         }
     }
+}
+
+/// Appends the tag `key:value` to `tags` in DogStatsD's syntax, after a
+/// `,` unless `tags` is empty, as [`Points::push`] writes each: a key's
+/// `:` and `,` and a value's `,` become `_`; a tag with an empty key is
+/// left out.
+pub fn write_tag(tags: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    let sep = !tags.is_empty();
+    append_tag(tags, sep, key, value);
+}
+
+#[inline]
+fn append_tag(out: &mut Vec<u8>, sep: bool, key: &[u8], value: &[u8]) {
+    if key.is_empty() {
+        return;
+    }
+    out.reserve(key.len() + value.len() + 2);
+    if sep {
+        out.push(b',');
+    }
+    // Looked for first, eight bytes at a time, then copied whole: a
+    // separator inside a tag is rare, and a byte loop over short keys and
+    // values was a third of an OTLP point's cost (docs/BENCHMARKS.md,
+    // "OTLP in").
+    // The source looked at before it is copied (not the copy: reading
+    // bytes just stored stalls on store forwarding).
+    let k = out.len();
+    out.extend_from_slice(key);
+    if separator(key, true) {
+        for b in &mut out[k..] {
+            if *b == b':' || *b == b',' {
+                *b = b'_';
+            }
+        }
+    }
+    out.push(b':');
+    let v = out.len();
+    out.extend_from_slice(value);
+    if separator(value, false) {
+        for b in &mut out[v..] {
+            if *b == b',' {
+                *b = b'_';
+            }
+        }
+    }
+}
+
+/// True when `bytes` holds a `,` (or a `:` when `colon`): eight bytes to
+/// a word, each tested with the carry-free zero-byte test, the last few
+/// one by one.
+#[inline]
+fn separator(bytes: &[u8], colon: bool) -> bool {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| (x.wrapping_sub(LO) & !x & HI) != 0;
+    let has =
+        |w: u64| zero(w ^ (LO * u64::from(b','))) | (colon & zero(w ^ (LO * u64::from(b':'))));
+    let (words, rest) = bytes.as_chunks::<8>();
+    words.iter().any(|w| has(u64::from_le_bytes(*w)))
+        || rest.iter().any(|&b| b == b',' || (colon && b == b':'))
 }
 
 #[cfg(test)]
@@ -159,6 +318,56 @@ mod tests {
         let mut spans = Vec::new();
         sonde_proto::tags::split_scalar(b"a_b_c:x_y:z", TagSyntax::DogStatsd, &mut spans).unwrap();
         assert_eq!(spans.len(), 1);
+        // Separators found wherever they are in a word.
+        // Separators found wherever they are.
+        for n in 0..20 {
+            for sep in [b',', b':'] {
+                let mut k = vec![b'a'; n + 1];
+                k[n] = sep;
+                assert!(separator(&k, true));
+                assert!(!separator(&k[..n], true));
+                assert_eq!(separator(&k, false), sep == b',');
+            }
+        }
+        assert!(separator(&[0x80, b':'], true));
+        assert!(!separator(
+            &[0x80, 0xba, 0x3b, 0x39, 0x2d, 0x2b, 0, 1, 0x80],
+            true
+        ));
+        // A name and tags written once, shared by several points.
+        let mut t = Points::new();
+        let name = t.shared_name(b"lat", b".bucket");
+        let base = t.shared_tags(
+            b"service:api",
+            [(&b"a:b,c"[..], &b"x,y:z"[..]), (&b""[..], &b"dropped"[..])],
+        );
+        let le = t.shared_tags_with(&base, b"le", b"+Inf");
+        assert!(t.push_shared(Kind::Count, &name, &base, 1.0));
+        assert!(t.push_shared(Kind::Count, &name, &le, 2.0));
+        assert!(!t.push_shared(Kind::Count, &name, &le, f64::NAN));
+        let mut shared = Vec::new();
+        t.each(|p| {
+            shared.push((
+                String::from_utf8_lossy(p.name).into_owned(),
+                String::from_utf8_lossy(p.tags).into_owned(),
+            ))
+        });
+        assert_eq!(
+            shared,
+            [
+                (
+                    "lat.bucket".to_string(),
+                    "service:api,a_b_c:x_y:z".to_string()
+                ),
+                (
+                    "lat.bucket".to_string(),
+                    "service:api,a_b_c:x_y:z,le:+Inf".to_string()
+                ),
+            ]
+        );
+        let mut tags = Vec::new();
+        write_tag(&mut tags, b"a:b,c", b"x,y:z");
+        assert_eq!(tags, b"a_b_c:x_y:z");
         b.clear();
         assert!(b.is_empty());
     }

@@ -4,6 +4,9 @@
 //! as one 1,000-point request or as 1,000 DogStatsD lines.
 //!
 //! `cargo run --release -p sonde-otlp-in --example per_point`
+//!
+//! Best of 5 rounds of 2,000 requests each; figures in docs/BENCHMARKS.md,
+//! "OTLP in".
 
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -89,22 +92,58 @@ fn main() {
     let mut mapper = sonde_otlp_in::metrics::Mapper::new(vec!["service.name".into()], 100_000, 0);
     let mut otlp = ingest(Protocol::Otlp);
     let mut statsd = ingest(Protocol::Statsd);
-    let mut best = (f64::MAX, f64::MAX);
+    // `per_point MODE ROUNDS`: only that path (otlp, map or statsd) for
+    // ROUNDS requests, for callgrind (scripts/callgrind-otlp.sh).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, rounds] = &args[..] {
+        let rounds: usize = rounds.parse().expect("ROUNDS is a number");
+        for _ in 0..rounds {
+            match mode.as_str() {
+                "otlp" | "map" => {
+                    let mut mapped = mapper.map(&body).unwrap();
+                    mapper.commit(&mut mapped);
+                    if mode == "otlp" {
+                        otlp.record(&mapped.points);
+                    }
+                }
+                "statsd" => statsd.bytes(&lines),
+                other => panic!("no mode {other}: otlp, map or statsd"),
+            }
+        }
+        println!("{}", rounds * SERIES);
+        return;
+    }
+    let mut best = (f64::MAX, f64::MAX, f64::MAX, f64::MAX);
+    let per_point = |t: Instant| t.elapsed().as_nanos() as f64 / (ROUNDS * SERIES) as f64;
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..ROUNDS {
-            let req = ExportMetricsServiceRequest::decode(&body[..]).unwrap();
-            let mut mapped = mapper.map(&req);
+            let mut mapped = mapper.map(&body).unwrap();
             mapper.commit(&mut mapped);
             otlp.record(&mapped.points);
         }
-        let o = t.elapsed().as_nanos() as f64 / (ROUNDS * SERIES) as f64;
+        let o = per_point(t);
         let t = Instant::now();
         for _ in 0..ROUNDS {
             statsd.bytes(&lines);
         }
-        let s = t.elapsed().as_nanos() as f64 / (ROUNDS * SERIES) as f64;
-        best = (best.0.min(o), best.1.min(s));
+        let s = per_point(t);
+        // The parts: reading and mapping the request alone, and decoding
+        // it into opentelemetry-proto's owned types (which the mapping
+        // does not do) for comparison.
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            let mut mapped = mapper.map(&body).unwrap();
+            mapper.commit(&mut mapped);
+            std::hint::black_box(&mapped);
+        }
+        let m = per_point(t);
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            std::hint::black_box(ExportMetricsServiceRequest::decode(&body[..]).unwrap());
+        }
+        let d = per_point(t);
+        best = (best.0.min(o), best.1.min(s), best.2.min(m), best.3.min(d));
     }
     println!(
         "ns per point: otlp {:.0}, statsd {:.0}, ratio {:.2} ({} B protobuf, {} B StatsD per {SERIES} points)",
@@ -113,5 +152,11 @@ fn main() {
         best.0 / best.1,
         body.len(),
         lines.len()
+    );
+    println!(
+        "otlp parts: read and map {:.0}, record {:.0}; prost's owned decode alone would be {:.0}",
+        best.2,
+        best.0 - best.2,
+        best.3
     );
 }

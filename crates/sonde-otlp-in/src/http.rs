@@ -10,7 +10,8 @@
 //! | 404, 405 | another path, another method | not counted |
 //! | 413 | a body over `max_body` bytes, before or after decompression | `oversized` (one per request) |
 //! | 415 | another content type or encoding | `malformed` |
-//! | 503, `Retry-After: 1` | the worker's queue (the log source's, for logs) is full, or the agent is stopping; nothing of the request was taken | `queue_full` (its data points or log records) |
+//! | 429, `Retry-After: 1` | the worker's queue (the log source's, for logs) is full: the agent is behind; nothing of the request was taken. OTLP exporters retry it once the `Retry-After` delay has passed | `queue_full` (its data points or log records) |
+//! | 503, `Retry-After: 1` | the agent is stopping (the worker or the log source is gone); nothing of the request was taken | `queue_full` |
 //!
 //! Error bodies are a `google.rpc.Status` message, as the OTLP
 //! specification asks. The body is read with its length bounded
@@ -36,12 +37,13 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message;
-use sonde_log_sources::events::EventQueue;
+use sonde_log_sources::events::{EventQueue, PushAllError};
 use sonde_metrics::input::PointsSender;
 use sonde_metrics::receiver::ReceiverStats;
 use sonde_runtime::drops::DropLabel;
 
 use crate::metrics::Mapper;
+use crate::wire::Malformed;
 use crate::Settings;
 
 /// How often the accept loop checks whether it must stop.
@@ -94,7 +96,7 @@ impl Shared {
         self.settings.max_body
     }
 
-    fn count(&self, label: DropLabel, n: u64) {
+    pub(crate) fn count(&self, label: DropLabel, n: u64) {
         self.stats.drops[label as usize].fetch_add(n, Relaxed);
     }
 }
@@ -200,7 +202,7 @@ fn answer(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
 fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
     // gRPC codes: 3 INVALID_ARGUMENT, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE.
     let code = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => 8,
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => 8,
         StatusCode::SERVICE_UNAVAILABLE => 14,
         _ => 3,
     };
@@ -210,11 +212,23 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>
     }
     .encode_to_vec();
     let mut r = answer(status, body);
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
         r.headers_mut()
             .insert(RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
     }
     r
+}
+
+/// The answer to a request refused whole: 429 while the agent is behind,
+/// 503 while it stops, both with `Retry-After: 1`.
+fn refused(refused: Refused) -> Response<Full<Bytes>> {
+    match refused {
+        Refused::Behind(why) => error(StatusCode::TOO_MANY_REQUESTS, why),
+        Refused::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, STOPPING),
+    }
 }
 
 /// Why a body could not be read.
@@ -224,7 +238,7 @@ enum BodyError {
 }
 
 /// The request's body, read and inflated, at most `max` bytes either way.
-async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyError> {
+async fn read_body(req: Request<Incoming>, max: usize) -> Result<Bytes, BodyError> {
     let gzip = match req.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
         None | Some(b"identity") => false,
         Some(b"gzip") => true,
@@ -241,7 +255,7 @@ async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyEr
         Err(e) => return Err(BodyError::Broken(format!("reading the body: {e}"))),
     };
     if !gzip {
-        return Ok(body.to_vec());
+        return Ok(body);
     }
     let mut out = Vec::new();
     let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
@@ -252,7 +266,7 @@ async fn read_body(req: Request<Incoming>, max: usize) -> Result<Vec<u8>, BodyEr
     if out.len() > max {
         return Err(BodyError::TooLarge);
     }
-    Ok(out)
+    Ok(Bytes::from(out))
 }
 
 async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -319,32 +333,57 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
                     partial_success: partial,
                 },
             ),
-            Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+            Err(r) => refused(r),
         };
     }
-    let request: ExportMetricsServiceRequest = match decode(encoding, &body) {
-        Ok(r) => r,
-        Err(e) => {
-            shared.count(DropLabel::Malformed, 1);
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("not an OTLP metrics request: {e}"),
-            );
-        }
+    // A JSON request is re-encoded in protobuf, which the mapping reads
+    // in place ([`crate::wire`]): JSON is the slow path either way.
+    let protobuf;
+    let body = match encoding {
+        Encoding::Protobuf => &body[..],
+        Encoding::Json => match decode::<ExportMetricsServiceRequest>(encoding, &body) {
+            Ok(r) => {
+                protobuf = r.encode_to_vec();
+                &protobuf[..]
+            }
+            Err(e) => return malformed_metrics(shared, e),
+        },
     };
-    match export_metrics(shared, &request) {
-        Ok(partial) => ok(
+    match export_metrics(shared, body) {
+        Ok(Ok(partial)) => ok(
             encoding,
             &ExportMetricsServiceResponse {
                 partial_success: partial,
             },
         ),
-        Err(Refused(why)) => error(StatusCode::SERVICE_UNAVAILABLE, why),
+        Ok(Err(r)) => refused(r),
+        Err(e) => malformed_metrics(shared, e.to_string()),
     }
 }
 
-/// A request refused as a whole, for the client to send again.
-pub struct Refused(pub &'static str);
+fn malformed_metrics(shared: &Shared, why: String) -> Response<Full<Bytes>> {
+    shared.count(DropLabel::Malformed, 1);
+    error(
+        StatusCode::BAD_REQUEST,
+        format!("not an OTLP metrics request: {why}"),
+    )
+}
+
+/// A request refused as a whole, nothing of it taken, for the client to
+/// send again; its data points or log records are counted as
+/// `queue_full` either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The worker's queue (the log source's, for logs) is full: HTTP 429,
+    /// gRPC `RESOURCE_EXHAUSTED` with a `RetryInfo`.
+    Behind(&'static str),
+    /// The worker or the log source is gone, as when the agent stops:
+    /// HTTP 503, gRPC `UNAVAILABLE`.
+    Stopping,
+}
+
+/// What a refusal while the agent stops says.
+pub const STOPPING: &str = "the agent is stopping";
 
 /// Queues a logs request's records to the receiver's log source; the
 /// partial success to answer with (every record refused when no sink
@@ -352,8 +391,9 @@ pub struct Refused(pub &'static str);
 ///
 /// # Errors
 ///
-/// When the source's queue has no room for them all, or the source is
-/// gone: nothing was queued, and the records are counted as `queue_full`.
+/// When the source's queue has no room for them all ([`Refused::Behind`]),
+/// or the source is gone ([`Refused::Stopping`]): nothing was queued, and
+/// the records are counted as `queue_full`.
 pub fn export_logs(
     shared: &Shared,
     request: &ExportLogsServiceRequest,
@@ -380,25 +420,32 @@ pub fn export_logs(
             shared.stats.datagrams.fetch_add(1, Relaxed);
             Ok(None)
         }
-        Err(_) => {
+        Err(e) => {
             shared.count(DropLabel::QueueFull, n);
-            Err(Refused("the log sinks are behind: send again later"))
+            Err(match e {
+                PushAllError::Full => Refused::Behind("the log sinks are behind: send again later"),
+                PushAllError::Gone => Refused::Stopping,
+            })
         }
     }
 }
 
-/// Maps and queues a metrics request; the partial success to answer with.
+/// Maps and queues a metrics request, an `ExportMetricsServiceRequest`
+/// in protobuf; the partial success to answer with.
 ///
 /// # Errors
 ///
-/// When the worker's queue is full or gone: nothing of the request was
-/// taken, and its data points are counted as `queue_full`.
+/// When the body is not such a request (the outer error: nothing taken,
+/// counted by the caller); when the worker's queue is full
+/// ([`Refused::Behind`]) or gone ([`Refused::Stopping`]) (the inner one:
+/// nothing of the request was taken, and its data points are counted as
+/// `queue_full`).
 pub fn export_metrics(
     shared: &Shared,
-    request: &ExportMetricsServiceRequest,
-) -> Result<Option<ExportMetricsPartialSuccess>, Refused> {
+    body: &[u8],
+) -> Result<Result<Option<ExportMetricsPartialSuccess>, Refused>, Malformed> {
     let mut mapper = shared.mapper.lock().unwrap_or_else(|e| e.into_inner());
-    let mut mapped = mapper.map(request);
+    let mut mapped = mapper.map(body)?;
     let partial = (mapped.rejected > 0).then(|| ExportMetricsPartialSuccess {
         rejected_data_points: i64::try_from(mapped.rejected).unwrap_or(i64::MAX),
         error_message: std::mem::take(&mut mapped.message),
@@ -407,23 +454,23 @@ pub fn export_metrics(
     shared.count(DropLabel::SeriesLimit, mapped.state_full);
     if mapped.points.is_empty() {
         mapper.commit(&mut mapped);
-        return Ok(partial);
+        return Ok(Ok(partial));
     }
     let points = std::mem::take(&mut mapped.points);
-    match shared.tx.try_send(points) {
+    Ok(match shared.tx.try_send(points) {
         Ok(()) => {
             mapper.commit(&mut mapped);
             Ok(partial)
         }
         Err(TrySendError::Full(_)) => {
             shared.count(DropLabel::QueueFull, mapped.data_points);
-            Err(Refused("the agent is behind: send again later"))
+            Err(Refused::Behind("the agent is behind: send again later"))
         }
         Err(TrySendError::Disconnected(_)) => {
             shared.count(DropLabel::QueueFull, mapped.data_points);
-            Err(Refused("the agent is stopping"))
+            Err(Refused::Stopping)
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -436,7 +483,7 @@ mod tests {
     };
     use sonde_metrics::input::Points;
 
-    fn cumulative(time: u64, value: i64) -> ExportMetricsServiceRequest {
+    fn cumulative(time: u64, value: i64) -> Vec<u8> {
         ExportMetricsServiceRequest {
             resource_metrics: vec![ResourceMetrics {
                 scope_metrics: vec![ScopeMetrics {
@@ -466,6 +513,7 @@ mod tests {
                 ..Default::default()
             }],
         }
+        .encode_to_vec()
     }
 
     fn value(p: &Points) -> f64 {
@@ -485,19 +533,68 @@ mod tests {
         let tx = PointsSender::new(tx, std::thread::current());
         let stats = Arc::new(ReceiverStats::new("http://test".into(), "otlp"));
         let shared = Shared::new(Settings::default(), tx, Arc::clone(&stats), 0, None);
-        assert!(export_metrics(&shared, &cumulative(20, 5)).is_ok());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(20, 5)),
+            Ok(Ok(_))
+        ));
         // The queue holds one batch: the next request is refused.
-        assert!(export_metrics(&shared, &cumulative(30, 8)).is_err());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(30, 8)),
+            Ok(Err(Refused::Behind(_)))
+        ));
         assert_eq!(stats.dropped(DropLabel::QueueFull), 1);
         assert_eq!(value(&rx.recv().unwrap()), 5.0);
         // The retry counts the change from the point taken, not from the
         // refused one.
-        assert!(export_metrics(&shared, &cumulative(30, 8)).is_ok());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(30, 8)),
+            Ok(Ok(_))
+        ));
         assert_eq!(value(&rx.recv().unwrap()), 3.0);
         // The worker gone: refused too.
         drop(rx);
-        assert!(export_metrics(&shared, &cumulative(40, 9)).is_err());
+        assert!(matches!(
+            export_metrics(&shared, &cumulative(40, 9)),
+            Ok(Err(Refused::Stopping))
+        ));
         assert_eq!(stats.dropped(DropLabel::QueueFull), 2);
+    }
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::*;
+
+    fn status_of(r: &Response<Full<Bytes>>) -> (u16, Option<&str>) {
+        (
+            r.status().as_u16(),
+            r.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()),
+        )
+    }
+
+    async fn body(r: Response<Full<Bytes>>) -> RpcStatus {
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        RpcStatus::decode(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_refusal_is_429_while_behind_and_503_while_stopping_both_retry_after_one_second() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let behind = refused(Refused::Behind("behind"));
+        assert_eq!(status_of(&behind), (429, Some("1")));
+        let status = rt.block_on(body(behind));
+        assert_eq!((status.code, status.message.as_str()), (8, "behind"));
+        let stopping = refused(Refused::Stopping);
+        assert_eq!(status_of(&stopping), (503, Some("1")));
+        let status = rt.block_on(body(stopping));
+        assert_eq!((status.code, status.message.as_str()), (14, STOPPING));
+        // Other errors ask for no retry.
+        assert_eq!(
+            status_of(&error(StatusCode::PAYLOAD_TOO_LARGE, "big")),
+            (413, None)
+        );
     }
 }
 
@@ -514,7 +611,7 @@ mod json_tests {
           "dataPoints":[{"asInt":"5","timeUnixNano":"1700000000000000000","attributes":[{"key":"n","value":{"intValue":"7"}}]}]}}]}]}]}"#;
         let r: ExportMetricsServiceRequest = serde_json::from_slice(body).unwrap();
         let mut m = Mapper::new(vec!["service.name".into()], 10, 0);
-        let mapped = m.map(&r);
+        let mapped = m.map(&r.encode_to_vec()).unwrap();
         let mut got = Vec::new();
         mapped.points.each(|p| {
             got.push((

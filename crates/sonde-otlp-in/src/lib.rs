@@ -9,8 +9,10 @@
 //! workers record theirs, so they are aggregated with every other input's
 //! points. Log records go to the receiver's log source ([`logs`]). The
 //! two threads meet at a bounded channel: a request that finds it
-//! full is refused with a status the client retries, never taken and
-//! dropped (see [`http`] for the statuses).
+//! full is refused with a status the client retries (HTTP 429, gRPC
+//! `RESOURCE_EXHAUSTED` with a `RetryInfo`), never taken and dropped; so
+//! is one whose log records do not fit in the log source's queue (see
+//! [`http`] and [`grpc`] for every status and what each counts).
 #![deny(missing_docs)]
 
 use std::io;
@@ -23,6 +25,7 @@ pub mod grpc;
 pub mod http;
 pub mod logs;
 pub mod metrics;
+pub mod wire;
 
 /// The default most bytes of a request body, after decompression too.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;

@@ -56,10 +56,11 @@ pub enum DropLabel {
     MetricSeriesLimit,
     /// See [`RecordError::KeyTooLong`].
     KeyTooLong,
-    /// Points an input made itself (OTLP) that found its worker's queue
-    /// full: the request was refused with a status the client retries
-    /// (HTTP 503 with `Retry-After`, gRPC `UNAVAILABLE`), and nothing of
-    /// it was taken.
+    /// Points (or log records) an input made itself (OTLP) that found its
+    /// worker's queue (or its log source's) full: the request was refused
+    /// with a status the client retries (HTTP 429 with `Retry-After`, gRPC
+    /// `RESOURCE_EXHAUSTED` with a `RetryInfo`; 503 and `UNAVAILABLE` while
+    /// the agent stops), and nothing of it was taken.
     QueueFull,
 }
 
