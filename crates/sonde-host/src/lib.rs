@@ -21,12 +21,12 @@
 pub mod collect;
 pub mod parse;
 
-use std::sync::mpsc::{channel, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use collect::{Collector, Groups, Roots};
-use sonde_metrics::input::Points;
+use sonde_metrics::input::{Points, PointsSender};
 
 /// The collecting thread.
 #[derive(Debug)]
@@ -64,7 +64,7 @@ pub fn until_next(now: SystemTime, interval: Duration) -> Duration {
 pub fn spawn(
     mut collector: Collector,
     interval: Duration,
-    points: SyncSender<Points>,
+    points: PointsSender,
 ) -> std::io::Result<Running> {
     let (stop, stopped) = channel::<()>();
     let thread = std::thread::Builder::new()

@@ -21,7 +21,7 @@
 use std::convert::Infallible;
 use std::io::Read;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::TrySendError;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 };
 use prost::Message;
 use sonde_log_sources::events::{EventQueue, PushAllError};
-use sonde_metrics::input::Points;
+use sonde_metrics::input::PointsSender;
 use sonde_metrics::receiver::ReceiverStats;
 use sonde_runtime::drops::DropLabel;
 
@@ -55,7 +55,7 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// What every connection of a receiver shares.
 pub struct Shared {
     settings: Settings,
-    tx: SyncSender<Points>,
+    tx: PointsSender,
     stats: Arc<ReceiverStats>,
     mapper: Mutex<Mapper>,
     logs: Option<EventQueue>,
@@ -67,7 +67,7 @@ impl Shared {
     /// the epoch); log records go to `logs`, when a sink takes them.
     pub fn new(
         settings: Settings,
-        tx: SyncSender<Points>,
+        tx: PointsSender,
         stats: Arc<ReceiverStats>,
         since: u64,
         logs: Option<EventQueue>,
@@ -481,6 +481,7 @@ mod tests {
         metric::Data, number_data_point, AggregationTemporality, Metric, NumberDataPoint,
         ResourceMetrics, ScopeMetrics, Sum,
     };
+    use sonde_metrics::input::Points;
 
     fn cumulative(time: u64, value: i64) -> Vec<u8> {
         ExportMetricsServiceRequest {
@@ -528,6 +529,8 @@ mod tests {
     #[test]
     fn a_full_queue_refuses_the_request_whole_and_leaves_the_state_for_the_retry() {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        // The test reads the queue itself: its own thread is the one woken.
+        let tx = PointsSender::new(tx, std::thread::current());
         let stats = Arc::new(ReceiverStats::new("http://test".into(), "otlp"));
         let shared = Shared::new(Settings::default(), tx, Arc::clone(&stats), 0, None);
         assert!(matches!(

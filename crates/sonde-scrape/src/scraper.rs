@@ -29,12 +29,12 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sonde_metrics::input::Points;
+use sonde_metrics::input::{Points, PointsSender};
 use sonde_metrics::receiver::ReceiverStats;
 use sonde_proto::Kind;
 use sonde_runtime::drops::DropLabel;
@@ -81,7 +81,7 @@ impl Scraper {
 pub fn spawn(
     name: String,
     targets: Vec<Target>,
-    points: SyncSender<Points>,
+    points: PointsSender,
     stats: Arc<ReceiverStats>,
 ) -> io::Result<Scraper> {
     let (tx, rx) = channel();
@@ -136,7 +136,7 @@ impl Running {
 fn run(
     targets: Vec<Target>,
     updates: &Receiver<Vec<Target>>,
-    points: &SyncSender<Points>,
+    points: &PointsSender,
     stats: &ReceiverStats,
 ) {
     let start = Instant::now();

@@ -397,7 +397,7 @@ fn a_reload_adds_and_removes_targets_and_keeps_the_counters_of_the_others() {
     let target = |port: u16, job: &str| {
         format!("\n[[scrape]]\nurl = \"http://127.0.0.1:{port}/metrics\"\njob = \"{job}\"\ninterval = \"200ms\"\n")
     };
-    let a = agent(&target(a_exp.port, "a"));
+    let mut a = agent(&target(a_exp.port, "a"));
     a_exp.scraped_twice();
     let config = std::fs::read_to_string(a.path("sonde.toml")).unwrap();
     let hup = |text: &str| {
@@ -438,4 +438,24 @@ fn a_reload_adds_and_removes_targets_and_keeps_the_counters_of_the_others() {
         (b_exp.bodies().len() >= b_before + 5).then_some(())
     });
     assert!(a_exp.bodies().len() <= before + 1);
+    // Every target removed (a receiver instead, as a config must have an
+    // input): the scrape thread ends, and with it the last sender to its
+    // worker, which wakes, hands over its open window and ends too; the
+    // agent then stops cleanly.
+    hup(&config.replace(
+        &target(a_exp.port, "a"),
+        &format!("\n{}", common::statsd_receiver(common::free_port())),
+    ));
+    let scrape_threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", a.child.id()))
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .filter(|name| name.starts_with("scrape"))
+            .count()
+    };
+    wait_for("the scrape threads to end", Duration::from_secs(10), || {
+        (scrape_threads() == 0).then_some(())
+    });
+    a.stop();
 }

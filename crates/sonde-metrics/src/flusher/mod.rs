@@ -5,10 +5,12 @@
 //!
 //! Boundaries are multiples of the interval since the unix epoch (a 10 s
 //! window closes at :00, :10, ...). A point's timestamp is its window's
-//! start. At a boundary the flusher bumps the epoch, waits for each worker's
-//! window (workers answer within [`crate::receiver::ingest::WAKE_INTERVAL`]) up to
-//! [`COLLECT_DEADLINE`], merges and flushes, then sends every window back to
-//! its worker for reuse. A window that arrives later is merged into the
+//! start. At a boundary the flusher bumps the epoch and wakes the input
+//! workers ([`Control::wake_inputs`]), waits for each worker's window up to
+//! [`COLLECT_DEADLINE`] (a socket receiver's worker answers within
+//! [`crate::receiver::ingest::WAKE_INTERVAL`], an input's worker at once),
+//! merges and flushes, then sends every window back to its worker for
+//! reuse. A window that arrives later is merged into the
 //! next one rather than lost, and counted.
 //!
 //! # The first window after a start
@@ -182,6 +184,8 @@ impl Flusher {
             let closing = epoch;
             epoch += 1;
             control.epoch.store(epoch, Ordering::Release);
+            // Input workers sleep until woken; socket workers poll.
+            control.wake_inputs();
             // Shards of a closed epoch. Earlier-epoch stragglers are merged too.
             let mut got = 0;
             let deadline = Instant::now() + COLLECT_DEADLINE;

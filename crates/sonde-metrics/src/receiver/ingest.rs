@@ -3,23 +3,33 @@
 //!
 //! # Window hand-off
 //!
-//! The flusher announces a closed window by bumping [`Control::epoch`].
-//! Every worker checks the epoch after each batch (and at least every
-//! [`WAKE_INTERVAL`] when idle), closes its shard's open [`Window`] (the
-//! series themselves stay with the worker) and sends it to the flusher,
-//! which sends it back for reuse after the flush. That is the only
-//! cross-thread traffic of the hot path: one atomic load per batch and one
-//! message per window.
+//! The flusher announces a closed window by bumping [`Control::epoch`],
+//! then wakes the input workers ([`Control::wake_inputs`]). Every worker
+//! checks the epoch after each batch, closes its shard's open [`Window`]
+//! (the series themselves stay with the worker) and sends it to the
+//! flusher, which sends it back for reuse after the flush. That is the
+//! only cross-thread traffic of the hot path: one atomic load per batch and
+//! one message per window.
+//!
+//! An idle worker notices the bump in one of two ways. A socket receiver's
+//! worker wakes at least every [`WAKE_INTERVAL`] from its read timeout,
+//! which costs nothing on the hot path (the read is made anyway). An input
+//! worker ([`crate::input`]) sleeps until a batch comes or the flusher
+//! unparks it: an input sends a batch every few seconds at most (a host
+//! metrics collection every 10 s), so polling every 100 ms would be most
+//! of its cost (docs/BENCHMARKS.md, "Host metrics").
 //!
 //! # Clean shutdown
 //!
-//! The flusher sets [`Control::shutdown`] *before* it bumps the epoch, so a
-//! worker that sees the new epoch also sees the shutdown, hands over its last
-//! shard and exits. No worker exits without handing over what it received.
+//! The flusher sets [`Control::shutdown`] *before* it bumps the epoch and
+//! wakes the input workers, so a worker that sees the new epoch also sees
+//! the shutdown, hands over its last shard and exits. No worker exits
+//! without handing over what it received.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread::{Thread, ThreadId};
 use std::time::{Duration, Instant};
 
 use sonde_aggregate::shard::{PointBatch, Window};
@@ -32,7 +42,8 @@ use sonde_log_sources::events::EventQueue;
 use sonde_runtime::drops::DropLabel;
 use sonde_runtime::tap::Tap;
 
-/// How often an idle worker wakes up to check for a window boundary.
+/// How often an idle socket receiver's worker wakes up to check for a
+/// window boundary (input workers are woken instead: [`Control::wake_inputs`]).
 pub const WAKE_INTERVAL: Duration = sonde_runtime::socket::READ_TIMEOUT;
 
 /// The shortest time between two log lines of one receiver about points
@@ -77,6 +88,46 @@ pub struct Control {
     /// window; a worker stopping at shutdown still counts, so that its final
     /// shard is waited for.
     pub workers: AtomicUsize,
+    /// The threads of the running input workers ([`crate::input`]), which
+    /// sleep until a batch comes: [`Control::wake_inputs`] unparks them.
+    inputs: Mutex<Vec<Thread>>,
+}
+
+impl Control {
+    /// Wakes every input worker, so that it looks at the epoch and the
+    /// shutdown flag: the flusher calls it after each bump of
+    /// [`Control::epoch`]. One unpark per input per window; a worker busy
+    /// with a batch finds the token when it next parks and looks again.
+    pub fn wake_inputs(&self) {
+        for t in self.inputs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            t.unpark();
+        }
+    }
+
+    /// Registers an input worker's thread for [`Control::wake_inputs`].
+    pub(crate) fn add_input(&self, thread: Thread) {
+        self.inputs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(thread);
+    }
+
+    /// True when no input worker is registered.
+    #[cfg(test)]
+    pub(crate) fn inputs_is_empty(&self) -> bool {
+        self.inputs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Forgets an input worker's thread that is ending.
+    pub(crate) fn remove_input(&self, id: ThreadId) {
+        self.inputs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|t| t.id() != id);
+    }
 }
 
 /// A worker's closed window, on its way to the flusher.
@@ -380,6 +431,13 @@ impl Ingest {
         if epoch == self.epoch {
             return true;
         }
+        // Read with the epoch, before the hand-off: the flag set before
+        // this bump is the shutdown this window ends. One set after it (the
+        // flusher may get this window and a shutdown command before this
+        // thread runs on) closes the next window, which the flusher waits
+        // for: exiting on it would leave the flusher waiting in vain until
+        // COLLECT_DEADLINE.
+        let stopping = self.control.shutdown.load(Ordering::Acquire);
         let window = self.shard.take_window(self.recycled.try_recv().ok());
         let sent = self.handoff.send(Handoff {
             epoch: self.epoch,
@@ -389,7 +447,7 @@ impl Ingest {
         });
         self.epoch = epoch;
         // The flusher gone means the agent is stopping.
-        sent.is_ok() && !self.control.shutdown.load(Ordering::Acquire)
+        sent.is_ok() && !stopping
     }
 
     /// Logs points dropped by a series limit, at most once per
@@ -412,6 +470,11 @@ impl Ingest {
             );
         }
         self.limited.pending = 0;
+    }
+
+    /// What the worker shares with the flusher.
+    pub(crate) fn control(&self) -> &Arc<Control> {
+        &self.control
     }
 
     /// The receiver's counters.
