@@ -26,7 +26,7 @@
 
 use std::io;
 use std::sync::mpsc::{sync_channel, SendError, SyncSender, TryRecvError, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
 
 pub use crate::points::{write_tag, Points, Shared};
@@ -42,7 +42,20 @@ pub struct PointsSender {
     // woken by the drop, then finds the channel disconnected.
     tx: SyncSender<Points>,
     wake: Wake,
+    spare: Spare,
 }
+
+/// Batches the worker has recorded, emptied, for the input to fill again:
+/// a batch's memory is reused rather than freed by one thread and taken
+/// fresh from the system (page faults) by the other. At most
+/// [`SPARE_BATCHES`], each of at most [`SPARE_BYTES`].
+type Spare = Arc<Mutex<Vec<Points>>>;
+
+/// The most emptied batches kept for reuse.
+pub const SPARE_BATCHES: usize = 2;
+
+/// The most memory a batch kept for reuse may hold.
+pub const SPARE_BYTES: usize = 1 << 20;
 
 /// Unparks the worker's thread when dropped.
 #[derive(Clone, Debug)]
@@ -61,7 +74,18 @@ impl PointsSender {
         PointsSender {
             tx,
             wake: Wake(worker),
+            spare: Spare::default(),
         }
+    }
+
+    /// An empty batch to fill: one the worker recorded and gave back when
+    /// there is one, with its memory, else a new one.
+    pub fn batch(&self) -> Points {
+        self.spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default()
     }
 
     /// Sends a batch, waiting while the channel is full.
@@ -103,6 +127,8 @@ pub fn spawn_worker(
     capacity: usize,
 ) -> io::Result<(PointsSender, JoinHandle<()>)> {
     let (tx, rx) = sync_channel::<Points>(capacity.max(1));
+    let spare = Spare::default();
+    let given_back = Arc::clone(&spare);
     let thread = std::thread::Builder::new().name(name).spawn(move || {
         let control = Arc::clone(ingest.control());
         let me = std::thread::current();
@@ -114,7 +140,16 @@ pub fn spawn_worker(
                 break;
             }
             match rx.try_recv() {
-                Ok(points) => ingest.record(&points),
+                Ok(mut points) => {
+                    ingest.record(&points);
+                    if points.memory() <= SPARE_BYTES {
+                        points.clear();
+                        let mut spare = given_back.lock().unwrap_or_else(|e| e.into_inner());
+                        if spare.len() < SPARE_BATCHES {
+                            spare.push(points);
+                        }
+                    }
+                }
                 // Until a batch, a window boundary, a shutdown or the
                 // input's end; a spurious wake-up only looks again.
                 Err(TryRecvError::Empty) => std::thread::park(),
@@ -127,7 +162,8 @@ pub fn spawn_worker(
         }
         control.remove_input(me.id());
     })?;
-    let tx = PointsSender::new(tx, thread.thread().clone());
+    let mut tx = PointsSender::new(tx, thread.thread().clone());
+    tx.spare = spare;
     Ok((tx, thread))
 }
 
@@ -167,6 +203,17 @@ mod tests {
             assert!(std::time::Instant::now() < deadline);
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        // The batches recorded come back empty, with their memory, for
+        // the input to fill again.
+        let reused = loop {
+            let b = tx.batch();
+            if b.memory() > 0 {
+                break b;
+            }
+            assert!(std::time::Instant::now() < deadline, "no batch given back");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        assert!(reused.is_empty());
         control.epoch.fetch_add(1, Ordering::AcqRel);
         control.wake_inputs();
         let h = windows

@@ -173,6 +173,11 @@ impl Points {
         self.bytes.reserve(bytes);
     }
 
+    /// The memory the batch holds, in bytes: what it keeps once cleared.
+    pub fn memory(&self) -> usize {
+        self.bytes.capacity() + self.points.capacity() * std::mem::size_of::<Owned>()
+    }
+
     /// Points added.
     pub fn len(&self) -> usize {
         self.points.len()

@@ -445,7 +445,7 @@ pub fn export_metrics(
     body: &[u8],
 ) -> Result<Result<Option<ExportMetricsPartialSuccess>, Refused>, Malformed> {
     let mut mapper = shared.mapper.lock().unwrap_or_else(|e| e.into_inner());
-    let mut mapped = mapper.map(body)?;
+    let mut mapped = mapper.map_into(body, shared.tx.batch())?;
     let partial = (mapped.rejected > 0).then(|| ExportMetricsPartialSuccess {
         rejected_data_points: i64::try_from(mapped.rejected).unwrap_or(i64::MAX),
         error_message: std::mem::take(&mut mapped.message),

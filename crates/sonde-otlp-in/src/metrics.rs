@@ -313,7 +313,20 @@ impl Mapper {
     ///
     /// When the body is not such a request: nothing of it is taken.
     pub fn map(&mut self, body: &[u8]) -> Result<Mapped, Malformed> {
-        let mut out = Mapped::default();
+        self.map_into(body, Points::new())
+    }
+
+    /// [`Mapper::map`] into `points`, an empty batch whose memory is
+    /// reused ([`sonde_metrics::input::PointsSender::batch`]).
+    ///
+    /// # Errors
+    ///
+    /// When the body is not such a request: nothing of it is taken.
+    pub fn map_into(&mut self, body: &[u8], points: Points) -> Result<Mapped, Malformed> {
+        let mut out = Mapped {
+            points,
+            ..Mapped::default()
+        };
         // About what the points' names and tags take: a guess that saves
         // most of the batch's growing.
         out.points.reserve(body.len() / 64, body.len());
