@@ -1444,4 +1444,46 @@ mod tests {
         assert_eq!(lines(&mut mapper(), &sum(ordered)), (want.clone(), 0));
         assert_eq!(lines(&mut mapper(), &sum(shuffled)), (want, 0));
     }
+
+    #[test]
+    fn bytes_that_are_not_utf8_go_to_the_aggregator_to_judge_unless_in_a_name() {
+        let gauge = |name: &[u8], value: &[u8]| {
+            let mut kv = vec![
+                0x0a,
+                1,
+                b'k',
+                0x12,
+                value.len() as u8 + 2,
+                0x0a,
+                value.len() as u8,
+            ];
+            kv.extend(value);
+            let mut p = vec![0x21];
+            p.extend(2.0f64.to_le_bytes());
+            p.extend([0x3a, kv.len() as u8]);
+            p.extend(kv);
+            let mut g = vec![0x0a, p.len() as u8];
+            g.extend(p);
+            let mut m = vec![0x0a, name.len() as u8];
+            m.extend(name);
+            m.extend([0x2a, g.len() as u8]);
+            m.extend(g);
+            let mut scope = vec![0x12, m.len() as u8];
+            scope.extend(m);
+            let mut rm = vec![0x12, scope.len() as u8];
+            rm.extend(scope);
+            let mut req = vec![0x0a, rm.len() as u8];
+            req.extend(rm);
+            req
+        };
+        let mut m = mapper();
+        let mapped = m.map(&gauge(b"temp", b"\xff\xfe")).unwrap();
+        let mut tags = Vec::new();
+        mapped.points.each(|p| tags.push(p.tags.to_vec()));
+        assert_eq!(tags, [b"k:\xff\xfe".to_vec()]);
+        assert_eq!(
+            m.map(&gauge(b"te\xffmp", b"v")).unwrap_err(),
+            Malformed("a string is not UTF-8")
+        );
+    }
 }
