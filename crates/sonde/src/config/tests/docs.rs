@@ -20,8 +20,9 @@ fn the_packaged_config_and_each_example_in_it_are_valid() {
     assert_eq!(c.agent.admin_auth, AdminAuth::Token);
     assert_eq!(defaults.agent.admin_auth, AdminAuth::None);
     // Every commented example uncommented: a sink of each type, both
-    // protocols on each transport, a log source of files and one of
-    // containers, and the profiler.
+    // protocols on each transport, OTLP over HTTP and gRPC, a scrape
+    // target, a log source of files and one of containers, and the
+    // profiler.
     let example = regex::Regex::new(r"^# (\[\[?[a-z.]+\]\]?|[a-z_]+ = .*)$").unwrap();
     let all: String = shipped
         .lines()
@@ -48,7 +49,11 @@ fn the_packaged_config_and_each_example_in_it_are_valid() {
         .collect();
     transports.sort();
     transports.dedup();
-    assert_eq!(transports, ["tcp", "udp", "unix", "unixgram", "unixseq"]);
+    assert_eq!(
+        transports,
+        ["grpc", "http", "tcp", "udp", "unix", "unixgram", "unixseq"]
+    );
+    assert_eq!(c.scrape.len(), 1);
     assert_eq!(c.logs.len(), 2);
     assert_eq!(c.logs[1].tailer.format, sonde_logs::container::Format::Cri);
     assert!(c.profiler.is_some());
