@@ -16,7 +16,7 @@ pub struct Points {
 }
 
 /// Where a name or tags shared by several points of one batch were
-/// written ([`Points::shared_name`], [`Points::shared_tags`]): valid in
+/// written ([`Points::shared_name`], [`Points::tags_begin`]): valid in
 /// that batch until it is cleared.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Shared(Range<usize>);
@@ -48,34 +48,16 @@ impl Points {
         tags: impl IntoIterator<Item = (&'t str, &'t str)>,
         value: f64,
     ) -> bool {
-        self.push_bytes(
-            kind,
-            name.as_bytes(),
-            tags.into_iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())),
-            value,
-        )
-    }
-
-    /// [`Points::push`] of bytes as sent: a name or tag that is not UTF-8
-    /// is the shard's to refuse (counted) when its series is new, as a
-    /// StatsD line's is.
-    pub fn push_bytes<'t>(
-        &mut self,
-        kind: Kind,
-        name: &[u8],
-        tags: impl IntoIterator<Item = (&'t [u8], &'t [u8])>,
-        value: f64,
-    ) -> bool {
         if !value.is_finite() || name.is_empty() {
             return false;
         }
         let start = self.bytes.len();
-        self.bytes.extend_from_slice(name);
+        self.bytes.extend_from_slice(name.as_bytes());
         let name = start..self.bytes.len();
         let tags_start = self.bytes.len();
         for (k, v) in tags {
             let sep = self.bytes.len() > tags_start;
-            append_tag(&mut self.bytes, sep, k, v);
+            append_tag(&mut self.bytes, sep, k.as_bytes(), v.as_bytes());
         }
         self.points.push(Owned {
             kind,
@@ -96,22 +78,6 @@ impl Points {
         Shared(start..self.bytes.len())
     }
 
-    /// Writes tags once for many points of this batch
-    /// ([`Points::push_shared`]): `prefix`, tags already in DogStatsD's
-    /// syntax as [`write_tag`] writes them, then each of `tags` as
-    /// [`Points::push`] writes them.
-    pub fn shared_tags<'t>(
-        &mut self,
-        prefix: &[u8],
-        tags: impl IntoIterator<Item = (&'t [u8], &'t [u8])>,
-    ) -> Shared {
-        let begin = self.tags_begin(prefix);
-        for (k, v) in tags {
-            self.tags_push(begin, k, v);
-        }
-        self.tags_end(begin)
-    }
-
     /// Starts writing tags shared by several points, one by one as they
     /// are read ([`Points::tags_push`], [`Points::tags_end`]), with
     /// `prefix` (tags in DogStatsD's syntax as [`write_tag`] writes
@@ -123,7 +89,9 @@ impl Points {
     }
 
     /// Adds the tag `key:value` to the tags begun at `begin`, as
-    /// [`Points::push`] writes each.
+    /// [`Points::push`] writes each. Bytes that are not UTF-8 are the
+    /// shard's to refuse (counted) when their series is new, as a StatsD
+    /// line's are.
     pub fn tags_push(&mut self, begin: usize, key: &[u8], value: &[u8]) {
         let sep = self.bytes.len() > begin;
         append_tag(&mut self.bytes, sep, key, value);
@@ -149,7 +117,7 @@ impl Points {
     }
 
     /// Adds a point whose name and tags were written by
-    /// [`Points::shared_name`] and [`Points::shared_tags`] on this batch
+    /// [`Points::shared_name`] and [`Points::tags_end`] on this batch
     /// since it was last cleared. A value that is not finite, or an empty
     /// name, is refused (false) and not added.
     pub fn push_shared(&mut self, kind: Kind, name: &Shared, tags: &Shared, value: f64) -> bool {
@@ -342,10 +310,10 @@ mod tests {
         // A name and tags written once, shared by several points.
         let mut t = Points::new();
         let name = t.shared_name(b"lat", b".bucket");
-        let base = t.shared_tags(
-            b"service:api",
-            [(&b"a:b,c"[..], &b"x,y:z"[..]), (&b""[..], &b"dropped"[..])],
-        );
+        let begin = t.tags_begin(b"service:api");
+        t.tags_push(begin, b"a:b,c", b"x,y:z");
+        t.tags_push(begin, b"", b"dropped");
+        let base = t.tags_end(begin);
         let le = t.shared_tags_with(&base, b"le", b"+Inf");
         assert!(t.push_shared(Kind::Count, &name, &base, 1.0));
         assert!(t.push_shared(Kind::Count, &name, &le, 2.0));

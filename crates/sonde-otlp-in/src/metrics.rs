@@ -37,6 +37,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+use prost::Message;
 use sonde_metrics::input::{write_tag, Points, Shared};
 use sonde_proto::Kind;
 
@@ -59,8 +60,9 @@ pub const DEFAULT_RESOURCE_ATTRIBUTES: &[&str] = &[
     "k8s.container.name",
 ];
 
-/// How deep arrays and maps may nest in an attribute value.
-const MAX_DEPTH: u32 = 32;
+/// How deep arrays and maps may nest in an attribute value: as deep as
+/// prost decodes a message.
+const MAX_DEPTH: u32 = 100;
 
 /// The previous point of a cumulative series.
 #[derive(Debug, Clone)]
@@ -240,49 +242,21 @@ fn render_wire(out: &mut String, value: Any<'_>, depth: u32) -> Result<(), Malfo
 
 /// An attribute value as a tag value: strings as they are, numbers and
 /// booleans as text, bytes in hex, arrays and maps in a JSON-like form.
-/// The metrics mapping renders the values it reads in place by the same
-/// rules (a test holds the two together).
+/// A value other than a string is encoded again and rendered by the
+/// rules the metrics mapping applies to the values it reads in place,
+/// so that both render alike.
 pub fn render(out: &mut String, value: Option<&AnyValue>) {
-    let Some(v) = value.and_then(|v| v.value.as_ref()) else {
-        return;
-    };
-    match v {
-        any_value::Value::StringValue(s) => out.push_str(s),
-        any_value::Value::BoolValue(b) => out.push_str(if *b { "true" } else { "false" }),
-        any_value::Value::IntValue(i) => {
-            let _ = write!(out, "{i}");
-        }
-        any_value::Value::DoubleValue(d) => {
-            let _ = write!(out, "{d}");
-        }
-        any_value::Value::BytesValue(b) => {
-            for byte in b {
-                let _ = write!(out, "{byte:02x}");
+    match value.and_then(|v| v.value.as_ref()) {
+        None => {}
+        Some(any_value::Value::StringValue(s)) => out.push_str(s),
+        Some(_) => {
+            let bytes = value.map(Message::encode_to_vec).unwrap_or_default();
+            // What prost just encoded reads back, and nests no deeper
+            // than prost decodes.
+            if let Ok(v) = any(&bytes) {
+                let _ = render_wire(out, v, 0);
             }
         }
-        any_value::Value::ArrayValue(a) => {
-            out.push('[');
-            for (i, v) in a.values.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                render(out, Some(v));
-            }
-            out.push(']');
-        }
-        any_value::Value::KvlistValue(l) => {
-            out.push('{');
-            for (i, kv) in l.values.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&kv.key);
-                out.push('=');
-                render(out, kv.value.as_ref());
-            }
-            out.push('}');
-        }
-        any_value::Value::StringValueStrindex(_) => {}
     }
 }
 
@@ -1372,7 +1346,7 @@ mod tests {
         assert!(m.map(&[0x0a, 0x7f]).is_err(), "a length past the end");
         // An attribute value nested past the limit.
         let mut v = any(any_value::Value::IntValue(1));
-        for _ in 0..40 {
+        for _ in 0..MAX_DEPTH + 10 {
             v = any(any_value::Value::ArrayValue(
                 opentelemetry_proto::tonic::common::v1::ArrayValue { values: vec![v] },
             ));

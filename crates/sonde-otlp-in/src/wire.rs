@@ -99,6 +99,17 @@ fn varint(buf: &mut &[u8]) -> Result<u64, Malformed> {
 }
 
 impl<'a> Fields<'a> {
+    /// The next `N` bytes, a fixed64 or fixed32.
+    #[inline(always)]
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
+        let (v, rest) = self
+            .buf
+            .split_first_chunk::<N>()
+            .ok_or(Malformed("a message ends inside a fixed-size field"))?;
+        self.buf = rest;
+        Ok(*v)
+    }
+
     #[inline(always)]
     fn field(&mut self) -> Result<(u32, Value<'a>), Malformed> {
         let key = varint(&mut self.buf)?;
@@ -108,14 +119,7 @@ impl<'a> Fields<'a> {
         }
         let value = match key & 7 {
             0 => Value::Varint(varint(&mut self.buf)?),
-            1 => {
-                let (v, rest) = self
-                    .buf
-                    .split_first_chunk::<8>()
-                    .ok_or(Malformed("a message ends inside a fixed64"))?;
-                self.buf = rest;
-                Value::I64(u64::from_le_bytes(*v))
-            }
+            1 => Value::I64(u64::from_le_bytes(self.take()?)),
             2 => {
                 let n = varint(&mut self.buf)?;
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
@@ -126,14 +130,7 @@ impl<'a> Fields<'a> {
                 self.buf = rest;
                 Value::Len(v)
             }
-            5 => {
-                let (v, rest) = self
-                    .buf
-                    .split_first_chunk::<4>()
-                    .ok_or(Malformed("a message ends inside a fixed32"))?;
-                self.buf = rest;
-                Value::I32(u32::from_le_bytes(*v))
-            }
+            5 => Value::I32(u32::from_le_bytes(self.take()?)),
             // Groups (3, 4) were retired before OTLP existed; no OTLP
             // message has one. 6 and 7 are no wire type.
             _ => return Err(Malformed("a group or unknown wire type")),
