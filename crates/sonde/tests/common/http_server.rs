@@ -61,10 +61,35 @@ impl Server {
                         })
                         .collect();
                     let mut raw = Vec::new();
-                    req.as_reader().read_to_end(&mut raw).unwrap();
-                    let body = codec(headers.get("content-encoding").map(String::as_str))
+                    let read = req.as_reader().read_to_end(&mut raw);
+                    let short = req.body_length().is_some_and(|n| raw.len() < n);
+                    if read.is_err() || short {
+                        // A client killed while it sent (the tests kill
+                        // agents mid-retry): no request, and the server
+                        // goes on to the next.
+                        eprintln!("test server: a request's body ended early: {read:?}");
+                        continue;
+                    }
+                    let body = match codec(headers.get("content-encoding").map(String::as_str))
                         .decompress(&raw)
-                        .unwrap();
+                    {
+                        Ok(b) => b,
+                        Err(e) => {
+                            // Recorded as refused, so that a test waiting
+                            // for it says what it waited for.
+                            eprintln!("test server: cannot decompress a body: {e}");
+                            got.lock().unwrap().push(Got {
+                                headers,
+                                body: raw,
+                                status: 400,
+                            });
+                            let _ = req.respond(
+                                tiny_http::Response::from_string("cannot decompress")
+                                    .with_status_code(400),
+                            );
+                            continue;
+                        }
+                    };
                     let code = status.load(Ordering::SeqCst);
                     got.lock().unwrap().push(Got {
                         headers,
