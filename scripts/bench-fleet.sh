@@ -104,7 +104,7 @@ metric() { curl -s "127.0.0.1:$1/metrics" | awk -v m="$2" '$1 ~ "^"m"({|$)" { s 
 
 if [ "$MODE" = --agent ]; then
   D=${1:-600}
-  [ -x "$SONDE" ] || cargo build --release --locked -p sonde
+  [ -n "${SONDE_BIN:-}" ] || cargo build --release --locked -q -p sonde  # each run: no stale binary
   # The load: a release build of sonde-profile, again and again.
   (while :; do
      rm -rf "$W/burn-target"

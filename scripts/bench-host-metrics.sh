@@ -14,8 +14,8 @@
 #
 # Usage: scripts/bench-host-metrics.sh [DURATION_S=300] [RUNS=3]
 # HOST_METRICS_EXTRA adds keys to the section (e.g. "tcp = true").
-# SONDE_BIN picks the binary (default: target/release/sonde, built if
-# missing). Figures: docs/BENCHMARKS.md, "Host metrics".
+# SONDE_BIN picks the binary (default: target/release/sonde, built each
+# run). Figures: docs/BENCHMARKS.md, "Host metrics".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D=${1:-300}
@@ -23,7 +23,9 @@ RUNS=${2:-3}
 WARMUP=${WARMUP:-15}
 TARGET=${CARGO_TARGET_DIR:-target}
 SONDE=${SONDE_BIN:-$TARGET/release/sonde}
-[ -x "$SONDE" ] || cargo build --release -p sonde --bin sonde
+# Built every time SONDE_BIN is not given (a no-op when up to date): a
+# binary left from an older tree would measure that tree.
+[ -n "${SONDE_BIN:-}" ] || cargo build --release --quiet -p sonde --bin sonde
 W=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"' EXIT

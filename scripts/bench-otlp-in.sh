@@ -15,7 +15,7 @@
 #
 # Usage: scripts/bench-otlp-in.sh [RATE=200000] [DURATION_S=10] [RUNS=3]
 # SONDE_BIN picks the agent (default target/release/sonde, built with
-# sonde-bench if missing).
+# sonde-bench each run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${1:-200000}
@@ -23,7 +23,9 @@ D=${2:-10}
 RUNS=${3:-3}
 TARGET=${CARGO_TARGET_DIR:-target}
 SONDE=${SONDE_BIN:-$TARGET/release/sonde}
-if [ ! -x "$SONDE" ] || [ ! -x "$(dirname "$SONDE")/sonde-bench" ]; then
+# Built every time SONDE_BIN is not given (a no-op when up to date): a
+# binary left from an older tree would measure that tree.
+if [ -z "${SONDE_BIN:-}" ] || [ ! -x "$(dirname "$SONDE")/sonde-bench" ]; then
   cargo build --release --quiet -p sonde -p sonde-bench
 fi
 W=$(mktemp -d)

@@ -82,6 +82,7 @@ impl Points {
     /// are read ([`Points::tags_push`], [`Points::tags_end`]), with
     /// `prefix` (tags in DogStatsD's syntax as [`write_tag`] writes
     /// them); nothing else may be written to the batch until they end.
+    #[inline]
     pub fn tags_begin(&mut self, prefix: &[u8]) -> usize {
         let begin = self.bytes.len();
         self.bytes.extend_from_slice(prefix);
@@ -92,6 +93,7 @@ impl Points {
     /// [`Points::push`] writes each. Bytes that are not UTF-8 are the
     /// shard's to refuse (counted) when their series is new, as a StatsD
     /// line's are.
+    #[inline]
     pub fn tags_push(&mut self, begin: usize, key: &[u8], value: &[u8]) {
         let sep = self.bytes.len() > begin;
         append_tag(&mut self.bytes, sep, key, value);
@@ -103,6 +105,7 @@ impl Points {
     }
 
     /// The tags begun at `begin`.
+    #[inline]
     pub fn tags_end(&self, begin: usize) -> Shared {
         Shared(begin..self.bytes.len())
     }
@@ -120,6 +123,7 @@ impl Points {
     /// [`Points::shared_name`] and [`Points::tags_end`] on this batch
     /// since it was last cleared. A value that is not finite, or an empty
     /// name, is refused (false) and not added.
+    #[inline]
     pub fn push_shared(&mut self, kind: Kind, name: &Shared, tags: &Shared, value: f64) -> bool {
         if !value.is_finite() || name.0.is_empty() {
             return false;
@@ -187,55 +191,86 @@ pub fn write_tag(tags: &mut Vec<u8>, key: &[u8], value: &[u8]) {
     append_tag(tags, sep, key, value);
 }
 
-#[inline]
+#[inline(always)]
 fn append_tag(out: &mut Vec<u8>, sep: bool, key: &[u8], value: &[u8]) {
     if key.is_empty() {
         return;
     }
-    out.reserve(key.len() + value.len() + 2);
-    if sep {
-        out.push(b',');
-    }
-    // Looked for first, eight bytes at a time, then copied whole: a
-    // separator inside a tag is rare, and a byte loop over short keys and
-    // values was a third of an OTLP point's cost (docs/BENCHMARKS.md,
-    // "OTLP in").
-    // The source looked at before it is copied (not the copy: reading
-    // bytes just stored stalls on store forwarding).
-    let k = out.len();
-    out.extend_from_slice(key);
-    if separator(key, true) {
-        for b in &mut out[k..] {
-            if *b == b':' || *b == b',' {
-                *b = b'_';
-            }
+    // Both looked at before anything is copied, eight bytes at a time (a
+    // byte loop over short keys and values was a third of an OTLP point's
+    // cost, docs/BENCHMARKS.md "OTLP in"), and the source rather than the
+    // copy (reading bytes just stored stalls on store forwarding). A
+    // separator inside a tag is rare: then the copy is mended.
+    let mend = separator(key, true) || separator(value, false);
+    let comma = usize::from(sep);
+    let (start, len) = (out.len(), comma + key.len() + 1 + value.len());
+    out.reserve(len);
+    // Written through a pointer rather than with `push` and
+    // `extend_from_slice`, each of which checks the capacity again: those
+    // checks were a quarter of writing a tag (docs/BENCHMARKS.md, "OTLP
+    // in").
+    // SAFETY: `reserve` made room for `len` bytes after `start`; the
+    // writes below fill exactly those (a comma if `sep`, the key, a
+    // colon, the value), from slices that cannot overlap the spare
+    // capacity of `out`, which `&mut` holds alone, before `set_len` takes
+    // them in.
+    unsafe {
+        let mut at = out.as_mut_ptr().add(start);
+        if sep {
+            at.write(b',');
+            at = at.add(1);
         }
+        std::ptr::copy_nonoverlapping(key.as_ptr(), at, key.len());
+        at = at.add(key.len());
+        at.write(b':');
+        std::ptr::copy_nonoverlapping(value.as_ptr(), at.add(1), value.len());
+        out.set_len(start + len);
     }
-    out.push(b':');
-    let v = out.len();
-    out.extend_from_slice(value);
-    if separator(value, false) {
-        for b in &mut out[v..] {
-            if *b == b',' {
-                *b = b'_';
-            }
+    let (k, v) = (start + comma, start + comma + key.len() + 1);
+    if mend {
+        let (key, value) = out[k..].split_at_mut(v - k);
+        for b in key.iter_mut().filter(|b| **b == b',' || **b == b':') {
+            *b = b'_';
+        }
+        key[key.len() - 1] = b':';
+        for b in value.iter_mut().filter(|b| **b == b',') {
+            *b = b'_';
         }
     }
 }
 
 /// True when `bytes` holds a `,` (or a `:` when `colon`): eight bytes to
-/// a word, each tested with the carry-free zero-byte test, the last few
-/// one by one.
-#[inline]
+/// a word, each tested with the carry-free zero-byte test. Under eight
+/// bytes, one word made of overlapping reads covers them all: the first
+/// and last four of 4 to 7 bytes, and the first, middle and last of 1 to
+/// 3 (with bytes that are no separator above them).
+#[inline(always)]
 fn separator(bytes: &[u8], colon: bool) -> bool {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     let zero = |x: u64| (x.wrapping_sub(LO) & !x & HI) != 0;
     let has =
         |w: u64| zero(w ^ (LO * u64::from(b','))) | (colon & zero(w ^ (LO * u64::from(b':'))));
-    let (words, rest) = bytes.as_chunks::<8>();
-    words.iter().any(|w| has(u64::from_le_bytes(*w)))
-        || rest.iter().any(|&b| b == b',' || (colon && b == b':'))
+    // Bytes that are no separator, above the three of a short input.
+    const FILL: u64 = 0x0101_0101_0100_0000;
+    let n = bytes.len();
+    let four = |b: &[u8]| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    match n {
+        0 => false,
+        1..=3 => {
+            let [a, m, z] = [bytes[0], bytes[n / 2], bytes[n - 1]].map(u64::from);
+            has(a | m << 8 | z << 16 | FILL)
+        }
+        4..=7 => has(four(bytes) | four(&bytes[n - 4..]) << 32),
+        _ => {
+            let (words, rest) = bytes.as_chunks::<8>();
+            words.iter().any(|w| has(u64::from_le_bytes(*w)))
+                || (!rest.is_empty()
+                    && has(u64::from_le_bytes(
+                        bytes[n - 8..].try_into().unwrap_or([0; 8]),
+                    )))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -291,17 +326,29 @@ mod tests {
         let mut spans = Vec::new();
         sonde_proto::tags::split_scalar(b"a_b_c:x_y:z", TagSyntax::DogStatsd, &mut spans).unwrap();
         assert_eq!(spans.len(), 1);
-        // Separators found wherever they are in a word.
-        // Separators found wherever they are.
-        for n in 0..20 {
-            for sep in [b',', b':'] {
-                let mut k = vec![b'a'; n + 1];
-                k[n] = sep;
-                assert!(separator(&k, true));
-                assert!(!separator(&k[..n], true));
-                assert_eq!(separator(&k, false), sep == b',');
+        // Separators found wherever they are, in every length, among
+        // bytes next to them in value and bytes with the high bit set.
+        let fill = [b'a', 0x2b, 0x2d, 0x39, 0x3b, 0x80, 0xff, 0, 1];
+        for n in 1..24 {
+            let clean: Vec<u8> = (0..n).map(|i| fill[i % fill.len()]).collect();
+            assert!(!separator(&clean, true), "{clean:?}");
+            for at in 0..n {
+                for sep in [b',', b':'] {
+                    let mut k = clean.clone();
+                    k[at] = sep;
+                    assert!(separator(&k, true), "{k:?}");
+                    assert_eq!(separator(&k, false), sep == b',', "{k:?}");
+                }
             }
         }
+        assert!(!separator(b"", true));
+        // A tag mended where it held separators, the colon between key
+        // and value kept.
+        let mut tags = Vec::new();
+        write_tag(&mut tags, b"k", b"v");
+        write_tag(&mut tags, b":", b",");
+        write_tag(&mut tags, b"ab,cd:ef", b"g:h,i");
+        assert_eq!(tags, b"k:v,_:_,ab_cd_ef:g:h_i");
         assert!(separator(&[0x80, b':'], true));
         assert!(!separator(
             &[0x80, 0xba, 0x3b, 0x39, 0x2d, 0x2b, 0, 1, 0x80],

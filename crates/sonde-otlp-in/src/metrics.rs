@@ -913,6 +913,7 @@ impl<'a> Cx<'_, 'a> {
 
     /// Adds an attribute to the point's tags, and to its hash when the
     /// metric is cumulative.
+    #[inline(always)]
     fn attr(&mut self, head: &mut Head, key: &[u8], value: Any<'_>) -> Result<(), Malformed> {
         let text = match value {
             Any::Str(s) => s,
