@@ -8,21 +8,18 @@
 //! | UNAVAILABLE | the agent is stopping; nothing was taken. OTLP exporters retry it | `queue_full` |
 //! | OUT_OF_RANGE | a message over `max_body` as sent (tonic's limit, checked from the message's length prefix before it is read) | `oversized` (one per request) |
 //! | RESOURCE_EXHAUSTED without details | a gzip message over `max_body` once inflated (tonic's inflating stops at the limit) | `oversized` |
-//! | INVALID_ARGUMENT | a metrics message that does not decode ([`crate::wire`]) | `malformed` |
-//! | INTERNAL | a logs message that does not decode (tonic's decoder, before the service) | not counted |
+//! | INVALID_ARGUMENT | a message that does not decode (metrics read in place by [`crate::wire`], logs decoded by prost) | `malformed` |
+//! | INTERNAL | a message that cannot be inflated or read as gRPC frames (tonic's answer, before the services) | `malformed` |
 //!
 //! The `RetryInfo` goes in the status details (`grpc-status-details-bin`),
 //! where the specification puts it and Go's OTLP exporter reads it, and
 //! again as the trailer `google.rpc.retryinfo-bin`, where the Python
-//! SDK's exporter reads it. tonic refuses an oversized message before
-//! the services see it; a layer around them (in [`serve`]) reads the status of each answer and
-//! counts those.
+//! SDK's exporter reads it. tonic refuses an oversized message, and one
+//! it cannot inflate, before the services see it; a layer around them
+//! (in [`serve`]) reads the status of each answer and counts those.
 
 use std::sync::Arc;
 
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
-    LogsService, LogsServiceServer,
-};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -32,6 +29,7 @@ use prost::Message;
 use sonde_runtime::drops::DropLabel;
 use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
@@ -74,25 +72,85 @@ fn refused(refused: Refused) -> Status {
     }
 }
 
-struct Logs(Arc<Shared>);
+/// One `Export` method served by hand rather than by opentelemetry-proto's
+/// generated servers: those decode each request into owned types before
+/// the service sees it, and answer a message that does not decode with
+/// tonic's `INTERNAL`, which the service never sees to count. Served by
+/// hand, the method takes the message's bytes as sent ([`Raw`]): metrics
+/// are read in place ([`crate::wire`]), logs decoded here, and a message
+/// that does not decode is `INVALID_ARGUMENT`, counted as `malformed`.
+trait Export: Send + 'static {
+    /// The service's full name.
+    const SERVICE: &'static str;
+    /// The path of its `Export` method.
+    const PATH: &'static str;
+    /// What the method answers.
+    type Response: Message + Default + Send + 'static;
+    /// Takes one request's message.
+    fn export(shared: &Shared, message: &[u8]) -> Result<Self::Response, Status>;
+}
 
-/// `MetricsService`, served by hand rather than by opentelemetry-proto's
-/// generated server: that one decodes each request into owned types
-/// before the service sees it, and the mapping reads the message in place
-/// ([`crate::wire`]), so this one takes the message's bytes as sent
-/// ([`Raw`]).
-#[derive(Clone)]
-struct MetricsServer(Arc<Shared>);
+struct Metrics;
 
-const METRICS_EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+impl Export for Metrics {
+    const SERVICE: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
+    const PATH: &'static str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+    type Response = ExportMetricsServiceResponse;
 
-impl tonic::server::NamedService for MetricsServer {
-    const NAME: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
+    fn export(shared: &Shared, message: &[u8]) -> Result<Self::Response, Status> {
+        match export_metrics(shared, message) {
+            Ok(Ok(partial_success)) => Ok(ExportMetricsServiceResponse { partial_success }),
+            Ok(Err(r)) => Err(refused(r)),
+            Err(e) => {
+                shared.count(DropLabel::Malformed, 1);
+                Err(Status::invalid_argument(format!(
+                    "not an OTLP metrics request: {e}"
+                )))
+            }
+        }
+    }
+}
+
+struct Logs;
+
+impl Export for Logs {
+    const SERVICE: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
+    const PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+    type Response = ExportLogsServiceResponse;
+
+    fn export(shared: &Shared, message: &[u8]) -> Result<Self::Response, Status> {
+        let request = match ExportLogsServiceRequest::decode(message) {
+            Ok(r) => r,
+            Err(e) => {
+                shared.count(DropLabel::Malformed, 1);
+                return Err(Status::invalid_argument(format!(
+                    "not an OTLP logs request: {e}"
+                )));
+            }
+        };
+        match export_logs(shared, &request) {
+            Ok(partial_success) => Ok(ExportLogsServiceResponse { partial_success }),
+            Err(r) => Err(refused(r)),
+        }
+    }
+}
+
+/// The service of one [`Export`], for tonic's router.
+struct Server<E>(Arc<Shared>, PhantomData<fn() -> E>);
+
+impl<E> Clone for Server<E> {
+    fn clone(&self) -> Self {
+        Server(Arc::clone(&self.0), PhantomData)
+    }
+}
+
+impl<E: Export> tonic::server::NamedService for Server<E> {
+    const NAME: &'static str = E::SERVICE;
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
 
-impl tower::Service<http::Request<tonic::body::Body>> for MetricsServer {
+impl<E: Export> tower::Service<http::Request<tonic::body::Body>> for Server<E> {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = BoxFuture<Self::Response>;
@@ -104,73 +162,66 @@ impl tower::Service<http::Request<tonic::body::Body>> for MetricsServer {
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let shared = Arc::clone(&self.0);
         Box::pin(async move {
-            if req.uri().path() != METRICS_EXPORT {
-                return Ok(
-                    Status::unimplemented("MetricsService has one method: Export").into_http(),
-                );
+            if req.uri().path() != E::PATH {
+                let what = format!("{} has one method: Export", E::SERVICE);
+                return Ok(Status::unimplemented(what).into_http());
             }
-            let mut grpc = tonic::server::Grpc::new(Raw)
+            let mut grpc = tonic::server::Grpc::new(Raw::<E::Response>(PhantomData))
                 .accept_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(shared.max_body());
-            Ok(grpc.unary(ExportMetrics(shared), req).await)
+            Ok(grpc.unary(Unary::<E>(shared, PhantomData), req).await)
         })
     }
 }
 
-struct ExportMetrics(Arc<Shared>);
+/// One call of an [`Export`].
+struct Unary<E>(Arc<Shared>, PhantomData<fn() -> E>);
 
-impl tonic::server::UnaryService<Bytes> for ExportMetrics {
-    type Response = ExportMetricsServiceResponse;
-    type Future = std::future::Ready<Result<Response<ExportMetricsServiceResponse>, Status>>;
+impl<E: Export> tonic::server::UnaryService<Bytes> for Unary<E> {
+    type Response = E::Response;
+    type Future = std::future::Ready<Result<Response<E::Response>, Status>>;
 
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let body = request.into_inner();
-        self.0.stats().bytes.fetch_add(body.len() as u64, Relaxed);
-        std::future::ready(match export_metrics(&self.0, &body) {
-            Ok(Ok(partial_success)) => Ok(Response::new(ExportMetricsServiceResponse {
-                partial_success,
-            })),
-            Ok(Err(r)) => Err(refused(r)),
-            Err(e) => {
-                self.0.count(DropLabel::Malformed, 1);
-                Err(Status::invalid_argument(format!(
-                    "not an OTLP metrics request: {e}"
-                )))
-            }
-        })
+        let message = request.into_inner();
+        self.0
+            .stats()
+            .bytes
+            .fetch_add(message.len() as u64, Relaxed);
+        std::future::ready(E::export(&self.0, &message).map(Response::new))
     }
 }
 
-/// The codec of [`MetricsServer`]: a request's message as its bytes, the
-/// response in protobuf.
-struct Raw;
+/// The codec of the services served by hand: a request's message as its
+/// bytes (inflated by tonic if it came compressed), the response `R` in
+/// protobuf.
+struct Raw<R>(PhantomData<fn() -> R>);
 
-impl Codec for Raw {
-    type Encode = ExportMetricsServiceResponse;
+impl<R: Message + Send + 'static> Codec for Raw<R> {
+    type Encode = R;
     type Decode = Bytes;
-    type Encoder = Raw;
-    type Decoder = Raw;
+    type Encoder = Raw<R>;
+    type Decoder = Raw<R>;
 
-    fn encoder(&mut self) -> Raw {
-        Raw
+    fn encoder(&mut self) -> Raw<R> {
+        Raw(PhantomData)
     }
 
-    fn decoder(&mut self) -> Raw {
-        Raw
+    fn decoder(&mut self) -> Raw<R> {
+        Raw(PhantomData)
     }
 }
 
-impl Encoder for Raw {
-    type Item = ExportMetricsServiceResponse;
+impl<R: Message> Encoder for Raw<R> {
+    type Item = R;
     type Error = Status;
 
-    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+    fn encode(&mut self, item: R, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         item.encode(dst)
             .map_err(|e| Status::internal(format!("encoding the response: {e}")))
     }
 }
 
-impl Decoder for Raw {
+impl<R> Decoder for Raw<R> {
     type Item = Bytes;
     type Error = Status;
 
@@ -179,42 +230,29 @@ impl Decoder for Raw {
     }
 }
 
-#[tonic::async_trait]
-impl LogsService for Logs {
-    async fn export(
-        &self,
-        request: Request<ExportLogsServiceRequest>,
-    ) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let request = request.into_inner();
-        self.0
-            .stats()
-            .bytes
-            .fetch_add(request.encoded_len() as u64, Relaxed);
-        match export_logs(&self.0, &request) {
-            Ok(partial_success) => Ok(Response::new(ExportLogsServiceResponse { partial_success })),
-            Err(r) => Err(refused(r)),
-        }
-    }
-}
-
-/// Whether `headers` are those of tonic's refusal of a message over
-/// `max_body`: `OUT_OF_RANGE` (its length prefix is over the limit), or
-/// `RESOURCE_EXHAUSTED` without details (it inflates past the limit),
-/// which the receiver's own `RESOURCE_EXHAUSTED` always has (its
-/// `RetryInfo`). A refusal is an answer without a body, its status in the
-/// headers (gRPC's trailers-only answer); an answer with a message has
-/// its status in the trailers, never here.
-fn oversized(headers: &hyper::HeaderMap) -> bool {
+/// What tonic refused before the services saw it, by the status of its
+/// answer: `OUT_OF_RANGE` (a message whose length prefix is over
+/// `max_body`) or `RESOURCE_EXHAUSTED` without details (one that
+/// inflates past it; the receiver's own always has its `RetryInfo`) are
+/// `oversized`, and `INTERNAL` (a message that cannot be inflated, or
+/// read as gRPC frames) is `malformed`. A refusal is an answer without a
+/// body, its status in the headers (gRPC's trailers-only answer); an
+/// answer with a message has its status in the trailers, never here, and
+/// the services' own refusals are counted where they are made.
+fn refused_by_tonic(headers: &hyper::HeaderMap) -> Option<DropLabel> {
     match headers.get("grpc-status").map(|v| v.as_bytes()) {
-        Some(b"11") => true,
-        Some(b"8") => !headers.contains_key("grpc-status-details-bin"),
-        _ => false,
+        Some(b"11") => Some(DropLabel::Oversized),
+        Some(b"8") if !headers.contains_key("grpc-status-details-bin") => {
+            Some(DropLabel::Oversized)
+        }
+        Some(b"13") => Some(DropLabel::Malformed),
+        _ => None,
     }
 }
 
 /// Serves `listener` with both services until `stop` says so; a layer
-/// around them counts the messages tonic refuses as over `max_body`
-/// (`oversized`), which the services never see.
+/// around them counts the messages tonic refuses (over `max_body`, or
+/// that it cannot inflate), which the services never see.
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
@@ -228,11 +266,8 @@ pub async fn serve(
             return;
         }
     };
-    let max = shared.max_body();
-    let metrics = MetricsServer(Arc::clone(&shared));
-    let logs = LogsServiceServer::new(Logs(Arc::clone(&shared)))
-        .accept_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(max);
+    let metrics = Server::<Metrics>(Arc::clone(&shared), PhantomData);
+    let logs = Server::<Logs>(Arc::clone(&shared), PhantomData);
     let stopped = async move {
         let mut tick = tokio::time::interval(crate::http::STOP_CHECK);
         while !stop() {
@@ -240,14 +275,14 @@ pub async fn serve(
         }
     };
     let counted = Arc::clone(&shared);
-    let count_oversized = move |answer: hyper::Response<tonic::body::Body>| {
-        if oversized(answer.headers()) {
-            counted.count(DropLabel::Oversized, 1);
+    let count_refused = move |answer: hyper::Response<tonic::body::Body>| {
+        if let Some(label) = refused_by_tonic(answer.headers()) {
+            counted.count(label, 1);
         }
         answer
     };
     let served = tonic::transport::Server::builder()
-        .layer(MapResponseLayer::new(count_oversized))
+        .layer(MapResponseLayer::new(count_refused))
         .add_service(metrics)
         .add_service(logs)
         .serve_with_incoming_shutdown(
@@ -284,8 +319,8 @@ mod tests {
             .to_bytes()
             .unwrap();
         assert_eq!(&trailer[..], [0x0a, 0x02, 0x08, 0x01]);
-        // The answer is the receiver's own, not a refusal of size.
-        assert!(!oversized(answer(status).headers()));
+        // The answer is the receiver's own, not tonic's refusal.
+        assert_eq!(refused_by_tonic(answer(status).headers()), None);
     }
 
     #[test]
@@ -293,28 +328,31 @@ mod tests {
         let status = refused(Refused::Stopping);
         assert_eq!(status.code(), Code::Unavailable);
         assert!(status.get_details_retry_info().is_none());
-        assert!(!oversized(answer(status).headers()));
+        assert_eq!(refused_by_tonic(answer(status).headers()), None);
     }
 
     #[test]
-    fn only_tonics_refusals_of_size_count_as_oversized() {
-        assert!(oversized(
-            answer(Status::out_of_range("decoded message length too large")).headers()
-        ));
-        assert!(oversized(
-            answer(Status::resource_exhausted(
-                "size limit exceeded while decompressing"
-            ))
-            .headers()
-        ));
-        for other in [
-            Status::internal("failed to decode"),
-            Status::unavailable("x"),
-            Status::unimplemented("x"),
+    fn tonics_refusals_count_as_oversized_or_malformed_and_nothing_else_does() {
+        for (status, label) in [
+            (
+                Status::out_of_range("decoded message length too large"),
+                Some(DropLabel::Oversized),
+            ),
+            (
+                Status::resource_exhausted("size limit exceeded while decompressing"),
+                Some(DropLabel::Oversized),
+            ),
+            (
+                Status::internal("failed to decompress"),
+                Some(DropLabel::Malformed),
+            ),
+            (Status::invalid_argument("counted by the service"), None),
+            (Status::unavailable("x"), None),
+            (Status::unimplemented("x"), None),
         ] {
-            assert!(!oversized(answer(other).headers()));
+            assert_eq!(refused_by_tonic(answer(status).headers()), label);
         }
         // An answer with a message: no status in its headers.
-        assert!(!oversized(&hyper::HeaderMap::new()));
+        assert_eq!(refused_by_tonic(&hyper::HeaderMap::new()), None);
     }
 }

@@ -584,9 +584,10 @@ fn flood_py_output(child: std::process::Child) -> (String, String) {
 /// receiver's services see it, as sent (OUT_OF_RANGE) or once inflated
 /// (RESOURCE_EXHAUSTED without a RetryInfo, which exporters do not
 /// retry): both are counted as `oversized`, and the small messages
-/// around them, plain and gzip, are taken.
+/// around them, plain and gzip, are taken. Messages that do not decode
+/// are INVALID_ARGUMENT and counted as `malformed`.
 #[test]
-fn grpc_messages_over_the_limit_are_refused_and_counted_as_oversized() {
+fn grpc_messages_over_the_limit_or_that_do_not_decode_are_refused_and_counted() {
     let (agent, port) = agent_with(|p, dir| {
         format!(
             "[[receivers]]\nprotocol = \"otlp\"\nlisten = \"grpc://127.0.0.1:{p}\"\nmax_body = \"64KiB\"\nname = \"big\"\n\n[[sinks]]\ntype = \"file\"\npath = \"{}\"\ninputs = [\"big\"]\n",
@@ -626,6 +627,28 @@ fn grpc_messages_over_the_limit_are_refused_and_counted_as_oversized() {
         (r.len() >= 2).then_some(r)
     });
     assert_eq!(got.len(), 2, "{got:?}");
+    // A message that does not decode, to either service: INVALID_ARGUMENT
+    // (exporters do not retry it), counted as malformed; the record after
+    // it is taken.
+    let (out, _) = flood_py_output(flood_py(&["malformed", &format!("127.0.0.1:{port}")]));
+    let answers: Json = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(
+        answers,
+        serde_json::json!(["INVALID_ARGUMENT", "INVALID_ARGUMENT", "OK"])
+    );
+    wait_for(
+        "both malformed messages counted",
+        Duration::from_secs(10),
+        || {
+            let malformed = agent.metric(&format!(
+                "sonde_receiver_dropped_total{{{listen},reason=\"malformed\"}}"
+            ));
+            (malformed == Some(2.0)).then_some(())
+        },
+    );
+    wait_for("the record after them", Duration::from_secs(10), || {
+        (records(&agent, "logs.jsonl").len() == 3).then_some(())
+    });
 }
 
 /// Log records into a sink whose endpoint is down: the log source stops

@@ -4,6 +4,7 @@ through the OpenTelemetry Python SDK's exporters.
 usage: flood.py grpc ENDPOINT PREFIX RECORDS MAX_REQUESTS
        flood.py sdk http|grpc ENDPOINT PREFIX N
        flood.py big ENDPOINT BYTES
+       flood.py malformed ENDPOINT
 
 grpc: sends ExportLogsServiceRequest messages of RECORDS records each
 (the message of record i of request r is "PREFIX-r-i" and 1,000 bytes of
@@ -23,6 +24,10 @@ big: sends over gRPC one log record of 1,000 bytes, then one of BYTES
 bytes, then the same gzip-compressed, then the small one gzip-compressed;
 prints each answer as JSON: its status code and whether it had status
 details.
+
+malformed: sends over gRPC bytes that are no protobuf message to the
+metrics and then the logs service, then a small log record; prints each
+answer's status code as JSON.
 """
 import json
 import sys
@@ -74,6 +79,31 @@ def big(endpoint, size):
                     "details": "grpc-status-details-bin" in trailers,
                 }
             )
+    print(json.dumps(out))
+
+
+def malformed(endpoint):
+    import grpc
+
+    channel = grpc.insecure_channel(endpoint)
+    out = []
+    for service in ["metrics", "logs"]:
+        # No serializer: the bytes go as the message, as sent.
+        export = channel.unary_unary(
+            f"/opentelemetry.proto.collector.{service}.v1.{service.capitalize()}Service/Export"
+        )
+        try:
+            # Field 1 as a length-delimited message 127 bytes long, of
+            # which 2 follow.
+            export(b"\x0a\x7f\x01\x02", timeout=10)
+            out.append("OK")
+        except grpc.RpcError as e:
+            out.append(e.code().name)
+    try:
+        stub_of(endpoint).Export(logs_request(["after"]), timeout=10)
+        out.append("OK")
+    except grpc.RpcError as e:
+        out.append(e.code().name)
     print(json.dumps(out))
 
 
@@ -169,5 +199,7 @@ if sys.argv[1] == "grpc":
     raw_grpc(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
 elif sys.argv[1] == "big":
     big(sys.argv[2], int(sys.argv[3]))
+elif sys.argv[1] == "malformed":
+    malformed(sys.argv[2])
 else:
     sdk(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
