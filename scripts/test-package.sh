@@ -42,14 +42,16 @@ trap cleanup EXIT
 # 3.8.0 (the version scripts/setup pins) warns that it may refuse the
 # dev profile in a later release.
 case "${SONDE_PACKAGE_PROFILE:-dist}" in
-  dist) build=(--profile dist) ;;
+  dist) profile=(--profile dist) build=() ;;
   dev)
     [ -x target/debug/sonde ] || fail "SONDE_PACKAGE_PROFILE=dev packages target/debug/sonde, which is not built"
-    build=(--profile dev --no-build)
+    # --fast: the debug binary's symbols are large, and xz at its
+    # default level took a minute over them.
+    profile=(--profile dev --fast) build=(--no-build)
     ;;
   *) fail "SONDE_PACKAGE_PROFILE is dist (the default) or dev, not ${SONDE_PACKAGE_PROFILE}" ;;
 esac
-cargo deb -p sonde --locked "${build[@]}"
+cargo deb -p sonde --locked "${profile[@]}" "${build[@]}"
 version=$(cargo metadata --no-deps --format-version 1 |
   python3 -c 'import json,sys; print([p for p in json.load(sys.stdin)["packages"] if p["name"]=="sonde"][0]["version"])')
 deb=target/debian/sonde_${version}-1_$(dpkg --print-architecture).deb
@@ -144,7 +146,7 @@ grep -q '# edited' /etc/sonde/sonde.toml || fail "could not edit the config"
 install -d -o sonde -g sonde /var/lib/sonde/checkpoints
 echo "checkpoint of the test" >/var/lib/sonde/checkpoints/app
 chown sonde:sonde /var/lib/sonde/checkpoints/app
-cargo deb -p sonde --locked "${build[0]}" "${build[1]}" --no-build --deb-version "${version}-2"
+cargo deb -p sonde --locked "${profile[@]}" --no-build --deb-version "${version}-2"
 deb2=target/debian/sonde_${version}-2_$(dpkg --print-architecture).deb
 dpkg -i "$deb2"
 [ "$(dpkg-query -W -f='${Version}' sonde)" = "${version}-2" ] || fail "the upgrade did not install"
