@@ -1,4 +1,4 @@
-//! The tag splitter on arbitrary bytes, in both syntaxes: the dispatched
+//! The tag splitter on arbitrary bytes, in every syntax: the dispatched
 //! `split` and every SIMD backend this CPU has must agree exactly with the
 //! byte-at-a-time reference `split_scalar`: the same result, and the same
 //! spans (also the ones kept before a bad tag).
@@ -10,7 +10,7 @@ use sonde_proto::TagSyntax;
 
 fuzz_target!(|data: &[u8]| {
     let (mut want, mut got) = (Vec::new(), Vec::new());
-    for syntax in [TagSyntax::Msgpack, TagSyntax::DogStatsd] {
+    for syntax in [TagSyntax::Msgpack, TagSyntax::DogStatsd, TagSyntax::Prefixed] {
         let expected = tags::split_scalar(data, syntax, &mut want);
         let result = tags::split(data, syntax, &mut got);
         assert_eq!(result, expected, "split vs scalar, {syntax:?}");

@@ -28,6 +28,7 @@ pub(crate) fn syntax_byte(s: TagSyntax) -> u8 {
     match s {
         TagSyntax::Msgpack => 0,
         TagSyntax::DogStatsd => 1,
+        TagSyntax::Prefixed => 2,
     }
 }
 

@@ -716,7 +716,7 @@ mod tests {
                 "{:?} {} {} {}",
                 p.kind,
                 String::from_utf8_lossy(p.name),
-                String::from_utf8_lossy(p.tags),
+                sonde_metrics::input::tags_text(p.tags),
                 match p.value {
                     sonde_proto::Value::Number(n) => n,
                     _ => f64::NAN,

@@ -29,7 +29,7 @@ use std::sync::mpsc::{sync_channel, SendError, SyncSender, TryRecvError, TrySend
 use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
 
-pub use crate::points::{write_tag, Points, Shared};
+pub use crate::points::{tags_text, write_tag, Points, Shared};
 #[cfg(doc)]
 use crate::receiver::Control;
 use crate::receiver::Ingest;

@@ -7,8 +7,10 @@ use std::ops::Range;
 use sonde_proto::{Kind, Point, TagSyntax, Value};
 
 /// A batch of points an input made, with their names and tags in one
-/// buffer. Tags are kept in DogStatsD's syntax (`key:value,key:value`),
-/// which the shard splits as it splits a StatsD line's.
+/// buffer. Tags are written in [`TagSyntax::Prefixed`] (each key and
+/// value after its length), which takes any bytes as they are and costs
+/// two copies a tag; the shard splits it only for a series it has not
+/// seen, as it splits a StatsD line's tags.
 #[derive(Debug, Default, Clone)]
 pub struct Points {
     bytes: Vec<u8>,
@@ -37,10 +39,9 @@ impl Points {
     }
 
     /// Adds a point of `kind` named `name` with `tags` (key, value) and
-    /// `value`. A key's `:` and `,` and a value's `,` would split the tag
-    /// elsewhere, so each becomes `_`; a tag with an empty key is left
-    /// out. A value that is not finite, or an empty name, is refused
-    /// (false) and not added.
+    /// `value`, each tag as it is; a tag with an empty key is left out. A
+    /// value that is not finite, or an empty name, is refused (false) and
+    /// not added.
     pub fn push<'t>(
         &mut self,
         kind: Kind,
@@ -56,8 +57,7 @@ impl Points {
         let name = start..self.bytes.len();
         let tags_start = self.bytes.len();
         for (k, v) in tags {
-            let sep = self.bytes.len() > tags_start;
-            append_tag(&mut self.bytes, sep, k.as_bytes(), v.as_bytes());
+            append_tag(&mut self.bytes, k.as_bytes(), v.as_bytes());
         }
         self.points.push(Owned {
             kind,
@@ -80,8 +80,8 @@ impl Points {
 
     /// Starts writing tags shared by several points, one by one as they
     /// are read ([`Points::tags_push`], [`Points::tags_end`]), with
-    /// `prefix` (tags in DogStatsD's syntax as [`write_tag`] writes
-    /// them); nothing else may be written to the batch until they end.
+    /// `prefix` (tags as [`write_tag`] writes them); nothing else may be
+    /// written to the batch until they end.
     #[inline]
     pub fn tags_begin(&mut self, prefix: &[u8]) -> usize {
         let begin = self.bytes.len();
@@ -89,14 +89,13 @@ impl Points {
         begin
     }
 
-    /// Adds the tag `key:value` to the tags begun at `begin`, as
-    /// [`Points::push`] writes each. Bytes that are not UTF-8 are the
-    /// shard's to refuse (counted) when their series is new, as a StatsD
-    /// line's are.
+    /// Adds the tag `key`, `value` to the tags begun by
+    /// [`Points::tags_begin`], as [`Points::push`] writes each. Bytes that
+    /// are not UTF-8 are the shard's to refuse (counted) when their series
+    /// is new, as a StatsD line's are.
     #[inline]
-    pub fn tags_push(&mut self, begin: usize, key: &[u8], value: &[u8]) {
-        let sep = self.bytes.len() > begin;
-        append_tag(&mut self.bytes, sep, key, value);
+    pub fn tags_push(&mut self, key: &[u8], value: &[u8]) {
+        append_tag(&mut self.bytes, key, value);
     }
 
     /// Forgets the tags begun at `begin`, to write them again.
@@ -110,12 +109,11 @@ impl Points {
         Shared(begin..self.bytes.len())
     }
 
-    /// Writes `base`'s tags and then `key:value`, once for many points.
+    /// Writes `base`'s tags and then `key`, `value`, once for many points.
     pub fn shared_tags_with(&mut self, base: &Shared, key: &[u8], value: &[u8]) -> Shared {
         let start = self.bytes.len();
         self.bytes.extend_from_within(base.0.clone());
-        let sep = self.bytes.len() > start;
-        append_tag(&mut self.bytes, sep, key, value);
+        append_tag(&mut self.bytes, key, value);
         Shared(start..self.bytes.len())
     }
 
@@ -173,7 +171,7 @@ impl Points {
                 kind: p.kind,
                 name: &self.bytes[p.name.clone()],
                 tags: &self.bytes[p.tags.clone()],
-                tag_syntax: TagSyntax::DogStatsd,
+                tag_syntax: TagSyntax::Prefixed,
                 value: Value::Number(p.value),
                 sample_rate: 1.0,
                 timestamp: p.timestamp,
@@ -182,100 +180,87 @@ impl Points {
     }
 }
 
-/// Appends the tag `key:value` to `tags` in DogStatsD's syntax, after a
-/// `,` unless `tags` is empty, as [`Points::push`] writes each: a key's
-/// `:` and `,` and a value's `,` become `_`; a tag with an empty key is
-/// left out.
+/// Appends the tag `key`, `value` to `tags` as [`Points::push`] writes
+/// each (a tag with an empty key is left out): for tags written once and
+/// given to [`Points::tags_begin`].
 pub fn write_tag(tags: &mut Vec<u8>, key: &[u8], value: &[u8]) {
-    let sep = !tags.is_empty();
-    append_tag(tags, sep, key, value);
+    append_tag(tags, key, value);
+}
+
+/// Renders tags a batch wrote as `key:value,key:value`, for logs and
+/// tests; tags that are not what a batch writes render as what of them
+/// reads, then `…`.
+pub fn tags_text(tags: &[u8]) -> String {
+    let mut spans = Vec::new();
+    let whole = sonde_proto::tags::split(tags, TagSyntax::Prefixed, &mut spans).is_ok();
+    let mut out: Vec<String> = spans
+        .iter()
+        .map(|s| {
+            format!(
+                "{}:{}",
+                String::from_utf8_lossy(s.key(tags)),
+                String::from_utf8_lossy(s.value(tags))
+            )
+        })
+        .collect();
+    if !whole {
+        out.push("…".into());
+    }
+    out.join(",")
 }
 
 #[inline(always)]
-fn append_tag(out: &mut Vec<u8>, sep: bool, key: &[u8], value: &[u8]) {
+fn append_tag(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
     if key.is_empty() {
         return;
     }
-    // Both looked at before anything is copied, eight bytes at a time (a
-    // byte loop over short keys and values was a third of an OTLP point's
-    // cost, docs/BENCHMARKS.md "OTLP in"), and the source rather than the
-    // copy (reading bytes just stored stalls on store forwarding). A
-    // separator inside a tag is rare: then the copy is mended.
-    let mend = separator(key, true) || separator(value, false);
-    let comma = usize::from(sep);
-    let (start, len) = (out.len(), comma + key.len() + 1 + value.len());
+    if key.len() >= 0x80 || value.len() >= 0x80 {
+        sonde_proto::tags::push_prefixed(out, key);
+        sonde_proto::tags::push_prefixed(out, value);
+        return;
+    }
+    // Lengths of one byte each, the tag written through a pointer after
+    // one capacity check rather than with `push` and `extend_from_slice`,
+    // which check it again each: those checks were a fifth of mapping an
+    // OTLP point (docs/benchmarks/LOG.md, "OTLP tags written for less").
+    let (start, len) = (out.len(), key.len() + value.len() + 2);
     out.reserve(len);
-    // Written through a pointer rather than with `push` and
-    // `extend_from_slice`, each of which checks the capacity again: those
-    // checks were a quarter of writing a tag (docs/BENCHMARKS.md, "OTLP
-    // in").
     // SAFETY: `reserve` made room for `len` bytes after `start`; the
-    // writes below fill exactly those (a comma if `sep`, the key, a
-    // colon, the value), from slices that cannot overlap the spare
-    // capacity of `out`, which `&mut` holds alone, before `set_len` takes
-    // them in.
+    // writes fill exactly those (a length byte, the key, a length byte,
+    // the value), from slices that cannot overlap the spare capacity of
+    // `out`, which `&mut` holds alone, before `set_len` takes them in.
     unsafe {
-        let mut at = out.as_mut_ptr().add(start);
-        if sep {
-            at.write(b',');
-            at = at.add(1);
-        }
-        std::ptr::copy_nonoverlapping(key.as_ptr(), at, key.len());
-        at = at.add(key.len());
-        at.write(b':');
+        let at = out.as_mut_ptr().add(start);
+        at.write(key.len() as u8);
+        std::ptr::copy_nonoverlapping(key.as_ptr(), at.add(1), key.len());
+        let at = at.add(1 + key.len());
+        at.write(value.len() as u8);
         std::ptr::copy_nonoverlapping(value.as_ptr(), at.add(1), value.len());
         out.set_len(start + len);
-    }
-    let (k, v) = (start + comma, start + comma + key.len() + 1);
-    if mend {
-        let (key, value) = out[k..].split_at_mut(v - k);
-        for b in key.iter_mut().filter(|b| **b == b',' || **b == b':') {
-            *b = b'_';
-        }
-        key[key.len() - 1] = b':';
-        for b in value.iter_mut().filter(|b| **b == b',') {
-            *b = b'_';
-        }
-    }
-}
-
-/// True when `bytes` holds a `,` (or a `:` when `colon`): eight bytes to
-/// a word, each tested with the carry-free zero-byte test. Under eight
-/// bytes, one word made of overlapping reads covers them all: the first
-/// and last four of 4 to 7 bytes, and the first, middle and last of 1 to
-/// 3 (with bytes that are no separator above them).
-#[inline(always)]
-fn separator(bytes: &[u8], colon: bool) -> bool {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| (x.wrapping_sub(LO) & !x & HI) != 0;
-    let has =
-        |w: u64| zero(w ^ (LO * u64::from(b','))) | (colon & zero(w ^ (LO * u64::from(b':'))));
-    // Bytes that are no separator, above the three of a short input.
-    const FILL: u64 = 0x0101_0101_0100_0000;
-    let n = bytes.len();
-    let four = |b: &[u8]| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    match n {
-        0 => false,
-        1..=3 => {
-            let [a, m, z] = [bytes[0], bytes[n / 2], bytes[n - 1]].map(u64::from);
-            has(a | m << 8 | z << 16 | FILL)
-        }
-        4..=7 => has(four(bytes) | four(&bytes[n - 4..]) << 32),
-        _ => {
-            let (words, rest) = bytes.as_chunks::<8>();
-            words.iter().any(|w| has(u64::from_le_bytes(*w)))
-                || (!rest.is_empty()
-                    && has(u64::from_le_bytes(
-                        bytes[n - 8..].try_into().unwrap_or([0; 8]),
-                    )))
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// The tags as the shard splits them.
+    fn pairs(tags: &[u8]) -> Pairs {
+        let mut spans = Vec::new();
+        sonde_proto::tags::split(tags, TagSyntax::Prefixed, &mut spans).unwrap();
+        spans
+            .iter()
+            .map(|s| (s.key(tags).to_vec(), s.value(tags).to_vec()))
+            .collect()
+    }
+
+    fn expect(tags: &[(&str, &str)]) -> Pairs {
+        tags.iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
 
     #[test]
     fn a_batch_keeps_names_tags_and_values_and_refuses_what_cannot_be_a_point() {
@@ -286,10 +271,12 @@ mod tests {
             [("device", "lo"), ("direction", "transmit")],
             1500.0
         ));
+        // Separators of other syntaxes are bytes like any other; a tag
+        // with an empty key is left out.
         assert!(b.push(
             Kind::Store,
             "odd",
-            [("a:b,c", "x,y:z"), ("", "dropped")],
+            [("a:b,c", "x,y:z"), ("", "dropped"), ("k|=", "")],
             -2.5
         ));
         assert!(!b.push(Kind::Store, "nan", [], f64::NAN));
@@ -297,10 +284,11 @@ mod tests {
         assert_eq!(b.len(), 2);
         let mut got = Vec::new();
         b.each(|p| {
+            assert_eq!(p.tag_syntax, TagSyntax::Prefixed);
             got.push((
                 p.kind,
                 String::from_utf8(p.name.to_vec()).unwrap(),
-                String::from_utf8(p.tags.to_vec()).unwrap(),
+                pairs(p.tags),
                 p.value,
             ));
         });
@@ -310,85 +298,85 @@ mod tests {
                 (
                     Kind::Count,
                     "system.network.io".to_string(),
-                    "device:lo,direction:transmit".to_string(),
+                    expect(&[("device", "lo"), ("direction", "transmit")]),
                     Value::Number(1500.0)
                 ),
                 (
                     Kind::Store,
                     "odd".to_string(),
-                    "a_b_c:x_y:z".to_string(),
+                    expect(&[("a:b,c", "x,y:z"), ("k|=", "")]),
                     Value::Number(-2.5)
                 ),
             ]
         );
-        // The tags split back into what was given, as the shard splits
-        // them.
-        let mut spans = Vec::new();
-        sonde_proto::tags::split_scalar(b"a_b_c:x_y:z", TagSyntax::DogStatsd, &mut spans).unwrap();
-        assert_eq!(spans.len(), 1);
-        // Separators found wherever they are, in every length, among
-        // bytes next to them in value and bytes with the high bit set.
-        let fill = [b'a', 0x2b, 0x2d, 0x39, 0x3b, 0x80, 0xff, 0, 1];
-        for n in 1..24 {
-            let clean: Vec<u8> = (0..n).map(|i| fill[i % fill.len()]).collect();
-            assert!(!separator(&clean, true), "{clean:?}");
-            for at in 0..n {
-                for sep in [b',', b':'] {
-                    let mut k = clean.clone();
-                    k[at] = sep;
-                    assert!(separator(&k, true), "{k:?}");
-                    assert_eq!(separator(&k, false), sep == b',', "{k:?}");
-                }
-            }
-        }
-        assert!(!separator(b"", true));
-        // A tag mended where it held separators, the colon between key
-        // and value kept.
+        b.clear();
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn keys_and_values_of_any_length_and_bytes_split_back_as_written() {
+        let long_key = vec![b','; 128];
+        let long_value: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
         let mut tags = Vec::new();
-        write_tag(&mut tags, b"k", b"v");
-        write_tag(&mut tags, b":", b",");
-        write_tag(&mut tags, b"ab,cd:ef", b"g:h,i");
-        assert_eq!(tags, b"k:v,_:_,ab_cd_ef:g:h_i");
-        assert!(separator(&[0x80, b':'], true));
-        assert!(!separator(
-            &[0x80, 0xba, 0x3b, 0x39, 0x2d, 0x2b, 0, 1, 0x80],
-            true
-        ));
-        // A name and tags written once, shared by several points.
+        write_tag(&mut tags, &long_key, b"v");
+        write_tag(&mut tags, b"k", &long_value);
+        write_tag(&mut tags, &[0xff, 0], &[]);
+        assert_eq!(
+            pairs(&tags),
+            [
+                (long_key.clone(), b"v".to_vec()),
+                (b"k".to_vec(), long_value.clone()),
+                (vec![0xff, 0], vec![]),
+            ]
+        );
+        // One byte of length under 128, two from 128, three from 16,384.
+        assert_eq!(
+            tags.len(),
+            (2 + 128 + 1 + 1) + (1 + 1 + 3 + 70_000) + (1 + 2 + 1)
+        );
+        assert_eq!(tags_text(b"\x01k\x01v\x01a\x00"), "k:v,a:");
+        // Cut short: what reads, then the mark.
+        assert_eq!(tags_text(b"\x01k\x01v\x05ab"), "k:v,…");
+    }
+
+    #[test]
+    fn a_name_and_tags_written_once_are_shared_by_several_points() {
         let mut t = Points::new();
         let name = t.shared_name(b"lat", b".bucket");
-        let begin = t.tags_begin(b"service:api");
-        t.tags_push(begin, b"a:b,c", b"x,y:z");
-        t.tags_push(begin, b"", b"dropped");
+        let mut prefix = Vec::new();
+        write_tag(&mut prefix, b"service", b"api");
+        let begin = t.tags_begin(&prefix);
+        t.tags_push(b"a:b,c", b"x,y:z");
+        t.tags_push(b"", b"dropped");
         let base = t.tags_end(begin);
         let le = t.shared_tags_with(&base, b"le", b"+Inf");
         assert!(t.push_shared(Kind::Count, &name, &base, 1.0));
         assert!(t.push_shared(Kind::Count, &name, &le, 2.0));
         assert!(!t.push_shared(Kind::Count, &name, &le, f64::NAN));
         let mut shared = Vec::new();
-        t.each(|p| {
-            shared.push((
-                String::from_utf8_lossy(p.name).into_owned(),
-                String::from_utf8_lossy(p.tags).into_owned(),
-            ))
-        });
+        t.each(|p| shared.push((String::from_utf8_lossy(p.name).into_owned(), pairs(p.tags))));
         assert_eq!(
             shared,
             [
                 (
                     "lat.bucket".to_string(),
-                    "service:api,a_b_c:x_y:z".to_string()
+                    expect(&[("service", "api"), ("a:b,c", "x,y:z")])
                 ),
                 (
                     "lat.bucket".to_string(),
-                    "service:api,a_b_c:x_y:z,le:+Inf".to_string()
+                    expect(&[("service", "api"), ("a:b,c", "x,y:z"), ("le", "+Inf")])
                 ),
             ]
         );
-        let mut tags = Vec::new();
-        write_tag(&mut tags, b"a:b,c", b"x,y:z");
-        assert_eq!(tags, b"a_b_c:x_y:z");
-        b.clear();
-        assert!(b.is_empty());
+        // Tags written again from their beginning.
+        let begin = t.tags_begin(&prefix);
+        t.tags_push(b"x", b"1");
+        t.tags_reset(begin);
+        let begin = t.tags_begin(&prefix);
+        let again = t.tags_end(begin);
+        assert!(t.push_shared(Kind::Count, &name, &again, 3.0));
+        let mut last = Vec::new();
+        t.each(|p| last = pairs(p.tags));
+        assert_eq!(last, expect(&[("service", "api")]));
     }
 }

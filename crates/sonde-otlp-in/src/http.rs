@@ -615,7 +615,7 @@ mod json_tests {
         let mut got = Vec::new();
         mapped.points.each(|p| {
             got.push((
-                String::from_utf8(p.tags.to_vec()).unwrap(),
+                sonde_metrics::input::tags_text(p.tags),
                 format!("{:?}", p.value),
             ))
         });

@@ -923,7 +923,7 @@ impl<'a> Cx<'_, 'a> {
                 self.s.text.as_bytes()
             }
         };
-        self.out.points.tags_push(head.begin, key, text);
+        self.out.points.tags_push(key, text);
         if self.keyed {
             let h = self.mapper.hasher.hash_one((key, text));
             head.attrs = head.attrs.rotate_left(19) ^ h;
@@ -1043,7 +1043,7 @@ mod tests {
             let sonde_proto::Value::Number(v) = p.value else {
                 panic!()
             };
-            got.push((v, String::from_utf8(p.tags.to_vec()).unwrap()));
+            got.push((v, sonde_metrics::input::tags_text(p.tags)));
         });
         got
     }
@@ -1183,7 +1183,7 @@ mod tests {
                 "{:?} {} {} {v}",
                 p.kind,
                 String::from_utf8_lossy(p.name),
-                String::from_utf8_lossy(p.tags)
+                sonde_metrics::input::tags_text(p.tags)
             ));
         });
         (got, mapped.rejected)
@@ -1307,7 +1307,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                format!("Store temp {r},t0:a b,t1:true,t2:-42,t3:0.25,t4:00ab,t5:[1_x],t6:{{k=false_n=[1.5]}} 21.5"),
+                format!("Store temp {r},t0:a b,t1:true,t2:-42,t3:0.25,t4:00ab,t5:[1,x],t6:{{k=false,n=[1.5]}} 21.5"),
                 format!("Count hits {r},code:200 3"),
                 format!("Store queue {r} -4"),
                 format!("Count lat.bucket {r},op:get,le:1 1"),
@@ -1415,7 +1415,7 @@ mod tests {
         shuffled.extend(1.5f64.to_le_bytes());
         assert_eq!(shuffled.len(), ordered.len());
         assert_ne!(shuffled, ordered);
-        let want = vec!["Count hits code:200,route:/a_b 1.5".to_string()];
+        let want = vec!["Count hits code:200,route:/a,b 1.5".to_string()];
         assert_eq!(lines(&mut mapper(), &sum(ordered)), (want.clone(), 0));
         assert_eq!(lines(&mut mapper(), &sum(shuffled)), (want, 0));
     }
@@ -1455,7 +1455,7 @@ mod tests {
         let mapped = m.map(&gauge(b"temp", b"\xff\xfe")).unwrap();
         let mut tags = Vec::new();
         mapped.points.each(|p| tags.push(p.tags.to_vec()));
-        assert_eq!(tags, [b"k:\xff\xfe".to_vec()]);
+        assert_eq!(tags, [b"\x01k\x02\xff\xfe".to_vec()]);
         assert_eq!(
             m.map(&gauge(b"te\xffmp", b"v")).unwrap_err(),
             Malformed("a string is not UTF-8")

@@ -116,6 +116,12 @@ pub enum TagSyntax {
     Msgpack,
     /// DogStatsD: `k:v` pairs separated by `,`; a tag without `:` has an empty value.
     DogStatsd,
+    /// The agent's own inputs (host metrics, scraping, OTLP): each tag its
+    /// key and then its value, each after its length as a LEB128 varint.
+    /// Any bytes, nothing to escape: an input writes a tag with two
+    /// copies, where a separated syntax would have it look for its
+    /// separators first.
+    Prefixed,
 }
 
 /// The value carried by a point.

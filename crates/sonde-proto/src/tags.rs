@@ -6,7 +6,7 @@
 //! `Vec<TagSpan>` for its whole life and reuse it for every point without a
 //! lifetime tying the vector to one datagram.
 //!
-//! Two syntaxes exist:
+//! Three syntaxes exist:
 //!
 //! * [`TagSyntax::Msgpack`]: `host=a|dc=x` or `host=a dc=x`; every tag must
 //!   have `=` and a non-empty key; the value may be empty and may itself
@@ -16,6 +16,12 @@
 //!
 //! In both, empty segments (leading, trailing or doubled separators) are
 //! skipped, so `|a=1||b=2|` is two tags.
+//!
+//! * [`TagSyntax::Prefixed`], which the agent's own inputs write: each
+//!   tag's key and value after their lengths (LEB128 varints), any bytes;
+//!   the key must not be empty, and a length past the end of the string
+//!   (or over `u32`) is an error. Read by one loop, whatever
+//!   the backend: there is no delimiter to search for.
 //!
 //! [`split`] finds the delimiters with the fastest [`Backend`] this CPU
 //! has, chosen at run time: a SIMD structural index (AVX-512, AVX2 or SSE2
@@ -254,6 +260,9 @@ unsafe fn run(
     syntax: TagSyntax,
     out: &mut Vec<TagSpan>,
 ) -> Result<(), BadTags> {
+    if syntax == TagSyntax::Prefixed {
+        return split_prefixed(raw, out);
+    }
     let msgpack = syntax == TagSyntax::Msgpack;
     match (backend, msgpack) {
         (Backend::Memchr, true) => split_memchr::<true>(raw, out),
@@ -279,6 +288,59 @@ unsafe fn run(
         #[cfg(target_arch = "aarch64")]
         (Backend::Neon, false) => index::split_neon::<false>(raw, out),
     }
+}
+
+/// Splits a [`TagSyntax::Prefixed`] string into the already cleared
+/// `out`, for a `raw` known to fit `u32` offsets.
+fn split_prefixed(raw: &[u8], out: &mut Vec<TagSpan>) -> Result<(), BadTags> {
+    let mut at = 0;
+    while at < raw.len() {
+        let (key_start, key_end) = prefixed_field(raw, at)?;
+        if key_start == key_end {
+            return Err(BadTags);
+        }
+        let (value_start, value_end) = prefixed_field(raw, key_end)?;
+        out.push(span(key_start, key_end, value_start, value_end));
+        at = value_end;
+    }
+    Ok(())
+}
+
+/// The field whose length is the varint at `at`: its start and end.
+#[inline]
+fn prefixed_field(raw: &[u8], at: usize) -> Result<(usize, usize), BadTags> {
+    let mut len: u64 = 0;
+    let mut i = at;
+    loop {
+        let b = *raw.get(i).ok_or(BadTags)?;
+        let shift = 7 * (i - at);
+        if shift > 28 {
+            return Err(BadTags);
+        }
+        len |= u64::from(b & 0x7f) << shift;
+        i += 1;
+        if b < 0x80 {
+            break;
+        }
+    }
+    let end = u64::try_from(i).map_err(|_| BadTags)? + len;
+    if end > raw.len() as u64 {
+        return Err(BadTags);
+    }
+    Ok((i, end as usize))
+}
+
+/// Appends `bytes` to `out` as one field of a [`TagSyntax::Prefixed`]
+/// string: its length as a LEB128 varint, then the bytes.
+#[inline]
+pub fn push_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut n = bytes.len();
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+    out.extend_from_slice(bytes);
 }
 
 fn split_memchr<const MSGPACK: bool>(raw: &[u8], out: &mut Vec<TagSpan>) -> Result<(), BadTags> {
@@ -328,6 +390,7 @@ fn scalar_loop(raw: &[u8], syntax: TagSyntax, out: &mut Vec<TagSpan>) -> Result<
     let (kv_sep, msgpack) = match syntax {
         TagSyntax::Msgpack => (b'=', true),
         TagSyntax::DogStatsd => (b':', false),
+        TagSyntax::Prefixed => return split_prefixed(raw, out),
     };
     let is_separator = |b: u8| {
         if msgpack {
@@ -457,6 +520,53 @@ mod tests {
         assert_eq!(pairs("a=1|urgent", TagSyntax::Msgpack), Err(BadTags));
         assert_eq!(pairs("=v", TagSyntax::Msgpack), Err(BadTags));
         assert_eq!(pairs("a=1 =v", TagSyntax::Msgpack), Err(BadTags));
+    }
+
+    #[test]
+    fn prefixed_tags_split_by_their_lengths_and_keep_any_byte() {
+        let mut raw = Vec::new();
+        for (k, v) in [("a:b,c", "x|y=z"), ("k", ""), (" ", "\u{e9}")] {
+            push_prefixed(&mut raw, k.as_bytes());
+            push_prefixed(&mut raw, v.as_bytes());
+        }
+        let raw = String::from_utf8(raw).unwrap();
+        assert_eq!(
+            pairs(&raw, TagSyntax::Prefixed),
+            expect(&[("a:b,c", "x|y=z"), ("k", ""), (" ", "\u{e9}")])
+        );
+        assert_eq!(pairs("", TagSyntax::Prefixed), expect(&[]));
+        // Lengths of two and three bytes.
+        for n in [127, 128, 300, 16_383, 16_384, 70_000] {
+            let (mut raw, mut spans) = (Vec::new(), Vec::new());
+            push_prefixed(&mut raw, &vec![b'k'; n]);
+            push_prefixed(&mut raw, b"v");
+            split(&raw, TagSyntax::Prefixed, &mut spans).unwrap();
+            assert_eq!(spans.len(), 1);
+            assert_eq!(spans[0].key(&raw).len(), n);
+            assert_eq!(spans[0].value(&raw), b"v");
+        }
+    }
+
+    #[test]
+    fn prefixed_tags_cut_short_or_with_an_empty_key_are_rejected() {
+        let bad: [&[u8]; 7] = [
+            b"\x01k",                          // no value
+            b"\x01k\x02v",                     // a value shorter than its length
+            b"\x05key",                        // a key shorter than its length
+            b"\x00\x01v",                      // an empty key
+            b"\x80",                           // a length cut short
+            b"\x01k\x01v\x01",                 // a second tag cut short
+            b"\xff\xff\xff\xff\xff\x01k\x01v", // a length over 35 bits
+        ];
+        for raw in bad {
+            let mut spans = Vec::new();
+            assert_eq!(
+                split(raw, TagSyntax::Prefixed, &mut spans),
+                Err(BadTags),
+                "{raw:?}"
+            );
+            assert_eq!(agree(raw, TagSyntax::Prefixed), Err(BadTags), "{raw:?}");
+        }
     }
 
     #[test]

@@ -181,7 +181,7 @@ mod tests {
                 "{:?} {} {} {:?}",
                 p.kind,
                 String::from_utf8_lossy(p.name),
-                String::from_utf8_lossy(p.tags),
+                sonde_metrics::input::tags_text(p.tags),
                 p.value
             ));
         });

@@ -185,7 +185,7 @@ fn node_exporter_series_arrive_with_the_configured_labels() {
 fn counter_deltas_are_exact_across_a_reset_and_histograms_map_to_deltas() {
     let body = |reqs: u32, fast: u32, all: u32, sum: f64| {
         format!(
-            "# HELP reqs_total Requests.\n# TYPE reqs_total counter\nreqs_total{{code=\"200\"}} {reqs}\n\
+            "# HELP reqs_total Requests.\n# TYPE reqs_total counter\nreqs_total{{code=\"200\",path=\"/a,b:c\"}} {reqs}\n\
 # TYPE lat_seconds histogram\nlat_seconds_bucket{{le=\"0.1\"}} {fast}\nlat_seconds_bucket{{le=\"+Inf\"}} {all}\n\
 lat_seconds_sum {sum}\nlat_seconds_count {all}\n# TYPE temp gauge\ntemp 21.5\n"
         )
@@ -221,7 +221,8 @@ lat_seconds_sum {sum}\nlat_seconds_count {all}\n# TYPE temp gauge\ntemp 21.5\n"
         (
             "reqs_total",
             "reqs_total",
-            vec![("code", "200")],
+            // A label value kept byte for byte, `,` and `:` among them.
+            vec![("code", "200"), ("path", "/a,b:c")],
             30.0 + 5.0 + 7.0,
         ),
         (

@@ -9,6 +9,7 @@ fn separators(syntax: TagSyntax) -> (u8, u8) {
     match syntax {
         TagSyntax::Msgpack => (b'|', b'='),
         TagSyntax::DogStatsd => (b',', b':'),
+        TagSyntax::Prefixed => panic!("the benchmarks split separated syntaxes"),
     }
 }
 
