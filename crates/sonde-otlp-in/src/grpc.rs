@@ -80,33 +80,32 @@ fn refused(refused: Refused) -> Status {
 /// are read in place ([`crate::wire`]), logs decoded here, and a message
 /// that does not decode is `INVALID_ARGUMENT`, counted as `malformed`.
 trait Export: Send + 'static {
-    /// The service's full name.
+    /// The service's full name; its one method is `/SERVICE/Export`.
     const SERVICE: &'static str;
-    /// The path of its `Export` method.
-    const PATH: &'static str;
     /// What the method answers.
     type Response: Message + Default + Send + 'static;
     /// Takes one request's message.
     fn export(shared: &Shared, message: &[u8]) -> Result<Self::Response, Status>;
 }
 
+/// A message that does not decode as an OTLP `what` request: counted,
+/// and `INVALID_ARGUMENT`, which exporters do not retry.
+fn malformed(shared: &Shared, what: &str, e: impl std::fmt::Display) -> Status {
+    shared.count(DropLabel::Malformed, 1);
+    Status::invalid_argument(format!("not an OTLP {what} request: {e}"))
+}
+
 struct Metrics;
 
 impl Export for Metrics {
     const SERVICE: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
-    const PATH: &'static str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
     type Response = ExportMetricsServiceResponse;
 
     fn export(shared: &Shared, message: &[u8]) -> Result<Self::Response, Status> {
         match export_metrics(shared, message) {
             Ok(Ok(partial_success)) => Ok(ExportMetricsServiceResponse { partial_success }),
             Ok(Err(r)) => Err(refused(r)),
-            Err(e) => {
-                shared.count(DropLabel::Malformed, 1);
-                Err(Status::invalid_argument(format!(
-                    "not an OTLP metrics request: {e}"
-                )))
-            }
+            Err(e) => Err(malformed(shared, "metrics", e)),
         }
     }
 }
@@ -115,19 +114,11 @@ struct Logs;
 
 impl Export for Logs {
     const SERVICE: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
-    const PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
     type Response = ExportLogsServiceResponse;
 
     fn export(shared: &Shared, message: &[u8]) -> Result<Self::Response, Status> {
-        let request = match ExportLogsServiceRequest::decode(message) {
-            Ok(r) => r,
-            Err(e) => {
-                shared.count(DropLabel::Malformed, 1);
-                return Err(Status::invalid_argument(format!(
-                    "not an OTLP logs request: {e}"
-                )));
-            }
-        };
+        let request =
+            ExportLogsServiceRequest::decode(message).map_err(|e| malformed(shared, "logs", e))?;
         match export_logs(shared, &request) {
             Ok(partial_success) => Ok(ExportLogsServiceResponse { partial_success }),
             Err(r) => Err(refused(r)),
@@ -162,7 +153,11 @@ impl<E: Export> tower::Service<http::Request<tonic::body::Body>> for Server<E> {
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let shared = Arc::clone(&self.0);
         Box::pin(async move {
-            if req.uri().path() != E::PATH {
+            let path = req.uri().path();
+            let service = path
+                .strip_prefix('/')
+                .and_then(|p| p.strip_suffix("/Export"));
+            if service != Some(E::SERVICE) {
                 let what = format!("{} has one method: Export", E::SERVICE);
                 return Ok(Status::unimplemented(what).into_http());
             }

@@ -323,7 +323,7 @@ fn prefixed_field(raw: &[u8], at: usize) -> Result<(usize, usize), BadTags> {
             break;
         }
     }
-    let end = u64::try_from(i).map_err(|_| BadTags)? + len;
+    let end = i as u64 + len;
     if end > raw.len() as u64 {
         return Err(BadTags);
     }
